@@ -1,0 +1,67 @@
+"""Frozen configuration dataclasses, built once at the CLI boundary and saved with every artifact."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from swarmctl.errors import ConfigError
+
+T = TypeVar("T")
+
+ACTIVATIONS = ("relu", "elu", "leaky-relu")
+
+
+def _check_positive(obj: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to build and its hyper-parameters.
+
+    Fields left at None take the registered model's default (its best configuration in the paper);
+    :func:`swarmctl.models.complete_config` fills them in, so saved configs are always complete.
+    """
+
+    name: str = "swarm"
+    dim_in: int = 2
+    dim_out: int = 10
+    dim_hidden: int | None = None
+    n_iter: int | None = None
+    n_layers: int | None = None
+    n_inducing: int | None = None
+    n_heads: int | None = None
+    pooling: str | None = None
+    dropout: float = 0.0
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        _check_positive(self, "dim_in", "dim_out", "dim_hidden", "n_iter", "n_layers", "n_inducing", "n_heads")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A config as a dict of JSON types."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Rebuild a config; unknown keys are an error (they mean another version wrote the file)."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    return cls(**data)
+
+
+def to_json(cfg: Any) -> str:
+    return json.dumps(to_dict(cfg), indent=2, sort_keys=True)

@@ -1,0 +1,53 @@
+"""Pooling over the entity axis of (B, N, D) tensors: masked mean, masked max, causal mean.
+
+Masks are bool (B, N) with True meaning the entity is present; ``None`` means all present.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def mask_weights(mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:
+    """Per-entity weights 1/n_real for real entities and 0 for padding, shape (B, N).
+
+    Computing them once per forward lets every later masked mean be one batched matrix product.
+    Returns None when there is no mask (plain mean).
+    """
+    if mask is None:
+        return None
+    w = mask.to(dtype)
+    count = w.sum(dim=1, keepdim=True).clamp_min(1.0)
+    return w / count
+
+
+def masked_mean(x: Tensor, mask: Tensor | None = None, weights: Tensor | None = None) -> Tensor:
+    """Mean over real entities: (B, N, D) -> (B, D).
+
+    ``weights`` (from :func:`mask_weights`) may be passed instead of ``mask`` to avoid recomputing them.
+    A set with no real entity pools to zeros.
+    """
+    if weights is None:
+        weights = mask_weights(mask, x.shape[1], x.dtype)
+    if weights is None:
+        return x.mean(dim=1)
+    return torch.bmm(weights.unsqueeze(1), x).squeeze(1)  # (B, 1, N) @ (B, N, D) -> (B, D)
+
+
+def masked_max(x: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Max over real entities: (B, N, D) -> (B, D); padded entries count as -inf."""
+    if mask is None:
+        return x.amax(dim=1)
+    fill = torch.finfo(x.dtype).min
+    return x.masked_fill(~mask.unsqueeze(-1), fill).amax(dim=1)
+
+
+def causal_mean(x: Tensor) -> Tensor:
+    """Inclusive cumulative mean along the entity axis: out[:, t] = mean(x[:, :t+1]); (B, N, D) -> (B, N, D).
+
+    Ignores masks (as in the authors' code): causal pooling is for ordered sequences such as images.
+    """
+    n = x.shape[1]
+    steps = torch.arange(1, n + 1, device=x.device, dtype=x.dtype).view(1, n, 1)
+    return x.cumsum(dim=1) / steps

@@ -1,0 +1,127 @@
+"""Masked multi-head attention blocks of the Set Transformer (Lee et al. 2019, arXiv:1810.00825):
+MAB, SAB, ISAB and PMA, in the post-LayerNorm form the SWARM authors used as a baseline
+(protocol sec. 2.5).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _zero_padded(x: Tensor, mask: Tensor | None) -> Tensor:
+    return x if mask is None else x * mask.unsqueeze(-1).to(x.dtype)
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head attention with per-head scaling 1/sqrt(d/h), Xavier-normal weights, zero biases.
+
+    Padded keys are excluded from every softmax; padded queries produce zeros. Q, K, V are zeroed at
+    padded positions before and after projection (as in the authors' port).
+    """
+
+    def __init__(self, dim: int, n_heads: int) -> None:
+        super().__init__()
+        if dim % n_heads != 0:
+            raise ValueError(f"n_heads ({n_heads}) must divide dim ({dim})")
+        self.n_heads = n_heads
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+        for lin in (self.q, self.k, self.v, self.out):
+            nn.init.xavier_normal_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(
+        self, q: Tensor, kv: Tensor, q_mask: Tensor | None = None, kv_mask: Tensor | None = None
+    ) -> Tensor:
+        """q (B, Nq, d), kv (B, Nk, d), masks (B, Nq) / (B, Nk) bool, True = present -> (B, Nq, d)."""
+        B, Nq, d = q.shape
+        Nk, h = kv.shape[1], self.n_heads
+        q = _zero_padded(self.q(_zero_padded(q, q_mask)), q_mask)
+        k = _zero_padded(self.k(_zero_padded(kv, kv_mask)), kv_mask)
+        v = _zero_padded(self.v(_zero_padded(kv, kv_mask)), kv_mask)
+        q = q.view(B, Nq, h, d // h).transpose(1, 2)  # (B, h, Nq, d/h)
+        k = k.view(B, Nk, h, d // h).transpose(1, 2)
+        v = v.view(B, Nk, h, d // h).transpose(1, 2)
+        attn_mask = None if kv_mask is None else kv_mask.view(B, 1, 1, Nk)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # scale 1/sqrt(d/h)
+        o = o.transpose(1, 2).reshape(B, Nq, d)
+        return _zero_padded(self.out(o), q_mask)
+
+
+def _row_ff(dim: int, n_layers: int, activation: bool) -> nn.Sequential:
+    """Row-wise feed-forward: n_layers x [Linear(d, d) (+ ReLU)], Kaiming-normal weights, zero biases."""
+    layers: list[nn.Module] = []
+    for _ in range(n_layers):
+        lin = nn.Linear(dim, dim)
+        nn.init.kaiming_normal_(lin.weight)
+        nn.init.zeros_(lin.bias)
+        layers.append(lin)
+        if activation:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class MAB(nn.Module):
+    """Multihead Attention Block: Z = LN(Q + MHA(Q, K, K)); out = LN(Z + rFF(Z)).
+
+    ``ff_layers`` Linear layers form rFF (4 with ReLU after each in the clustering baseline; one
+    without activation in the mixture-parameter decoder). Output at padded queries is zero.
+    """
+
+    def __init__(self, dim: int, n_heads: int, ff_layers: int = 4, ff_activation: bool = True) -> None:
+        super().__init__()
+        self.attn = MultiheadAttention(dim, n_heads)
+        self.norm1 = nn.LayerNorm(dim)
+        self.ff = _row_ff(dim, ff_layers, ff_activation)
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(
+        self, q: Tensor, kv: Tensor, q_mask: Tensor | None = None, kv_mask: Tensor | None = None
+    ) -> Tensor:
+        z = self.norm1(q + self.attn(q, kv, q_mask, kv_mask))
+        return _zero_padded(self.norm2(z + self.ff(z)), q_mask)
+
+
+class SAB(nn.Module):
+    """Set Attention Block: MAB(X, X)."""
+
+    def __init__(self, dim: int, n_heads: int, ff_layers: int = 4, ff_activation: bool = True) -> None:
+        super().__init__()
+        self.mab = MAB(dim, n_heads, ff_layers, ff_activation)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        return self.mab(x, x, mask, mask)
+
+
+class ISAB(nn.Module):
+    """Induced Set Attention Block: H = MAB(I, X); out = MAB(X, H), with m learned inducing points I
+    (init N(0, 1)). Cost linear in the set size."""
+
+    def __init__(self, dim: int, n_inducing: int, n_heads: int, ff_layers: int = 4) -> None:
+        super().__init__()
+        self.inducing = nn.Parameter(torch.randn(1, n_inducing, dim))
+        self.mab_in = MAB(dim, n_heads, ff_layers)
+        self.mab_out = MAB(dim, n_heads, ff_layers)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        ind = self.inducing.to(x.dtype).expand(x.shape[0], -1, -1)  # (B, m, d)
+        hidden = self.mab_in(ind, x, None, mask)
+        return self.mab_out(x, hidden, mask, None)
+
+
+class PMA(nn.Module):
+    """Pooling by Multihead Attention: MAB(S, X) with k learned seed vectors S (init N(0, 1));
+    (B, N, d) -> (B, k, d)."""
+
+    def __init__(self, dim: int, n_seeds: int, n_heads: int, ff_layers: int = 1, ff_activation: bool = False):
+        super().__init__()
+        self.seeds = nn.Parameter(torch.randn(1, n_seeds, dim))
+        self.mab = MAB(dim, n_heads, ff_layers, ff_activation)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        seeds = self.seeds.to(x.dtype).expand(x.shape[0], -1, -1)
+        return self.mab(seeds, x, None, mask)

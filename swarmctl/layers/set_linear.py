@@ -1,0 +1,38 @@
+"""Set-linear (DeepSets-style) layer with masked mean or max pooling, as in the SWARM paper's
+baselines (arXiv:1906.09400, Sec. 4.1; authors' code form, protocol sec. 2.5).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from swarmctl.layers.pooling import masked_max, masked_mean
+
+
+class SetLinear(nn.Module):
+    """y_i = A x_i + a + POOL_j (G x_j + g) over the real entities j (including i).
+
+    Follows the authors' code (two affine maps, a mean or max over all real entities) rather than the
+    paper's sum over j != i; the two differ by a re-parametrisation. For mean pooling the pooled term
+    is computed as G mean(x) + g, which equals the mean of G x_j + g and costs one projection per set.
+
+    Input (B, N, D_in), mask (B, N) bool (True = present); output (B, N, D_out).
+    """
+
+    def __init__(self, dim_in: int, dim_out: int, pooling: Literal["mean", "max"] = "mean") -> None:
+        super().__init__()
+        if pooling not in ("mean", "max"):
+            raise ValueError(f"pooling must be 'mean' or 'max', got {pooling!r}")
+        self.pooling = pooling
+        self.local = nn.Linear(dim_in, dim_out)  # A, a
+        self.glob = nn.Linear(dim_in, dim_out)  # G, g
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.pooling == "mean":
+            pooled = self.glob(masked_mean(x, mask))  # (B, D_out)
+        else:
+            pooled = masked_max(self.glob(x), mask)  # (B, D_out)
+        return F.linear(x, self.local.weight, self.local.bias) + pooled.unsqueeze(1)

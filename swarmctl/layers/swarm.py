@@ -1,0 +1,155 @@
+"""SWARM cell and SWARM layer (Vollgraf, "Learning Set-equivariant Functions with SWARM Mappings",
+arXiv:1906.09400, Sec. 3), in the fast formulation described in docs: for mean pooling the pooled
+state is projected once per set, and the input projection is computed once per forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
+
+Pooling = Literal["mean", "causal"]
+POOLINGS: tuple[str, ...] = ("mean", "causal")
+
+
+def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
+    """LSTM gate non-linearities and state update.
+
+    Args:
+        a: gate pre-activations (..., 4H) in the block order (in, f, o, g).
+        c: previous cell state (..., H), or None for the zero state.
+    Returns:
+        (h, c), each (..., H).
+    """
+    H = a.shape[-1] // 4
+    sig = torch.sigmoid(a[..., : 3 * H])  # in, f, o in one call
+    g = torch.tanh(a[..., 3 * H :])
+    i, f, o = sig[..., :H], sig[..., H : 2 * H], sig[..., 2 * H :]
+    c_new = i * g if c is None else torch.addcmul(f * c, i, g)
+    return o * torch.tanh(c_new), c_new
+
+
+class SwarmCell(nn.Module):
+    """SWARM cell: an LSTM cell whose gates also see a pooled state of the whole population.
+
+    Gate pre-activation of entity i (protocol sec. 1.1)::
+
+        a_i = (Wx x_i + b) + Wh h_i + Wp p_i,   p_i = POOL(h_1, ..., h_N)_i
+
+    Only the input projection has a bias. ``mean`` pooling is the masked mean over all real
+    entities including i (so ``Wp p`` is one vector per set); ``causal`` pooling is the inclusive
+    cumulative mean along the entity axis and ignores the mask.
+    """
+
+    def __init__(self, dim_in: int, dim_hidden: int, pooling: Pooling = "mean") -> None:
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+        self.dim_hidden = dim_hidden
+        self.pooling = pooling
+        self.input = nn.Linear(dim_in, 4 * dim_hidden)  # Wx, b
+        self.recurrent = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False)  # Wh
+        self.population = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False)  # Wp
+
+    def project_input(self, x: Tensor) -> Tensor:
+        """Wx x + b, (B, N, D_in) -> (B, N, 4H); constant across iterations, so computed once."""
+        return self.input(x)
+
+    def forward(
+        self, x_proj: Tensor, h: Tensor | None, c: Tensor | None, weights: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """One iteration for all entities.
+
+        Args:
+            x_proj: cached input projection (B, N, 4H).
+            h, c: previous states (B, N, H), or None for the zero initial state (first iteration,
+                where the recurrent and population terms vanish).
+            weights: (B, N) pooling weights from :func:`mask_weights` (mean pooling), None = all real.
+        Returns:
+            (h, c), each (B, N, H).
+        """
+        if h is None:
+            return lstm_pointwise(x_proj, None)
+        B, N, H4 = x_proj.shape
+        H = self.dim_hidden
+        a = torch.addmm(x_proj.reshape(B * N, H4), h.reshape(B * N, H), self.recurrent.weight.t())
+        a = a.view(B, N, H4)
+        if self.pooling == "mean":
+            p = F.linear(masked_mean(h, weights=weights), self.population.weight)  # (B, 4H): once per set
+            a = a + p.unsqueeze(1)
+        else:
+            a = a + F.linear(causal_mean(h), self.population.weight)  # (B, N, 4H)
+        return lstm_pointwise(a, c)
+
+
+class SwarmLayer(nn.Module):
+    """SWARM layer: ``n_iter`` iterations of a :class:`SwarmCell` from zero state, then one linear map
+    of the concatenated final states [h; c] (size 2H) to ``dim_out`` features per entity.
+
+    Input (B, N, D_in), mask (B, N) bool with True = present (used by mean pooling only); output
+    (B, N, D_out). Permutation-equivariant with ``pooling="mean"``; causal with ``pooling="causal"``.
+
+    Departure from the authors' code: the input projection cache is a local of ``forward`` rather than
+    module state (identical results). Dropout, when enabled, zeroes whole hidden units of a set after
+    every iteration with a fresh mask, as in the authors' code.
+    """
+
+    def __init__(
+        self,
+        dim_in: int,
+        dim_hidden: int,
+        dim_out: int,
+        n_iter: int,
+        pooling: Pooling = "mean",
+        dropout: float = 0.0,
+        compile: bool = False,
+    ) -> None:
+        super().__init__()
+        if n_iter < 1:
+            raise ValueError(f"n_iter must be >= 1, got {n_iter}")
+        self.n_iter = n_iter
+        self.dropout = dropout
+        self.cell = SwarmCell(dim_in, dim_hidden, pooling)
+        self.output = nn.Linear(2 * dim_hidden, dim_out)
+        self._compiled_step = None
+        if compile:
+            self.compile_step()
+
+    @property
+    def pooling(self) -> str:
+        return self.cell.pooling
+
+    @property
+    def equivariant(self) -> bool:
+        return self.cell.pooling == "mean"
+
+    def compile_step(self) -> None:
+        """Compile the iteration body with ``torch.compile`` (kept out of the state dict)."""
+        self.__dict__["_compiled_step"] = torch.compile(self.cell.forward, dynamic=None)
+
+    def _drop(self, h: Tensor) -> Tensor:
+        if not (self.training and self.dropout > 0):
+            return h
+        keep = F.dropout(h.new_ones(h.shape[0], 1, h.shape[2]), self.dropout, True)  # (B, 1, H)
+        return h * keep
+
+    def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
+        weights = mask_weights(mask, x.shape[1], x.dtype) if self.cell.pooling == "mean" else None
+        x_proj = self.cell.project_input(x)  # (B, N, 4H), reused by every iteration
+        h, c = self.cell(x_proj, None, None)
+        h = self._drop(h)
+        step = self._compiled_step or self.cell
+        for _ in range(self.n_iter - 1):
+            h, c = step(x_proj, h, c, weights)
+            h = self._drop(h)
+        return h, c
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        h, c = self.states(x, mask)
+        return self.output(torch.cat([h, c], dim=-1))

@@ -1,0 +1,24 @@
+"""Model registry and the model families; importing this package registers every model."""
+
+from swarmctl.models import bilstm, set_linear, set_transformer, swarm  # noqa: F401  (registration)
+from swarmctl.models.registry import (
+    ModelSpec,
+    complete_config,
+    count_parameters,
+    create_model,
+    get_spec,
+    list_models,
+    paper_code,
+    register_model,
+)
+
+__all__ = [
+    "ModelSpec",
+    "complete_config",
+    "count_parameters",
+    "create_model",
+    "get_spec",
+    "list_models",
+    "paper_code",
+    "register_model",
+]

@@ -1,0 +1,83 @@
+"""One registry of models: a decorator to add a builder, a factory to create models from a config."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from swarmctl.config import ModelConfig
+from swarmctl.errors import ConfigError
+
+Builder = Callable[[ModelConfig], nn.Module]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registered model: its builder, the fields forming its paper code, and its defaults."""
+
+    name: str
+    build: Builder
+    code_fields: tuple[str, ...]
+    defaults: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+
+    @property
+    def code_format(self) -> str:
+        labels = {"dim_hidden": "hidden", "n_iter": "iters", "n_layers": "layers", "n_inducing": "inducing"}
+        return "-".join(labels.get(f, f) for f in self.code_fields)
+
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register_model(
+    name: str, *, code: tuple[str, ...], defaults: dict[str, Any], summary: str = ""
+) -> Callable[[Builder], Builder]:
+    """Register ``build(cfg) -> nn.Module`` under ``name`` (a kebab-case CLI name)."""
+
+    def add(build: Builder) -> Builder:
+        if name in _REGISTRY:
+            raise ValueError(f"model {name!r} is registered twice")
+        _REGISTRY[name] = ModelSpec(name, build, code, dict(defaults), summary or (build.__doc__ or "").strip())
+        return build
+
+    return add
+
+
+def list_models() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get_spec(name: str) -> ModelSpec:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(list_models())}") from None
+
+
+def complete_config(cfg: ModelConfig) -> ModelConfig:
+    """Fill the fields left at None with the model's registered defaults."""
+    spec = get_spec(cfg.name)
+    missing = {k: v for k, v in spec.defaults.items() if getattr(cfg, k) is None}
+    return dataclasses.replace(cfg, **missing)
+
+
+def paper_code(cfg: ModelConfig) -> str:
+    """The paper's architecture code, e.g. ``192-10-1`` for SWARM (hidden-iters-layers)."""
+    cfg = complete_config(cfg)
+    return "-".join(str(getattr(cfg, f)) for f in get_spec(cfg.name).code_fields)
+
+
+def create_model(cfg: ModelConfig) -> nn.Module:
+    """Build the model ``cfg.name`` (defaults filled in). Unknown names raise ConfigError."""
+    cfg = complete_config(cfg)
+    return get_spec(cfg.name).build(cfg)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -1,0 +1,51 @@
+"""Set-linear baselines (DeepSets-style) with mean or max pooling (arXiv:1906.09400, Sec. 4.1)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from swarmctl.config import ModelConfig
+from swarmctl.layers.set_linear import SetLinear
+from swarmctl.models.registry import register_model
+
+
+class SetLinearNet(nn.Module):
+    """(n_layers - 1) x [SetLinear to dim_hidden, ReLU] + SetLinear to dim_out.
+
+    x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
+    """
+
+    equivariant = True
+
+    def __init__(self, dim_in: int, dim_out: int, dim_hidden: int, n_layers: int, pooling: str = "mean"):
+        super().__init__()
+        widths = [dim_in] + [dim_hidden] * (n_layers - 1) + [dim_out]
+        self.layers = nn.ModuleList(SetLinear(widths[k], widths[k + 1], pooling) for k in range(n_layers))
+        self.act = nn.ReLU()
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        for k, layer in enumerate(self.layers):
+            if k > 0:
+                x = self.act(x)
+            x = layer(x, mask)
+        return x
+
+
+@register_model(
+    "set-linear",
+    code=("dim_hidden", "n_layers"),
+    defaults={"dim_hidden": 64, "n_layers": 6, "pooling": "mean"},
+    summary="set-linear layers, masked mean pooling (paper's best: 64-6)",
+)
+def build_set_linear(cfg: ModelConfig) -> SetLinearNet:
+    return SetLinearNet(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, pooling=cfg.pooling)
+
+
+@register_model(
+    "set-linear-max",
+    code=("dim_hidden", "n_layers"),
+    defaults={"dim_hidden": 96, "n_layers": 6, "pooling": "max"},
+    summary="set-linear layers, masked max pooling (paper's best: 96-6)",
+)
+def build_set_linear_max(cfg: ModelConfig) -> SetLinearNet:
+    return SetLinearNet(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, pooling=cfg.pooling)

@@ -1,0 +1,45 @@
+"""Set Transformer encoder baseline (Lee et al. 2019) in the SWARM authors' port: Linear -> ISAB x L
+-> Linear, post-LayerNorm, 4-layer ReLU row-wise feed-forward (protocol sec. 2.5)."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from swarmctl.config import ModelConfig
+from swarmctl.errors import ConfigError
+from swarmctl.layers.set_attention import ISAB
+from swarmctl.models.registry import register_model
+
+
+class SetTransformer(nn.Module):
+    """x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
+
+    Attention logits are scaled per head by 1/sqrt(dim_hidden / n_heads) and padded keys are masked,
+    as in the authors' port (the official module scales by the full width and has no mask).
+    """
+
+    equivariant = True
+
+    def __init__(self, dim_in: int, dim_out: int, dim_hidden: int, n_inducing: int, n_layers: int, n_heads: int):
+        super().__init__()
+        self.embed = nn.Linear(dim_in, dim_hidden)
+        self.blocks = nn.ModuleList(ISAB(dim_hidden, n_inducing, n_heads) for _ in range(n_layers))
+        self.head = nn.Linear(dim_hidden, dim_out)
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.head(x)
+
+
+@register_model(
+    "set-transformer",
+    code=("dim_hidden", "n_inducing", "n_layers"),
+    defaults={"dim_hidden": 32, "n_inducing": 60, "n_layers": 3, "n_heads": 4},
+    summary="Set Transformer encoder, ISAB blocks, 4 heads (paper's best: 32-60-3)",
+)
+def build_set_transformer(cfg: ModelConfig) -> SetTransformer:
+    if cfg.dim_hidden % cfg.n_heads != 0:
+        raise ConfigError(f"heads ({cfg.n_heads}) must divide hidden ({cfg.dim_hidden}); pick e.g. --heads 4")
+    return SetTransformer(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_inducing, cfg.n_layers, cfg.n_heads)

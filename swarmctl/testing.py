@@ -1,0 +1,109 @@
+"""Contract checks for set models, shipped so that users can test their own models the same way:
+permutation equivariance, padding invariance, order dependence, causality."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+SetFn = Callable[[Tensor, Tensor], Tensor]
+
+
+def random_sets(
+    n_sets: int,
+    n_max: int,
+    dim: int = 2,
+    n_min: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Random padded sets: x (n_sets, n_max, dim) and a bool mask (True = present) whose first set is
+    full and the others hold between ``n_min`` (default n_max // 2) and n_max real entities."""
+    n_min = max(1, n_max // 2) if n_min is None else n_min
+    x = torch.randn(n_sets, n_max, dim, dtype=dtype, generator=generator)
+    sizes = torch.randint(n_min, n_max + 1, (n_sets,), generator=generator)
+    sizes[0] = n_max
+    mask = torch.arange(n_max).unsqueeze(0) < sizes.unsqueeze(1)
+    return x * mask.unsqueeze(-1).to(dtype), mask
+
+
+def _random_permutations(n_sets: int, n: int, generator: torch.Generator | None) -> Tensor:
+    return torch.argsort(torch.rand(n_sets, n, generator=generator), dim=1)
+
+
+def _gather(t: Tensor, perm: Tensor) -> Tensor:
+    if t.dim() == 2:
+        return torch.gather(t, 1, perm)
+    return torch.gather(t, 1, perm.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
+
+
+@torch.no_grad()
+def assert_permutation_equivariant(
+    fn: SetFn, x: Tensor, mask: Tensor, n_perms: int = 3, atol: float = 1e-6, rtol: float = 1e-5,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Permuting the entities of every set (padding included) permutes ``fn(x, mask)`` the same way."""
+    out = fn(x, mask)
+    for _ in range(n_perms):
+        perm = _random_permutations(x.shape[0], x.shape[1], generator)
+        got = fn(_gather(x, perm), _gather(mask, perm))
+        want = _gather(out, perm)
+        m = _gather(mask, perm)
+        torch.testing.assert_close(got[m], want[m], atol=atol, rtol=rtol, msg="not permutation-equivariant")
+
+
+@torch.no_grad()
+def assert_permutation_invariant(
+    fn: SetFn, x: Tensor, mask: Tensor, n_perms: int = 3, atol: float = 1e-6, rtol: float = 1e-5,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Permuting the entities of every set leaves ``fn(x, mask)`` (one output per set) unchanged."""
+    out = fn(x, mask)
+    for _ in range(n_perms):
+        perm = _random_permutations(x.shape[0], x.shape[1], generator)
+        got = fn(_gather(x, perm), _gather(mask, perm))
+        torch.testing.assert_close(got, out, atol=atol, rtol=rtol, msg="not permutation-invariant")
+
+
+@torch.no_grad()
+def assert_padding_invariant(
+    fn: SetFn, x: Tensor, mask: Tensor, n_pad: int = 5, atol: float = 1e-6, rtol: float = 1e-5,
+    generator: torch.Generator | None = None,
+) -> None:
+    """Appending ``n_pad`` masked entities with random values leaves the real outputs unchanged."""
+    out = fn(x, mask)
+    pad = torch.randn(x.shape[0], n_pad, x.shape[2], dtype=x.dtype, generator=generator) * 10
+    got = fn(torch.cat([x, pad], 1), torch.cat([mask, mask.new_zeros(x.shape[0], n_pad)], 1))
+    torch.testing.assert_close(got[:, : x.shape[1]][mask], out[mask], atol=atol, rtol=rtol,
+                               msg="padding changed real outputs")
+
+
+@torch.no_grad()
+def order_dependence(fn: SetFn, x: Tensor, mask: Tensor, generator: torch.Generator | None = None) -> float:
+    """Largest change of a real entity's output when the entities are permuted (0 for equivariant fns)."""
+    out = fn(x, mask)
+    perm = _random_permutations(x.shape[0], x.shape[1], generator)
+    got = fn(_gather(x, perm), _gather(mask, perm))
+    m = _gather(mask, perm)
+    return (got[m] - _gather(out, perm)[m]).abs().max().item()
+
+
+def assert_causal(
+    fn: Callable[[Tensor], Tensor], x: Tensor, positions: list[int] | None = None, inclusive: bool = True
+) -> None:
+    """For a sequence function ``fn: (1, N, D) -> (1, N, D_out)``: the gradient of output t with respect
+    to every input after t (``inclusive=False``: at or after t) is exactly zero, and non-zero for some
+    input before t (t > 0)."""
+    n = x.shape[1]
+    positions = list(range(n)) if positions is None else positions
+    for t in positions:
+        xg = x.detach().clone().requires_grad_(True)
+        fn(xg)[0, t].sum().backward()
+        grad = xg.grad[0].abs().sum(-1)  # (N,)
+        first_forbidden = t + 1 if inclusive else t
+        if first_forbidden < n and grad[first_forbidden:].max().item() != 0.0:
+            raise AssertionError(f"output {t} depends on a later input (max grad {grad[first_forbidden:].max().item():.3g})")
+        if t > 0 and grad[:t].max().item() == 0.0:
+            raise AssertionError(f"output {t} depends on no earlier input")

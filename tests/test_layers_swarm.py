@@ -1,0 +1,130 @@
+"""The SWARM layer against a naive per-entity formulation, and its contracts."""
+
+import pytest
+import torch
+
+from swarmctl.layers.swarm import SwarmLayer
+from swarmctl.testing import (
+    assert_causal,
+    assert_padding_invariant,
+    assert_permutation_equivariant,
+    random_sets,
+)
+
+
+def naive_swarm(layer: SwarmLayer, x: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Protocol sec. 1.1 written out entity by entity: three projections per entity per iteration."""
+    cell = layer.cell
+    Wx, b = cell.input.weight, cell.input.bias
+    Wh, Wp = cell.recurrent.weight, cell.population.weight
+    B, N, _ = x.shape
+    H = cell.dim_hidden
+    out = torch.zeros(B, N, layer.output.out_features, dtype=x.dtype)
+    for s in range(B):
+        h = torch.zeros(N, H, dtype=x.dtype)
+        c = torch.zeros(N, H, dtype=x.dtype)
+        real = [i for i in range(N) if mask[s, i]]
+        for _ in range(layer.n_iter):
+            h_new, c_new = torch.empty_like(h), torch.empty_like(c)
+            for i in range(N):
+                if pooling == "mean":
+                    p = torch.stack([h[j] for j in real]).mean(0)
+                else:
+                    p = h[: i + 1].mean(0)
+                a = Wx @ x[s, i] + b + Wh @ h[i] + Wp @ p
+                gi, gf, go = (torch.sigmoid(a[k * H : (k + 1) * H]) for k in range(3))
+                gg = torch.tanh(a[3 * H :])
+                c_new[i] = gf * c[i] + gi * gg
+                h_new[i] = go * torch.tanh(c_new[i])
+            h, c = h_new, c_new
+        out[s] = layer.output(torch.cat([h, c], -1))
+    return out
+
+
+@pytest.mark.parametrize("pooling", ["mean", "causal"])
+def test_swarm_layer_matches_naive_formulation(pooling):
+    layer = SwarmLayer(3, 6, 4, n_iter=4, pooling=pooling).double()
+    x, mask = random_sets(3, 7, 3, dtype=torch.float64)
+    if pooling == "causal":
+        mask = torch.ones_like(mask)
+    with torch.no_grad():
+        got = layer(x, mask)
+        want = naive_swarm(layer, x, mask, pooling)
+    torch.testing.assert_close(got[mask], want[mask], atol=1e-6, rtol=0)
+
+
+def test_swarm_layer_parameter_count_formula():
+    H, D_in, D_out = 192, 2, 10
+    layer = SwarmLayer(D_in, H, D_out, n_iter=10)
+    assert sum(p.numel() for p in layer.parameters()) == 4 * H * (D_in + 1) + 8 * H * H + (2 * H + 1) * D_out
+
+
+def test_swarm_layer_only_input_projection_has_gate_bias():
+    layer = SwarmLayer(2, 8, 3, n_iter=2)
+    assert layer.cell.input.bias is not None
+    assert layer.cell.recurrent.bias is None and layer.cell.population.bias is None
+
+
+def test_swarm_layer_mean_pooling_is_equivariant_and_padding_invariant():
+    layer = SwarmLayer(2, 16, 5, n_iter=5).double()
+    x, mask = random_sets(4, 12, 2, dtype=torch.float64)
+    assert_permutation_equivariant(layer, x, mask, atol=1e-10)
+    assert_padding_invariant(layer, x, mask, atol=1e-10)
+
+
+def test_swarm_layer_single_iteration_is_entitywise():
+    layer = SwarmLayer(2, 8, 3, n_iter=1).double()
+    x = torch.randn(1, 6, 2, dtype=torch.float64)
+    full = layer(x, None)
+    alone = torch.cat([layer(x[:, i : i + 1], None) for i in range(6)], 1)
+    torch.testing.assert_close(full, alone)
+
+
+def test_swarm_layer_causal_pooling_is_causal():
+    layer = SwarmLayer(3, 8, 4, n_iter=3, pooling="causal").double()
+    assert not layer.equivariant
+    x = torch.randn(1, 9, 3, dtype=torch.float64)
+    assert_causal(lambda v: layer(v), x)
+
+
+def test_assert_causal_detects_a_non_causal_function():
+    layer = SwarmLayer(3, 8, 4, n_iter=3, pooling="mean").double()
+    x = torch.randn(1, 6, 3, dtype=torch.float64)
+    with pytest.raises(AssertionError, match="later input"):
+        assert_causal(lambda v: layer(v), x, positions=[2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_swarm_layer_runs_in_dtype(dtype):
+    layer = SwarmLayer(2, 8, 3, n_iter=3).to(dtype)
+    x, mask = random_sets(2, 5, 2, dtype=dtype)
+    y = layer(x, mask)
+    assert y.dtype == dtype and y.shape == (2, 5, 3) and torch.isfinite(y).all()
+
+
+def test_swarm_layer_handles_large_and_single_entity_sets():
+    layer = SwarmLayer(2, 4, 3, n_iter=2)
+    assert layer(torch.randn(1, 1, 2)).shape == (1, 1, 3)
+    assert layer(torch.randn(1, 3000, 2)).shape == (1, 3000, 3)
+
+
+def test_swarm_layer_dropout_zeroes_whole_units_only_in_training():
+    layer = SwarmLayer(2, 64, 3, n_iter=2, dropout=0.5)
+    x = torch.randn(2, 10, 2)
+    layer.eval()
+    torch.testing.assert_close(layer(x), layer(x))
+    layer.train()
+    h, _ = layer.states(x)
+    zero_units = (h == 0).all(dim=1)  # (B, H): a dropped unit is zero for every entity of its set
+    assert zero_units.any()
+    assert ((h == 0).sum(1) % 10 == 0).all()
+
+
+@pytest.mark.slow
+def test_swarm_layer_compiled_step_matches_eager():
+    layer = SwarmLayer(2, 16, 3, n_iter=4)
+    x, mask = random_sets(3, 11, 2)
+    want = layer(x, mask)
+    layer.compile_step()
+    torch.testing.assert_close(layer(x, mask), want, atol=1e-5, rtol=1e-5)
+    assert not any("_orig_mod" in k for k in layer.state_dict())
