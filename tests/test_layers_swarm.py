@@ -128,3 +128,16 @@ def test_swarm_layer_compiled_step_matches_eager():
     layer.compile_step()
     torch.testing.assert_close(layer(x, mask), want, atol=1e-5, rtol=1e-5)
     assert not any("_orig_mod" in k for k in layer.state_dict())
+
+
+@pytest.mark.parametrize("p_entities", [1, 5])
+def test_fused_pointwise_matches_autograd_reference(p_entities):
+    from swarmctl.layers.swarm import _FusedLSTMPointwise, lstm_pointwise
+
+    a = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
+    p = torch.randn(2, p_entities, 16, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(_FusedLSTMPointwise.apply, (a, p, c))
+    h1, c1 = _FusedLSTMPointwise.apply(a, p, c)
+    h2, c2 = lstm_pointwise(a + p, c)
+    torch.testing.assert_close((h1, c1), (h2, c2))

@@ -18,7 +18,7 @@ POOLINGS: tuple[str, ...] = ("mean", "causal")
 
 
 def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
-    """LSTM gate non-linearities and state update.
+    """LSTM gate non-linearities and state update, written with plain autograd ops (the reference).
 
     Args:
         a: gate pre-activations (..., 4H) in the block order (in, f, o, g).
@@ -32,6 +32,54 @@ def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
     i, f, o = sig[..., :H], sig[..., H : 2 * H], sig[..., 2 * H :]
     c_new = i * g if c is None else torch.addcmul(f * c, i, g)
     return o * torch.tanh(c_new), c_new
+
+
+class _FusedLSTMPointwise(torch.autograd.Function):
+    """(a + p, c) -> (h, c') with a hand-written backward.
+
+    Autograd of the reference slices the 4H gate block into four views, and each slice's backward
+    materialises a zero-filled (B, N, 4H) tensor; here the gate gradient is written into one tensor,
+    and only the activated gates, the previous cell state and tanh(c') are kept for backward.
+    ``p`` broadcasts against ``a`` (one population term per set for mean pooling).
+    """
+
+    @staticmethod
+    def forward(ctx, a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        H = a.shape[-1] // 4
+        gates = a + p  # (B, N, 4H), activated in place below
+        gates[..., : 3 * H].sigmoid_()
+        gates[..., 3 * H :].tanh_()
+        i, f, o, g = gates.split(H, dim=-1)
+        c_new = i * g
+        c_new.addcmul_(f, c)
+        tc = torch.tanh(c_new)
+        h = o * tc
+        ctx.save_for_backward(gates, c, tc)
+        ctx.p_shape = p.shape
+        return h, c_new
+
+    @staticmethod
+    def backward(ctx, dh: Tensor | None, dc: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
+        gates, c, tc = ctx.saved_tensors
+        H = gates.shape[-1] // 4
+        i, f, o, g = gates.split(H, dim=-1)
+        if dh is None:
+            dh = torch.zeros_like(tc)
+        # dc' = dc + dh * o * (1 - tanh(c')^2)
+        dct = tc.square().neg_().add_(1).mul_(o).mul_(dh)
+        if dc is not None:
+            dct.add_(dc)
+        da = torch.empty_like(gates)
+        di, df, do, dg = da.split(H, dim=-1)
+        torch.mul(dct, g, out=di)
+        torch.mul(dct, c, out=df)
+        torch.mul(dh, tc, out=do)
+        torch.mul(dct, i, out=dg)
+        sig = gates[..., : 3 * H]
+        da[..., : 3 * H].mul_(sig).mul_(1 - sig)  # sigmoid' = s (1 - s)
+        dg.mul_(1 - g.square())  # tanh' = 1 - g^2
+        dp = da if ctx.p_shape == da.shape else da.sum_to_size(ctx.p_shape)
+        return da, dp, dct.mul_(f)
 
 
 class SwarmCell(nn.Module):
@@ -80,11 +128,12 @@ class SwarmCell(nn.Module):
         a = torch.addmm(x_proj.reshape(B * N, H4), h.reshape(B * N, H), self.recurrent.weight.t())
         a = a.view(B, N, H4)
         if self.pooling == "mean":
-            p = F.linear(masked_mean(h, weights=weights), self.population.weight)  # (B, 4H): once per set
-            a = a + p.unsqueeze(1)
+            p = F.linear(masked_mean(h, weights=weights), self.population.weight).unsqueeze(1)  # (B, 1, 4H)
         else:
-            a = a + F.linear(causal_mean(h), self.population.weight)  # (B, N, 4H)
-        return lstm_pointwise(a, c)
+            p = F.linear(causal_mean(h), self.population.weight)  # (B, N, 4H)
+        if torch.compiler.is_compiling():
+            return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops
+        return _FusedLSTMPointwise.apply(a, p, c)
 
 
 class SwarmLayer(nn.Module):

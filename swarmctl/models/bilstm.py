@@ -57,7 +57,7 @@ class BiLSTM(nn.Module):
     "lstm",
     code=("dim_hidden", "n_layers"),
     defaults={"dim_hidden": 128, "n_layers": 3},
-    summary="BiLSTM over the entities in input order, not equivariant (paper's best: 128-3)",
+    summary="BiLSTM, input order",
 )
 def build_lstm(cfg: ModelConfig) -> BiLSTM:
     return BiLSTM(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers)
@@ -67,7 +67,7 @@ def build_lstm(cfg: ModelConfig) -> BiLSTM:
     "lstm-sorted",
     code=("dim_hidden", "n_layers"),
     defaults={"dim_hidden": 64, "n_layers": 3},
-    summary="BiLSTM over the entities sorted by first coordinate (paper's best: 64-3)",
+    summary="BiLSTM, sorted by x[0]",
 )
 def build_lstm_sorted(cfg: ModelConfig) -> BiLSTM:
     return BiLSTM(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, sort_by_first=True)

@@ -27,7 +27,7 @@ class ModelSpec:
 
     @property
     def code_format(self) -> str:
-        labels = {"dim_hidden": "hidden", "n_iter": "iters", "n_layers": "layers", "n_inducing": "inducing"}
+        labels = {"dim_hidden": "H", "n_iter": "T", "n_layers": "L", "n_inducing": "m"}
         return "-".join(labels.get(f, f) for f in self.code_fields)
 
 

@@ -35,7 +35,7 @@ class SetLinearNet(nn.Module):
     "set-linear",
     code=("dim_hidden", "n_layers"),
     defaults={"dim_hidden": 64, "n_layers": 6, "pooling": "mean"},
-    summary="set-linear layers, masked mean pooling (paper's best: 64-6)",
+    summary="set-linear, mean pooling",
 )
 def build_set_linear(cfg: ModelConfig) -> SetLinearNet:
     return SetLinearNet(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, pooling=cfg.pooling)
@@ -45,7 +45,7 @@ def build_set_linear(cfg: ModelConfig) -> SetLinearNet:
     "set-linear-max",
     code=("dim_hidden", "n_layers"),
     defaults={"dim_hidden": 96, "n_layers": 6, "pooling": "max"},
-    summary="set-linear layers, masked max pooling (paper's best: 96-6)",
+    summary="set-linear, max pooling",
 )
 def build_set_linear_max(cfg: ModelConfig) -> SetLinearNet:
     return SetLinearNet(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, pooling=cfg.pooling)

@@ -37,7 +37,7 @@ class SetTransformer(nn.Module):
     "set-transformer",
     code=("dim_hidden", "n_inducing", "n_layers"),
     defaults={"dim_hidden": 32, "n_inducing": 60, "n_layers": 3, "n_heads": 4},
-    summary="Set Transformer encoder, ISAB blocks, 4 heads (paper's best: 32-60-3)",
+    summary="ISAB encoder, 4 heads",
 )
 def build_set_transformer(cfg: ModelConfig) -> SetTransformer:
     if cfg.dim_hidden % cfg.n_heads != 0:

@@ -55,7 +55,7 @@ class SwarmNet(nn.Module):
     "swarm",
     code=("dim_hidden", "n_iter", "n_layers"),
     defaults={"dim_hidden": 192, "n_iter": 10, "n_layers": 1, "pooling": "mean"},
-    summary="SWARM layers, masked mean pooling (paper's best: 192-10-1)",
+    summary="SWARM layers, mean pooling",
 )
 def build_swarm(cfg: ModelConfig) -> SwarmNet:
     return SwarmNet(

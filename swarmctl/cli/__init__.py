@@ -1,0 +1,12 @@
+"""The swarmctl command line: one module per command, each a thin wrapper over a library function."""
+
+from swarmctl.cli import main as _main  # noqa: F401  (registers --version)
+from swarmctl.cli import models  # noqa: F401
+from swarmctl.cli._app import app
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]
