@@ -43,12 +43,12 @@ def gemm_gflops(device: torch.device, n: int = 2048, reps: int = 10) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
 
 
-def useful_flops(B: int, N: int, D: int, H: int, T: int, O: int) -> float:
+def useful_flops(B: int, N: int, D: int, H: int, T: int, C: int) -> float:
     """FLOPs of the fast formulation's training step: forward GEMMs x 3 (forward + two backward GEMMs)."""
     rows = B * N
     fwd = 2 * rows * D * 4 * H  # input projection, once
     fwd += (T - 1) * (2 * rows * H * 4 * H + 2 * B * H * 4 * H)  # recurrent per entity, population per set
-    fwd += 2 * rows * 2 * H * O  # output layer
+    fwd += 2 * rows * 2 * H * C  # output layer
     return 3 * fwd
 
 
@@ -77,17 +77,17 @@ def main() -> None:
 
     device = torch.device(args.device)
     torch.manual_seed(0)
-    B, N, D, H, T, O = args.sets, args.entities, 2, args.hidden, args.iters, 10
+    B, N, D, H, T, C = args.sets, args.entities, 2, args.hidden, args.iters, 10
     x = torch.randn(B, N, D, device=device)
     mask = torch.ones(B, N, dtype=torch.bool, device=device)
-    y = torch.randint(0, O, (B, N), device=device)
+    y = torch.randint(0, C, (B, N), device=device)
 
     variants = {
-        "naive": NaiveSwarmLayer(D, H, O, T).to(device),
-        "swarmctl": SwarmLayer(D, H, O, T).to(device),
+        "naive": NaiveSwarmLayer(D, H, C, T).to(device),
+        "swarmctl": SwarmLayer(D, H, C, T).to(device),
     }
     if args.compile:
-        compiled = SwarmLayer(D, H, O, T).to(device)
+        compiled = SwarmLayer(D, H, C, T).to(device)
         compiled.compile_step()
         variants["swarmctl+compile"] = compiled
     steps = {name: make_step(m, x, mask, y) for name, m in variants.items()}
@@ -105,11 +105,11 @@ def main() -> None:
             times[name].append(time.perf_counter() - t)
 
     gf = gemm_gflops(device)
-    flops = useful_flops(B, N, D, H, T, O)
+    flops = useful_flops(B, N, D, H, T, C)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
     print(f"device: {device.type} ({name}), torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"cpus {os.cpu_count()}")
-    print(f"shape: {B} sets x {N} entities, D_in {D}, hidden {H}, {T} iterations, {O} outputs")
+    print(f"shape: {B} sets x {N} entities, D_in {D}, hidden {H}, {T} iterations, {C} outputs")
     print(f"fp32 GEMM (2048^3): {gf:.1f} GFLOP/s")
     base = statistics.median(times["naive"])
     print(f"{'variant':<18} {'median s/step':>14} {'vs naive':>9} {'useful GFLOP/s':>15}")

@@ -65,3 +65,44 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
 
 def to_json(cfg: Any) -> str:
     return json.dumps(to_dict(cfg), indent=2, sort_keys=True)
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings (protocol sec. 2.6-2.7). ``minutes`` counts optimisation time only."""
+
+    lr: float = 0.01
+    batch_size: int = 100
+    minutes: float = 60.0
+    max_epochs: int = 1000
+    seed: int = 0
+    device: str = "auto"
+    amp: bool = False
+    compile: bool = False
+    beta: float = 0.2
+    alpha: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        _check_positive(self, "batch_size", "max_epochs")
+        if not self.minutes > 0:
+            raise ConfigError(f"minutes must be > 0, got {self.minutes}")
+        if not (self.device in DEVICES or self.device.startswith("cuda:")):
+            raise ConfigError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
+        if not self.beta >= 0:
+            raise ConfigError(f"beta must be >= 0, got {self.beta}")
+        if not 0 < self.alpha <= 1:
+            raise ConfigError(f"alpha must be in (0, 1], got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the training data lives and which splits to use."""
+
+    path: str = "data/clustering-seed0.h5"
+    train_split: str = "train"
+    val_split: str = "val"

@@ -103,7 +103,8 @@ def assert_causal(
         fn(xg)[0, t].sum().backward()
         grad = xg.grad[0].abs().sum(-1)  # (N,)
         first_forbidden = t + 1 if inclusive else t
-        if first_forbidden < n and grad[first_forbidden:].max().item() != 0.0:
-            raise AssertionError(f"output {t} depends on a later input (max grad {grad[first_forbidden:].max().item():.3g})")
+        leak = grad[first_forbidden:].max().item() if first_forbidden < n else 0.0
+        if leak != 0.0:
+            raise AssertionError(f"output {t} depends on a later input (max grad {leak:.3g})")
         if t > 0 and grad[:t].max().item() == 0.0:
             raise AssertionError(f"output {t} depends on no earlier input")

@@ -1,7 +1,7 @@
 """The swarmctl command line: one module per command, each a thin wrapper over a library function."""
 
+from swarmctl.cli import eval, gen_data, models, train  # noqa: F401  (each registers a command)
 from swarmctl.cli import main as _main  # noqa: F401  (registers --version)
-from swarmctl.cli import models  # noqa: F401
 from swarmctl.cli._app import app
 
 

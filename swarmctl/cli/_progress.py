@@ -1,0 +1,56 @@
+"""Rich progress bars for long-running library calls (the library reports through plain callbacks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from swarmctl.cli._options import console
+
+
+def task_progress(description: str) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TimeRemainingColumn(), console=console, transient=False,
+    )
+
+
+class EpochProgress:
+    """A progress bar per epoch (running train loss) and one summary line per epoch."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=console, transient=True,
+        )
+        self._task: Any = None
+        self._sum = 0.0
+        self._n = 0
+
+    def __enter__(self) -> EpochProgress:
+        self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.__exit__(*exc)
+
+    def epoch_start(self, epoch: int, n_batches: int, done: int) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        self._sum, self._n = 0.0, 0
+        self._task = self._progress.add_task("train", total=n_batches, completed=done, epoch=epoch, loss="-")
+
+    def batch_end(self, loss: float) -> None:
+        self._sum += loss
+        self._n += 1
+        self._progress.update(self._task, advance=1, loss=f"{self._sum / self._n:.4f}")
+
+    def epoch_end(self, r: dict[str, Any]) -> None:
+        val = "nan" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
+        best = "-" if r["best_val"] is None else f"{r['best_val']:.4f}"
+        note = "  [red]backtrack[/]" if r["backtracked"] else ""
+        self._progress.console.print(
+            f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
+            f"net {r['net_seconds'] / 60:.1f} min{note}", highlight=False, soft_wrap=True,
+        )

@@ -1,0 +1,1 @@
+"""Datasets: task generators, the HDF5 schema, and padded length-bucketed batches."""

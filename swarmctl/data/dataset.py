@@ -1,0 +1,56 @@
+"""Padded batches of ragged clustering tasks, bucketed by set size (protocol sec. 2.2)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from swarmctl.data.tasks import ClusteringTasks
+
+
+@dataclass(frozen=True)
+class ClusteringBatch:
+    """x (B, N, 2) float32 (zeros at padding), labels (B, N) int64 (0 at padding), mask (B, N) bool
+    (True = real entity), index (B,) task indices in the split."""
+
+    x: Tensor
+    labels: Tensor
+    mask: Tensor
+    index: Tensor
+
+    def to(self, device: torch.device) -> ClusteringBatch:
+        return ClusteringBatch(*(t.to(device, non_blocking=True) for t in (self.x, self.labels, self.mask, self.index)))
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+def collate(tasks: ClusteringTasks, index: np.ndarray) -> ClusteringBatch:
+    """Pad the tasks at ``index`` to the largest of them."""
+    sizes = tasks.sizes[index]
+    B, N = len(index), int(sizes.max())
+    x = np.zeros((B, N, 2), dtype=np.float32)
+    labels = np.zeros((B, N), dtype=np.int64)
+    for b, t in enumerate(index):
+        pts, lab = tasks.task(int(t))
+        x[b, : len(pts)] = pts
+        labels[b, : len(lab)] = lab
+    mask = np.arange(N)[None, :] < sizes[:, None]
+    return ClusteringBatch(torch.from_numpy(x), torch.from_numpy(labels), torch.from_numpy(mask),
+                           torch.from_numpy(np.asarray(index, dtype=np.int64)))
+
+
+def bucketed_batches(tasks: ClusteringTasks, batch_size: int) -> list[ClusteringBatch]:
+    """Sort tasks by size (stable), cut into consecutive chunks of ``batch_size`` (the last may be
+    smaller) and pad each chunk. Composition is fixed; only the order of batches changes per epoch."""
+    order = np.argsort(tasks.sizes, kind="stable")
+    return [collate(tasks, order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
+
+
+def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
+    """The order of batches in ``epoch``: a permutation that depends only on (seed, epoch), so a resumed
+    run sees the same order as an uninterrupted one."""
+    return np.random.default_rng([seed, epoch]).permutation(n_batches).tolist()

@@ -1,0 +1,121 @@
+"""Mixture-of-Gaussians clustering tasks (protocol sec. 2.1), drawn from an explicit legacy NumPy
+RandomState in exactly the authors' order so that seed 0 reproduces their dataset's draws."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import invwishart, multinomial, multivariate_normal
+
+from swarmctl.errors import ConfigError
+
+MAX_CLUSTERS = 10
+
+
+@dataclass(frozen=True)
+class ClusteringParams:
+    """Generator parameters; the defaults are the paper's."""
+
+    n_tasks: int = 10_000
+    val_fraction: float = 0.1
+    k_min: int = 3
+    k_max: int = 10
+    n_min: int = 100
+    n_max: int = 1000
+    wishart_df: float = 4.0
+    wishart_scale: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.n_tasks < 2:
+            raise ConfigError(f"tasks must be >= 2 (one train and one validation task), got {self.n_tasks}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+        if not 1 <= self.k_min <= self.k_max <= MAX_CLUSTERS:
+            raise ConfigError(f"need 1 <= k_min <= k_max <= {MAX_CLUSTERS}, got {self.k_min}..{self.k_max}")
+        if not 2 <= self.n_min <= self.n_max:
+            raise ConfigError(f"need 2 <= n_min <= n_max (sets of at least 2 points), got {self.n_min}..{self.n_max}")
+        if self.wishart_df <= 1 or self.wishart_scale <= 0:
+            raise ConfigError("wishart_df must be > 1 and wishart_scale > 0")
+
+    @property
+    def n_val(self) -> int:
+        return max(1, min(self.n_tasks - 1, round(self.n_tasks * self.val_fraction)))
+
+
+@dataclass(frozen=True)
+class ClusteringTasks:
+    """Ragged tasks: task t owns points[offsets[t]:offsets[t+1]].
+
+    points (total, 2) float32; labels (total,) int64; offsets (n+1,) int64; n_clusters (n,) int64;
+    means (n, 10, 2) and covs (n, 10, 2, 2) float64, zero beyond each task's K.
+    """
+
+    points: np.ndarray
+    labels: np.ndarray
+    offsets: np.ndarray
+    n_clusters: np.ndarray
+    means: np.ndarray
+    covs: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def task(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        sl = slice(self.offsets[t], self.offsets[t + 1])
+        return self.points[sl], self.labels[sl]
+
+    def select(self, index: np.ndarray | slice) -> ClusteringTasks:
+        """The tasks at ``index`` (in that order), as a new ragged set."""
+        idx = np.arange(len(self))[index]
+        sizes = self.sizes[idx]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        take = np.concatenate([np.arange(self.offsets[t], self.offsets[t + 1]) for t in idx]) if len(idx) else []
+        return ClusteringTasks(
+            self.points[take], self.labels[take], offsets, self.n_clusters[idx], self.means[idx], self.covs[idx]
+        )
+
+
+def generate_clustering(
+    params: ClusteringParams, seed: int, progress: Callable[[int], None] | None = None
+) -> ClusteringTasks:
+    """Draw ``params.n_tasks`` tasks from ``RandomState(seed)``.
+
+    Per task, in this order: K ~ U{k_min..k_max}; N ~ U{n_min..n_max}; counts ~ Multinomial(N, 1/K);
+    then for every cluster (empty ones included) Sigma ~ InvWishart(df, scale I), mu ~ N(0, I) and its
+    points ~ N(mu, Sigma) as float32; finally one random permutation of the task's points.
+    ``progress(k)`` is called after every task with the number of tasks done.
+    """
+    rs = np.random.RandomState(seed)
+    scale = params.wishart_scale * np.eye(2)
+    n = params.n_tasks
+    n_clusters = np.zeros(n, dtype=np.int64)
+    means = np.zeros((n, MAX_CLUSTERS, 2))
+    covs = np.zeros((n, MAX_CLUSTERS, 2, 2))
+    all_points, all_labels, sizes = [], [], np.zeros(n, dtype=np.int64)
+    for t in range(n):
+        K = rs.randint(params.k_min, params.k_max + 1)
+        N = rs.randint(params.n_min, params.n_max + 1)
+        counts = multinomial.rvs(N, [1.0 / K] * K, random_state=rs)
+        pts, lab = [], []
+        for j in range(K):
+            cov = invwishart.rvs(df=params.wishart_df, scale=scale, random_state=rs)
+            mu = rs.randn(2)
+            means[t, j], covs[t, j] = mu, cov
+            if counts[j] > 0:
+                x = multivariate_normal.rvs(mu, cov, size=counts[j], random_state=rs)
+                pts.append(np.asarray(x, dtype=np.float32).reshape(-1, 2))
+                lab.append(np.full(counts[j], j, dtype=np.int64))
+        perm = rs.permutation(N)
+        all_points.append(np.concatenate(pts)[perm])
+        all_labels.append(np.concatenate(lab)[perm])
+        n_clusters[t], sizes[t] = K, N
+        if progress is not None:
+            progress(t + 1)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs)

@@ -1,0 +1,1 @@
+"""Figures drawn from saved results (never imports torch)."""

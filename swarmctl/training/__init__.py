@@ -1,0 +1,1 @@
+"""Training: losses, the time-budgeted loop with backtracking, checkpoints, devices and evaluation."""

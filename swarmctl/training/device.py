@@ -1,0 +1,65 @@
+"""Devices, seeding, and the distributed (torchrun) context."""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from swarmctl.errors import ConfigError
+
+
+def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
+    """``auto`` picks CUDA (this process's local rank) when available, else the CPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device cuda requested but CUDA is not available; use --device cpu or auto")
+        if name == "cuda":
+            name = f"cuda:{local_rank}"
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Rank and world size; world 1 when not launched by torchrun."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device_name: str = "auto") -> DistContext:
+    """Join the process group torchrun set up through its environment variables (nothing otherwise).
+
+    Uses NCCL for CUDA devices and gloo for the CPU.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        use_cuda = device_name != "cpu" and torch.cuda.is_available()
+        if use_cuda:
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    return DistContext(rank, world, local_rank)

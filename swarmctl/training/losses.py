@@ -1,0 +1,90 @@
+"""Hungarian-matched cross-entropy for direct amortized clustering (protocol sec. 2.4), matched
+accuracy, and the Bayes-oracle logits of the true generating mixture."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+
+N_CLASSES = 10
+ABSENT_LOGIT = -1e4  # logit of a class the oracle knows is absent (finite: keeps 0 * logit = 0)
+
+
+def matching_matrices(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
+    """M[b, a, k] = (1 / n_b) * sum over real entities i with label a of log_softmax(z_i)[k].
+
+    logits (B, N, C), labels (B, N) int, mask (B, N) bool (True = real) -> (B, C, C), rows = true
+    clusters, columns = output classes; one batched product for the whole batch.
+    """
+    C = logits.shape[-1]
+    m = mask.unsqueeze(-1).to(torch.float32)
+    logp = F.log_softmax(logits.float(), dim=-1) * m  # (B, N, C), zero at padding
+    onehot = F.one_hot(labels, C).to(torch.float32) * m  # (B, N, C)
+    n_real = mask.sum(dim=1).clamp_min(1).to(torch.float32)
+    return torch.bmm(onehot.transpose(1, 2), logp) / n_real.view(-1, 1, 1)
+
+
+def optimal_assignments(M: Tensor) -> Tensor:
+    """For each task the permutation maximising the matched sum: (B, C, C) -> (B, C) with
+    out[b, a] = output class matched to true cluster a. Runs on the CPU, no gradient."""
+    mats = M.detach().to("cpu", torch.float64).numpy()
+    perms = np.empty(mats.shape[:2], dtype=np.int64)
+    for b, mat in enumerate(mats):
+        _, cols = linear_sum_assignment(mat, maximize=True)
+        perms[b] = cols
+    return torch.from_numpy(perms).to(M.device)
+
+
+@dataclass(frozen=True)
+class MatchedLoss:
+    per_task: Tensor  # (B,) loss of each task in nats per entity
+    assignment: Tensor  # (B, C) true cluster -> output class
+
+    @property
+    def loss(self) -> Tensor:
+        """Mean over tasks (each task weighted equally)."""
+        return self.per_task.mean()
+
+
+def hungarian_ce(logits: Tensor, labels: Tensor, mask: Tensor) -> MatchedLoss:
+    """Cross-entropy under the best one-to-one relabelling of the output classes, per task.
+
+    loss_b = -(1 / n_b) * sum_i log_softmax(z_i)[pi*(y_i)], pi* the optimal assignment (a constant).
+    """
+    M = matching_matrices(logits, labels, mask)
+    perm = optimal_assignments(M)
+    matched = M.gather(2, perm.unsqueeze(-1)).squeeze(-1).sum(dim=1)  # (B,)
+    return MatchedLoss(per_task=-matched, assignment=perm)
+
+
+def matched_accuracy(logits: Tensor, labels: Tensor, mask: Tensor, assignment: Tensor) -> Tensor:
+    """Per task, the fraction of real entities whose arg-max class is the one matched to their cluster."""
+    target = assignment.gather(1, labels)  # (B, N) output class expected for each entity
+    correct = (logits.argmax(dim=-1) == target) & mask
+    return correct.sum(dim=1).to(torch.float32) / mask.sum(dim=1).clamp_min(1)
+
+
+def oracle_logits(x: Tensor, means: Tensor, covs: Tensor, n_clusters: Tensor) -> Tensor:
+    """Log posterior p(cluster | x) under the true mixture (equal weights over the task's K clusters).
+
+    x (B, N, 2), means (B, 10, 2), covs (B, 10, 2, 2), n_clusters (B,) -> (B, N, 10) in float64;
+    classes >= K get a very low logit.
+    """
+    x, means, covs = x.double(), means.double(), covs.double()
+    B, C = means.shape[:2]
+    present = torch.arange(C, device=x.device).unsqueeze(0) < n_clusters.unsqueeze(1)  # (B, C)
+    eye = torch.eye(2, dtype=torch.float64, device=x.device)
+    covs = torch.where(present.view(B, C, 1, 1), covs, eye)  # keep absent slots invertible
+    prec = torch.linalg.inv(covs)
+    diff = x.unsqueeze(2) - means.unsqueeze(1)  # (B, N, C, 2)
+    maha = torch.einsum("bncd,bcde,bnce->bnc", diff, prec, diff)
+    logdet = torch.logdet(covs)  # (B, C)
+    logpdf = -0.5 * maha - 0.5 * logdet.unsqueeze(1) - math.log(2 * math.pi)
+    logpdf = logpdf.masked_fill(~present.unsqueeze(1), ABSENT_LOGIT)
+    return logpdf - torch.logsumexp(logpdf, dim=-1, keepdim=True)
