@@ -11,7 +11,7 @@ import typer
 from swarmctl.cli._app import app
 from swarmctl.cli._options import console, user_errors
 from swarmctl.cli._progress import task_progress
-from swarmctl.data.hdf5 import generate_dataset
+from swarmctl.data.hdf5 import ensure_writable, generate_dataset
 from swarmctl.data.tasks import ClusteringParams
 
 _P = ClusteringParams()
@@ -44,6 +44,7 @@ def gen_data_cmd(
         params = ClusteringParams(n_tasks=tasks, val_fraction=val_fraction, k_min=k_min, k_max=k_max,
                                   n_min=n_min, n_max=n_max, wishart_df=wishart_df, wishart_scale=wishart_scale)
         path = out or Path(f"data/clustering-seed{seed}.h5")
+        ensure_writable(path, force)
         start = time.perf_counter()
         with task_progress("generating tasks") as progress:
             bar = progress.add_task("generating tasks", total=params.n_tasks)

@@ -42,6 +42,12 @@ def content_checksum(splits: dict[str, ClusteringTasks]) -> str:
     return digest.hexdigest()
 
 
+def ensure_writable(path: Path, force: bool) -> None:
+    """Refuse to replace an existing dataset unless ``force``."""
+    if Path(path).exists() and not force:
+        raise DataError(f"{path} exists; pass --force to overwrite it or --out to write elsewhere")
+
+
 def write_dataset(
     path: Path, splits: dict[str, ClusteringTasks], *, kind: str, seed: int, generator: dict[str, Any],
     force: bool = False,
@@ -51,8 +57,7 @@ def write_dataset(
     Refuses to replace an existing file unless ``force``.
     """
     path = Path(path)
-    if path.exists() and not force:
-        raise DataError(f"{path} exists; pass --force to overwrite it or --out to write elsewhere")
+    ensure_writable(path, force)
 
     def write(tmp: str) -> None:
         with h5py.File(tmp, "w") as f:
@@ -153,8 +158,7 @@ def generate_dataset(
     """Generate clustering tasks and write them to ``path``: the first tasks form ``train``, the last
     ``params.n_val`` form ``val``. Returns the root attributes written."""
     path = Path(path)
-    if path.exists() and not force:  # checked before spending time on generation
-        raise DataError(f"{path} exists; pass --force to overwrite it or --out to write elsewhere")
+    ensure_writable(path, force)  # checked before spending time on generation
     tasks = generate_clustering(params, seed, progress)
     n_train = params.n_tasks - params.n_val
     splits = {"train": tasks.select(slice(0, n_train)), "val": tasks.select(slice(n_train, None))}

@@ -1,0 +1,104 @@
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from scipy.stats import multivariate_normal
+
+from swarmctl.training.losses import hungarian_ce, matched_accuracy, matching_matrices, oracle_logits
+
+
+def brute_force_loss(logits, labels, mask):
+    """min over all relabellings of the per-task mean CE, by enumeration."""
+    C = logits.shape[-1]
+    out = []
+    for b in range(logits.shape[0]):
+        m = mask[b]
+        logp = F.log_softmax(logits[b][m].double(), -1)
+        y = labels[b][m]
+        out.append(min(-logp[torch.arange(len(y)), torch.tensor(p)[y]].mean().item()
+                       for p in itertools.permutations(range(C))))
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def test_hungarian_ce_equals_brute_force_over_permutations():
+    C = 5  # 120 relabellings
+    logits = torch.randn(4, 12, C) * 3
+    labels = torch.randint(0, 4, (4, 12))
+    mask = torch.ones(4, 12, dtype=torch.bool)
+    mask[1, 9:] = False
+    mask[3, 5:] = False
+    got = hungarian_ce(logits, labels, mask).per_task
+    torch.testing.assert_close(got.double(), brute_force_loss(logits, labels, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_uniform_logits_give_log_10():
+    labels = torch.randint(0, 7, (3, 50))
+    mask = torch.ones(3, 50, dtype=torch.bool)
+    loss = hungarian_ce(torch.zeros(3, 50, 10), labels, mask).loss
+    assert loss.item() == pytest.approx(math.log(10), abs=1e-6)
+
+
+def test_confident_correct_logits_under_any_relabelling_give_zero():
+    labels = torch.randint(0, 10, (4, 40))
+    mask = torch.rand(4, 40) < 0.8
+    mask[:, 0] = True
+    for _ in range(3):
+        relabel = torch.randperm(10)
+        logits = 50.0 * F.one_hot(relabel[labels], 10).float()
+        assert hungarian_ce(logits, labels, mask).loss.item() < 1e-6
+        res = hungarian_ce(logits, labels, mask)
+        assert (matched_accuracy(logits, labels, mask, res.assignment) == 1).all()
+
+
+def test_padding_does_not_change_the_loss():
+    logits = torch.randn(2, 8, 10)
+    labels = torch.randint(0, 3, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    base = hungarian_ce(logits, labels, mask).per_task
+    pad_logits = torch.cat([logits, torch.randn(2, 5, 10) * 9], 1)
+    pad_labels = torch.cat([labels, torch.randint(0, 10, (2, 5))], 1)
+    pad_mask = torch.cat([mask, torch.zeros(2, 5, dtype=torch.bool)], 1)
+    torch.testing.assert_close(hungarian_ce(pad_logits, pad_labels, pad_mask).per_task, base)
+
+
+def test_matching_matrix_is_normalised_by_real_entities():
+    logits = torch.randn(1, 6, 10)
+    labels = torch.tensor([[0, 0, 1, 2, 2, 2]])
+    mask = torch.tensor([[True] * 4 + [False] * 2])
+    M = matching_matrices(logits, labels, mask)[0]
+    logp = F.log_softmax(logits[0], -1)
+    torch.testing.assert_close(M[0], (logp[0] + logp[1]) / 4)
+    torch.testing.assert_close(M[2], logp[3] / 4)
+    assert (M[3:] == 0).all()
+
+
+def test_gradient_does_not_flow_through_the_assignment():
+    logits = torch.randn(2, 10, 10, requires_grad=True)
+    labels = torch.randint(0, 5, (2, 10))
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    res = hungarian_ce(logits, labels, mask)
+    res.loss.backward()
+    fixed = logits.detach().clone().requires_grad_(True)
+    target = res.assignment.gather(1, labels)
+    F.cross_entropy(fixed.reshape(-1, 10), target.reshape(-1), reduction="none").view(2, 10).mean(1).mean().backward()
+    torch.testing.assert_close(logits.grad, fixed.grad)
+
+
+def test_oracle_logits_are_the_true_posterior():
+    rng = np.random.default_rng(0)
+    K = 3
+    means = np.zeros((1, 10, 2))
+    covs = np.zeros((1, 10, 2, 2))
+    means[0, :K] = rng.normal(size=(K, 2))
+    for k in range(K):
+        a = rng.normal(size=(2, 2))
+        covs[0, k] = a @ a.T + 0.1 * np.eye(2)
+    x = rng.normal(size=(1, 7, 2))
+    got = oracle_logits(torch.from_numpy(x), torch.from_numpy(means), torch.from_numpy(covs), torch.tensor([K]))
+    dens = np.stack([multivariate_normal(means[0, k], covs[0, k]).pdf(x[0]) for k in range(K)], 1)
+    want = np.log(dens / dens.sum(1, keepdims=True))
+    np.testing.assert_allclose(got[0, :, :K].numpy(), want, rtol=1e-9, atol=1e-9)
+    assert (got[0, :, K:] < -1000).all()
