@@ -13,15 +13,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The main job end to end on small defaults (about 3 minutes on 2 CPU cores): a 2,000-task dataset,
-# SWARM (64-10-1) trained for 2 net minutes, evaluated against the true mixture's oracle.
+# The main job end to end on small defaults (a few minutes on 2 CPU cores): a 2,000-task dataset,
+# SWARM (64-10-1) trained for 2 net minutes, evaluated against the true mixture's oracle, and its
+# entropy map for one validation task.
 DEMO_DATA := data/demo-seed0.h5
 demo: $(STAMP)
 	test -f $(DEMO_DATA) || $(PY) -m swarmctl gen-data --tasks 2000 --n-max 300 --out $(DEMO_DATA)
 	rm -rf runs/demo-swarm
 	$(PY) -m swarmctl train swarm --hidden 64 --iters 10 --minutes 2 --data $(DEMO_DATA) --name demo-swarm
 	$(PY) -m swarmctl eval demo-swarm
-	@echo "demo run: runs/demo-swarm (config.json, metrics.jsonl, best.pt, last.pt, curves.png)"
+	$(PY) -m swarmctl plot-entropy demo-swarm --clusters 7 --size 250 --grid 100
+	@echo "demo run: runs/demo-swarm (curves.png, eval-val.json, entropy/entropy.png, entropy/classes.png)"
 
 test: $(STAMP)
 	$(PY) -m pytest -q

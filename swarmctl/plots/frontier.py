@@ -1,0 +1,29 @@
+"""The paper's frontier figure: parameters (log axis) against best validation loss, per family only the
+Pareto-optimal configurations, joined by dashed lines and labelled with their codes."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from swarmctl.plots.style import new_figure
+from swarmctl.studies.report import ConfigSummary
+
+
+def plot_frontier(fronts: dict[str, list[ConfigSummary]]) -> Figure:
+    fig = new_figure(7.5, 4.8)
+    ax = fig.subplots()
+    for k, (model, rows) in enumerate(sorted(fronts.items())):
+        xs, ys = [r.parameters for r in rows], [r.val_mean for r in rows]
+        errs = [r.val_std for r in rows]
+        color = f"C{k}"
+        ax.errorbar(xs, ys, yerr=errs, fmt="o", color=color, label=model, capsize=2)
+        ax.plot(xs, ys, linestyle="--", color=color, lw=1)
+        for r in rows:
+            ax.annotate(f"({r.code})", (r.parameters, r.val_mean), textcoords="offset points", xytext=(4, 4),
+                        fontsize="x-small", color=color)
+    ax.set_xscale("log")
+    ax.set_xlabel("trainable parameters")
+    ax.set_ylabel("best validation loss (nats)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="small")
+    return fig

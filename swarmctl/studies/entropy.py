@@ -1,0 +1,76 @@
+"""Confidence map of a clustering model (protocol sec. 3.2-3.3): for every location x* of a grid, the
+class distribution the model gives x* when it is added to a task's set as one more entity."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from swarmctl.data.tasks import ClusteringTasks
+from swarmctl.errors import ConfigError
+from swarmctl.studies.results import EntropyMapResult
+
+
+def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int = 7, size: int = 500) -> int:
+    """``task`` itself, or the task with ``clusters`` clusters whose size is closest to ``size``."""
+    if task is not None:
+        if not 0 <= task < len(tasks):
+            raise ConfigError(f"task must be in 0..{len(tasks) - 1}, got {task}")
+        return task
+    candidates = np.flatnonzero(tasks.n_clusters == clusters)
+    if len(candidates) == 0:
+        have = ", ".join(str(k) for k in np.unique(tasks.n_clusters))
+        raise ConfigError(f"no task with {clusters} clusters in this split; choose --clusters from {have} or --task")
+    return int(candidates[np.argmin(np.abs(tasks.sizes[candidates] - size))])
+
+
+def grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
+    """Square-cell axes over the points' bounding box widened by ``margin`` of its size on each side."""
+    lo, hi = points.min(0), points.max(0)
+    pad = margin * (hi - lo).max()
+    return np.linspace(lo[0] - pad, hi[0] + pad, n), np.linspace(lo[1] - pad, hi[1] + pad, n)
+
+
+@torch.no_grad()
+def compute_entropy_map(
+    model: nn.Module,
+    tasks: ClusteringTasks,
+    task_index: int,
+    label: str,
+    grid: int = 150,
+    batch_entities: int = 400_000,
+    device: torch.device | str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> EntropyMapResult:
+    """Class probabilities of x* for every grid location; each location is its own set of N + 1
+    entities (the task's points, then x*), batched ``batch_entities`` entities at a time."""
+    if grid < 2:
+        raise ConfigError(f"grid must be >= 2, got {grid}")
+    start = time.perf_counter()
+    model.eval()
+    pts, lab = tasks.task(task_index)
+    K = int(tasks.n_clusters[task_index])
+    x = torch.from_numpy(pts).to(device)
+    n = len(pts)
+    assignment = model(x[None], torch.ones(1, n, dtype=torch.bool, device=device))[0].argmax(-1).cpu().numpy()
+    gx, gy = grid_axes(pts, grid)
+    xx, yy = np.meshgrid(gx, gy)  # (G, G): row i is grid_y[i]
+    stars = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], 1).astype(np.float32)).to(device)  # (G*G, 2)
+    per_batch = max(1, batch_entities // (n + 1))
+    probs = []
+    for s in range(0, len(stars), per_batch):
+        chunk = stars[s : s + per_batch]
+        sets = torch.cat([x.expand(len(chunk), n, 2), chunk[:, None, :]], dim=1)  # (b, N + 1, 2)
+        mask = torch.ones(sets.shape[:2], dtype=torch.bool, device=device)
+        probs.append(torch.softmax(model(sets, mask)[:, -1].double(), dim=-1).cpu())
+        if progress is not None:
+            progress(min(s + per_batch, len(stars)), len(stars))
+    probs_grid = torch.cat(probs).numpy().reshape(grid, grid, -1)
+    return EntropyMapResult(label=label, task_index=task_index, points=pts, labels=lab,
+                            means=tasks.means[task_index, :K], covs=tasks.covs[task_index, :K],
+                            assignment=assignment, grid_x=gx, grid_y=gy, probs=probs_grid,
+                            seconds=time.perf_counter() - start)

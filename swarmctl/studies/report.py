@@ -1,0 +1,113 @@
+"""An overview over training runs: one row per configuration (mean ± std over seeds) and the paper's
+parameters-vs-loss frontier per model family. Reads run folders only (no torch)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarmctl.errors import DataError
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    name: str
+    model: str
+    code: str
+    parameters: int
+    seed: int
+    best_val: float
+    epochs: int
+    net_minutes: float
+    device: str
+
+
+@dataclass(frozen=True)
+class ConfigSummary:
+    """All seeds of one (model, code)."""
+
+    model: str
+    code: str
+    parameters: int
+    seeds: tuple[int, ...]
+    val_mean: float
+    val_std: float  # 0 for a single seed
+    epochs: float
+    net_minutes: float
+    devices: tuple[str, ...]
+
+
+def read_runs(runs_dir: Path) -> list[RunSummary]:
+    """Every run folder under ``runs_dir`` that has a config and at least one logged epoch."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir():
+        raise DataError(f"{runs_dir}: no such runs folder; train a model with `swarmctl train` first")
+    out = []
+    for cfg_path in sorted(runs_dir.glob("*/config.json")):
+        metrics = cfg_path.with_name("metrics.jsonl")
+        if not metrics.is_file():
+            continue
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
+        if not vals:
+            continue
+        cfg = json.loads(cfg_path.read_text())
+        out.append(RunSummary(
+            name=cfg_path.parent.name, model=cfg["model"]["name"], code=cfg["run"]["code"],
+            parameters=int(cfg["run"]["parameters"]), seed=int(cfg["train"]["seed"]),
+            best_val=min(r["best_val"] for r in records if r.get("best_val") is not None),
+            epochs=len(records), net_minutes=records[-1]["net_seconds"] / 60, device=cfg["run"].get("device", "?"),
+        ))
+    if not out:
+        raise DataError(f"{runs_dir} holds no runs with a logged epoch; train a model with `swarmctl train` first")
+    return out
+
+
+def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
+    """Group runs by (model, code); sorted by mean best validation loss."""
+    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    for r in runs:
+        groups.setdefault((r.model, r.code), []).append(r)
+    rows = []
+    for (model, code), rs in groups.items():
+        vals = [r.best_val for r in rs]
+        rows.append(ConfigSummary(
+            model=model, code=code, parameters=rs[0].parameters, seeds=tuple(sorted(r.seed for r in rs)),
+            val_mean=statistics.fmean(vals), val_std=statistics.stdev(vals) if len(vals) > 1 else 0.0,
+            epochs=statistics.fmean(r.epochs for r in rs), net_minutes=statistics.fmean(r.net_minutes for r in rs),
+            devices=tuple(sorted({r.device for r in rs})),
+        ))
+    return sorted(rows, key=lambda c: c.val_mean)
+
+
+def pareto_front(points: list[tuple[int, float]]) -> list[int]:
+    """Indices of the (parameters, loss) points no other point dominates (fewer or equal parameters and
+    lower or equal loss, one of them strictly), sorted by parameters."""
+    keep = []
+    for i, (p, v) in enumerate(points):
+        dominated = any(
+            (q <= p and w <= v) and (q < p or w < v) for j, (q, w) in enumerate(points) if j != i
+        )
+        if not dominated:
+            keep.append(i)
+    return sorted(keep, key=lambda i: points[i][0])
+
+
+def frontiers(rows: list[ConfigSummary]) -> dict[str, list[ConfigSummary]]:
+    """Per model family, its Pareto-optimal configurations by (parameters, mean best loss)."""
+    fams: dict[str, list[ConfigSummary]] = {}
+    for r in rows:
+        fams.setdefault(r.model, []).append(r)
+    return {m: [rs[i] for i in pareto_front([(r.parameters, r.val_mean) for r in rs])] for m, rs in fams.items()}
+
+
+def report_markdown(rows: list[ConfigSummary]) -> str:
+    lines = ["| model | code | parameters | seeds | best val loss | epochs | net min | device |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
+        lines.append(f"| {r.model} | ({r.code}) | {r.parameters:,} | {', '.join(map(str, r.seeds))} | {val} | "
+                     f"{r.epochs:.0f} | {r.net_minutes:.1f} | {', '.join(r.devices)} |")
+    return "\n".join(lines) + "\n"
