@@ -20,7 +20,7 @@ from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.hdf5 import generate_dataset
 from swarmctl.data.tasks import ClusteringParams
 from swarmctl.models import complete_config, count_parameters, create_model, paper_code
-from swarmctl.training.clustering import evaluate_clustering, train_clustering
+from swarmctl.training.runs import evaluate_run, start_run
 
 MODELS = ["swarm", "set-transformer", "lstm-sorted", "lstm", "set-linear", "set-linear-max"]
 
@@ -42,9 +42,9 @@ def main() -> None:
     for name in args.models:
         cfg = complete_config(ModelConfig(name=name))
         t0 = time.monotonic()
-        res = train_clustering(cfg, TrainConfig(minutes=args.minutes, device="cpu"), DataConfig(path=str(data)),
+        res = start_run(cfg, TrainConfig(minutes=args.minutes, device="cpu"), DataConfig(path=str(data)),
                                out / "runs", f"{name}-{paper_code(cfg)}")
-        ev = evaluate_clustering(res.run_dir, out / "runs", device="cpu")
+        ev = evaluate_run(res.run_dir, out / "runs", device="cpu")
         rows.append((name, paper_code(cfg), count_parameters(create_model(cfg)), res.epochs, res.best_val,
                      ev["accuracy"], ev["oracle_loss"], time.monotonic() - t0))
         print(f"{name}: best val {res.best_val:.4f} after {res.epochs} epochs", flush=True)

@@ -84,8 +84,17 @@ class TrainConfig:
     compile: bool = False
     beta: float = 0.2
     alpha: float = 0.9
+    steps_per_epoch: int | None = None  # None: one pass over the training batches
+    val_batches: int | None = None  # tasks drawn fresh: validation batches per epoch
+    lr_decay_epoch: int | None = None  # multiply the lr by lr_decay once, at the start of this epoch
+    lr_decay: float = 0.1
 
     def __post_init__(self) -> None:
+        _check_positive(self, "steps_per_epoch", "val_batches")
+        if self.lr_decay_epoch is not None and self.lr_decay_epoch < 0:
+            raise ConfigError(f"lr_decay_epoch must be >= 0, got {self.lr_decay_epoch}")
+        if not 0 < self.lr_decay <= 1:
+            raise ConfigError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         _check_positive(self, "batch_size", "max_epochs")
@@ -101,8 +110,8 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the training data lives and which splits to use."""
+    """Where the training data lives and which splits to use (``path`` None: tasks drawn fresh)."""
 
-    path: str = "data/clustering-seed0.h5"
+    path: str | None = "data/clustering-seed0.h5"
     train_split: str = "train"
     val_split: str = "val"

@@ -34,13 +34,13 @@ def trained_runs(tmp_path_factory):
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
     from swarmctl.data.hdf5 import generate_dataset
     from swarmctl.data.tasks import ClusteringParams
-    from swarmctl.training.clustering import train_clustering
+    from swarmctl.training.runs import start_run
 
     root = tmp_path_factory.mktemp("trained")
     data = root / "data.h5"
     generate_dataset(data, ClusteringParams(**{**TINY_PARAMS, "n_tasks": 40}), seed=0)
     runs = root / "runs"
     for name, hidden in (("swarm", 8), ("lstm", 8)):
-        train_clustering(ModelConfig(name=name, dim_hidden=hidden, n_iter=3, n_layers=1),
+        start_run(ModelConfig(name=name, dim_hidden=hidden, n_iter=3, n_layers=1),
                          TrainConfig(batch_size=8, max_epochs=2, device="cpu"), DataConfig(path=str(data)), runs, name)
     return runs, data

@@ -11,22 +11,40 @@ from swarmctl.models import complete_config, paper_code
 from swarmctl.testing import (
     assert_padding_invariant,
     assert_permutation_equivariant,
+    assert_permutation_invariant,
     order_dependence,
     random_sets,
 )
 
+CLUSTERING = list_models("clustering")
+MOG = list_models("mog")
+
 TINY = {"dim_hidden": 8, "n_iter": 3, "n_layers": 2, "n_inducing": 3, "n_heads": 2}
 
 
-def tiny(name: str) -> torch.nn.Module:
-    return create_model(ModelConfig(name=name, **TINY))
+def tiny(name: str, **overrides) -> torch.nn.Module:
+    cfg = {**TINY, "n_layers": 1 if name in MOG and "swarm" in name else 2, **overrides}
+    return create_model(ModelConfig(name=name, **cfg))
+
+
+def output_shape(name: str, B: int, N: int) -> tuple[int, ...]:
+    return (B, 4, 5) if name in MOG else (B, N, 10)
+
+
+def real(name: str, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The outputs that padding must not touch: real entities' rows, or the whole set-level output."""
+    return y if name in MOG else y[mask]
+
+
+def test_every_model_belongs_to_a_task():
+    assert sorted(CLUSTERING + MOG) == list_models()
 
 
 @pytest.mark.parametrize("name", list_models())
 def test_model_builds_from_default_config(name):
     model = create_model(ModelConfig(name=name))
     x, mask = random_sets(2, 7)
-    assert model(x, mask).shape == (2, 7, 10)
+    assert model(x, mask).shape == output_shape(name, 2, 7)
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -34,13 +52,13 @@ def test_model_forward_shape_finite_and_all_parameters_get_gradients(name):
     model = tiny(name)
     x, mask = random_sets(3, 9)
     y = model(x, mask)
-    assert y.shape == (3, 9, 10) and torch.isfinite(y).all()
-    y[mask].square().sum().backward()
+    assert y.shape == output_shape(name, 3, 9) and torch.isfinite(y).all()
+    real(name, y, mask).square().sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not missing, f"no gradient for {missing}"
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", CLUSTERING)
 def test_model_is_equivariant_or_measurably_order_dependent(name):
     model = tiny(name).double().eval()
     x, mask = random_sets(3, 12, dtype=torch.float64)
@@ -50,11 +68,29 @@ def test_model_is_equivariant_or_measurably_order_dependent(name):
         assert order_dependence(model, x, mask) > 1e-4
 
 
+@pytest.mark.parametrize("name", MOG)
+def test_mog_model_is_invariant_or_measurably_order_dependent(name):
+    for pooling in ("mean", "causal") if "swarm" in name else (None,):
+        model = tiny(name, pooling=pooling).double().eval()
+        x, mask = random_sets(3, 12, dtype=torch.float64)
+        if model.invariant:
+            assert_permutation_invariant(model, x, mask, atol=1e-9)
+        else:
+            out = model(x, None)
+            perm = torch.randperm(12)
+            assert (model(x[:, perm], None) - out).abs().max() > 1e-4
+
+
 @pytest.mark.parametrize("name", list_models())
 def test_model_ignores_masked_padding(name):
     model = tiny(name).double().eval()
     x, mask = random_sets(3, 10, dtype=torch.float64)
-    assert_padding_invariant(model, x, mask, atol=1e-9)
+    if name in MOG:
+        pad = torch.randn(3, 4, 2, dtype=torch.float64) * 10
+        got = model(torch.cat([x, pad], 1), torch.cat([mask, mask.new_zeros(3, 4)], 1))
+        torch.testing.assert_close(got, model(x, mask), atol=1e-9, rtol=1e-7)
+    else:
+        assert_padding_invariant(model, x, mask, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -80,6 +116,12 @@ def test_model_state_dict_round_trip(name):
         ("lstm-sorted", {"dim_hidden": 64, "n_layers": 3}, 234_762, "64-3"),
         ("set-linear", {"dim_hidden": 64, "n_layers": 6}, 34_964, "64-6"),
         ("set-linear-max", {"dim_hidden": 96, "n_layers": 6}, 77_012, "96-6"),
+        ("swarm-mog", {"dim_hidden": 768, "n_iter": 20}, 4_758_548, "768-20-1"),
+        ("swarm-mog", {"dim_hidden": 256, "n_iter": 10}, 537_620, "256-10-1"),
+        ("swarm-mog", {"dim_hidden": 512, "n_iter": 10}, 2_123_796, "512-10-1"),
+        ("swarm-mog-pma", {"dim_hidden": 256, "n_iter": 10}, 769_940, "256-10-1"),
+        ("swarm-mog-pma", {"dim_hidden": 512, "n_iter": 20}, 2_411_412, "512-20-1"),
+        ("swarm-mog-pma", {"dim_hidden": 768, "n_iter": 20}, 5_101_460, "768-20-1"),
     ],
 )
 def test_parameter_counts_match_protocol(name, overrides, count, code):

@@ -1,4 +1,4 @@
-"""`swarmctl eval`: score a checkpoint on a dataset split with the paper's metric."""
+"""`swarmctl eval`: score a checkpoint on a dataset split with its task's metric."""
 
 from __future__ import annotations
 
@@ -12,31 +12,40 @@ from rich.table import Table
 from swarmctl.cli._app import app
 from swarmctl.cli._options import console, user_errors
 from swarmctl.files import atomic_write_text
-from swarmctl.training.clustering import evaluate_clustering
+from swarmctl.training.runs import evaluate_run
 
 
 @app.command("eval")
 def eval_cmd(
     target: Annotated[str, typer.Argument(metavar="RUN_OR_CHECKPOINT",
                                           help="Run name, run folder (uses best.pt) or checkpoint file.")],
-    data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: the one the run trained on].")] = None,
-    split: Annotated[str, typer.Option(help="Split to score.")] = "val",
+    data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: clustering: the run's; mog: the "
+                                                   "fixed 10,000-task test set].")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to score [default: val; mog: test].")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     out: Annotated[Path | None, typer.Option(help="JSON output [default: eval-SPLIT.json beside the checkpoint].")]
     = None,
 ) -> None:
-    """Evaluate a checkpoint: Hungarian-matched loss, matched accuracy, and the true mixture's oracle."""
+    """Evaluate a checkpoint with the paper's metric and the true generating mixture's oracle.
+
+    Clustering: Hungarian-matched loss and matched accuracy. MoG parameters: log-likelihood per point.
+    """
     with user_errors():
-        res = evaluate_clustering(target, runs_dir, data, split, device)
-        out_path = out or Path(res["checkpoint"]).with_name(f"eval-{split}.json")
+        res = evaluate_run(target, runs_dir, data, split, device)
+        out_path = out or Path(res["checkpoint"]).with_name(f"eval-{res['split']}.json")
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
-    table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{split}], {res['tasks']:,} tasks")
+    table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} tasks")
     table.add_column("")
-    table.add_column("loss (nats/entity)", justify="right")
-    table.add_column("matched accuracy", justify="right")
-    table.add_row("model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}")
-    table.add_row("oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}")
+    if res["task"] == "clustering":
+        table.add_column("loss (nats/entity)", justify="right")
+        table.add_column("matched accuracy", justify="right")
+        table.add_row("model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}")
+        table.add_row("oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}")
+    else:
+        table.add_column("log-likelihood (nats/point)", justify="right")
+        table.add_row("model", f"{res['log_likelihood']:.4f}")
+        table.add_row("oracle (true parameters)", f"{res['oracle_log_likelihood']:.4f}")
     console.print(table)
     console.print(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} (epoch {res['epoch']}, "
                   f"{res['net_minutes']:.1f} net min) -> {out_path}", highlight=False)

@@ -11,8 +11,9 @@ import typer
 from swarmctl.cli._app import app
 from swarmctl.cli._options import console, user_errors
 from swarmctl.cli._progress import task_progress
-from swarmctl.data.hdf5 import ensure_writable, generate_dataset
+from swarmctl.data.hdf5 import ensure_writable, generate_dataset, generate_mog_dataset
 from swarmctl.data.tasks import ClusteringParams
+from swarmctl.errors import ConfigError
 
 _P = ClusteringParams()
 
@@ -20,7 +21,10 @@ _P = ClusteringParams()
 @app.command("gen-data")
 def gen_data_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
-    out: Annotated[Path | None, typer.Option(help="Output file [default: data/clustering-seed{SEED}.h5].")] = None,
+    task: Annotated[str, typer.Option(help="clustering (train/val splits) or mog4 (a fixed test set of "
+                                           "4-component mixtures for MoG-parameter models).")] = "clustering",
+    out: Annotated[Path | None, typer.Option(help="Output file [default: data/clustering-seed{SEED}.h5 or "
+                                                  "data/mog4-test-seed{SEED}.h5].")] = None,
     tasks: Annotated[int, typer.Option(help="Number of tasks (train + validation).")] = _P.n_tasks,
     val_fraction: Annotated[float, typer.Option(help="Fraction of tasks, taken from the end, for validation.")]
     = _P.val_fraction,
@@ -36,11 +40,22 @@ def gen_data_cmd(
 ) -> None:
     """Generate seeded mixture-of-Gaussians clustering tasks and write them to HDF5.
 
-    Per task: K clusters uniform in k-min..k-max, N points uniform in n-min..n-max, equal-weight
+    Clustering, per task: K clusters uniform in k-min..k-max, N points uniform in n-min..n-max, equal-weight
     multinomial counts, inverse-Wishart covariances, N(0, I) means, points shuffled. The last
-    val-fraction of the tasks form the validation split. Same seed, same arrays.
+    val-fraction of the tasks form the validation split. mog4: 4 isotropic clusters (sigma 0.3),
+    means uniform in (-4, 4)^2, Dirichlet(1) weights, N uniform in 100..499 per batch of 10; only
+    --tasks, --seed, --out and --force apply. Same seed, same arrays.
     """
     with user_errors():
+        if task == "mog4":
+            path = out or Path(f"data/mog4-test-seed{seed}.h5")
+            start = time.perf_counter()
+            info = generate_mog_dataset(path, tasks, seed, force=force)
+            console.print(f"wrote {path}: {tasks:,} mog4 test tasks, seed {seed}, {time.perf_counter() - start:.1f} s "
+                          f"(checksum {info['checksum'][:12]})", highlight=False)
+            return
+        if task != "clustering":
+            raise ConfigError(f"task must be clustering or mog4, got {task!r}")
         params = ClusteringParams(n_tasks=tasks, val_fraction=val_fraction, k_min=k_min, k_max=k_max,
                                   n_min=n_min, n_max=n_max, wishart_df=wishart_df, wishart_scale=wishart_scale)
         path = out or Path(f"data/clustering-seed{seed}.h5")

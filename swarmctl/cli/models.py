@@ -10,14 +10,23 @@ from swarmctl.config import ModelConfig
 from swarmctl.models import count_parameters, create_model, get_spec, list_models, paper_code
 
 
+def symmetry(model) -> str:
+    """How the model's output reacts to a permutation of its input set."""
+    if getattr(model, "equivariant", False):
+        return "equivariant"
+    if getattr(model, "invariant", False):
+        return "invariant"
+    return "order-dependent"
+
+
 @app.command("models")
 def models_cmd() -> None:
     """List the registered models with their paper code format and default hyper-parameters."""
     table = Table(
         title="swarmctl models",
-        caption="code: H hidden units, T iterations, L layers, m inducing points; default = paper's best",
+        caption="code: H hidden units, T iterations, L layers, m inducing points; default = the paper's best",
     )
-    for col in ("name", "code", "default", "parameters", "equivariant", "description"):
+    for col in ("name", "task", "code", "default", "parameters", "symmetry", "description"):
         table.add_column(col, justify="right" if col == "parameters" else "left", no_wrap=col != "description")
     for name in list_models():
         spec = get_spec(name)
@@ -25,10 +34,11 @@ def models_cmd() -> None:
         model = create_model(cfg)
         table.add_row(
             name,
+            spec.task,
             spec.code_format,
             paper_code(cfg),
             f"{count_parameters(model):,}",
-            "yes" if model.equivariant else "no",
+            symmetry(model),
             spec.summary,
         )
     console.print(table)

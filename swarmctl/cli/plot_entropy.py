@@ -17,8 +17,8 @@ from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
-from swarmctl.training.clustering import find_checkpoint, load_model, resolve_run
 from swarmctl.training.device import resolve_device
+from swarmctl.training.runs import find_checkpoint, load_model, resolve_run
 
 
 @app.command("plot-entropy")

@@ -20,8 +20,8 @@ from swarmctl.plots.shuffle import plot_shuffle_variance
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
 from swarmctl.studies.shuffle_variance import measure_shuffle_variance
-from swarmctl.training.clustering import find_checkpoint, load_model, resolve_run
 from swarmctl.training.device import resolve_device
+from swarmctl.training.runs import find_checkpoint, load_model, resolve_run
 
 
 @app.command("shuffle-variance")

@@ -1,11 +1,13 @@
 """The HDF5 schema of swarmctl datasets: ragged splits, generating parameters, and a checksum that
 is verified on every open.
 
-Layout (schema version 1)::
+Layout (schema version 2)::
 
-    /            attrs: schema_version, kind, generator (JSON), seed, swarmctl_version, checksum, splits
+    /            attrs: schema_version, kind ("clustering" or "mog"), generator (JSON), seed,
+                 swarmctl_version, checksum, splits
     /<split>/    points (total, 2) float32, labels (total,) int64, offsets (n+1,) int64,
-                 n_clusters (n,) int64, means (n, 10, 2) float64, covs (n, 10, 2, 2) float64
+                 n_clusters (n,) int64, means (n, 10, 2) float64, covs (n, 10, 2, 2) float64,
+                 weights (n, 10) float64
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ import h5py
 import numpy as np
 
 from swarmctl import __version__
-from swarmctl.data.tasks import ClusteringParams, ClusteringTasks, generate_clustering
+from swarmctl.data.mog import MogParams, generate_mog_tasks
+from swarmctl.data.tasks import MAX_CLUSTERS, ClusteringParams, ClusteringTasks, generate_clustering
 from swarmctl.errors import DataError
 from swarmctl.files import atomic_write
 
-SCHEMA_VERSION = 1
-ARRAYS = ("points", "labels", "offsets", "n_clusters", "means", "covs")
+SCHEMA_VERSION = 2
+ARRAYS = ("points", "labels", "offsets", "n_clusters", "means", "covs", "weights")
 DTYPES = {"points": np.float32, "labels": np.int64, "offsets": np.int64, "n_clusters": np.int64,
-          "means": np.float64, "covs": np.float64}
+          "means": np.float64, "covs": np.float64, "weights": np.float64}
 
 
 def content_checksum(splits: dict[str, ClusteringTasks]) -> str:
@@ -147,7 +150,7 @@ def check_tasks(tasks: ClusteringTasks, where: str) -> None:
     if (sizes < 2).any():
         bad = int(np.flatnonzero(sizes < 2)[0])
         raise DataError(f"{where}: task {bad} has {sizes[bad]} entities; every set needs at least 2")
-    if len(tasks.labels) and (tasks.labels.min() < 0 or tasks.labels.max() >= 10):
+    if len(tasks.labels) and (tasks.labels.min() < 0 or tasks.labels.max() >= MAX_CLUSTERS):
         raise DataError(f"{where}: labels must lie in 0..9")
 
 
@@ -166,3 +169,15 @@ def generate_dataset(
                   force=force)
     return read_info(path)
 
+
+
+def generate_mog_dataset(path: Path, n_tasks: int, seed: int, force: bool = False) -> dict[str, Any]:
+    """Write a fixed MoG test set (split ``test``) of ``n_tasks`` tasks, drawn 10 per batch."""
+    path = Path(path)
+    ensure_writable(path, force)
+    n_batches = max(1, -(-n_tasks // 10))
+    tasks = generate_mog_tasks(n_batches, 10, seed)
+    write_dataset(path, {"test": tasks}, kind="mog", seed=seed,
+                  generator={"name": "mog4", "batches": n_batches, "batch_size": 10, **asdict(MogParams())},
+                  force=force)
+    return read_info(path)

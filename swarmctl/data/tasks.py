@@ -49,7 +49,7 @@ class ClusteringTasks:
     """Ragged tasks: task t owns points[offsets[t]:offsets[t+1]].
 
     points (total, 2) float32; labels (total,) int64; offsets (n+1,) int64; n_clusters (n,) int64;
-    means (n, 10, 2) and covs (n, 10, 2, 2) float64, zero beyond each task's K.
+    means (n, 10, 2), covs (n, 10, 2, 2) and mixture weights (n, 10) float64, zero beyond each task's K.
     """
 
     points: np.ndarray
@@ -58,6 +58,7 @@ class ClusteringTasks:
     n_clusters: np.ndarray
     means: np.ndarray
     covs: np.ndarray
+    weights: np.ndarray
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -76,9 +77,8 @@ class ClusteringTasks:
         sizes = self.sizes[idx]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         take = np.concatenate([np.arange(self.offsets[t], self.offsets[t + 1]) for t in idx]) if len(idx) else []
-        return ClusteringTasks(
-            self.points[take], self.labels[take], offsets, self.n_clusters[idx], self.means[idx], self.covs[idx]
-        )
+        return ClusteringTasks(self.points[take], self.labels[take], offsets, self.n_clusters[idx], self.means[idx],
+                               self.covs[idx], self.weights[idx])
 
 
 def generate_clustering(
@@ -118,4 +118,6 @@ def generate_clustering(
         if progress is not None:
             progress(t + 1)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs)
+    weights = (np.arange(MAX_CLUSTERS)[None, :] < n_clusters[:, None]) / n_clusters[:, None]  # equal weights
+    return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs,
+                           weights)

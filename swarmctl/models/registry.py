@@ -24,6 +24,7 @@ class ModelSpec:
     code_fields: tuple[str, ...]
     defaults: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
+    task: str = "clustering"  # what the model is trained on: "clustering", "mog", ...
 
     @property
     def code_format(self) -> str:
@@ -35,21 +36,22 @@ _REGISTRY: dict[str, ModelSpec] = {}
 
 
 def register_model(
-    name: str, *, code: tuple[str, ...], defaults: dict[str, Any], summary: str = ""
+    name: str, *, code: tuple[str, ...], defaults: dict[str, Any], summary: str = "", task: str = "clustering"
 ) -> Callable[[Builder], Builder]:
-    """Register ``build(cfg) -> nn.Module`` under ``name`` (a kebab-case CLI name)."""
+    """Register ``build(cfg) -> nn.Module`` under ``name`` (a kebab-case CLI name) for ``task``."""
 
     def add(build: Builder) -> Builder:
         if name in _REGISTRY:
             raise ValueError(f"model {name!r} is registered twice")
-        _REGISTRY[name] = ModelSpec(name, build, code, dict(defaults), summary or (build.__doc__ or "").strip())
+        _REGISTRY[name] = ModelSpec(name, build, code, dict(defaults), summary or (build.__doc__ or "").strip(), task)
         return build
 
     return add
 
 
-def list_models() -> list[str]:
-    return sorted(_REGISTRY)
+def list_models(task: str | None = None) -> list[str]:
+    """Registered model names, all or those of one task."""
+    return sorted(n for n, s in _REGISTRY.items() if task is None or s.task == task)
 
 
 def get_spec(name: str) -> ModelSpec:

@@ -35,6 +35,11 @@ class Batch(Protocol):
 
 
 LossFn = Callable[[nn.Module, Any], Tensor]  # (model, batch) -> per-item losses (B,)
+Batches = Sequence[Batch] | Callable[[int], Sequence[Batch]]  # fixed, or drawn per epoch: epoch -> batches
+
+
+def _batches_for(batches: Batches, epoch: int) -> Sequence[Batch]:
+    return batches(epoch) if callable(batches) else batches
 
 
 class ProgressHook(Protocol):
@@ -60,6 +65,7 @@ class TrainState:
     epoch_loss_count: int = 0
     finished: bool = False
     stop_reason: str = ""
+    lr_decayed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -163,8 +169,8 @@ def _broadcast(value: float, ctx: DistContext, device: torch.device) -> float:
 
 def fit(
     model: nn.Module,
-    train_batches: Sequence[Batch],
-    val_batches: Sequence[Batch],
+    train_batches: Batches,
+    val_batches: Batches,
     loss_fn: LossFn,
     cfg: TrainConfig,
     run_dir: Path,
@@ -179,6 +185,9 @@ def fit(
     plot: Callable[[list[dict[str, Any]], Path], None] | None = None,
 ) -> FitResult:
     """Train ``model`` until the net time budget (``cfg.minutes``) or ``cfg.max_epochs`` is spent.
+
+    ``train_batches`` and ``val_batches`` are sequences, or functions of the epoch returning them (for
+    tasks drawn fresh every epoch); an epoch runs ``cfg.steps_per_epoch`` steps or one pass.
 
     Writes (rank 0 only) ``metrics.jsonl`` (one line per epoch), ``best.pt`` (best validation loss),
     ``last.pt`` (after every epoch, and on interruption with the position inside the epoch) into
@@ -235,7 +244,15 @@ def fit(
             if state.cursor == 0 and _any_rank(state.net_seconds >= budget, ctx, device):
                 state.finished, state.stop_reason = True, "time budget"  # nothing left for a new epoch
                 break
-            order = epoch_order(len(train_batches), cfg.seed, state.epoch)
+            if cfg.lr_decay_epoch is not None and state.epoch >= cfg.lr_decay_epoch and not state.lr_decayed:
+                state.lr *= cfg.lr_decay
+                state.lr_decayed = True
+                for group in opt.param_groups:
+                    group["lr"] = state.lr
+            epoch_batches = _batches_for(train_batches, state.epoch)
+            order = epoch_order(len(epoch_batches), cfg.seed, state.epoch)
+            if cfg.steps_per_epoch is not None:
+                order = [order[k % len(order)] for k in range(cfg.steps_per_epoch)]
             if ctx.enabled:  # every rank gets the same number of batches
                 per_rank = len(order) // ctx.world_size
                 order = order[ctx.rank :: ctx.world_size][:per_rank]
@@ -252,7 +269,7 @@ def fit(
                     return _result(run_dir, state)
                 if time_up:
                     break
-                batch = train_batches[order[state.cursor]].to(device)
+                batch = epoch_batches[order[state.cursor]].to(device)
                 t0 = clock()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
                     loss = loss_fn(train_model, batch).mean()
@@ -269,7 +286,7 @@ def fit(
             time_up = time_up or _any_rank(state.net_seconds >= budget, ctx, device)
 
             t_eval = clock()
-            v = _broadcast(evaluate(model, val_batches, loss_fn, device, amp), ctx, device)
+            v = _broadcast(evaluate(model, _batches_for(val_batches, state.epoch), loss_fn, device, amp), ctx, device)
             lr_used = state.lr
             backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
             logged = v

@@ -35,7 +35,8 @@ def test_gen_data_writes_and_refuses_to_overwrite(tmp_path):
     splits, info = read_dataset(out)
     assert (len(splits["train"]), len(splits["val"]), info["seed"]) == (18, 2, 1)
     assert_user_error(run("gen-data", "--tasks", 20, "--out", out), "--force")
-    assert run("gen-data", "--seed", 1, "--tasks", 20, "--n-min", 5, "--n-max", 9, "--out", out, "--force").exit_code == 0
+    again = run("gen-data", "--seed", 1, "--tasks", 20, "--n-min", 5, "--n-max", 9, "--out", out, "--force")
+    assert again.exit_code == 0
     assert read_dataset(out)[1]["checksum"] == info["checksum"]  # same seed, same content
 
 
@@ -71,7 +72,8 @@ def test_train_then_eval(tiny_h5, tmp_path):
 
 def test_train_refuses_an_existing_run_and_resume_extends_it(tiny_h5, tmp_path):
     runs = tmp_path / "runs"
-    assert run("train", "set-linear", "--batch-size", 6, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
+    first = run("train", "set-linear", "--batch-size", 6, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs)
+    assert first.exit_code == 0
     assert_user_error(run("train", "set-linear", "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs), "--resume")
     r = run("train", "set-linear", "--resume", "set-linear-64-6-s0", "--max-epochs", 3, "--runs-dir", runs)
     assert r.exit_code == 0, r.output
@@ -95,6 +97,7 @@ def _one_entity(splits):
     object.__setattr__(t, "n_clusters", np.concatenate([[1], t.n_clusters]))
     object.__setattr__(t, "means", np.concatenate([t.means[:1], t.means]))
     object.__setattr__(t, "covs", np.concatenate([t.covs[:1], t.covs]))
+    object.__setattr__(t, "weights", np.concatenate([t.weights[:1], t.weights]))
 
 
 def _bad_data(kind, tiny_h5, tmp_path):

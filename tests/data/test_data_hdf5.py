@@ -9,7 +9,7 @@ from swarmctl.errors import DataError
 def test_round_trip_keeps_every_array(tiny_h5, tmp_path):
     splits, info = read_dataset(tiny_h5)
     assert set(splits) == {"train", "val"} and len(splits["train"]) == 18 and len(splits["val"]) == 6
-    assert info["seed"] == 0 and info["generator"]["k_max"] == 4 and info["schema_version"] == 1
+    assert info["seed"] == 0 and info["generator"]["k_max"] == 4 and info["schema_version"] == 2
     out = tmp_path / "copy.h5"
     write_dataset(out, splits, kind="clustering", seed=0, generator=info["generator"])
     again, info2 = read_dataset(out)

@@ -12,7 +12,7 @@ from swarmctl.studies.entropy import choose_task, compute_entropy_map
 from swarmctl.studies.report import ConfigSummary, RunSummary, frontiers, pareto_front, summarise
 from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult, load_result, save_result
 from swarmctl.studies.shuffle_variance import measure_shuffle_variance, spread_task_indices
-from swarmctl.training.clustering import load_model
+from swarmctl.training.runs import load_model
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.training.checkpoint import load_checkpoint
-from swarmctl.training.clustering import resume_clustering, train_clustering
 from swarmctl.training.loop import fit, should_backtrack
+from swarmctl.training.runs import resume_run, start_run
 
 
 def test_backtracking_never_fires_in_the_first_six_epochs():
@@ -97,7 +97,7 @@ def test_fit_budget_counts_optimisation_time_only(tmp_path):
 
 
 def _tiny_run(tiny_h5, runs, name, max_epochs):
-    return train_clustering(ModelConfig(name="swarm", dim_hidden=8, n_iter=3),
+    return start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=3),
                             TrainConfig(batch_size=4, minutes=10, max_epochs=max_epochs),
                             DataConfig(path=str(tiny_h5)), runs, name)
 
@@ -109,7 +109,7 @@ def _weights(run_dir):
 def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(tiny_h5, tmp_path):
     straight = _tiny_run(tiny_h5, tmp_path, "straight", 4)
     _tiny_run(tiny_h5, tmp_path, "split", 2)
-    resumed = resume_clustering("split", tmp_path, max_epochs=4)
+    resumed = resume_run("split", tmp_path, max_epochs=4)
     assert resumed.epochs == straight.epochs == 4
     a, b = _weights(straight.run_dir), _weights(resumed.run_dir)
     for k in a:
@@ -137,7 +137,7 @@ def test_interrupt_saves_position_inside_the_epoch_and_resume_matches(tiny_h5, t
     assert res.interrupted and "SIGINT" in res.stop_reason
     state = load_checkpoint(res.run_dir / "last.pt")["state"]
     assert (state["epoch"], state["cursor"]) == (1, 1)  # 5 batches per epoch: epoch 0 done, 1 step into epoch 1
-    resumed = resume_clustering("cut", tmp_path)
+    resumed = resume_run("cut", tmp_path)
     assert resumed.epochs == 2
     a, b = _weights(straight.run_dir), _weights(resumed.run_dir)
     for k in a:

@@ -77,18 +77,18 @@ def _ddp_worker(rank, world, port, data, out):
     import torch.distributed as dist
 
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
-    from swarmctl.training import clustering
+    from swarmctl.training import runs
 
     captured = {}
-    real_fit = clustering.fit
+    real_fit = runs.fit
 
     def fit_and_keep(model, *args, **kwargs):
         captured["model"] = model
         return real_fit(model, *args, **kwargs)
 
-    clustering.fit = fit_and_keep
+    runs.fit = fit_and_keep
     torch.manual_seed(rank)  # different initial weights on each rank: DDP must synchronise them
-    res = clustering.train_clustering(ModelConfig(name="swarm", dim_hidden=8, n_iter=3),
+    res = runs.start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=3),
                                       TrainConfig(batch_size=3, max_epochs=2, device="cpu", seed=rank),
                                       DataConfig(path=data), out / "runs", "ddp")
     torch.save(captured["model"].state_dict(), out / f"rank{rank}.pt")

@@ -1,0 +1,117 @@
+"""Parametrized amortized clustering tasks (protocol sec. 4): mixtures of 4 isotropic Gaussians,
+drawn fresh for every training step from a seeded generator, plus a fixed seeded test set."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from swarmctl.data.tasks import MAX_CLUSTERS, ClusteringTasks
+from swarmctl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MogParams:
+    """The paper's settings: K = 4, sigma = 0.3, means U(-4, 4)^2, N uniform in 100..499 per batch,
+    weights Dirichlet(1, 1, 1, 1)."""
+
+    n_clusters: int = 4
+    sigma: float = 0.3
+    mean_range: float = 4.0
+    n_min: int = 100
+    n_max: int = 499
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_clusters <= MAX_CLUSTERS:
+            raise ConfigError(f"n_clusters must be in 1..{MAX_CLUSTERS}, got {self.n_clusters}")
+        if not 2 <= self.n_min <= self.n_max:
+            raise ConfigError(f"need 2 <= n_min <= n_max, got {self.n_min}..{self.n_max}")
+        if self.sigma <= 0 or self.mean_range <= 0:
+            raise ConfigError("sigma and mean_range must be > 0")
+
+
+@dataclass(frozen=True)
+class MogBatch:
+    """x (B, N, 2) float32, mask (B, N) bool (True = present), means (B, K, 2), weights (B, K),
+    sigma (B,) of the generating mixtures, labels (B, N) the generating component of each point."""
+
+    x: Tensor
+    mask: Tensor
+    means: Tensor
+    weights: Tensor
+    sigma: Tensor
+    labels: Tensor
+
+    def to(self, device: torch.device) -> MogBatch:
+        return MogBatch(*(t.to(device) for t in (self.x, self.mask, self.means, self.weights, self.sigma,
+                                                 self.labels)))
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+
+def sample_mog_batch(rng: np.random.Generator, batch_size: int, params: MogParams = MogParams()) -> MogBatch:
+    """One batch, draws in the authors' order: N (shared by the batch), all the noise, then per task
+    the means, the weights and the labels."""
+    K = params.n_clusters
+    N = int(rng.integers(params.n_min, params.n_max + 1))
+    noise = rng.normal(0.0, params.sigma, size=(batch_size, N, 2))
+    means = np.empty((batch_size, K, 2))
+    weights = np.empty((batch_size, K))
+    labels = np.empty((batch_size, N), dtype=np.int64)
+    for b in range(batch_size):
+        means[b] = rng.uniform(-params.mean_range, params.mean_range, size=(K, 2))
+        weights[b] = rng.dirichlet(np.ones(K))
+        labels[b] = rng.choice(K, size=N, p=weights[b])
+    x = np.take_along_axis(means, labels[..., None], axis=1) + noise  # (B, N, 2)
+    return MogBatch(torch.from_numpy(x.astype(np.float32)), torch.ones(batch_size, N, dtype=torch.bool),
+                    torch.from_numpy(means), torch.from_numpy(weights),
+                    torch.full((batch_size,), params.sigma, dtype=torch.float64), torch.from_numpy(labels))
+
+
+class FreshBatches:
+    """A sequence of ``n`` batches drawn on access from a generator seeded by (seed, stream, epoch, index):
+    every epoch sees new tasks, and a resumed run sees the same ones as an uninterrupted run."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, stream: int, epoch: int, params: MogParams) -> None:
+        self.n, self.batch_size, self.params = n, batch_size, params
+        self.key = (seed, stream, epoch)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> MogBatch:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        rng = np.random.default_rng([*self.key, i])
+        return sample_mog_batch(rng, self.batch_size, self.params)
+
+
+def generate_mog_tasks(n_batches: int, batch_size: int, seed: int, params: MogParams = MogParams()) -> ClusteringTasks:
+    """A fixed set of ``n_batches * batch_size`` tasks as ragged clustering tasks (means, isotropic
+    covariances sigma^2 I, mixture weights and labels kept), e.g. the 10,000-task test set."""
+    rng = np.random.default_rng([seed, 2])
+    pts, labs, sizes, means, covs, weights = [], [], [], [], [], []
+    K = params.n_clusters
+    for _ in range(n_batches):
+        batch = sample_mog_batch(rng, batch_size, params)
+        x = batch.x.numpy()
+        for b in range(batch_size):
+            pts.append(x[b])
+            labs.append(batch.labels[b].numpy())
+            sizes.append(x.shape[1])
+            m = np.zeros((MAX_CLUSTERS, 2))
+            m[:K] = batch.means[b].numpy()
+            c = np.zeros((MAX_CLUSTERS, 2, 2))
+            c[:K] = params.sigma**2 * np.eye(2)
+            w = np.zeros(MAX_CLUSTERS)
+            w[:K] = batch.weights[b].numpy()
+            means.append(m)
+            covs.append(c)
+            weights.append(w)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return ClusteringTasks(np.concatenate(pts), np.concatenate(labs), offsets, np.full(len(sizes), K, dtype=np.int64),
+                           np.stack(means), np.stack(covs), np.stack(weights))

@@ -1,0 +1,90 @@
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import multivariate_normal
+from typer.testing import CliRunner
+
+from swarmctl.cli import app
+from swarmctl.data.hdf5 import read_dataset
+from swarmctl.data.mog import FreshBatches, MogParams, generate_mog_tasks, sample_mog_batch
+from swarmctl.training.mog import mixture_log_likelihood, mog_batches, oracle_log_likelihood
+
+runner = CliRunner()
+
+
+def cli(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+def test_batches_follow_the_protocol():
+    b = sample_mog_batch(np.random.default_rng(0), 10)
+    B, N, _ = b.x.shape
+    assert B == 10 and 100 <= N <= 499 and b.mask.all()
+    assert b.means.shape == (10, 4, 2) and (b.means.abs() <= 4).all()
+    torch.testing.assert_close(b.weights.sum(1), torch.ones(10, dtype=torch.float64))
+    resid = b.x.double() - torch.gather(b.means, 1, b.labels.unsqueeze(-1).expand(-1, -1, 2))
+    assert abs(resid.std().item() - 0.3) < 0.02  # noise sigma 0.3 around the generating mean
+
+
+def test_fresh_batches_are_reproducible_and_new_every_epoch():
+    a = FreshBatches(3, 10, seed=1, stream=0, epoch=0, params=MogParams())
+    again = FreshBatches(3, 10, seed=1, stream=0, epoch=0, params=MogParams())
+    later = FreshBatches(3, 10, seed=1, stream=0, epoch=1, params=MogParams())
+    torch.testing.assert_close(a[2].x, again[2].x)
+    assert a[2].x.shape != later[2].x.shape or not torch.equal(a[2].x, later[2].x)
+    with pytest.raises(IndexError):
+        a[3]
+
+
+def test_log_likelihood_equals_a_direct_scipy_computation():
+    b = sample_mog_batch(np.random.default_rng(3), 4)
+    got = oracle_log_likelihood(b).numpy()
+    for t in range(4):
+        x = b.x[t].double().numpy()
+        dens = sum(b.weights[t, k].item() * multivariate_normal(b.means[t, k].numpy(), 0.09 * np.eye(2)).pdf(x)
+                   for k in range(4))
+        assert got[t] == pytest.approx(np.log(dens).mean(), rel=1e-9)
+
+
+def test_diagonal_stds_and_padding_in_the_likelihood():
+    x = torch.tensor([[[0.0, 0.0], [1.0, 2.0], [9.0, 9.0]]], dtype=torch.float64)
+    mask = torch.tensor([[True, True, False]])
+    means = torch.tensor([[[0.0, 0.0], [1.0, 1.0]]], dtype=torch.float64)
+    stds = torch.tensor([[[1.0, 2.0], [0.5, 0.5]]], dtype=torch.float64)
+    logw = torch.log(torch.tensor([[0.3, 0.7]], dtype=torch.float64))
+    want = np.mean([np.log(0.3 * multivariate_normal([0, 0], np.diag([1, 4])).pdf(p)
+                           + 0.7 * multivariate_normal([1, 1], np.diag([0.25, 0.25])).pdf(p))
+                    for p in ([0, 0], [1, 2])])
+    assert mixture_log_likelihood(x, mask, means, stds, logw).item() == pytest.approx(want, rel=1e-12)
+
+
+def test_oracle_log_likelihood_is_about_minus_1_4755():
+    tasks = generate_mog_tasks(200, 10, seed=5)
+    ll = np.mean([oracle_log_likelihood(b).mean().item() * len(b) for b in mog_batches(tasks, 10)]) / 10
+    assert ll == pytest.approx(-1.4755, abs=0.03)  # protocol: -1.4755 +- 0.0005; SE of 2,000 tasks ~ 0.005
+
+
+def test_cli_mog_end_to_end(tmp_path):
+    test_set = tmp_path / "mog.h5"
+    assert cli("gen-data", "--task", "mog4", "--tasks", 30, "--out", test_set).exit_code == 0
+    splits, info = read_dataset(test_set)
+    assert info["kind"] == "mog" and len(splits["test"]) == 30
+    runs = tmp_path / "runs"
+    r = cli("train", "swarm-mog", "--hidden", 8, "--iters", 3, "--max-epochs", 3, "--steps-per-epoch", 4,
+            "--val-batches", 2, "--lr-decay-epoch", 2, "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    run = runs / "swarm-mog-8-3-1-s0"
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["lr"] for x in records] == pytest.approx([0.01, 0.01, 0.001])
+    assert [x["batches"] for x in records] == [4, 4, 4]
+    r = cli("eval", "swarm-mog-8-3-1-s0", "--runs-dir", runs, "--data", test_set)
+    assert r.exit_code == 0, r.output
+    res = json.loads((run / "eval-test.json").read_text())
+    assert res["tasks"] == 30 and math.isfinite(res["log_likelihood"])
+    assert res["log_likelihood"] < res["oracle_log_likelihood"] < -1.0
+    # a clustering file is refused with one line
+    r = cli("train", "swarm-mog", "--data", test_set, "--runs-dir", runs)
+    assert r.exit_code == 1 and "drawn fresh" in r.output
