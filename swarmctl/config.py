@@ -40,6 +40,7 @@ class ModelConfig:
     pooling: str | None = None
     dropout: float = 0.0
     activation: str = "relu"
+    dataset: str | None = None  # image models: which image shape to build for
 
     def __post_init__(self) -> None:
         _check_positive(self, "dim_in", "dim_out", "dim_hidden", "n_iter", "n_layers", "n_inducing", "n_heads")
@@ -115,3 +116,4 @@ class DataConfig:
     path: str | None = "data/clustering-seed0.h5"
     train_split: str = "train"
     val_split: str = "val"
+    dataset: str | None = None  # image task: mnist, fashion-mnist or cifar10 (path = torchvision root)

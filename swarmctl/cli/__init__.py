@@ -6,6 +6,7 @@ from swarmctl.cli import (  # noqa: F401  (each module registers one command)
     models,
     plot_entropy,
     report,
+    sample,
     shuffle_variance,
     train,
 )

@@ -50,6 +50,8 @@ class EpochProgress:
         val = "nan" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         best = "-" if r["best_val"] is None else f"{r['best_val']:.4f}"
         note = "  [red]backtrack[/]" if r["backtracked"] else ""
+        if "val_bits_per_dim" in r:
+            val += f" ({r['val_bits_per_dim']:.3f} bits/dim)"
         self._progress.console.print(
             f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
             f"net {r['net_seconds'] / 60:.1f} min{note}", highlight=False, soft_wrap=True,

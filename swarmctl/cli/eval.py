@@ -30,18 +30,24 @@ def eval_cmd(
     """Evaluate a checkpoint with the paper's metric and the true generating mixture's oracle.
 
     Clustering: Hungarian-matched loss and matched accuracy. MoG parameters: log-likelihood per point.
+    Images: bits per dimension on the test split.
     """
     with user_errors():
         res = evaluate_run(target, runs_dir, data, split, device)
         out_path = out or Path(res["checkpoint"]).with_name(f"eval-{res['split']}.json")
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
-    table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} tasks")
+    unit = "images" if res["task"] == "image" else "tasks"
+    table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {unit}")
     table.add_column("")
     if res["task"] == "clustering":
         table.add_column("loss (nats/entity)", justify="right")
         table.add_column("matched accuracy", justify="right")
         table.add_row("model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}")
         table.add_row("oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}")
+    elif res["task"] == "image":
+        table.add_column("cross-entropy (nats/sub-pixel)", justify="right")
+        table.add_column("bits/dim", justify="right")
+        table.add_row("model (class-conditional)", f"{res['loss']:.4f}", f"{res['bits_per_dim']:.4f}")
     else:
         table.add_column("log-likelihood (nats/point)", justify="right")
         table.add_row("model", f"{res['log_likelihood']:.4f}")

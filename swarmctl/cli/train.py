@@ -15,6 +15,7 @@ from swarmctl.cli._progress import EpochProgress, task_progress
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.hdf5 import generate_dataset
 from swarmctl.data.tasks import ClusteringParams
+from swarmctl.errors import ConfigError
 from swarmctl.models import get_spec, list_models
 from swarmctl.training.runs import TASKS, resume_run, start_run, train_config_for
 
@@ -61,6 +62,10 @@ def train_cmd(
                                                 show_default=f"{_T.alpha}")] = None,
     data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: data/clustering-seed0.h5 for "
                                                    "clustering models, generated when missing].")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Image models: mnist, fashion-mnist or cifar10.",
+                                                show_default="mnist")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Image models: torchvision root holding the files "
+                                                       "(e.g. DIR/MNIST/raw/).", show_default="data")] = None,
     name: Annotated[str | None, typer.Option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.", show_default=_T.device)] = None,
@@ -83,19 +88,28 @@ def train_cmd(
                 result = resume_run(resume, runs_dir, model_name=model, minutes=minutes, max_epochs=max_epochs,
                                     device=device, progress=progress)
         else:
+            task = get_spec(model).task
+            if task != "image" and (dataset is not None or data_dir is not None):
+                raise ConfigError("--dataset and --data-dir are for image models (swarm-image); use --data")
+            if task == "image" and data is not None:
+                raise ConfigError("image models read torchvision files: use --dataset and --data-dir, not --data")
             model_cfg = ModelConfig(name=model, dim_hidden=hidden, n_iter=iters, n_layers=layers,
-                                    n_inducing=inducing, n_heads=heads, pooling=pooling, dropout=dropout)
+                                    n_inducing=inducing, n_heads=heads, pooling=pooling, dropout=dropout,
+                                    dataset=(dataset or "mnist") if task == "image" else None)
             train_cfg = train_config_for(model, lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs,
                                          seed=seed, device=device, amp=amp, compile=compile, beta=beta, alpha=alpha,
                                          steps_per_epoch=steps_per_epoch, val_batches=val_batches,
                                          lr_decay_epoch=lr_decay_epoch)
-            default_data = TASKS[get_spec(model).task].default_data
-            data_path = data or (Path(default_data) if default_data else None)
-            if data is None and data_path is not None and is_main:
-                _ensure_default_data(data_path)
+            default_data = TASKS[task].default_data
+            if task == "image":
+                data_cfg = DataConfig(path=str(data_dir or default_data), dataset=model_cfg.dataset)
+            else:
+                data_path = data or (Path(default_data) if default_data else None)
+                if data is None and data_path is not None and is_main:
+                    _ensure_default_data(data_path)
+                data_cfg = DataConfig(path=None if data_path is None else str(data_path))
             with progress_cm as progress:
-                result = start_run(model_cfg, train_cfg, DataConfig(path=None if data_path is None else str(data_path)),
-                                   runs_dir, name, progress=progress)
+                result = start_run(model_cfg, train_cfg, data_cfg, runs_dir, name, progress=progress)
     if not is_main:
         return
     if result.interrupted:

@@ -202,3 +202,30 @@ class SwarmLayer(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         h, c = self.states(x, mask)
         return self.output(torch.cat([h, c], dim=-1))
+
+    def causal_sums(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """Zero running sums for :meth:`causal_step`: (n_iter - 1, B, H)."""
+        return torch.zeros(self.n_iter - 1, batch, self.cell.dim_hidden, device=device, dtype=dtype)
+
+    @torch.no_grad()
+    def causal_step(self, u: Tensor, t: int, sums: Tensor) -> Tensor:
+        """Output at position ``t`` of a causal layer from its input ``u`` (B, D_in) alone.
+
+        With causal pooling the states of positions < t never change once computed, so they enter only
+        through ``sums[k]`` = sum over positions < t of h after iteration k + 1, which this call updates in
+        place. Equal to ``forward`` at position t (eval mode); cost independent of t.
+        """
+        if self.cell.pooling != "causal":
+            raise ValueError("causal_step needs pooling='causal'")
+        cell = self.cell
+        x_proj = cell.project_input(u)  # (B, 4H)
+        h, c = lstm_pointwise(x_proj, None)
+        hs = [h]
+        for k in range(self.n_iter - 1):
+            p = (sums[k] + h) / (t + 1)  # inclusive running mean of the previous iteration's h
+            a = torch.addmm(x_proj, h, cell.recurrent.weight.t()).addmm_(p, cell.population.weight.t())
+            h, c = lstm_pointwise(a, c)
+            hs.append(h)
+        for k in range(self.n_iter - 1):
+            sums[k] += hs[k]
+        return self.output(torch.cat([h, c], dim=-1))

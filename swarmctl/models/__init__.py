@@ -1,6 +1,6 @@
 """Model registry and the model families; importing this package registers every model."""
 
-from swarmctl.models import bilstm, mog, set_linear, set_transformer, swarm  # noqa: F401  (registration)
+from swarmctl.models import bilstm, image, mog, set_linear, set_transformer, swarm  # noqa: F401  (registration)
 from swarmctl.models.registry import (
     ModelSpec,
     complete_config,

@@ -183,6 +183,7 @@ def fit(
     progress: ProgressHook | None = None,
     clock: Callable[[], float] = time.monotonic,
     plot: Callable[[list[dict[str, Any]], Path], None] | None = None,
+    extra_metrics: Callable[[float], dict[str, float]] | None = None,
 ) -> FitResult:
     """Train ``model`` until the net time budget (``cfg.minutes``) or ``cfg.max_epochs`` is spent.
 
@@ -317,6 +318,8 @@ def fit(
                 "backtracks": state.backtracks,
                 "eval_seconds": state.eval_seconds + (clock() - t_eval),
             }
+            if extra_metrics is not None and math.isfinite(v):
+                record.update(extra_metrics(v))
             state.epoch += 1
             state.cursor = 0
             state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0

@@ -22,11 +22,12 @@ from swarmctl.plots.style import save_figure
 from swarmctl.training.checkpoint import load_checkpoint
 from swarmctl.training.clustering import ClusteringTask
 from swarmctl.training.device import init_distributed, resolve_device, seed_everything
+from swarmctl.training.image import ImageTask
 from swarmctl.training.loop import FitResult, ProgressHook, fit
 from swarmctl.training.mog import MogTask
 from swarmctl.training.tasks import Task
 
-TASKS: dict[str, Task] = {task.name: task for task in (ClusteringTask(), MogTask())}
+TASKS: dict[str, Task] = {task.name: task for task in (ClusteringTask(), MogTask(), ImageTask())}
 
 
 def task_of(model_name: str) -> Task:
@@ -82,7 +83,8 @@ def start_run(
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
     return fit(model, prepared.train, prepared.val, prepared.loss_fn, train_cfg, run_dir, config=config,
-               task=task.name, device=device, ctx=ctx, progress=progress, plot=_plot)
+               task=task.name, device=device, ctx=ctx, progress=progress, plot=_plot,
+               extra_metrics=prepared.extra_metrics)
 
 
 def resolve_run(run: str | Path, runs_dir: Path) -> Path:
@@ -129,7 +131,8 @@ def resume_run(
     if ctx.is_main:
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
     return fit(model, prepared.train, prepared.val, prepared.loss_fn, train_cfg, run_dir, config=config,
-               task=task.name, device=dev, resume=True, ctx=ctx, progress=progress, plot=_plot)
+               task=task.name, device=dev, resume=True, ctx=ctx, progress=progress, plot=_plot,
+               extra_metrics=prepared.extra_metrics)
 
 
 def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:

@@ -6,6 +6,7 @@ trainer and the CLI stay the same for every task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,7 @@ class Prepared:
     loss_fn: LossFn
     data_checksum: str | None = None
     metric: str = "loss"  # how the validation loss is reported
+    extra_metrics: Callable[[float], dict[str, float]] | None = None  # more numbers from the val loss
 
 
 class Task(Protocol):
