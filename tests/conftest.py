@@ -44,3 +44,30 @@ def trained_runs(tmp_path_factory):
         start_run(ModelConfig(name=name, dim_hidden=hidden, n_iter=3, n_layers=1),
                          TrainConfig(batch_size=8, max_epochs=2, device="cpu"), DataConfig(path=str(data)), runs, name)
     return runs, data
+
+
+def write_fake_mnist(root, folder="MNIST", n_train=40, n_test=20, size=28, gz=False):
+    """Four IDX files in torchvision's layout ROOT/<folder>/raw/ (random binary images, random labels)."""
+    import gzip
+    import struct
+    from pathlib import Path
+
+    raw = Path(root) / folder / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        images = ((rng.random((n, size, size)) < 0.2) * 255).astype(np.uint8)
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        for name, header, data in ((f"{prefix}-images-idx3-ubyte", struct.pack(">IIII", 2051, n, size, size), images),
+                                   (f"{prefix}-labels-idx1-ubyte", struct.pack(">II", 2049, n), labels)):
+            payload = header + data.tobytes()
+            if gz:
+                (raw / f"{name}.gz").write_bytes(gzip.compress(payload))
+            else:
+                (raw / name).write_bytes(payload)
+    return Path(root)
+
+
+@pytest.fixture
+def fake_mnist(tmp_path):
+    return write_fake_mnist(tmp_path / "images")

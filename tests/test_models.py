@@ -18,6 +18,7 @@ from swarmctl.testing import (
 
 CLUSTERING = list_models("clustering")
 MOG = list_models("mog")
+SETS = CLUSTERING + MOG  # models over sets: (x, mask) in; image models are tested in test_models_image.py
 
 TINY = {"dim_hidden": 8, "n_iter": 3, "n_layers": 2, "n_inducing": 3, "n_heads": 2}
 
@@ -37,17 +38,17 @@ def real(name: str, y: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def test_every_model_belongs_to_a_task():
-    assert sorted(CLUSTERING + MOG) == list_models()
+    assert sorted(SETS + list_models("image")) == list_models()
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", SETS)
 def test_model_builds_from_default_config(name):
     model = create_model(ModelConfig(name=name))
     x, mask = random_sets(2, 7)
     assert model(x, mask).shape == output_shape(name, 2, 7)
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", SETS)
 def test_model_forward_shape_finite_and_all_parameters_get_gradients(name):
     model = tiny(name)
     x, mask = random_sets(3, 9)
@@ -81,7 +82,7 @@ def test_mog_model_is_invariant_or_measurably_order_dependent(name):
             assert (model(x[:, perm], None) - out).abs().max() > 1e-4
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", SETS)
 def test_model_ignores_masked_padding(name):
     model = tiny(name).double().eval()
     x, mask = random_sets(3, 10, dtype=torch.float64)
@@ -93,7 +94,7 @@ def test_model_ignores_masked_padding(name):
         assert_padding_invariant(model, x, mask, atol=1e-9)
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", SETS)
 def test_model_state_dict_round_trip(name):
     model = tiny(name).eval()
     buf = io.BytesIO()

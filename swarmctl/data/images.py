@@ -53,6 +53,7 @@ def load_images(dataset: str, root: Path, train: bool, download: bool = True) ->
     once, and fail with one line that says where to put the files."""
     image_shape(dataset)
     root = Path(root)
+    _extract_gz(root / DATASETS[dataset][1])
     try:
         ds = _torchvision_dataset(dataset, root, train, download=False)
     except RuntimeError:
@@ -76,9 +77,21 @@ def load_images(dataset: str, root: Path, train: bool, download: bool = True) ->
     return ImageSet(images.to(torch.uint8).contiguous(), labels)
 
 
+def _extract_gz(folder: Path) -> None:
+    """torchvision reads uncompressed IDX files; unpack any ``X.gz`` whose ``X`` is missing (as its own
+    download step would)."""
+    from torchvision.datasets.utils import extract_archive
+
+    if folder.name != "raw" or not folder.is_dir():
+        return
+    for gz in folder.glob("*-ubyte.gz"):
+        if not gz.with_suffix("").exists():
+            extract_archive(str(gz), str(folder))
+
+
 def _missing(dataset: str, root: Path) -> str:
     folder = root / DATASETS[dataset][1]
-    what = "the four IDX files (train/t10k images and labels, .gz or not)" if dataset != "cifar10" else \
+    what = "the four IDX files (train/t10k images and labels, .gz or unpacked)" if dataset != "cifar10" else \
         "the CIFAR-10 python batches (data_batch_1..5, test_batch, batches.meta)"
     return f"no {dataset} files under {root}: put {what} in {folder}/ or pass --data-dir"
 
