@@ -218,14 +218,15 @@ class SwarmLayer(nn.Module):
         if self.cell.pooling != "causal":
             raise ValueError("causal_step needs pooling='causal'")
         cell = self.cell
+        w_h, w_p = cell.recurrent.weight.t(), cell.population.weight.t()
+        scale = 1.0 / (t + 1)
         x_proj = cell.project_input(u)  # (B, 4H)
         h, c = lstm_pointwise(x_proj, None)
         hs = [h]
         for k in range(self.n_iter - 1):
-            p = (sums[k] + h) / (t + 1)  # inclusive running mean of the previous iteration's h
-            a = torch.addmm(x_proj, h, cell.recurrent.weight.t()).addmm_(p, cell.population.weight.t())
-            h, c = lstm_pointwise(a, c)
+            p = torch.add(sums[k], h).mul_(scale)  # inclusive running mean of the previous iteration's h
+            h, c = lstm_pointwise(torch.addmm(x_proj, h, w_h).addmm_(p, w_p), c)
             hs.append(h)
-        for k in range(self.n_iter - 1):
-            sums[k] += hs[k]
+        if hs[:-1]:
+            sums += torch.stack(hs[:-1])
         return self.output(torch.cat([h, c], dim=-1))

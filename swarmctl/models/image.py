@@ -88,7 +88,7 @@ class SwarmTransformer(nn.Module):
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
         return self.forward_embedded(self.value_embed(scan_order(x)), y)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def sample(self, y: Tensor, temperature: float = 1.0, generator: torch.Generator | None = None,
                incremental: bool = True) -> Tensor:
         """Draw images (B, C, H, W) uint8 for labels ``y`` (B,), one sub-pixel at a time in scan order.
