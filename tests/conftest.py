@@ -8,6 +8,11 @@ import torch
 
 
 @pytest.fixture(autouse=True)
+def _no_network(monkeypatch) -> None:
+    monkeypatch.setenv("SWARMCTL_NO_DOWNLOAD", "1")  # tests never try torchvision's download
+
+
+@pytest.fixture(autouse=True)
 def _seed() -> None:
     random.seed(0)
     np.random.seed(0)

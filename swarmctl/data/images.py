@@ -3,6 +3,7 @@ MNIST, FashionMNIST and CIFAR-10 as uint8 tensors, with batches reshuffled every
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +49,12 @@ def _torchvision_dataset(dataset: str, root: Path, train: bool, download: bool):
     return cls(str(root), train=train, download=download)
 
 
-def load_images(dataset: str, root: Path, train: bool, download: bool = True) -> ImageSet:
+def load_images(dataset: str, root: Path, train: bool, download: bool | None = None) -> ImageSet:
     """Load a split with torchvision from ``root``; when the files are missing, try torchvision's download
-    once, and fail with one line that says where to put the files."""
+    once (not when ``download`` is False or the environment sets SWARMCTL_NO_DOWNLOAD=1), and fail with one
+    line that says where to put the files."""
+    if download is None:
+        download = os.environ.get("SWARMCTL_NO_DOWNLOAD", "") not in ("1", "true", "yes")
     image_shape(dataset)
     root = Path(root)
     _extract_gz(root / DATASETS[dataset][1])
