@@ -66,7 +66,7 @@ def main() -> None:
         save_figure(plot_samples(grid.images, f"swarm-image ({args.hidden}-{args.iters}-1), {dataset}, "
                                               f"{res.net_seconds / 60:.0f} net min on {args.device}"),
                     args.docs / f"samples-{dataset}-{args.device}.png")
-        rows.append((dataset, res.best_val / 0.6931471805599453, res.epochs, res.epochs * args.steps_per_epoch * 50,
+        rows.append((dataset, res.best_val / 0.6931471805599453, res.epochs, sum(r["batches"] for r in records) * 50,
                      res.net_seconds / 60, [round(r["val_bits_per_dim"], 3) for r in records], grid.seconds))
         print(f"{dataset}: best test {rows[-1][1]:.3f} bits/dim", flush=True)
 
