@@ -3,7 +3,6 @@ that figures can be redrawn without a model."""
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 from dataclasses import dataclass, fields
@@ -93,6 +92,3 @@ def load_result(cls: type[R], path: Path) -> R:
         raise DataError(f"{path} holds another study's result, not a {cls.__name__}")
     return cls(**arrays, **meta)
 
-
-def replace(result: R, **changes: Any) -> R:
-    return dataclasses.replace(result, **changes)

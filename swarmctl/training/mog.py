@@ -85,7 +85,6 @@ class MogTask:
             train=lambda epoch: FreshBatches(steps, bs, seed, 0, epoch, params),
             val=lambda epoch: FreshBatches(n_val, bs, seed, 1, epoch, params),  # fresh validation tasks each epoch
             loss_fn=mog_loss,
-            metric="negative log-likelihood per point",
         )
 
     @torch.no_grad()

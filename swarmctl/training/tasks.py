@@ -26,7 +26,6 @@ class Prepared:
     val: Batches
     loss_fn: LossFn
     data_checksum: str | None = None
-    metric: str = "loss"  # how the validation loss is reported
     extra_metrics: Callable[[float], dict[str, float]] | None = None  # more numbers from the val loss
 
 
