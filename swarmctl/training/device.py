@@ -82,3 +82,9 @@ def keep_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_max = -1, -4
     return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
+
+
+def barrier(ctx: DistContext) -> None:
+    """Wait for every rank (nothing without a process group)."""
+    if ctx.enabled:
+        dist.barrier()

@@ -21,7 +21,7 @@ from swarmctl.plots.curves import plot_curves
 from swarmctl.plots.style import save_figure
 from swarmctl.training.checkpoint import load_checkpoint
 from swarmctl.training.clustering import ClusteringTask
-from swarmctl.training.device import init_distributed, resolve_device, seed_everything
+from swarmctl.training.device import barrier, init_distributed, resolve_device, seed_everything
 from swarmctl.training.image import ImageTask
 from swarmctl.training.loop import FitResult, ProgressHook, fit
 from swarmctl.training.mog import MogTask
@@ -70,7 +70,9 @@ def start_run(
     device = resolve_device(train_cfg.device, ctx.local_rank)
     prepared = task.prepare(train_cfg, data_cfg)
     run_dir = Path(runs_dir) / (name or default_run_name(model_cfg, train_cfg.seed))
-    if (run_dir / "config.json").exists():
+    exists = (run_dir / "config.json").exists()
+    barrier(ctx)  # every rank has looked before rank 0 writes: all of them agree
+    if exists:
         raise CheckpointError(f"run {run_dir} exists; continue it with --resume {run_dir.name} or pick another --name")
     config = {
         "model": to_dict(model_cfg),
