@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_swarm import NaiveSwarmLayer  # noqa: E402
 
 from swarmctl.layers.swarm import SwarmLayer  # noqa: E402
-from swarmctl.training.device import keep_freed_memory  # noqa: E402
 
 
 def sync(device: torch.device) -> None:
@@ -74,11 +73,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--compile", action="store_true", help="also time the library layer with a compiled step")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--keep-freed-memory", action="store_true",
-                    help="glibc: serve tensors from the heap and keep freed memory (no page faults per step)")
     args = ap.parse_args()
-    if args.keep_freed_memory:
-        print(f"keep_freed_memory: {keep_freed_memory()}")
 
     device = torch.device(args.device)
     torch.manual_seed(0)

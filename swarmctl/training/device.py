@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import random
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,23 +63,6 @@ def init_distributed(device_name: str = "auto") -> DistContext:
             torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl" if use_cuda else "gloo")
     return DistContext(rank, world, local_rank)
-
-
-def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to serve every block from its heap and never give freed memory back to the OS.
-
-    Large CPU tensors are otherwise mapped fresh and unmapped on free, so each one costs page faults on
-    first touch; a training step that allocates many (B, N, 4H) activations spends much of its time there.
-    Returns False (and changes nothing) where glibc is not the allocator.
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_max = -1, -4
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def barrier(ctx: DistContext) -> None:
