@@ -151,12 +151,13 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
-def _any_rank(flag: bool, ctx: DistContext, device: torch.device) -> bool:
+def _any_rank(flags: tuple[bool, ...], ctx: DistContext, device: torch.device) -> tuple[bool, ...]:
+    """Each flag OR-ed over all ranks, in one collective call (the flags themselves without DDP)."""
     if not ctx.enabled:
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
+        return flags
+    t = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item() > 0)
+    return tuple(bool(v > 0) for v in t.tolist())
 
 
 def _broadcast(value: float, ctx: DistContext, device: torch.device) -> float:
@@ -242,7 +243,7 @@ def fit(
     amp = cfg.amp
     with _StopSignals() as signals:
         while state.epoch < cfg.max_epochs:
-            if state.cursor == 0 and _any_rank(state.net_seconds >= budget, ctx, device):
+            if state.cursor == 0 and _any_rank((state.net_seconds >= budget,), ctx, device)[0]:
                 state.finished, state.stop_reason = True, "time budget"  # nothing left for a new epoch
                 break
             if cfg.lr_decay_epoch is not None and state.epoch >= cfg.lr_decay_epoch and not state.lr_decayed:
@@ -262,8 +263,8 @@ def fit(
             model.train()
             time_up = False
             while state.cursor < len(order):
-                stop_signal = _any_rank(signals.received is not None, ctx, device)
-                time_up = _any_rank(state.net_seconds >= budget, ctx, device)
+                stop_signal, time_up = _any_rank((signals.received is not None, state.net_seconds >= budget), ctx,
+                                                 device)
                 if stop_signal:
                     state.stop_reason = f"interrupted ({signals.received or 'signal on another rank'})"
                     save_last()
@@ -284,7 +285,7 @@ def fit(
                 state.epoch_loss_count += 1
                 if progress:
                     progress.batch_end(loss_value)
-            time_up = time_up or _any_rank(state.net_seconds >= budget, ctx, device)
+            time_up = time_up or _any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
             v = _broadcast(evaluate(model, _batches_for(val_batches, state.epoch), loss_fn, device, amp), ctx, device)
