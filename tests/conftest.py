@@ -7,6 +7,16 @@ import pytest
 import torch
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` need CUDA: skipped where there is none (run them with ``pytest -m gpu``)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _no_network(monkeypatch) -> None:
     monkeypatch.setenv("SWARMCTL_NO_DOWNLOAD", "1")  # tests never try torchvision's download

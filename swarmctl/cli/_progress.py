@@ -25,8 +25,6 @@ class EpochProgress:
             TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=console, transient=True,
         )
         self._task: Any = None
-        self._sum = 0.0
-        self._n = 0
 
     def __enter__(self) -> EpochProgress:
         self._progress.__enter__()
@@ -38,13 +36,13 @@ class EpochProgress:
     def epoch_start(self, epoch: int, n_batches: int, done: int) -> None:
         if self._task is not None:
             self._progress.remove_task(self._task)
-        self._sum, self._n = 0.0, 0
         self._task = self._progress.add_task("train", total=n_batches, completed=done, epoch=epoch, loss="-")
 
-    def batch_end(self, loss: float) -> None:
-        self._sum += loss
-        self._n += 1
-        self._progress.update(self._task, advance=1, loss=f"{self._sum / self._n:.4f}")
+    def batch_end(self, mean_loss: float | None) -> None:
+        if mean_loss is None:  # not read this step (the trainer reads it every few steps on a GPU)
+            self._progress.update(self._task, advance=1)
+        else:
+            self._progress.update(self._task, advance=1, loss=f"{mean_loss:.4f}")
 
     def epoch_end(self, r: dict[str, Any]) -> None:
         val = "nan" if r["val_loss"] is None else f"{r['val_loss']:.4f}"

@@ -1,0 +1,50 @@
+"""The accelerator path of the trainer (batches copied to the device once, the loss read on the host
+every few steps) run on the CPU: it must train exactly as the step-by-step path does."""
+
+import json
+
+import pytest
+import torch
+
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.dataset import ClusteringBatch
+from swarmctl.training import loop
+from swarmctl.training.checkpoint import load_checkpoint
+from swarmctl.training.runs import start_run
+
+
+def _train(tiny_h5, runs, name):
+    return start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=3), TrainConfig(batch_size=4, max_epochs=3,
+                     device="cpu"), DataConfig(path=str(tiny_h5)), runs, name)
+
+
+def test_reading_the_loss_every_few_steps_trains_identically(tmp_path, tiny_h5, monkeypatch):
+    step_by_step = _train(tiny_h5, tmp_path, "every-step")
+    monkeypatch.setattr(loop, "host_sync_interval", lambda device: 3)  # 5 batches per epoch: reads at 3 and 5
+    lazy = _train(tiny_h5, tmp_path, "every-3")
+    assert (lazy.epochs, lazy.best_epoch, lazy.best_val) == (step_by_step.epochs, step_by_step.best_epoch,
+                                                             step_by_step.best_val)
+    a = load_checkpoint(tmp_path / "every-step" / "last.pt")["model"]
+    b = load_checkpoint(tmp_path / "every-3" / "last.pt")["model"]
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    ra, rb = ([json.loads(line) for line in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]
+              for n in ("every-step", "every-3"))
+    for x, y in zip(ra, rb, strict=True):
+        assert y["train_loss"] == pytest.approx(x["train_loss"], rel=1e-12)
+        assert y["batches"] == x["batches"] and y["val_loss"] == x["val_loss"]
+
+
+def test_fixed_batches_are_copied_to_the_device_once():
+    batch = ClusteringBatch(torch.zeros(2, 3, 2), torch.zeros(2, 3, dtype=torch.long),
+                            torch.ones(2, 3, dtype=torch.bool), torch.arange(2))
+    moved = loop.on_device([batch, batch], torch.device("meta"))
+    assert isinstance(moved, list) and all(t.device.type == "meta" for b in moved for t in (b.x, b.labels, b.mask))
+    assert loop.on_device([batch], torch.device("cpu"))[0] is batch  # nothing to copy on the CPU
+    drawn = lambda epoch: [batch]  # noqa: E731 -- batches drawn per epoch are moved as they are used
+    assert loop.on_device(drawn, torch.device("meta")) is drawn
+
+
+def test_the_host_reads_the_loss_every_step_on_the_cpu_and_every_few_on_a_gpu():
+    assert loop.host_sync_interval(torch.device("cpu")) == 1
+    assert loop.host_sync_interval(torch.device("meta")) > 1
