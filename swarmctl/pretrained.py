@@ -12,6 +12,9 @@ from pathlib import Path
 
 from swarmctl.errors import CheckpointError
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
+from swarmctl.training.clustering import ClusteringTask
+
+CLUSTERING = ClusteringTask.name
 
 
 def pretrained_dir() -> Path:
@@ -24,7 +27,12 @@ def is_shipped(path: Path) -> bool:
     return Path(path).resolve().parent == pretrained_dir().resolve()
 
 
-def shipped_checkpoint(task: str, dataset: str | None = None) -> Path:
+def results_dir(checkpoint: Path, runs_dir: Path) -> Path:
+    """Where commands write what they compute from a shipped checkpoint (never into ``pretrained/``)."""
+    return Path(runs_dir) / f"pretrained-{Path(checkpoint).stem}"
+
+
+def shipped_checkpoint(task: str = CLUSTERING, dataset: str | None = None) -> Path:
     """The shipped checkpoint for ``task`` (and, for images, ``dataset``); CheckpointError if none."""
     for path in sorted(pretrained_dir().glob("*.pt")):
         ckpt = load_checkpoint(path)
@@ -33,6 +41,14 @@ def shipped_checkpoint(task: str, dataset: str | None = None) -> Path:
     what = f"{task} ({dataset})" if dataset else task
     raise CheckpointError(f"no shipped {what} model in {pretrained_dir()}; name a run, or train one with "
                           "`swarmctl train`")
+
+
+def missing_data(checkpoint: Path) -> Path | None:
+    """The clustering dataset a shipped checkpoint is scored on, when it is not there yet (a fresh
+    checkout): the caller generates it (seed 0) before use. None when nothing is missing."""
+    ckpt = load_checkpoint(checkpoint)
+    path = Path(ckpt["config"]["data"]["path"] or ClusteringTask.default_data)
+    return path if ckpt["task"] == CLUSTERING and is_shipped(checkpoint) and not path.exists() else None
 
 
 def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None) -> None:

@@ -23,6 +23,13 @@ def _no_network(monkeypatch) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _no_shipped_models(monkeypatch, tmp_path_factory) -> None:
+    """Commands fall back to the models in pretrained/ when no run is named; tests see none unless they
+    point SWARMCTL_PRETRAINED somewhere themselves."""
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path_factory.mktemp("no-shipped-models")))
+
+
+@pytest.fixture(autouse=True)
 def _seed() -> None:
     random.seed(0)
     np.random.seed(0)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from swarmctl.cli._options import console
+from swarmctl.data.hdf5 import generate_dataset
+from swarmctl.data.tasks import ClusteringParams
 
 
 def task_progress(description: str) -> Progress:
@@ -14,6 +17,18 @@ def task_progress(description: str) -> Progress:
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TimeRemainingColumn(), console=console, transient=False,
     )
+
+
+def ensure_default_data(path: Path) -> None:
+    """Generate the paper's clustering dataset (seed 0) at ``path`` when it is missing, with a progress bar."""
+    if path.exists():
+        return
+    params = ClusteringParams()
+    console.print(f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first",
+                  highlight=False)
+    with task_progress("generating tasks") as progress:
+        bar = progress.add_task("generating tasks", total=params.n_tasks)
+        generate_dataset(path, params, seed=0, progress=lambda k: progress.update(bar, completed=k))
 
 
 class EpochProgress:

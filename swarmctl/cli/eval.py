@@ -11,14 +11,17 @@ from rich.table import Table
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import console, user_errors
+from swarmctl.cli._progress import ensure_default_data
 from swarmctl.files import atomic_write_text
-from swarmctl.training.runs import evaluate_run
+from swarmctl.pretrained import is_shipped, missing_data, results_dir, shipped_checkpoint
+from swarmctl.training.runs import evaluate_run, find_checkpoint
 
 
 @app.command("eval")
 def eval_cmd(
-    target: Annotated[str, typer.Argument(metavar="RUN_OR_CHECKPOINT",
-                                          help="Run name, run folder (uses best.pt) or checkpoint file.")],
+    target: Annotated[str | None, typer.Argument(metavar="RUN_OR_CHECKPOINT",
+                                                 help="Run name, run folder (uses best.pt) or checkpoint file "
+                                                      "\\[default: the shipped SWARM clustering model].")] = None,
     data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: clustering: the run's; mog: the "
                                                    "fixed 10,000-task test set].")] = None,
     split: Annotated[str | None, typer.Option(help="Split to score [default: val; mog: test].")] = None,
@@ -33,8 +36,16 @@ def eval_cmd(
     Images: bits per dimension on the test split.
     """
     with user_errors():
+        if target is None:
+            target = str(shipped_checkpoint())
+            console.print(f"no run named: scoring the shipped model {target}", highlight=False)
+        checkpoint = find_checkpoint(target, runs_dir)
+        shipped = is_shipped(checkpoint)
+        if data is None and (missing := missing_data(checkpoint)) is not None:
+            ensure_default_data(missing)  # a fresh checkout has no data yet
         res = evaluate_run(target, runs_dir, data, split, device)
-        out_path = out or Path(res["checkpoint"]).with_name(f"eval-{res['split']}.json")
+        folder = results_dir(res["checkpoint"], runs_dir) if shipped else Path(res["checkpoint"]).parent
+        out_path = out or folder / f"eval-{res['split']}.json"
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
     unit = "images" if res["task"] == "image" else "tasks"
     table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {unit}")

@@ -9,12 +9,13 @@ import typer
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import console, user_errors
-from swarmctl.cli._progress import task_progress
+from swarmctl.cli._progress import ensure_default_data, task_progress
 from swarmctl.config import ModelConfig, from_dict
 from swarmctl.data.hdf5 import read_split
 from swarmctl.models import paper_code
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
+from swarmctl.pretrained import missing_data, results_dir, shipped_checkpoint
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
 from swarmctl.training.device import resolve_device
@@ -23,7 +24,8 @@ from swarmctl.training.runs import find_checkpoint, load_model, resolve_run
 
 @app.command("plot-entropy")
 def plot_entropy_cmd(
-    run: Annotated[str, typer.Argument(help="Run name or folder.")],
+    run: Annotated[str | None, typer.Argument(help="Run name or folder \\[default: the shipped SWARM clustering "
+                                                   "model].")] = None,
     data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: the run's].")] = None,
     task: Annotated[int | None, typer.Option(help="Validation task index (overrides --clusters/--size).")] = None,
     clusters: Annotated[int, typer.Option(help="Pick a task with this many clusters...")] = 7,
@@ -40,13 +42,21 @@ def plot_entropy_cmd(
     class distribution at every grid location. Figure 2: one panel per class with x*'s probability.
     """
     with user_errors():
-        run_dir = resolve_run(run, runs_dir)
-        out_dir = out or run_dir / "entropy"
+        if run is None:
+            checkpoint = shipped_checkpoint()
+            console.print(f"no run named: using the shipped model {checkpoint}", highlight=False)
+            out_dir = out or results_dir(checkpoint, runs_dir) / "entropy"
+        else:
+            run_dir = resolve_run(run, runs_dir)
+            checkpoint = find_checkpoint(run_dir, runs_dir)
+            out_dir = out or run_dir / "entropy"
         if replot:
             res = load_result(EntropyMapResult, out_dir / "entropy.npz")
         else:
             dev = resolve_device(device)
-            model, ckpt = load_model(find_checkpoint(run_dir, runs_dir), dev)
+            if data is None and (missing := missing_data(checkpoint)) is not None:
+                ensure_default_data(missing)  # a fresh checkout has no data yet
+            model, ckpt = load_model(checkpoint, dev)
             cfg = from_dict(ModelConfig, ckpt["config"]["model"])
             split, _ = read_split(Path(data or ckpt["config"]["data"]["path"]), "val")
             index = choose_task(split, task, clusters, size)

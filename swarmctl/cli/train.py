@@ -11,26 +11,14 @@ import typer
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import console, err_console, user_errors
-from swarmctl.cli._progress import EpochProgress, task_progress
+from swarmctl.cli._progress import EpochProgress, ensure_default_data
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
-from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.errors import ConfigError
 from swarmctl.models import get_spec, list_models
 from swarmctl.training.runs import TASKS, resume_run, start_run, train_config_for
 
 _T = TrainConfig()
 INTERRUPTED_EXIT = 130
-
-
-def _ensure_default_data(path: Path) -> None:
-    if path.exists():
-        return
-    params = ClusteringParams()
-    console.print(f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first")
-    with task_progress("generating tasks") as progress:
-        bar = progress.add_task("generating tasks", total=params.n_tasks)
-        generate_dataset(path, params, seed=0, progress=lambda k: progress.update(bar, completed=k))
 
 
 @app.command("train")
@@ -106,7 +94,7 @@ def train_cmd(
             else:
                 data_path = data or (Path(default_data) if default_data else None)
                 if data is None and data_path is not None and is_main:
-                    _ensure_default_data(data_path)
+                    ensure_default_data(data_path)
                 data_cfg = DataConfig(path=None if data_path is None else str(data_path))
             with progress_cm as progress:
                 result = start_run(model_cfg, train_cfg, data_cfg, runs_dir, name, progress=progress)
