@@ -39,7 +39,7 @@ def trained_runs(tmp_path_factory):
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
     from swarmctl.data.hdf5 import generate_dataset
     from swarmctl.data.tasks import ClusteringParams
-    from swarmctl.training.runs import start_run
+    from swarmctl.runs import start_run
 
     root = tmp_path_factory.mktemp("trained")
     data = root / "data.h5"

@@ -16,5 +16,5 @@ def test_plots_and_results_import_without_torch():
 
 
 def test_lazy_top_level_names():
-    assert swarmctl.create_model(swarmctl.ModelConfig(name="set-linear")).equivariant
+    assert swarmctl.create_model(swarmctl.ModelConfig(name="set-linear")).symmetry == "equivariant"
     assert "swarm" in swarmctl.list_models()

@@ -6,25 +6,28 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
 from swarmctl.files import atomic_write_text
-from swarmctl.training.runs import evaluate_run
+from swarmctl.runs import evaluate_run
+from swarmctl.tasks import get_task
 
 
 @app.command("eval")
 def eval_cmd(
-    target: Annotated[str, typer.Argument(metavar="RUN_OR_CHECKPOINT",
+    target: Annotated[str, argument(metavar="RUN_OR_CHECKPOINT",
                                           help="Run name, run folder (uses best.pt) or checkpoint file.")],
-    data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: clustering: the run's; mog: the "
-                                                   "fixed 10,000-task test set].")] = None,
-    split: Annotated[str | None, typer.Option(help="Split to score [default: val; mog: test].")] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    out: Annotated[Path | None, typer.Option(help="JSON output [default: eval-SPLIT.json beside the checkpoint].")]
+    data: Annotated[Path | None, option(help="HDF5 dataset [default: clustering: the run's; mog: the "
+                                                   "fixed 10,000-task test set; image: the run's --data-dir].")]
+    = None,
+    split: Annotated[str | None, option(help="Split to score [default: clustering: val; mog and image: "
+                                                   "test].")] = None,
+    runs_dir: RunsDir = RUNS_DIR,
+    device: Device = "auto",
+    out: Annotated[Path | None, option(help="JSON output [default: eval-SPLIT.json beside the checkpoint].")]
     = None,
 ) -> None:
     """Evaluate a checkpoint with the paper's metric and the true generating mixture's oracle.
@@ -36,22 +39,14 @@ def eval_cmd(
         res = evaluate_run(target, runs_dir, data, split, device)
         out_path = out or Path(res["checkpoint"]).with_name(f"eval-{res['split']}.json")
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
-    unit = "images" if res["task"] == "image" else "tasks"
-    table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {unit}")
-    table.add_column("")
-    if res["task"] == "clustering":
-        table.add_column("loss (nats/entity)", justify="right")
-        table.add_column("matched accuracy", justify="right")
-        table.add_row("model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}")
-        table.add_row("oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}")
-    elif res["task"] == "image":
-        table.add_column("cross-entropy (nats/sub-pixel)", justify="right")
-        table.add_column("bits/dim", justify="right")
-        table.add_row("model (class-conditional)", f"{res['loss']:.4f}", f"{res['bits_per_dim']:.4f}")
-    else:
-        table.add_column("log-likelihood (nats/point)", justify="right")
-        table.add_row("model", f"{res['log_likelihood']:.4f}")
-        table.add_row("oracle (true parameters)", f"{res['oracle_log_likelihood']:.4f}")
+    task = get_task(res["task"])
+    columns, rows = task.eval_table(res)
+    table = Table(title=escape(f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], "
+                               f"{res['tasks']:,} {task.unit}"))
+    for k, col in enumerate(columns):
+        table.add_column(col, justify="right" if k else "left")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
-    console.print(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} (epoch {res['epoch']}, "
-                  f"{res['net_minutes']:.1f} net min) -> {out_path}", highlight=False)
+    say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} (epoch {res['epoch']}, "
+        f"{res['net_minutes']:.1f} net min) -> {out_path}")

@@ -8,11 +8,11 @@ from typer.testing import CliRunner
 from swarmctl.cli import app
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError, DataError
+from swarmctl.runs import load_model
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
 from swarmctl.studies.report import ConfigSummary, RunSummary, frontiers, pareto_front, summarise
 from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult, load_result, save_result
 from swarmctl.studies.shuffle_variance import measure_shuffle_variance, spread_task_indices
-from swarmctl.training.runs import load_model
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from swarmctl.cli import app
 from swarmctl.data.hdf5 import read_dataset
 from swarmctl.data.mog import FreshBatches, MogParams, generate_mog_tasks, sample_mog_batch
-from swarmctl.training.mog import mixture_log_likelihood, mog_batches, oracle_log_likelihood
+from swarmctl.tasks.mog import mixture_log_likelihood, mog_batches, oracle_log_likelihood
 
 runner = CliRunner()
 

@@ -1,14 +1,16 @@
-"""Runs: start, resume and evaluate a training run of any registered model on its task.
+"""A run's lifecycle: create it, train it, resume it, open it for reading, list them.
 
-A run is a folder ``runs/NAME`` holding config.json, metrics.jsonl, best.pt, last.pt, curves.png.
+A run is a folder ``runs/NAME`` holding config.json, metrics.jsonl, best.pt, last.pt and curves.png.
+Every command that reads a run goes through :func:`open_run`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -19,35 +21,41 @@ from swarmctl.files import atomic_write_text
 from swarmctl.models import complete_config, count_parameters, create_model, get_spec, paper_code
 from swarmctl.plots.curves import plot_curves
 from swarmctl.plots.style import save_figure
+from swarmctl.tasks import DataProgress, Task, get_task, task_of
 from swarmctl.training.checkpoint import load_checkpoint
-from swarmctl.training.clustering import ClusteringTask
-from swarmctl.training.device import barrier, init_distributed, resolve_device, seed_everything
-from swarmctl.training.image import ImageTask
+from swarmctl.training.device import (
+    DistContext,
+    barrier,
+    init_distributed,
+    is_main_process,
+    resolve_device,
+    seed_everything,
+)
 from swarmctl.training.loop import FitResult, ProgressHook, fit
-from swarmctl.training.mog import MogTask
-from swarmctl.training.tasks import Task
 
-TASKS: dict[str, Task] = {task.name: task for task in (ClusteringTask(), MogTask(), ImageTask())}
-
-
-def task_of(model_name: str) -> Task:
-    return TASKS[get_spec(model_name).task]
+__all__ = ["Run", "configs_from_options", "evaluate_run", "is_main_process", "list_runs", "open_run", "resume_run",
+           "start_run"]
 
 
-def train_config_for(model_name: str, **options: Any) -> TrainConfig:
-    """A TrainConfig with the model's task defaults; options that are None keep the default."""
-    values = {**task_of(model_name).train_defaults, **{k: v for k, v in options.items() if v is not None}}
-    return TrainConfig(**values)
+class Progress(ProgressHook, DataProgress, Protocol):
+    """What a caller may pass to show progress: epochs and batches, and generation of missing data."""
 
+
+# ---- create and train ----------------------------------------------------------------------------------
 
 def default_run_name(model_cfg: ModelConfig, seed: int) -> str:
     """e.g. ``swarm-192-10-1-s0``."""
     return f"{model_cfg.name}-{paper_code(model_cfg)}-s{seed}"
 
 
-def _plot(records: list[dict[str, Any]], run_dir: Path) -> None:
-    if records:
-        save_figure(plot_curves(records, title=run_dir.name), run_dir / "curves.png")
+def configs_from_options(model: str, model_options: dict[str, Any], train_options: dict[str, Any],
+                         data: Path | None = None, dataset: str | None = None,
+                         data_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, DataConfig]:
+    """The three configs of a new run from the train command's options (None: the task's default)."""
+    task = task_of(model)
+    data_cfg = task.data_config(data, dataset, data_dir)
+    model_cfg = ModelConfig(name=model, dataset=data_cfg.dataset, **model_options)
+    return model_cfg, task.train_config(**train_options), data_cfg
 
 
 def start_run(
@@ -56,11 +64,12 @@ def start_run(
     data_cfg: DataConfig,
     runs_dir: Path,
     name: str | None = None,
-    progress: ProgressHook | None = None,
+    progress: Progress | None = None,
 ) -> FitResult:
-    """Start a new run ``runs_dir/name`` (default name from model, paper code and seed).
+    """Start a new run ``runs_dir/name`` (default name from model, paper code and seed) and train it.
 
     Everything is validated before the run folder is created, so a bad option leaves nothing behind.
+    Under torchrun, rank 0 makes missing default data before any rank reads it.
     """
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
@@ -68,6 +77,9 @@ def start_run(
     seed_everything(train_cfg.seed)
     model = create_model(model_cfg)  # validates the hyper-parameters
     device = resolve_device(train_cfg.device, ctx.local_rank)
+    if ctx.is_main:
+        task.ensure_data(data_cfg, progress)
+    barrier(ctx)  # the data exists before any rank opens it
     prepared = task.prepare(train_cfg, data_cfg)
     run_dir = Path(runs_dir) / (name or default_run_name(model_cfg, train_cfg.seed))
     exists = (run_dir / "config.json").exists()
@@ -77,25 +89,17 @@ def start_run(
     config = {
         "model": to_dict(model_cfg),
         "train": to_dict(train_cfg),
-        "data": {**to_dict(data_cfg), "checksum": prepared.data_checksum},
+        "data": {**to_dict(data_cfg), "checksum": prepared.checksum},
         "run": {"name": run_dir.name, "task": task.name, "parameters": count_parameters(model),
                 "code": paper_code(model_cfg), "device": str(device), "world_size": ctx.world_size},
     }
     if ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
-    return fit(model, prepared.train, prepared.val, prepared.loss_fn, train_cfg, run_dir, config=config,
-               task=task.name, device=device, ctx=ctx, progress=progress, plot=_plot,
-               extra_metrics=prepared.extra_metrics)
-
-
-def resolve_run(run: str | Path, runs_dir: Path) -> Path:
-    """A run given as a folder path or as a name inside ``runs_dir``."""
-    for candidate in (Path(run), Path(runs_dir) / str(run)):
-        if (candidate / "config.json").is_file():
-            return candidate
-    raise CheckpointError(f"no run {str(run)!r} (looked for {run}/config.json and {Path(runs_dir) / str(run)}); "
-                          f"list runs with `ls {runs_dir}`")
+    result = fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
+                 progress=progress)
+    _draw_curves(result, ctx)
+    return result
 
 
 def resume_run(
@@ -105,7 +109,7 @@ def resume_run(
     minutes: float | None = None,
     max_epochs: int | None = None,
     device: str | None = None,
-    progress: ProgressHook | None = None,
+    progress: Progress | None = None,
 ) -> FitResult:
     """Continue a run from its ``last.pt``; its saved config is used, budget included (``minutes`` and
     ``max_epochs`` replace the totals when given, e.g. to extend a finished run)."""
@@ -124,7 +128,7 @@ def resume_run(
     config = {**config, "train": to_dict(train_cfg)}
     data_cfg = from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
     prepared = task.prepare(train_cfg, data_cfg)
-    if prepared.data_checksum != config["data"]["checksum"]:
+    if prepared.checksum != config["data"]["checksum"]:
         raise DataError(f"{data_cfg.path} changed since run {run_dir.name} started (checksum differs); "
                         "resume with the original file")
     seed_everything(train_cfg.seed)
@@ -132,9 +136,37 @@ def resume_run(
     dev = resolve_device(train_cfg.device, ctx.local_rank)
     if ctx.is_main:
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
-    return fit(model, prepared.train, prepared.val, prepared.loss_fn, train_cfg, run_dir, config=config,
-               task=task.name, device=dev, resume=True, ctx=ctx, progress=progress, plot=_plot,
-               extra_metrics=prepared.extra_metrics)
+    result = fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev, resume=True,
+                 ctx=ctx, progress=progress)
+    _draw_curves(result, ctx)
+    return result
+
+
+def _draw_curves(result: FitResult, ctx: DistContext) -> None:
+    """curves.png from metrics.jsonl once a run stops by itself (rank 0; nothing before the first epoch)."""
+    run_dir = result.run_dir
+    metrics = run_dir / "metrics.jsonl"
+    if not ctx.is_main or result.interrupted or not metrics.is_file():
+        return
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    if records:
+        save_figure(plot_curves(records, title=run_dir.name), run_dir / "curves.png")
+
+
+# ---- open and read -------------------------------------------------------------------------------------
+
+def resolve_run(run: str | Path, runs_dir: Path) -> Path:
+    """A run given as a folder path or as a name inside ``runs_dir``."""
+    for candidate in (Path(run), Path(runs_dir) / str(run)):
+        if (candidate / "config.json").is_file():
+            return candidate
+    raise CheckpointError(f"no run {str(run)!r} (looked for {run}/config.json and {Path(runs_dir) / str(run)}); "
+                          f"list runs with `ls {runs_dir}`")
+
+
+def list_runs(runs_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every run folder in ``runs_dir`` with its config.json, by name."""
+    return [(p.parent, json.loads(p.read_text())) for p in sorted(Path(runs_dir).glob("*/config.json"))]
 
 
 def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
@@ -165,24 +197,57 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn
     return model.to(device).eval(), ckpt
 
 
+@dataclass(frozen=True)
+class Run:
+    """A trained run opened for reading: its model (weights loaded, eval mode) and what it was trained on."""
+
+    dir: Path
+    checkpoint: Path
+    model: nn.Module
+    ckpt: dict[str, Any]
+    model_cfg: ModelConfig
+    device: torch.device
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.ckpt["config"]
+
+    @property
+    def task(self) -> Task:
+        return get_task(self.ckpt["task"])
+
+    @property
+    def label(self) -> str:
+        """e.g. ``swarm (192-10-1)``."""
+        return f"{self.model_cfg.name} ({paper_code(self.model_cfg)})"
+
+    def data_path(self, data: Path | None = None) -> Path:
+        """``data`` when given, else the dataset the run was trained on."""
+        return Path(data or self.config["data"]["path"])
+
+
+def open_run(target: str | Path, runs_dir: Path, device: str = "auto") -> Run:
+    """Open a run (name or folder: its best.pt, else last.pt) or a checkpoint file, on ``device``."""
+    dev = resolve_device(device)
+    checkpoint = find_checkpoint(target, runs_dir)
+    model, ckpt = load_model(checkpoint, dev)
+    return Run(checkpoint.parent, checkpoint, model, ckpt, from_dict(ModelConfig, ckpt["config"]["model"]), dev)
+
+
 def evaluate_run(
     target: str | Path, runs_dir: Path, data: Path | None = None, split: str | None = None, device: str = "auto"
 ) -> dict[str, Any]:
     """Score a checkpoint with its task's metric on ``split`` (default: the task's); JSON types only."""
-    dev = resolve_device(device)
-    ckpt_path = find_checkpoint(target, runs_dir)
-    model, ckpt = load_model(ckpt_path, dev)
-    model_cfg = from_dict(ModelConfig, ckpt["config"]["model"])
-    state = ckpt["state"]
-    task = TASKS[ckpt["task"]]
-    metrics = task.evaluate(model, ckpt, data, split or task.default_split, dev)
+    run = open_run(target, runs_dir, device)
+    state, task = run.ckpt["state"], run.task
+    metrics = task.evaluate(run.model, run.ckpt, data, split or task.default_split, run.device)
     return {
-        "model": model_cfg.name,
-        "task": ckpt["task"],
-        "code": paper_code(model_cfg),
-        "parameters": count_parameters(model),
-        "checkpoint": str(ckpt_path),
-        "epoch": state["best_epoch"] if ckpt_path.name == "best.pt" else state["epoch"] - 1,
+        "model": run.model_cfg.name,
+        "task": task.name,
+        "code": paper_code(run.model_cfg),
+        "parameters": count_parameters(run.model),
+        "checkpoint": str(run.checkpoint),
+        "epoch": state["best_epoch"] if run.checkpoint.name == "best.pt" else state["epoch"] - 1,
         "net_minutes": state["net_seconds"] / 60,
         **metrics,
     }
