@@ -1,6 +1,7 @@
 """A run's lifecycle: create it, train it, resume it, open it for reading, list them.
 
-A run is a folder ``runs/NAME`` holding config.json, metrics.jsonl, best.pt, last.pt and curves.png.
+A run is a folder ``runs/NAME`` holding config.json, metrics.jsonl, best.pt and last.pt (and curves.png,
+drawn from metrics.jsonl by :func:`swarmctl.plots.curves.save_run_curves`).
 Every command that reads a run goes through :func:`open_run`.
 """
 
@@ -19,12 +20,9 @@ from swarmctl.config import DataConfig, ModelConfig, TrainConfig, from_dict, to_
 from swarmctl.errors import CheckpointError, DataError
 from swarmctl.files import atomic_write_text
 from swarmctl.models import complete_config, count_parameters, create_model, get_spec, paper_code
-from swarmctl.plots.curves import plot_curves
-from swarmctl.plots.style import save_figure
 from swarmctl.tasks import DataProgress, Task, get_task, task_of
 from swarmctl.training.checkpoint import load_checkpoint
 from swarmctl.training.device import (
-    DistContext,
     barrier,
     init_distributed,
     is_main_process,
@@ -98,7 +96,6 @@ def start_run(
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
     result = fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
                  progress=progress)
-    _draw_curves(result, ctx)
     return result
 
 
@@ -138,19 +135,7 @@ def resume_run(
         atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
     result = fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev, resume=True,
                  ctx=ctx, progress=progress)
-    _draw_curves(result, ctx)
     return result
-
-
-def _draw_curves(result: FitResult, ctx: DistContext) -> None:
-    """curves.png from metrics.jsonl once a run stops by itself (rank 0; nothing before the first epoch)."""
-    run_dir = result.run_dir
-    metrics = run_dir / "metrics.jsonl"
-    if not ctx.is_main or result.interrupted or not metrics.is_file():
-        return
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    if records:
-        save_figure(plot_curves(records, title=run_dir.name), run_dir / "curves.png")
 
 
 # ---- open and read -------------------------------------------------------------------------------------

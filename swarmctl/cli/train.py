@@ -13,6 +13,7 @@ from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, err_console, opti
 from swarmctl.cli._progress import EpochProgress
 from swarmctl.config import DATA_DIR, TrainConfig, clustering_data_path
 from swarmctl.models import list_models
+from swarmctl.plots.curves import save_run_curves
 from swarmctl.runs import configs_from_options, is_main_process, resume_run, start_run
 from swarmctl.tasks import TASKS, task_of
 from swarmctl.tasks.image import ImageTask
@@ -108,6 +109,8 @@ def train_cmd(
                 result = start_run(*configs, runs_dir, name, progress=progress)
     if not is_main:
         return
+    if not result.interrupted:
+        save_run_curves(result.run_dir)
     if result.interrupted:
         err_console.print(f"{result.stop_reason}: saved {result.run_dir / 'last.pt'} after {result.epochs} "
                           f"epoch(s); continue with: swarmctl train {model} --resume {result.run_dir.name}"

@@ -3,29 +3,27 @@ import sys
 
 import pytest
 from typer.main import get_command
-from typer.testing import CliRunner
 
 from swarmctl import __version__
 from swarmctl.cli import app
 
-runner = CliRunner()
 COMMANDS = sorted(get_command(app).commands)
 
 
-def test_version():
-    result = runner.invoke(app, ["--version"])
+def test_version(cli):
+    result = cli("--version")
     assert result.exit_code == 0 and result.output.strip() == f"swarmctl {__version__}"
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help(command):
-    result = runner.invoke(app, [command, "--help"])
+def test_every_command_has_help(command, cli):
+    result = cli(command, "--help")
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
 
 
-def test_models_lists_every_registered_model_with_its_default_code():
-    result = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+def test_models_lists_every_registered_model_with_its_default_code(cli):
+    result = cli("models")
     assert result.exit_code == 0
     for name, code, params in [("swarm", "192-10-1", "301,066"), ("set-transformer", "32-60-3", "57,642"),
                                ("lstm", "128-3", "928,266"), ("set-linear-max", "96-6", "77,012")]:
@@ -33,8 +31,8 @@ def test_models_lists_every_registered_model_with_its_default_code():
         assert code in line and params in line
 
 
-def test_unknown_option_exits_2():
-    assert runner.invoke(app, ["models", "--nope"]).exit_code == 2
+def test_unknown_option_exits_2(cli):
+    assert cli("models", "--nope").exit_code == 2
 
 
 def test_python_dash_m_works():
