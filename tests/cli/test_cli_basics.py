@@ -38,3 +38,30 @@ def test_unknown_option_exits_2(cli):
 def test_python_dash_m_works():
     out = subprocess.run([sys.executable, "-m", "swarmctl", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and __version__ in out.stdout
+
+
+def test_train_help_shows_the_defaults_of_every_task_family(cli):
+    from swarmctl.tasks import TASKS
+
+    text = " ".join(cli("train", "--help").output.split())  # one line: the panel wraps long help texts
+    assert "Hidden units H [default: the model's]" in text
+    for task in TASKS.values():
+        assert f"{task.name}: {task.defaults.batch_size}" in text  # batch sizes differ between all families
+        assert task.name in text.split("--lr ")[1].split("--batch-size")[0]
+
+
+def test_models_fits_80_columns():
+    from typer.testing import CliRunner
+
+    from swarmctl.cli import app
+    from swarmctl.models import list_models
+
+    out = CliRunner().invoke(app, ["models"], env={"COLUMNS": "80"}).output
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for name in list_models():
+        assert any(line.split()[:1] == [name] for line in out.splitlines()), name
+
+
+def test_user_text_with_brackets_is_printed_as_written(cli, tmp_path):
+    result = cli("eval", "run[bold]x", "--runs-dir", tmp_path)  # rich would read [bold] as a style
+    assert result.exit_code == 1 and "run[bold]x" in result.output
