@@ -31,8 +31,8 @@ from swarmctl.training.device import (
 )
 from swarmctl.training.loop import FitResult, ProgressHook, fit
 
-__all__ = ["Run", "configs_from_options", "evaluate_run", "is_main_process", "list_runs", "open_run", "resume_run",
-           "start_run"]
+__all__ = ["Progress", "Run", "configs_from_options", "default_run_name", "evaluate_run", "find_checkpoint",
+           "is_main_process", "list_runs", "load_model", "open_run", "resolve_run", "resume_run", "start_run"]
 
 
 class Progress(ProgressHook, DataProgress, Protocol):

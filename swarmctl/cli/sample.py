@@ -14,6 +14,7 @@ from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run
 from swarmctl.studies.sampling import newest_image_run, sample_run
+from swarmctl.tasks.image import ImageTask
 
 
 def _save_npy(path: str, array: np.ndarray) -> None:
@@ -23,7 +24,7 @@ def _save_npy(path: str, array: np.ndarray) -> None:
 
 @app.command("sample")
 def sample_cmd(
-    dataset: Annotated[str, option(help="mnist, fashion-mnist or cifar10.")] = "mnist",
+    dataset: Annotated[str, option(help="mnist, fashion-mnist or cifar10.")] = ImageTask.default_dataset,
     run: Annotated[str | None, option(help="Run name or folder [default: the newest finished image run "
                                                  "for --dataset].")] = None,
     per_class: Annotated[int, option(help="Images per class (one row per class).")] = 2,

@@ -15,6 +15,8 @@ from swarmctl.errors import ConfigError
 from swarmctl.models.registry import register_model
 from swarmctl.models.swarm import SwarmNet
 
+DEFAULT_DATASET = "mnist"  # what an image model is built for when no dataset is named
+
 N_VALUES = 256
 
 
@@ -127,7 +129,7 @@ class SwarmTransformer(nn.Module):
 
 
 @register_model("swarm-image", code=("dim_hidden", "n_iter", "n_layers"), task="image",
-                defaults={"dim_hidden": 256, "n_iter": 10, "n_layers": 1, "dataset": "mnist"},
+                defaults={"dim_hidden": 256, "n_iter": 10, "n_layers": 1, "dataset": DEFAULT_DATASET},
                 summary="SWARM Transformer, class-conditional images")
 def build_swarm_image(cfg: ModelConfig) -> SwarmTransformer:
     if cfg.dataset not in DATASETS:

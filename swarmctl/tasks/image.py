@@ -15,7 +15,7 @@ from torch import nn
 from swarmctl.config import DATA_DIR, DataConfig, TrainConfig
 from swarmctl.data.images import ImageBatch, ImageBatches, ImageSet, load_images, shuffled_batches
 from swarmctl.errors import ConfigError
-from swarmctl.models.image import scan_order
+from swarmctl.models.image import DEFAULT_DATASET, scan_order
 from swarmctl.tasks.base import Prepared, Task
 from swarmctl.training.loop import evaluate
 
@@ -48,7 +48,7 @@ class ImageTask(Task):
     default_split = "test"
     unit = "images"
     default_data = DATA_DIR  # torchvision root
-    default_dataset = "mnist"
+    default_dataset = DEFAULT_DATASET
 
     def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
         if data is not None:
