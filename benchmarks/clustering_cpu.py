@@ -20,7 +20,7 @@ from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.hdf5 import generate_dataset
 from swarmctl.data.tasks import ClusteringParams
 from swarmctl.models import complete_config, count_parameters, create_model, paper_code
-from swarmctl.training.runs import evaluate_run, start_run
+from swarmctl.runs import evaluate_run, start_run
 
 MODELS = ["swarm", "set-transformer", "lstm-sorted", "lstm", "set-linear", "set-linear-max"]
 

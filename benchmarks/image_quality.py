@@ -21,8 +21,8 @@ import torch
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
+from swarmctl.runs import load_model, start_run
 from swarmctl.studies.sampling import sample_grid
-from swarmctl.training.runs import load_model, start_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"mnist": ("mnist", "MNIST"), "fashion-mnist": ("fashion-mnist", "FashionMNIST")}

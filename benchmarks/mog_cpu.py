@@ -16,7 +16,7 @@ import torch
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.hdf5 import generate_mog_dataset
 from swarmctl.models import count_parameters, create_model, paper_code
-from swarmctl.training.runs import evaluate_run, start_run
+from swarmctl.runs import evaluate_run, start_run
 
 
 def main() -> None:

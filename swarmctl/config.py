@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -12,6 +11,17 @@ from swarmctl.errors import ConfigError
 T = TypeVar("T")
 
 ACTIVATIONS = ("relu", "elu", "leaky-relu")
+DATA_DIR = "data"  # default home of generated datasets and of the torchvision image files
+
+
+def clustering_data_path(seed: int | str = 0) -> str:
+    """Where `swarmctl gen-data` writes the clustering tasks of ``seed`` by default."""
+    return f"{DATA_DIR}/clustering-seed{seed}.h5"
+
+
+def mog_test_data_path(seed: int | str = 0) -> str:
+    """Where `swarmctl gen-data --task mog4` writes its test tasks by default."""
+    return f"{DATA_DIR}/mog4-test-seed{seed}.h5"
 
 
 def _check_positive(obj: Any, *names: str) -> None:
@@ -64,10 +74,6 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     return cls(**data)
 
 
-def to_json(cfg: Any) -> str:
-    return json.dumps(to_dict(cfg), indent=2, sort_keys=True)
-
-
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -113,7 +119,7 @@ class TrainConfig:
 class DataConfig:
     """Where the training data lives and which splits to use (``path`` None: tasks drawn fresh)."""
 
-    path: str | None = "data/clustering-seed0.h5"
+    path: str | None = clustering_data_path(0)
     train_split: str = "train"
     val_split: str = "val"
     dataset: str | None = None  # image task: mnist, fashion-mnist or cifar10 (path = torchvision root)

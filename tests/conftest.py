@@ -56,7 +56,7 @@ def trained_runs(tmp_path_factory):
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
     from swarmctl.data.hdf5 import generate_dataset
     from swarmctl.data.tasks import ClusteringParams
-    from swarmctl.training.runs import start_run
+    from swarmctl.runs import start_run
 
     root = tmp_path_factory.mktemp("trained")
     data = root / "data.h5"
@@ -93,3 +93,16 @@ def write_fake_mnist(root, folder="MNIST", n_train=40, n_test=20, size=28, gz=Fa
 @pytest.fixture
 def fake_mnist(tmp_path):
     return write_fake_mnist(tmp_path / "images")
+
+
+@pytest.fixture
+def cli():
+    """Run swarmctl in-process: ``cli("train", "swarm", "--data", path)`` -> click Result (output, exit_code).
+
+    Arguments are turned into strings; a wide terminal keeps each printed line on one line."""
+    from typer.testing import CliRunner
+
+    from swarmctl.cli import app
+
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})

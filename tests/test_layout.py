@@ -16,5 +16,58 @@ def test_plots_and_results_import_without_torch():
 
 
 def test_lazy_top_level_names():
-    assert swarmctl.create_model(swarmctl.ModelConfig(name="set-linear")).equivariant
+    assert swarmctl.create_model(swarmctl.ModelConfig(name="set-linear")).symmetry == "equivariant"
     assert "swarm" in swarmctl.list_models()
+
+
+# Imports flow one way: a module imports only from its own folder and from folders below it. Within
+# the levels of the house style (cli > studies, runs > tasks, training > models, data > layers) the
+# order is fixed too, so no two folders import each other. The base modules sit under everything.
+LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__"]
+BASE = {"__init__", "config", "errors", "files", "testing"}
+
+
+def _level(module: str) -> int:
+    """swarmctl.a.b -> index of ``a`` in LEVELS; -1 for a base module."""
+    top = module.split(".")[1] if "." in module else "__init__"
+    return -1 if top in BASE else LEVELS.index(top)
+
+
+def _imports(path, root):
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("swarmctl"):
+            if node.module != "swarmctl":
+                yield node.module
+            else:  # from swarmctl import runs (a module) or __version__ (a name of the package)
+                for alias in node.names:
+                    is_module = (root / f"{alias.name}.py").exists() or (root / alias.name).is_dir()
+                    yield f"swarmctl.{alias.name}" if is_module else "swarmctl"
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("swarmctl"))
+
+
+def test_imports_flow_one_way():
+    from pathlib import Path
+
+    root = Path(swarmctl.__file__).parent
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        module = "swarmctl." + ".".join(path.relative_to(root).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for target in _imports(path, root):
+            if _level(target) > _level(module):
+                wrong.append(f"{module} imports {target}")
+    assert not wrong, "imports against the flow: " + "; ".join(wrong)
+
+
+def test_only_tasks_and_the_registry_name_a_task():
+    from pathlib import Path
+
+    root = Path(swarmctl.__file__).parent
+    # models: each registration names its task; data: the "kind" attribute of the HDF5 schema
+    allowed = {"tasks", "models", "data"}
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py") if p.relative_to(root).parts[0] not in allowed
+             and any(f'"{t}"' in p.read_text() for t in ("clustering", "mog", "image"))]
+    assert not found, f"task names outside tasks/: {found}"

@@ -106,7 +106,7 @@ def export_run(run_dir: Path, dest: Path, weights_name: str | None = None) -> No
         shutil.copy2(path, dest / path.name)
     if weights_name and (run_dir / "best.pt").is_file():
         sys.path.insert(0, str(REPO))
-        from swarmctl.pretrained import export_weights
+        from swarmctl.runs import export_weights
 
         export_weights(run_dir / "best.pt", dest / weights_name)
 

@@ -23,10 +23,10 @@ from swarmctl.data.dataset import bucketed_batches
 from swarmctl.data.hdf5 import read_dataset
 from swarmctl.data.images import ImageBatch
 from swarmctl.data.mog import FreshBatches, MogParams
-from swarmctl.training.clustering import clustering_loss
+from swarmctl.tasks.clustering import clustering_loss
+from swarmctl.tasks.image import image_loss
+from swarmctl.tasks.mog import mog_loss
 from swarmctl.training.device import use_tf32
-from swarmctl.training.image import image_loss
-from swarmctl.training.mog import mog_loss
 
 
 def sync(device: torch.device) -> None:

@@ -9,3 +9,4 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+

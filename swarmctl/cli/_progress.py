@@ -1,15 +1,16 @@
-"""Rich progress bars for long-running library calls (the library reports through plain callbacks)."""
+"""Rich progress bars for long-running library calls (the library reports to a display object)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from swarmctl.cli._options import console
-from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
+from swarmctl.tasks import Task
 
 
 def task_progress(description: str) -> Progress:
@@ -19,36 +20,50 @@ def task_progress(description: str) -> Progress:
     )
 
 
-def ensure_default_data(path: Path) -> None:
-    """Generate the paper's clustering dataset (seed 0) at ``path`` when it is missing, with a progress bar."""
-    if path.exists():
-        return
-    params = ClusteringParams()
-    console.print(f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first",
-                  highlight=False)
+@contextmanager
+def generating(message: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A bar for data generation, after ``message`` (when not empty); yields the update function."""
+    if message:
+        console.print(message, markup=False, highlight=False, soft_wrap=True)
     with task_progress("generating tasks") as progress:
-        bar = progress.add_task("generating tasks", total=params.n_tasks)
-        generate_dataset(path, params, seed=0, progress=lambda k: progress.update(bar, completed=k))
+        bar = progress.add_task("generating tasks", total=total)
+        yield lambda k: progress.update(bar, completed=k)
+
+
+class DataGenerationProgress:
+    """The display `swarmctl gen-data` passes to the library."""
+
+    def generating(self, message: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
+        return generating(message, total)
 
 
 class EpochProgress:
-    """A progress bar per epoch (running train loss) and one summary line per epoch."""
+    """A progress bar per epoch (running train loss) and one summary line per epoch, in the words of
+    ``task``; a bar for generating missing data before the first epoch."""
 
-    def __init__(self) -> None:
+    def __init__(self, task: Task) -> None:
+        self._note = task.progress_note
         self._progress = Progress(
             TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), console=console, transient=True,
         )
+        self._started = False
         self._task: Any = None
 
     def __enter__(self) -> EpochProgress:
-        self._progress.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.__exit__(*exc)
+        if self._started:
+            self._progress.__exit__(*exc)
+
+    def generating(self, message: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
+        return generating(message, total)
 
     def epoch_start(self, epoch: int, n_batches: int, done: int) -> None:
+        if not self._started:
+            self._progress.__enter__()
+            self._started = True
         if self._task is not None:
             self._progress.remove_task(self._task)
         self._task = self._progress.add_task("train", total=n_batches, completed=done, epoch=epoch, loss="-")
@@ -63,8 +78,7 @@ class EpochProgress:
         val = "nan" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         best = "-" if r["best_val"] is None else f"{r['best_val']:.4f}"
         note = "  [red]backtrack[/]" if r["backtracked"] else ""
-        if "val_bits_per_dim" in r:
-            val += f" ({r['val_bits_per_dim']:.3f} bits/dim)"
+        val += escape(self._note(r))
         self._progress.console.print(
             f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
             f"net {r['net_seconds'] / 60:.1f} min{note}", highlight=False, soft_wrap=True,

@@ -6,28 +6,32 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, user_errors
-from swarmctl.cli._progress import ensure_default_data
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
+from swarmctl.cli._progress import DataGenerationProgress
 from swarmctl.files import atomic_write_text
-from swarmctl.pretrained import is_shipped, missing_data, results_dir, shipped_checkpoint
-from swarmctl.training.runs import evaluate_run, find_checkpoint
+from swarmctl.runs import evaluate, open_run
+from swarmctl.tasks import get_task
+from swarmctl.tasks.clustering import ClusteringTask
 
 
 @app.command("eval")
 def eval_cmd(
-    target: Annotated[str | None, typer.Argument(metavar="RUN_OR_CHECKPOINT",
-                                                 help="Run name, run folder (uses best.pt) or checkpoint file "
-                                                      "\\[default: the shipped SWARM clustering model].")] = None,
-    data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: clustering: the run's; mog: the "
-                                                   "fixed 10,000-task test set].")] = None,
-    split: Annotated[str | None, typer.Option(help="Split to score [default: val; mog: test].")] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    out: Annotated[Path | None, typer.Option(help="JSON output [default: eval-SPLIT.json beside the checkpoint].")]
+    target: Annotated[str | None, argument(metavar="RUN_OR_CHECKPOINT",
+                                           help="Run name, run folder (uses best.pt) or checkpoint file "
+                                                "[default: the shipped SWARM clustering model].")] = None,
+    data: Annotated[Path | None, option(help="HDF5 dataset [default: clustering: the run's; mog: the "
+                                                   "fixed 10,000-task test set; image: the run's --data-dir].")]
+    = None,
+    split: Annotated[str | None, option(help="Split to score [default: clustering: val; mog and image: "
+                                                   "test].")] = None,
+    runs_dir: RunsDir = RUNS_DIR,
+    device: Device = "auto",
+    out: Annotated[Path | None, option(help="JSON output [default: eval-SPLIT.json beside the checkpoint; "
+                                            "runs/pretrained-NAME/ for a shipped model].")]
     = None,
 ) -> None:
     """Evaluate a checkpoint with the paper's metric and the true generating mixture's oracle.
@@ -36,33 +40,20 @@ def eval_cmd(
     Images: bits per dimension on the test split.
     """
     with user_errors():
-        if target is None:
-            target = str(shipped_checkpoint())
-            console.print(f"no run named: scoring the shipped model {target}", highlight=False)
-        checkpoint = find_checkpoint(target, runs_dir)
-        shipped = is_shipped(checkpoint)
-        if data is None and (missing := missing_data(checkpoint)) is not None:
-            ensure_default_data(missing)  # a fresh checkout has no data yet
-        res = evaluate_run(target, runs_dir, data, split, device)
-        folder = results_dir(res["checkpoint"], runs_dir) if shipped else Path(res["checkpoint"]).parent
-        out_path = out or folder / f"eval-{res['split']}.json"
+        opened = open_run(target, runs_dir, device, task=ClusteringTask(), progress=DataGenerationProgress())
+        if opened.shipped:
+            say(f"scoring the shipped model {opened.checkpoint}")
+        res = evaluate(opened, data, split)
+        out_path = out or opened.dir / f"eval-{res['split']}.json"
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
-    unit = "images" if res["task"] == "image" else "tasks"
-    table = Table(title=f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {unit}")
-    table.add_column("")
-    if res["task"] == "clustering":
-        table.add_column("loss (nats/entity)", justify="right")
-        table.add_column("matched accuracy", justify="right")
-        table.add_row("model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}")
-        table.add_row("oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}")
-    elif res["task"] == "image":
-        table.add_column("cross-entropy (nats/sub-pixel)", justify="right")
-        table.add_column("bits/dim", justify="right")
-        table.add_row("model (class-conditional)", f"{res['loss']:.4f}", f"{res['bits_per_dim']:.4f}")
-    else:
-        table.add_column("log-likelihood (nats/point)", justify="right")
-        table.add_row("model", f"{res['log_likelihood']:.4f}")
-        table.add_row("oracle (true parameters)", f"{res['oracle_log_likelihood']:.4f}")
+    task = get_task(res["task"])
+    columns, rows = task.eval_table(res)
+    table = Table(title=escape(f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], "
+                               f"{res['tasks']:,} {task.unit}"))
+    for k, col in enumerate(columns):
+        table.add_column(col, justify="right" if k else "left")
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
-    console.print(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} (epoch {res['epoch']}, "
-                  f"{res['net_minutes']:.1f} net min) -> {out_path}", highlight=False)
+    say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} (epoch {res['epoch']}, "
+        f"{res['net_minutes']:.1f} net min) -> {out_path}")

@@ -6,37 +6,36 @@ import time
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, user_errors
-from swarmctl.cli._progress import task_progress
-from swarmctl.data.hdf5 import ensure_writable, generate_dataset, generate_mog_dataset
+from swarmctl.cli._options import option, say, user_errors
+from swarmctl.cli._progress import DataGenerationProgress
+from swarmctl.config import clustering_data_path, mog_test_data_path
 from swarmctl.data.tasks import ClusteringParams
-from swarmctl.errors import ConfigError
+from swarmctl.tasks import DATA_KINDS, data_task
 
 _P = ClusteringParams()
 
 
 @app.command("gen-data")
 def gen_data_cmd(
-    seed: Annotated[int, typer.Option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
-    task: Annotated[str, typer.Option(help="clustering (train/val splits) or mog4 (a fixed test set of "
-                                           "4-component mixtures for MoG-parameter models).")] = "clustering",
-    out: Annotated[Path | None, typer.Option(help="Output file [default: data/clustering-seed{SEED}.h5 or "
-                                                  "data/mog4-test-seed{SEED}.h5].")] = None,
-    tasks: Annotated[int, typer.Option(help="Number of tasks (train + validation).")] = _P.n_tasks,
-    val_fraction: Annotated[float, typer.Option(help="Fraction of tasks, taken from the end, for validation.")]
+    seed: Annotated[int, option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
+    task: Annotated[str, option(help=f"{DATA_KINDS[0]} (train/val splits) or {DATA_KINDS[1]} (a fixed test "
+                                           "set of 4-component mixtures for MoG-parameter models).")]
+    = DATA_KINDS[0],
+    out: Annotated[Path | None, option(help=f"Output file [default: {clustering_data_path('{SEED}')} or "
+                                                  f"{mog_test_data_path('{SEED}')}].")] = None,
+    tasks: Annotated[int, option(help="Number of tasks (train + validation).")] = _P.n_tasks,
+    val_fraction: Annotated[float, option(help="Fraction of tasks, taken from the end, for validation.")]
     = _P.val_fraction,
-    k_min: Annotated[int, typer.Option(help="Fewest clusters per task.")] = _P.k_min,
-    k_max: Annotated[int, typer.Option(help="Most clusters per task (at most 10).")] = _P.k_max,
-    n_min: Annotated[int, typer.Option(help="Fewest points per task (at least 2).")] = _P.n_min,
-    n_max: Annotated[int, typer.Option(help="Most points per task.")] = _P.n_max,
-    wishart_df: Annotated[float, typer.Option(help="Degrees of freedom of the inverse-Wishart covariances.")]
+    k_min: Annotated[int, option(help="Fewest clusters per task.")] = _P.k_min,
+    k_max: Annotated[int, option(help="Most clusters per task (at most 10).")] = _P.k_max,
+    n_min: Annotated[int, option(help="Fewest points per task (at least 2).")] = _P.n_min,
+    n_max: Annotated[int, option(help="Most points per task.")] = _P.n_max,
+    wishart_df: Annotated[float, option(help="Degrees of freedom of the inverse-Wishart covariances.")]
     = _P.wishart_df,
-    wishart_scale: Annotated[float, typer.Option(help="Scale s of the inverse-Wishart (scale matrix s*I).")]
+    wishart_scale: Annotated[float, option(help="Scale s of the inverse-Wishart (scale matrix s*I).")]
     = _P.wishart_scale,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    force: Annotated[bool, option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Generate seeded mixture-of-Gaussians clustering tasks and write them to HDF5.
 
@@ -47,24 +46,8 @@ def gen_data_cmd(
     --tasks, --seed, --out and --force apply. Same seed, same arrays.
     """
     with user_errors():
-        if task == "mog4":
-            path = out or Path(f"data/mog4-test-seed{seed}.h5")
-            start = time.perf_counter()
-            info = generate_mog_dataset(path, tasks, seed, force=force)
-            console.print(f"wrote {path}: {tasks:,} mog4 test tasks, seed {seed}, {time.perf_counter() - start:.1f} s "
-                          f"(checksum {info['checksum'][:12]})", highlight=False)
-            return
-        if task != "clustering":
-            raise ConfigError(f"task must be clustering or mog4, got {task!r}")
-        params = ClusteringParams(n_tasks=tasks, val_fraction=val_fraction, k_min=k_min, k_max=k_max,
-                                  n_min=n_min, n_max=n_max, wishart_df=wishart_df, wishart_scale=wishart_scale)
-        path = out or Path(f"data/clustering-seed{seed}.h5")
-        ensure_writable(path, force)
         start = time.perf_counter()
-        with task_progress("generating tasks") as progress:
-            bar = progress.add_task("generating tasks", total=params.n_tasks)
-            info = generate_dataset(path, params, seed, force=force,
-                                    progress=lambda k: progress.update(bar, completed=k))
-    console.print(f"wrote {path}: {params.n_tasks - params.n_val} train + {params.n_val} validation tasks, "
-                  f"seed {seed}, {time.perf_counter() - start:.1f} s (checksum {info['checksum'][:12]})",
-                  highlight=False)
+        path, info, holds = data_task(task).generate_data(
+            out, seed, tasks, force=force, progress=DataGenerationProgress(), val_fraction=val_fraction,
+            k_min=k_min, k_max=k_max, n_min=n_min, n_max=n_max, wishart_df=wishart_df, wishart_scale=wishart_scale)
+    say(f"wrote {path}: {holds}, seed {seed}, {time.perf_counter() - start:.1f} s (checksum {info['checksum'][:12]})")

@@ -8,6 +8,7 @@ import typer
 
 from swarmctl import __version__
 from swarmctl.cli._app import app
+from swarmctl.cli._options import option
 
 
 def _version(value: bool) -> None:
@@ -19,7 +20,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """SWARM mappings: set-equivariant recurrent layers, baselines, and the paper's experiments."""

@@ -5,36 +5,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, user_errors
-from swarmctl.cli._progress import ensure_default_data, task_progress
-from swarmctl.config import ModelConfig, from_dict
-from swarmctl.data.hdf5 import read_split
-from swarmctl.models import paper_code
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, user_errors
+from swarmctl.cli._progress import DataGenerationProgress, task_progress
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
-from swarmctl.pretrained import missing_data, results_dir, shipped_checkpoint
-from swarmctl.studies.entropy import choose_task, compute_entropy_map
+from swarmctl.runs import open_run, resolve_run, shipped_checkpoint, shipped_results_dir
+from swarmctl.studies.on_runs import entropy_map_of_run
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
-from swarmctl.training.device import resolve_device
-from swarmctl.training.runs import find_checkpoint, load_model, resolve_run
+from swarmctl.tasks.clustering import ClusteringTask
 
 
 @app.command("plot-entropy")
 def plot_entropy_cmd(
-    run: Annotated[str | None, typer.Argument(help="Run name or folder \\[default: the shipped SWARM clustering "
-                                                   "model].")] = None,
-    data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: the run's].")] = None,
-    task: Annotated[int | None, typer.Option(help="Validation task index (overrides --clusters/--size).")] = None,
-    clusters: Annotated[int, typer.Option(help="Pick a task with this many clusters...")] = 7,
-    size: Annotated[int, typer.Option(help="...whose number of points is closest to this.")] = 500,
-    grid: Annotated[int, typer.Option(help="Grid locations per axis for x*.")] = 150,
-    out: Annotated[Path | None, typer.Option(help="Output folder [default: RUN/entropy].")] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    replot: Annotated[bool, typer.Option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
+    run: Annotated[str | None, argument(help="Run name or folder [default: the shipped SWARM clustering "
+                                             "model].")] = None,
+    data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
+    task: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).")] = None,
+    clusters: Annotated[int, option(help="Pick a task with this many clusters...")] = 7,
+    size: Annotated[int, option(help="...whose number of points is closest to this.")] = 500,
+    grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
+    out: Annotated[Path | None, option(help="Output folder [default: RUN/entropy; runs/pretrained-NAME/entropy "
+                                            "for a shipped model].")] = None,
+    runs_dir: RunsDir = RUNS_DIR,
+    device: Device = "auto",
+    replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
 ) -> None:
     """Draw a model's confidence map for a point x* added to a validation task's set.
 
@@ -42,32 +37,23 @@ def plot_entropy_cmd(
     class distribution at every grid location. Figure 2: one panel per class with x*'s probability.
     """
     with user_errors():
-        if run is None:
-            checkpoint = shipped_checkpoint()
-            console.print(f"no run named: using the shipped model {checkpoint}", highlight=False)
-            out_dir = out or results_dir(checkpoint, runs_dir) / "entropy"
-        else:
-            run_dir = resolve_run(run, runs_dir)
-            checkpoint = find_checkpoint(run_dir, runs_dir)
-            out_dir = out or run_dir / "entropy"
         if replot:
-            res = load_result(EntropyMapResult, out_dir / "entropy.npz")
+            run_dir = resolve_run(run, runs_dir) if run is not None else \
+                shipped_results_dir(shipped_checkpoint(ClusteringTask()), runs_dir)
+            res = load_result(EntropyMapResult, (out or run_dir / "entropy") / "entropy.npz")
+            out_dir = out or run_dir / "entropy"
         else:
-            dev = resolve_device(device)
-            if data is None and (missing := missing_data(checkpoint)) is not None:
-                ensure_default_data(missing)  # a fresh checkout has no data yet
-            model, ckpt = load_model(checkpoint, dev)
-            cfg = from_dict(ModelConfig, ckpt["config"]["model"])
-            split, _ = read_split(Path(data or ckpt["config"]["data"]["path"]), "val")
-            index = choose_task(split, task, clusters, size)
-            label = f"{cfg.name} ({paper_code(cfg)})"
+            opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
+                              task=ClusteringTask(), progress=DataGenerationProgress())
+            if opened.shipped:
+                say(f"using the shipped model {opened.checkpoint}")
+            out_dir = out or opened.dir / "entropy"
             with task_progress("grid") as progress:
                 bar = progress.add_task(f"x* grid {grid}x{grid}", total=grid * grid)
-                res = compute_entropy_map(model, split, index, label, grid, device=dev,
-                                          progress=lambda k, n: progress.update(bar, completed=k))
+                res = entropy_map_of_run(opened, data, task, clusters, size, grid,
+                                         progress=lambda k, n: progress.update(bar, completed=k))
             save_result(res, out_dir / "entropy.npz")
         p1 = save_figure(plot_entropy_map(res), out_dir / "entropy")
         p2 = save_figure(plot_class_maps(res), out_dir / "classes")
-    console.print(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
-                  f"{len(res.grid_x)}x{len(res.grid_y)}, computed in {res.seconds:.1f} s -> {p1}, {p2}",
-                  highlight=False)
+    say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
+        f"{len(res.grid_x)}x{len(res.grid_y)}, computed in {res.seconds:.1f} s -> {p1}, {p2}")

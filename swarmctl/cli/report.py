@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, user_errors
+from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user_errors
 from swarmctl.files import atomic_write_text
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
@@ -18,8 +18,8 @@ from swarmctl.studies.report import frontiers, read_runs, report_markdown, summa
 
 @app.command("report")
 def report_cmd(
-    runs_dir: Annotated[Path, typer.Argument(help="Folder holding the runs.")] = Path("runs"),
-    out: Annotated[Path | None, typer.Option(help="Output folder [default: RUNS_DIR].")] = None,
+    runs_dir: Annotated[Path, argument(help="Folder holding the runs.")] = RUNS_DIR,
+    out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
 ) -> None:
     """Summarise all runs: best validation loss (mean ± std over seeds) and the frontier figure."""
     with user_errors():
@@ -27,12 +27,12 @@ def report_cmd(
         out_dir = out or runs_dir
         atomic_write_text(out_dir / "report.md", report_markdown(rows))
         fig = save_figure(plot_frontier(frontiers(rows)), out_dir / "frontier")
-    table = Table(title=f"runs in {runs_dir}")
+    table = Table(title=escape(f"runs in {runs_dir}"))
     for col in ("model", "code", "parameters", "seeds", "best val loss", "epochs", "net min", "device"):
         table.add_column(col, justify="right" if col in ("parameters", "epochs", "net min") else "left")
     for r in rows:
         val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
-        table.add_row(r.model, r.code, f"{r.parameters:,}", ",".join(map(str, r.seeds)), val, f"{r.epochs:.0f}",
-                      f"{r.net_minutes:.1f}", ",".join(r.devices))
+        table.add_row(escape(r.model), escape(r.code), f"{r.parameters:,}", ",".join(map(str, r.seeds)), val,
+                      f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", escape(",".join(r.devices)))
     console.print(table)
-    console.print(f"-> {out_dir / 'report.md'}, {fig}", highlight=False)
+    say(f"-> {out_dir / 'report.md'}, {fig}")

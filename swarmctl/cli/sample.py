@@ -6,20 +6,16 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
-import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, user_errors
-from swarmctl.config import ModelConfig, from_dict
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, console, option, say, user_errors
 from swarmctl.errors import CheckpointError
 from swarmctl.files import atomic_write
-from swarmctl.models import paper_code
 from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
-from swarmctl.pretrained import results_dir, shipped_checkpoint
-from swarmctl.studies.sampling import newest_image_run, sample_grid
-from swarmctl.training.device import resolve_device
-from swarmctl.training.runs import find_checkpoint, load_model, resolve_run
+from swarmctl.runs import open_run
+from swarmctl.studies.sampling import newest_image_run, sample_run
+from swarmctl.tasks.image import ImageTask
 
 
 def _save_npy(path: str, array: np.ndarray) -> None:
@@ -29,44 +25,35 @@ def _save_npy(path: str, array: np.ndarray) -> None:
 
 @app.command("sample")
 def sample_cmd(
-    dataset: Annotated[str, typer.Option(help="mnist, fashion-mnist or cifar10.")] = "mnist",
-    run: Annotated[str | None, typer.Option(help="Run name or folder \\[default: the newest image run for "
-                                                 "--dataset, else the shipped model].")] = None,
-    per_class: Annotated[int, typer.Option(help="Images per class (one row per class).")] = 2,
-    temperature: Annotated[float, typer.Option(help="Softmax temperature (> 0).")] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the sampling noise.")] = 0,
-    out: Annotated[Path | None, typer.Option(help="PNG file \\[default: RUN/samples-sSEED.png].")] = None,
-    full: Annotated[bool, typer.Option("--full", help="Use the full-recompute reference sampler "
+    dataset: Annotated[str, option(help="mnist, fashion-mnist or cifar10.")] = ImageTask.default_dataset,
+    run: Annotated[str | None, option(help="Run name or folder [default: the newest finished image run "
+                                           "for --dataset, else the shipped model].")] = None,
+    per_class: Annotated[int, option(help="Images per class (one row per class).")] = 2,
+    temperature: Annotated[float, option(help="Softmax temperature (> 0).")] = 1.0,
+    seed: Annotated[int, option(help="Seed of the sampling noise.")] = 0,
+    out: Annotated[Path | None, option(help="PNG file [default: RUN/samples-sSEED.png; "
+                                            "runs/pretrained-NAME/ for a shipped model].")] = None,
+    full: Annotated[bool, option("--full", help="Use the full-recompute reference sampler "
                                                      "(one forward pass per sub-pixel; slow).")] = False,
-    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    runs_dir: RunsDir = RUNS_DIR,
+    device: Device = "auto",
 ) -> None:
     """Draw class-conditional images from a trained SWARM Transformer (swarm-image)."""
     with user_errors():
         if run is not None:
-            run_dir = resolve_run(run, runs_dir)
-            checkpoint = find_checkpoint(run_dir, runs_dir)
+            opened = open_run(run, runs_dir, device)
         else:
             try:
-                run_dir = newest_image_run(runs_dir, dataset)
-                checkpoint = find_checkpoint(run_dir, runs_dir)
-            except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if there is one
+                opened = open_run(newest_image_run(runs_dir, dataset), runs_dir, device)
+            except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if any
                 try:
-                    checkpoint = shipped_checkpoint("image", dataset)
+                    opened = open_run(None, runs_dir, device, task=ImageTask(), dataset=dataset)
                 except CheckpointError:
                     raise no_run from None
-                run_dir = results_dir(checkpoint, runs_dir)
-                console.print(f"no {dataset} run in {runs_dir}: using the shipped model {checkpoint}", highlight=False)
-        dev = resolve_device(device)
-        model, ckpt = load_model(checkpoint, dev)
-        cfg = from_dict(ModelConfig, ckpt["config"]["model"])
-        if ckpt["task"] != "image":
-            raise CheckpointError(f"run {run_dir.name} is a {ckpt['task']!r} run; sample needs a swarm-image run")
-        label = f"{cfg.name} ({paper_code(cfg)}) on {cfg.dataset}"
+                say(f"no {dataset} run in {runs_dir}: using the shipped model {opened.checkpoint}")
         with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"):
-            grid = sample_grid(model, label, per_class, temperature, seed, incremental=not full, device=dev)
-        path = Path(out or run_dir / f"samples-s{seed}.png")
-        path = save_figure(plot_samples(grid.images, f"{label}, T={temperature:g}, seed {seed}"), path)
+            grid = sample_run(opened, per_class, temperature, seed, incremental=not full)
+        path = Path(out or opened.dir / f"samples-s{seed}.png")
+        path = save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), path)
         atomic_write(path.with_suffix(".npy"), lambda tmp: _save_npy(tmp, grid.images))
-    console.print(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {path}",
-                  highlight=False)
+    say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {path}")

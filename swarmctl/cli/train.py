@@ -3,110 +3,120 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import console, err_console, user_errors
-from swarmctl.cli._progress import EpochProgress, ensure_default_data
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig
-from swarmctl.errors import ConfigError
-from swarmctl.models import get_spec, list_models
-from swarmctl.training.runs import TASKS, resume_run, start_run, train_config_for
+from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, err_console, option, say, user_errors
+from swarmctl.cli._progress import EpochProgress
+from swarmctl.config import DATA_DIR, TrainConfig, clustering_data_path
+from swarmctl.models import list_models
+from swarmctl.plots.curves import save_run_curves
+from swarmctl.runs import configs_from_options, is_main_process, resume_run, start_run
+from swarmctl.tasks import TASKS, task_of
+from swarmctl.tasks.image import ImageTask
 
-_T = TrainConfig()
 INTERRUPTED_EXIT = 130
+_NONE_MEANS = {"steps_per_epoch": "one pass", "val_batches": "the validation split", "lr_decay_epoch": "never"}
+
+
+def per_task(field: str) -> str:
+    """A TrainConfig field's default for every task family, e.g. ``clustering, mog: 0.01; image: 0.001``."""
+    by_value: dict[Any, list[str]] = {}
+    for task in TASKS.values():
+        by_value.setdefault(getattr(task.defaults, field), []).append(task.name)
+    shown = {v: _NONE_MEANS.get(field, "-") if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+             for v in by_value}
+    if len(by_value) == 1:
+        return shown[next(iter(by_value))]
+    return "; ".join(f"{', '.join(names)}: {shown[v]}" for v, names in by_value.items())
+
+
+def _with_default(text: str, field: str) -> str:
+    return f"{text} [default: {per_task(field)}]."
 
 
 @app.command("train")
 def train_cmd(
-    model: Annotated[str, typer.Argument(help=f"Registered model: {', '.join(list_models())}.")],
-    hidden: Annotated[int | None, typer.Option(help="Hidden units H [default: the model's].")] = None,
-    iters: Annotated[int | None, typer.Option(help="SWARM iterations T [default: the model's].")] = None,
-    layers: Annotated[int | None, typer.Option(help="Layers L [default: the model's].")] = None,
-    inducing: Annotated[int | None, typer.Option(help="Set Transformer inducing points m.")] = None,
-    heads: Annotated[int | None, typer.Option(help="Attention heads (must divide --hidden).")] = None,
-    pooling: Annotated[str | None, typer.Option(help="SWARM pooling inside the cell: mean or causal.")] = None,
-    dropout: Annotated[float, typer.Option(help="SWARM dropout on h after every iteration.")] = 0.0,
-    lr: Annotated[float | None, typer.Option(help="Adam learning rate.", show_default=f"{_T.lr}")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Tasks per batch.", show_default=f"{_T.batch_size}")] = None,
-    minutes: Annotated[float | None, typer.Option(help="Net optimisation budget in minutes (validation and "
-                                                       "checkpoints excluded).", show_default=f"{_T.minutes}")] = None,
-    max_epochs: Annotated[int | None, typer.Option(help="Stop after this many epochs.",
-                                                   show_default=f"{_T.max_epochs}")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for initialisation, batch order and drawn tasks.")] = _T.seed,
-    steps_per_epoch: Annotated[int | None, typer.Option(help="Steps per epoch [default: one pass; mog: 500].")]
+    model: Annotated[str, argument(help=f"Registered model: {', '.join(list_models())}.")],
+    hidden: Annotated[int | None, option(help="Hidden units H [default: the model's].")] = None,
+    iters: Annotated[int | None, option(help="SWARM iterations T [default: the model's].")] = None,
+    layers: Annotated[int | None, option(help="Layers L [default: the model's].")] = None,
+    inducing: Annotated[int | None, option(help="Set Transformer inducing points m [default: the "
+                                                      "model's].")] = None,
+    heads: Annotated[int | None, option(help="Attention heads (must divide --hidden) [default: the "
+                                                   "model's].")] = None,
+    pooling: Annotated[str | None, option(help="SWARM pooling inside the cell: mean or causal [default: the "
+                                                     "model's].")] = None,
+    dropout: Annotated[float, option(help="SWARM dropout on h after every iteration.")] = 0.0,
+    lr: Annotated[float | None, option(help=_with_default("Adam learning rate", "lr"))] = None,
+    batch_size: Annotated[int | None, option(help=_with_default("Tasks (images) per batch", "batch_size"))]
     = None,
-    val_batches: Annotated[int | None, typer.Option(help="mog: fresh validation batches per epoch.",
-                                                    show_default="100")] = None,
-    lr_decay_epoch: Annotated[int | None, typer.Option(help="Multiply the lr by 0.1 from this epoch on "
-                                                            "[default: never; mog: 70].")] = None,
-    beta: Annotated[float | None, typer.Option(help="Backtracking: fraction of epochs without improvement.",
-                                               show_default=f"{_T.beta}")] = None,
-    alpha: Annotated[float | None, typer.Option(help="Backtracking: learning-rate factor.",
-                                                show_default=f"{_T.alpha}")] = None,
-    data: Annotated[Path | None, typer.Option(help="HDF5 dataset [default: data/clustering-seed0.h5 for "
-                                                   "clustering models, generated when missing].")] = None,
-    dataset: Annotated[str | None, typer.Option(help="Image models: mnist, fashion-mnist or cifar10.",
-                                                show_default="mnist")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Image models: torchvision root holding the files "
-                                                       "(e.g. DIR/MNIST/raw/).", show_default="data")] = None,
-    name: Annotated[str | None, typer.Option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Folder holding the runs.")] = Path("runs"),
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.", show_default=_T.device)] = None,
-    resume: Annotated[str | None, typer.Option(help="Continue the run with this name or folder.")] = None,
-    compile: Annotated[bool, typer.Option("--compile", help="torch.compile the model (SWARM: its step).")] = False,
-    amp: Annotated[bool, typer.Option("--amp", help="bfloat16 autocast.")] = False,
+    minutes: Annotated[float | None, option(help=_with_default("Net optimisation budget in minutes (validation "
+                                                                     "and checkpoints excluded)", "minutes"))] = None,
+    max_epochs: Annotated[int | None, option(help=_with_default("Stop after this many epochs", "max_epochs"))]
+    = None,
+    seed: Annotated[int, option(help="Seed for initialisation, batch order and drawn tasks.")]
+    = TrainConfig().seed,
+    steps_per_epoch: Annotated[int | None, option(help=_with_default("Steps per epoch", "steps_per_epoch"))]
+    = None,
+    val_batches: Annotated[int | None, option(help=_with_default("Validation batches per epoch (tasks drawn "
+                                                                       "fresh)", "val_batches"))] = None,
+    lr_decay_epoch: Annotated[int | None, option(help=_with_default(
+        f"Multiply the lr by {per_task('lr_decay')} once, from this epoch on", "lr_decay_epoch"))] = None,
+    beta: Annotated[float | None, option(help=_with_default("Backtracking: fraction of epochs without "
+                                                                  "improvement", "beta"))] = None,
+    alpha: Annotated[float | None, option(help=_with_default("Backtracking: learning-rate factor", "alpha"))]
+    = None,
+    data: Annotated[Path | None, option(help=f"HDF5 dataset [default: {clustering_data_path(0)} for "
+                                                   "clustering models, generated when missing; MoG-parameter "
+                                                   "models draw tasks fresh and take none].")] = None,
+    dataset: Annotated[str | None, option(help="Image models: mnist, fashion-mnist or cifar10 [default: "
+                                                     f"{ImageTask.default_dataset}].")] = None,
+    data_dir: Annotated[Path | None, option(help="Image models: torchvision root holding the files "
+                                                       f"(e.g. DIR/MNIST/raw/) [default: {DATA_DIR}].")] = None,
+    name: Annotated[str | None, option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
+    runs_dir: RunsDir = RUNS_DIR,
+    device: Annotated[str | None, option(help=_with_default("auto, cpu, cuda or cuda:N", "device"))] = None,
+    resume: Annotated[str | None, option(help="Continue the run with this name or folder.")] = None,
+    compile: Annotated[bool, option("--compile", help="torch.compile the model (SWARM: its step).")] = False,
+    amp: Annotated[bool, option("--amp", help="bfloat16 autocast.")] = False,
 ) -> None:
     """Train a registered model on its task until the time budget is spent.
 
-    Defaults shown are for clustering models; MoG-parameter models (``*-mog*``) use their task's
-    schedule (batch 10, 500 steps per epoch, 100 epochs, lr x 0.1 from epoch 70, no backtracking).
-    Writes runs/NAME/: config.json, metrics.jsonl, best.pt, last.pt, curves.png. Launch with
+    Defaults depend on the model's task family (shown per family; `swarmctl models` lists each model's
+    task). Writes runs/NAME/: config.json, metrics.jsonl, best.pt, last.pt, curves.png. Launch with
     `torchrun --nproc_per_node=N -m swarmctl train ...` for several GPUs or processes.
     """
-    is_main = int(os.environ.get("RANK", "0")) == 0
-    progress_cm = EpochProgress() if is_main else contextlib.nullcontext()
+    is_main = is_main_process()
     with user_errors():
-        if resume is not None:
-            with progress_cm as progress:
+        task = task_of(model)
+        with EpochProgress(task) if is_main else contextlib.nullcontext() as progress:
+            if resume is not None:
                 result = resume_run(resume, runs_dir, model_name=model, minutes=minutes, max_epochs=max_epochs,
                                     device=device, progress=progress)
-        else:
-            task = get_spec(model).task
-            if task != "image" and (dataset is not None or data_dir is not None):
-                raise ConfigError("--dataset and --data-dir are for image models (swarm-image); use --data")
-            if task == "image" and data is not None:
-                raise ConfigError("image models read torchvision files: use --dataset and --data-dir, not --data")
-            model_cfg = ModelConfig(name=model, dim_hidden=hidden, n_iter=iters, n_layers=layers,
-                                    n_inducing=inducing, n_heads=heads, pooling=pooling, dropout=dropout,
-                                    dataset=(dataset or "mnist") if task == "image" else None)
-            train_cfg = train_config_for(model, lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs,
-                                         seed=seed, device=device, amp=amp, compile=compile, beta=beta, alpha=alpha,
-                                         steps_per_epoch=steps_per_epoch, val_batches=val_batches,
-                                         lr_decay_epoch=lr_decay_epoch)
-            default_data = TASKS[task].default_data
-            if task == "image":
-                data_cfg = DataConfig(path=str(data_dir or default_data), dataset=model_cfg.dataset)
             else:
-                data_path = data or (Path(default_data) if default_data else None)
-                if data is None and data_path is not None and is_main:
-                    ensure_default_data(data_path)
-                data_cfg = DataConfig(path=None if data_path is None else str(data_path))
-            with progress_cm as progress:
-                result = start_run(model_cfg, train_cfg, data_cfg, runs_dir, name, progress=progress)
+                configs = configs_from_options(
+                    model,
+                    dict(dim_hidden=hidden, n_iter=iters, n_layers=layers, n_inducing=inducing, n_heads=heads,
+                         pooling=pooling, dropout=dropout),
+                    dict(lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs, seed=seed,
+                         device=device, amp=amp, compile=compile, beta=beta, alpha=alpha,
+                         steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
+                    data, dataset, data_dir)
+                result = start_run(*configs, runs_dir, name, progress=progress)
     if not is_main:
         return
+    if not result.interrupted:
+        save_run_curves(result.run_dir)
     if result.interrupted:
         err_console.print(f"{result.stop_reason}: saved {result.run_dir / 'last.pt'} after {result.epochs} "
                           f"epoch(s); continue with: swarmctl train {model} --resume {result.run_dir.name}"
-                          + (f" --runs-dir {runs_dir}" if runs_dir != Path("runs") else ""), highlight=False,
-                          soft_wrap=True)
+                          + (f" --runs-dir {runs_dir}" if runs_dir != RUNS_DIR else ""), markup=False,
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED_EXIT)
-    console.print(
-        f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
+    say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "
-        f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}", highlight=False)
+        f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}")

@@ -29,7 +29,7 @@ class BiLSTM(nn.Module):
         self.lstm = nn.LSTM(dim_in, dim_hidden, n_layers, batch_first=True, bidirectional=True)
         self.head = nn.Linear(2 * dim_hidden, dim_out)
         self.sort_by_first = sort_by_first
-        self.equivariant = sort_by_first
+        self.symmetry = "equivariant" if sort_by_first else "order-dependent"
 
     def _reading_order(self, x: Tensor, mask: Tensor) -> Tensor:
         """(B, N) indices: real entities first (sorted or in input order), padding last."""

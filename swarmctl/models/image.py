@@ -10,12 +10,14 @@ import torch
 from torch import Tensor, nn
 
 from swarmctl.config import ModelConfig
+from swarmctl.data.images import DATASETS, image_shape
 from swarmctl.errors import ConfigError
 from swarmctl.models.registry import register_model
 from swarmctl.models.swarm import SwarmNet
 
+DEFAULT_DATASET = "mnist"  # what an image model is built for when no dataset is named
+
 N_VALUES = 256
-IMAGE_SHAPES = {"mnist": (1, 28, 28), "fashion-mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 
 
 def positional_features(dim: int, height: int, width: int) -> Tensor:
@@ -45,7 +47,7 @@ class SwarmTransformer(nn.Module):
     forward(x (B, C, H, W) int values 0..255, y (B,) labels) -> logits (B, T, 256), T = C * H * W.
     """
 
-    equivariant = False
+    symmetry = "causal"
 
     def __init__(self, channels: int, height: int, width: int, dim_hidden: int, n_iter: int, n_layers: int = 1,
                  n_classes: int = 10, activation: str = "relu") -> None:
@@ -127,10 +129,10 @@ class SwarmTransformer(nn.Module):
 
 
 @register_model("swarm-image", code=("dim_hidden", "n_iter", "n_layers"), task="image",
-                defaults={"dim_hidden": 256, "n_iter": 10, "n_layers": 1, "dataset": "mnist"},
+                defaults={"dim_hidden": 256, "n_iter": 10, "n_layers": 1, "dataset": DEFAULT_DATASET},
                 summary="SWARM Transformer, class-conditional images")
 def build_swarm_image(cfg: ModelConfig) -> SwarmTransformer:
-    if cfg.dataset not in IMAGE_SHAPES:
-        raise ConfigError(f"dataset must be one of {', '.join(IMAGE_SHAPES)}, got {cfg.dataset!r}")
-    C, H, W = IMAGE_SHAPES[cfg.dataset]
+    if cfg.dataset not in DATASETS:
+        raise ConfigError(f"dataset must be one of {', '.join(DATASETS)}, got {cfg.dataset!r}")
+    C, H, W = image_shape(cfg.dataset)
     return SwarmTransformer(C, H, W, cfg.dim_hidden, cfg.n_iter, cfg.n_layers, activation=cfg.activation)

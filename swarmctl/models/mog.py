@@ -12,13 +12,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from swarmctl.config import ModelConfig
+from swarmctl.data.mog import MogParams
 from swarmctl.errors import ConfigError
 from swarmctl.layers.pooling import masked_mean
 from swarmctl.layers.set_attention import ISAB, PMA, SAB
 from swarmctl.layers.swarm import SwarmLayer
-from swarmctl.models.registry import register_model
+from swarmctl.models.registry import check_heads_divide_hidden, register_model
 
-N_CLUSTERS = 4
+N_CLUSTERS = MogParams.n_clusters  # components per mixture
 PARAMS_PER_CLUSTER = 5  # mean (2), std (2), logit
 
 
@@ -41,7 +42,7 @@ class SwarmMeanPool(nn.Module):
         self.swarm = SwarmLayer(2, dim_hidden, n_clusters * PARAMS_PER_CLUSTER, n_iter, pooling=pooling)
         nn.init.zeros_(self.swarm.cell.input.bias)
         nn.init.zeros_(self.swarm.output.bias)
-        self.invariant = pooling == "mean"
+        self.symmetry = "invariant" if pooling == "mean" else "order-dependent"
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         y = masked_mean(self.swarm(x, mask), mask)  # (B, K*5)
@@ -62,7 +63,7 @@ class SwarmPMA(nn.Module):
         self.pma = PMA(dim_set, n_clusters, n_heads, ff_layers=1, ff_activation=False)
         self.sab = SAB(dim_set, n_heads, ff_layers=1, ff_activation=False)
         self.head = nn.Linear(n_clusters * dim_set, n_clusters * PARAMS_PER_CLUSTER)
-        self.invariant = pooling == "mean"
+        self.symmetry = "invariant" if pooling == "mean" else "order-dependent"
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         z = self.sab(self.pma(self.swarm(x, mask), mask))  # (B, K, 128)
@@ -74,7 +75,7 @@ class SetTransformerMog(nn.Module):
     and a per-seed Linear(d -> 5) — the encoder/decoder of Lee et al. (2019), built from swarmctl's
     post-LayerNorm blocks with per-head scaling and a 4-layer ReLU rFF in the encoder."""
 
-    invariant = True
+    symmetry = "invariant"
 
     def __init__(self, dim_hidden: int, n_inducing: int, n_layers: int, n_heads: int, n_clusters: int = N_CLUSTERS):
         super().__init__()
@@ -114,8 +115,7 @@ def build_swarm_mog_pma(cfg: ModelConfig) -> SwarmPMA:
                 defaults={"dim_hidden": 128, "n_inducing": 32, "n_layers": 2, "n_heads": 4},
                 summary="MoG parameters: ISAB encoder + PMA decoder")
 def build_set_transformer_mog(cfg: ModelConfig) -> SetTransformerMog:
-    if cfg.dim_hidden % cfg.n_heads != 0:
-        raise ConfigError(f"heads ({cfg.n_heads}) must divide hidden ({cfg.dim_hidden}); pick e.g. --heads 4")
+    check_heads_divide_hidden(cfg)
     return SetTransformerMog(cfg.dim_hidden, cfg.n_inducing, cfg.n_layers, cfg.n_heads)
 
 

@@ -14,6 +14,11 @@ from swarmctl.errors import ConfigError
 
 Builder = Callable[[ModelConfig], nn.Module]
 
+# How a model's output answers a permutation of its input set (every model's ``symmetry`` attribute):
+# equivariant: per-entity outputs permute with the input; invariant: one output per set, unchanged;
+# causal: entity i sees entities 0..i only (ordered sequences such as images); order-dependent: none of these.
+SYMMETRIES = ("equivariant", "invariant", "causal", "order-dependent")
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -78,6 +83,13 @@ def create_model(cfg: ModelConfig) -> nn.Module:
     """Build the model ``cfg.name`` (defaults filled in). Unknown names raise ConfigError."""
     cfg = complete_config(cfg)
     return get_spec(cfg.name).build(cfg)
+
+
+def check_heads_divide_hidden(cfg: ModelConfig) -> None:
+    """Attention splits the hidden units evenly over the heads."""
+    if cfg.dim_hidden % cfg.n_heads != 0:
+        raise ConfigError(f"heads ({cfg.n_heads}) must divide hidden ({cfg.dim_hidden}); choose a hidden size "
+                          "that is a multiple of the heads, or other heads")
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -15,7 +15,7 @@ class SetLinearNet(nn.Module):
     x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
     """
 
-    equivariant = True
+    symmetry = "equivariant"
 
     def __init__(self, dim_in: int, dim_out: int, dim_hidden: int, n_layers: int, pooling: str = "mean"):
         super().__init__()

@@ -6,9 +6,8 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from swarmctl.config import ModelConfig
-from swarmctl.errors import ConfigError
 from swarmctl.layers.set_attention import ISAB
-from swarmctl.models.registry import register_model
+from swarmctl.models.registry import check_heads_divide_hidden, register_model
 
 
 class SetTransformer(nn.Module):
@@ -18,7 +17,7 @@ class SetTransformer(nn.Module):
     as in the authors' port (the official module scales by the full width and has no mask).
     """
 
-    equivariant = True
+    symmetry = "equivariant"
 
     def __init__(self, dim_in: int, dim_out: int, dim_hidden: int, n_inducing: int, n_layers: int, n_heads: int):
         super().__init__()
@@ -40,6 +39,5 @@ class SetTransformer(nn.Module):
     summary="ISAB encoder, 4 heads",
 )
 def build_set_transformer(cfg: ModelConfig) -> SetTransformer:
-    if cfg.dim_hidden % cfg.n_heads != 0:
-        raise ConfigError(f"heads ({cfg.n_heads}) must divide hidden ({cfg.dim_hidden}); pick e.g. --heads 4")
+    check_heads_divide_hidden(cfg)
     return SetTransformer(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_inducing, cfg.n_layers, cfg.n_heads)

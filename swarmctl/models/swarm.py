@@ -36,7 +36,7 @@ class SwarmNet(nn.Module):
             for k in range(n_layers)
         )
         self.act = _ACTIVATIONS[activation]()
-        self.equivariant = pooling == "mean"
+        self.symmetry = "equivariant" if pooling == "mean" else "causal"
 
     def compile_steps(self) -> None:
         """torch.compile the iteration body of every layer."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,8 @@ import torch
 from torch import nn
 
 from swarmctl.errors import CheckpointError, ConfigError
+from swarmctl.runs import Run, list_runs
+from swarmctl.tasks.image import ImageTask
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,21 @@ def newest_image_run(runs_dir: Path, dataset: str) -> Path:
     """The run in ``runs_dir`` with the most recently written best.pt whose model is an image model for
     ``dataset``."""
     found = []
-    for cfg_path in Path(runs_dir).glob("*/config.json"):
-        cfg = json.loads(cfg_path.read_text())
-        best = cfg_path.with_name("best.pt")
-        if cfg.get("run", {}).get("task") == "image" and cfg["model"].get("dataset") == dataset and best.is_file():
-            found.append((best.stat().st_mtime, cfg_path.parent))
+    for run_dir, cfg in list_runs(runs_dir):
+        best = run_dir / "best.pt"
+        if cfg.get("run", {}).get("task") == ImageTask.name and cfg["model"].get("dataset") == dataset \
+                and best.is_file():
+            found.append((best.stat().st_mtime, run_dir))
     if not found:
         raise CheckpointError(f"no trained image run for {dataset} in {runs_dir}; train one with "
                               f"`swarmctl train swarm-image --dataset {dataset}` or pass --run")
     return max(found)[1]
+
+
+def sample_run(run: Run, per_class: int = 2, temperature: float = 1.0, seed: int = 0,
+               incremental: bool = True) -> SampleGrid:
+    """:func:`sample_grid` for an opened run, which must be an image run."""
+    if run.task.name != ImageTask.name:
+        raise CheckpointError(f"run {run.dir.name} is a {run.task.name!r} run; sample needs a swarm-image run")
+    label = f"{run.label} on {run.model_cfg.dataset}"
+    return sample_grid(run.model, label, per_class, temperature, seed, incremental=incremental, device=run.device)

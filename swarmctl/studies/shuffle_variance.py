@@ -14,7 +14,7 @@ from torch import nn
 from swarmctl.data.tasks import ClusteringTasks
 from swarmctl.errors import ConfigError
 from swarmctl.studies.results import ShuffleVarianceResult
-from swarmctl.training.losses import hungarian_ce
+from swarmctl.tasks.hungarian import hungarian_ce
 
 
 def spread_task_indices(sizes: np.ndarray, n_tasks: int) -> np.ndarray:

@@ -1,1 +1,1 @@
-"""Training: losses, the time-budgeted loop with backtracking, checkpoints, devices and evaluation."""
+"""Training: the time-budgeted loop with backtracking (loop.py), checkpoints and devices."""

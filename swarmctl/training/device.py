@@ -77,6 +77,11 @@ def init_distributed(device_name: str = "auto") -> DistContext:
     return DistContext(rank, world, local_rank)
 
 
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def barrier(ctx: DistContext) -> None:
     """Wait for every rank (nothing without a process group)."""
     if ctx.enabled:

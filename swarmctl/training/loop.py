@@ -5,6 +5,7 @@ after every epoch, the paper's backtracking heuristic, atomic checkpoints, resum
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import math
@@ -38,8 +39,25 @@ LossFn = Callable[[nn.Module, Any], Tensor]  # (model, batch) -> per-item losses
 Batches = Sequence[Batch] | Callable[[int], Sequence[Batch]]  # fixed, or drawn per epoch: epoch -> batches
 
 
-def _batches_for(batches: Batches, epoch: int) -> Sequence[Batch]:
-    return batches(epoch) if callable(batches) else batches
+@dataclass(frozen=True)
+class TrainingData:
+    """What the loop needs from a task: its batches, its per-item loss, and the numbers it derives from a
+    validation loss (e.g. bits per dimension); ``checksum`` identifies the data for resume checks."""
+
+    train: Batches
+    val: Batches
+    loss_fn: LossFn
+    val_metrics_of: Callable[[float], dict[str, float]] | None = None
+    checksum: str | None = None
+
+    def train_batches(self, epoch: int) -> Sequence[Batch]:
+        return self.train(epoch) if callable(self.train) else self.train
+
+    def val_batches(self, epoch: int) -> Sequence[Batch]:
+        return self.val(epoch) if callable(self.val) else self.val
+
+    def val_metrics(self, v: float) -> dict[str, float]:
+        return self.val_metrics_of(v) if self.val_metrics_of is not None and math.isfinite(v) else {}
 
 
 class ProgressHook(Protocol):
@@ -185,9 +203,7 @@ def _broadcast(value: float, ctx: DistContext, device: torch.device) -> float:
 
 def fit(
     model: nn.Module,
-    train_batches: Batches,
-    val_batches: Batches,
-    loss_fn: LossFn,
+    data: TrainingData,
     cfg: TrainConfig,
     run_dir: Path,
     *,
@@ -198,24 +214,76 @@ def fit(
     ctx: DistContext = DistContext(),
     progress: ProgressHook | None = None,
     clock: Callable[[], float] = time.monotonic,
-    plot: Callable[[list[dict[str, Any]], Path], None] | None = None,
-    extra_metrics: Callable[[float], dict[str, float]] | None = None,
 ) -> FitResult:
     """Train ``model`` until the net time budget (``cfg.minutes``) or ``cfg.max_epochs`` is spent.
 
-    ``train_batches`` and ``val_batches`` are sequences, or functions of the epoch returning them (for
-    tasks drawn fresh every epoch); an epoch runs ``cfg.steps_per_epoch`` steps or one pass.
-
-    Writes (rank 0 only) ``metrics.jsonl`` (one line per epoch), ``best.pt`` (best validation loss),
-    ``last.pt`` (after every epoch, and on interruption with the position inside the epoch) into
-    ``run_dir``. With ``resume`` the run continues from ``last.pt``, budget included. ``plot(records,
-    run_dir)`` draws the curves at the end (time not counted).
+    An epoch runs ``cfg.steps_per_epoch`` steps or one pass over ``data.train_batches(epoch)``, then
+    validates, backtracks when the rule says so, and saves. Writes (rank 0 only) ``metrics.jsonl`` (one
+    line per epoch), ``best.pt`` (best validation loss) and ``last.pt`` (after every epoch, and on
+    interruption with the position inside the epoch) into ``run_dir``. With ``resume`` the run continues
+    from ``last.pt``, budget included. ``progress`` only displays; it changes nothing.
     """
     run_dir = Path(run_dir)
     model.to(device)
+    data = dataclasses.replace(data, train=on_device(data.train, device), val=on_device(data.val, device))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    state, best = _initial_state(model, opt, cfg, run_dir, resume, device)
+    train_model = _training_model(model, cfg, ctx, device)
+    _drop_unsaved_epochs(run_dir / "metrics.jsonl", state.epoch, ctx)
+    checkpoint = _Checkpointer(run_dir, model, opt, config, task, ctx)
+    budget = cfg.minutes * 60.0
+    with _StopSignals() as signals:
+        while state.epoch < cfg.max_epochs:
+            if state.cursor == 0 and _any_rank((state.net_seconds >= budget,), ctx, device)[0]:
+                state.finished, state.stop_reason = True, "time budget"  # nothing left for a new epoch
+                break
+            _decay_lr_once(state, opt, cfg)
+            batches = data.train_batches(state.epoch)
+            order = _epoch_order(len(batches), state.epoch, cfg, ctx)
+            if progress:
+                progress.epoch_start(state.epoch, len(order), state.cursor)
+            stopped_by, time_up = _train_epoch(train_model, opt, batches, order, data.loss_fn, state, cfg, budget,
+                                               signals, ctx, device, clock, progress)
+            if stopped_by is not None:
+                state.stop_reason = f"interrupted ({stopped_by})"
+                checkpoint.save_last(state)
+                return _result(run_dir, state)
+            time_up = time_up or _any_rank((state.net_seconds >= budget,), ctx, device)[0]
+
+            t_eval = clock()
+            v = _broadcast(evaluate(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp), ctx, device)
+            lr_used = state.lr
+            backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
+            if backtracked:
+                _backtrack(model, opt, best, state, cfg, v)
+            improved = _log_validation(state, state.best_val if backtracked else v)
+            if improved:
+                best = _snapshot(model, opt)
+            record = _epoch_record(state, v, lr_used, backtracked, state.eval_seconds + (clock() - t_eval))
+            record.update(data.val_metrics(v))
+            _close_epoch(state, time_up, cfg)
+            if ctx.is_main:
+                _append_metrics(run_dir / "metrics.jsonl", record)
+                if improved:
+                    checkpoint.save_best(best, state)
+            checkpoint.save_last(state)
+            state.eval_seconds += clock() - t_eval
+            logger.info("epoch %d: train %.4f  val %.4f  best %.4f  lr %.3g  net %.1fs", record["epoch"],
+                        record["train_loss"], v, state.best_val, lr_used, state.net_seconds)
+            if progress:
+                progress.epoch_end(record)
+            if state.finished:
+                break
+    return _result(run_dir, state)
+
+
+# ---- the steps of fit, in the order it calls them -------------------------------------------------------
+
+def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, run_dir: Path, resume: bool,
+                   device: torch.device) -> tuple[TrainState, tuple[dict, dict]]:
+    """A fresh state, or the one in ``last.pt`` (weights and optimizer loaded); and the best snapshot."""
     state = TrainState(lr=cfg.lr)
-    best_model, best_opt = None, None
+    best = None
     if resume:
         last = load_checkpoint(run_dir / "last.pt", map_location=device)
         model.load_state_dict(last["model"])
@@ -223,14 +291,17 @@ def fit(
         state = TrainState.from_dict(last["state"])
         state.finished = False
         if (run_dir / "best.pt").is_file():
-            best = load_checkpoint(run_dir / "best.pt", map_location=device)
-            best_model, best_opt = best["model"], best["optimizer"]
-            state.best_val, state.best_epoch = best["state"]["best_val"], best["state"]["best_epoch"]
-    if best_model is None:
-        best_model, best_opt = _snapshot(model, opt)
-    for group in opt.param_groups:
-        group["lr"] = state.lr
+            saved = load_checkpoint(run_dir / "best.pt", map_location=device)
+            best = saved["model"], saved["optimizer"]
+            state.best_val, state.best_epoch = saved["state"]["best_val"], saved["state"]["best_epoch"]
+    if best is None:
+        best = _snapshot(model, opt)
+    _set_lr(opt, state.lr)
+    return state, best
 
+
+def _training_model(model: nn.Module, cfg: TrainConfig, ctx: DistContext, device: torch.device) -> nn.Module:
+    """The module the steps run through: compiled and/or wrapped in DDP; ``model`` keeps the weights."""
     train_model: nn.Module = model
     if cfg.compile:
         if hasattr(model, "compile_steps"):
@@ -240,145 +311,166 @@ def fit(
     if ctx.enabled:
         ids = [device.index] if device.type == "cuda" else None
         train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
+    return train_model
 
-    metrics_path = run_dir / "metrics.jsonl"
-    records: list[dict[str, Any]] = []
-    if metrics_path.is_file():
-        # a run killed between its metrics line and last.pt logged an epoch it will now redo
-        records = [r for r in map(json.loads, metrics_path.read_text().splitlines()) if r["epoch"] < state.epoch]
-        if ctx.is_main:
-            atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
 
-    def save_last() -> None:
-        if ctx.is_main:
-            save_checkpoint(run_dir / "last.pt", model_state=model.state_dict(), optimizer_state=opt.state_dict(),
-                            state=state.to_dict(), config=config, task=task)
+def _drop_unsaved_epochs(metrics_path: Path, epoch: int, ctx: DistContext) -> None:
+    """A run killed between its metrics line and last.pt logged an epoch it will now redo: drop it."""
+    if ctx.is_main and metrics_path.is_file():
+        records = [r for r in map(json.loads, metrics_path.read_text().splitlines()) if r["epoch"] < epoch]
+        atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
 
-    budget = cfg.minutes * 60.0
-    amp = cfg.amp
-    train_batches, val_batches = on_device(train_batches, device), on_device(val_batches, device)
-    sync_every = host_sync_interval(device)
-    loss_acc = torch.zeros((), dtype=torch.float64, device=device)  # losses not yet read on the host
-    unread = 0
 
-    def read_losses() -> None:
-        """Fold the losses summed on the device into the state (one host sync)."""
-        nonlocal unread
-        if unread:
-            state.epoch_loss_sum += loss_acc.item()
-            state.epoch_loss_count += unread
-            loss_acc.zero_()
-            unread = 0
-    with _StopSignals() as signals:
-        while state.epoch < cfg.max_epochs:
-            if state.cursor == 0 and _any_rank((state.net_seconds >= budget,), ctx, device)[0]:
-                state.finished, state.stop_reason = True, "time budget"  # nothing left for a new epoch
-                break
-            if cfg.lr_decay_epoch is not None and state.epoch >= cfg.lr_decay_epoch and not state.lr_decayed:
-                state.lr *= cfg.lr_decay
-                state.lr_decayed = True
-                for group in opt.param_groups:
-                    group["lr"] = state.lr
-            epoch_batches = _batches_for(train_batches, state.epoch)
-            order = epoch_order(len(epoch_batches), cfg.seed, state.epoch)
-            if cfg.steps_per_epoch is not None:
-                order = [order[k % len(order)] for k in range(cfg.steps_per_epoch)]
-            if ctx.enabled:  # every rank gets the same number of batches
-                per_rank = len(order) // ctx.world_size
-                order = order[ctx.rank :: ctx.world_size][:per_rank]
-            if progress:
-                progress.epoch_start(state.epoch, len(order), state.cursor)
-            model.train()
-            time_up = False
-            while state.cursor < len(order):
-                stop_signal, time_up = _any_rank((signals.received is not None, state.net_seconds >= budget), ctx,
-                                                 device)
-                if stop_signal:
-                    read_losses()
-                    state.stop_reason = f"interrupted ({signals.received or 'signal on another rank'})"
-                    save_last()
-                    return _result(run_dir, state)
-                if time_up:
-                    break
-                batch = epoch_batches[order[state.cursor]].to(device)
-                t0 = clock()
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-                    loss = loss_fn(train_model, batch).mean()
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                loss_acc += loss.detach()
-                unread += 1
-                state.cursor += 1
-                if unread >= sync_every or state.cursor == len(order):
-                    read_losses()  # synchronises, so the time below includes the queued work
-                state.net_seconds += clock() - t0
-                if progress:
-                    progress.batch_end(state.epoch_loss_sum / state.epoch_loss_count if unread == 0 else None)
-            if unread:  # the steps still queued on an accelerator count as optimisation time
-                t0 = clock()
-                read_losses()
-                state.net_seconds += clock() - t0
-            time_up = time_up or _any_rank((state.net_seconds >= budget,), ctx, device)[0]
+class _Checkpointer:
+    """Writes last.pt and best.pt (rank 0 only) with the run's config and task."""
 
-            t_eval = clock()
-            v = _broadcast(evaluate(model, _batches_for(val_batches, state.epoch), loss_fn, device, amp), ctx, device)
-            lr_used = state.lr
-            backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
-            logged = v
-            if backtracked:
-                model.load_state_dict(best_model)
-                opt.load_state_dict(best_opt)
-                state.lr = cfg.alpha * lr_used
-                for group in opt.param_groups:
-                    group["lr"] = state.lr
-                state.backtracks += 1
-                logged = state.best_val
-                logger.info("epoch %d: val %.4f -> backtrack to epoch %d, lr %.3g", state.epoch, v,
-                            state.best_epoch, state.lr)
-            state.history.append(logged)
-            improved = math.isfinite(logged) and logged < state.best_val
-            if improved:
-                state.best_val, state.best_epoch = logged, state.epoch
-                best_model, best_opt = _snapshot(model, opt)
-            record = {
-                "epoch": state.epoch,
-                "train_loss": state.epoch_loss_sum / max(state.epoch_loss_count, 1),
-                "val_loss": _finite_or_none(v),
-                "best_val": _finite_or_none(state.best_val),
-                "lr": lr_used,
-                "net_seconds": state.net_seconds,
-                "batches": state.cursor,
-                "backtracked": backtracked,
-                "backtracks": state.backtracks,
-                "eval_seconds": state.eval_seconds + (clock() - t_eval),
-            }
-            if extra_metrics is not None and math.isfinite(v):
-                record.update(extra_metrics(v))
-            state.epoch += 1
-            state.cursor = 0
-            state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
-            if time_up or state.epoch >= cfg.max_epochs:
-                state.finished = True
-                state.stop_reason = "time budget" if time_up else "max epochs"
-            if ctx.is_main:
-                records.append(record)
-                with open(metrics_path, "a") as fh:
-                    fh.write(json.dumps(record) + "\n")
-                if improved:
-                    save_checkpoint(run_dir / "best.pt", model_state=best_model, optimizer_state=best_opt,
-                                    state=state.to_dict(), config=config, task=task)
-            save_last()
-            state.eval_seconds += clock() - t_eval
-            logger.info("epoch %d: train %.4f  val %.4f  best %.4f  lr %.3g  net %.1fs", record["epoch"],
-                        record["train_loss"], v, state.best_val, lr_used, state.net_seconds)
-            if progress:
-                progress.epoch_end(record)
-            if state.finished:
-                break
-    if ctx.is_main and plot is not None:
-        plot(records, run_dir)
-    return _result(run_dir, state)
+    def __init__(self, run_dir: Path, model: nn.Module, opt: torch.optim.Optimizer, config: dict[str, Any],
+                 task: str, ctx: DistContext) -> None:
+        self.run_dir, self.model, self.opt, self.config, self.task, self.ctx = run_dir, model, opt, config, task, ctx
+
+    def save_last(self, state: TrainState) -> None:
+        if self.ctx.is_main:
+            save_checkpoint(self.run_dir / "last.pt", model_state=self.model.state_dict(),
+                            optimizer_state=self.opt.state_dict(), state=state.to_dict(), config=self.config,
+                            task=self.task)
+
+    def save_best(self, best: tuple[dict, dict], state: TrainState) -> None:
+        save_checkpoint(self.run_dir / "best.pt", model_state=best[0], optimizer_state=best[1],
+                        state=state.to_dict(), config=self.config, task=self.task)
+
+
+def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    for group in opt.param_groups:
+        group["lr"] = lr
+
+
+def _decay_lr_once(state: TrainState, opt: torch.optim.Optimizer, cfg: TrainConfig) -> None:
+    if cfg.lr_decay_epoch is not None and state.epoch >= cfg.lr_decay_epoch and not state.lr_decayed:
+        state.lr *= cfg.lr_decay
+        state.lr_decayed = True
+        _set_lr(opt, state.lr)
+
+
+def _epoch_order(n_batches: int, epoch: int, cfg: TrainConfig, ctx: DistContext) -> list[int]:
+    """Which batches this rank runs in ``epoch``, in order (the same count on every rank)."""
+    order = epoch_order(n_batches, cfg.seed, epoch)
+    if cfg.steps_per_epoch is not None:
+        order = [order[k % len(order)] for k in range(cfg.steps_per_epoch)]
+    if ctx.enabled:
+        per_rank = len(order) // ctx.world_size
+        order = order[ctx.rank :: ctx.world_size][:per_rank]
+    return order
+
+
+def _train_epoch(train_model: nn.Module, opt: torch.optim.Optimizer, batches: Sequence[Batch], order: list[int],
+                 loss_fn: LossFn, state: TrainState, cfg: TrainConfig, budget: float, signals: _StopSignals,
+                 ctx: DistContext, device: torch.device, clock: Callable[[], float],
+                 progress: ProgressHook | None) -> tuple[str | None, bool]:
+    """Optimisation steps from ``state.cursor`` to the end of ``order``.
+
+    Returns (the signal that stopped it, or None; whether the budget ran out). Only the steps count
+    towards ``state.net_seconds``. The losses are summed on the device and read on the host every
+    :func:`host_sync_interval` steps (each step on the CPU), at the latest before returning.
+    """
+    train_model.train()
+    time_up = False
+    losses = _UnreadLosses(state, device)
+    while state.cursor < len(order):
+        stop_signal, time_up = _any_rank((signals.received is not None, state.net_seconds >= budget), ctx, device)
+        if stop_signal:
+            losses.read()
+            return signals.received or "signal on another rank", time_up
+        if time_up:
+            break
+        batch = batches[order[state.cursor]].to(device)
+        t0 = clock()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp):
+            loss = loss_fn(train_model, batch).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.add(loss)
+        state.cursor += 1
+        if losses.count >= losses.interval or state.cursor == len(order):
+            losses.read()  # synchronises, so the interval below includes the queued work
+        state.net_seconds += clock() - t0
+        if progress:
+            progress.batch_end(state.epoch_loss_sum / state.epoch_loss_count if losses.count == 0 else None)
+    if losses.count:  # steps still queued on an accelerator count as optimisation time
+        t0 = clock()
+        losses.read()
+        state.net_seconds += clock() - t0
+    return None, time_up
+
+
+class _UnreadLosses:
+    """Step losses summed on the device (float64) until :meth:`read` folds them into the state."""
+
+    def __init__(self, state: TrainState, device: torch.device) -> None:
+        self.state, self.interval, self.count = state, host_sync_interval(device), 0
+        self.total = torch.zeros((), dtype=torch.float64, device=device)
+
+    def add(self, loss: Tensor) -> None:
+        self.total += loss.detach()
+        self.count += 1
+
+    def read(self) -> None:
+        if self.count:
+            self.state.epoch_loss_sum += self.total.item()
+            self.state.epoch_loss_count += self.count
+            self.total.zero_()
+            self.count = 0
+
+
+def _backtrack(model: nn.Module, opt: torch.optim.Optimizer, best: tuple[dict, dict], state: TrainState,
+               cfg: TrainConfig, v: float) -> None:
+    """Back to the best weights and optimizer state, with the learning rate times alpha."""
+    model.load_state_dict(best[0])
+    opt.load_state_dict(best[1])
+    state.lr = cfg.alpha * state.lr
+    _set_lr(opt, state.lr)
+    state.backtracks += 1
+    logger.info("epoch %d: val %.4f -> backtrack to epoch %d, lr %.3g", state.epoch, v, state.best_epoch, state.lr)
+
+
+def _log_validation(state: TrainState, logged: float) -> bool:
+    """Append the logged validation loss to the history; True when it is a new best."""
+    state.history.append(logged)
+    improved = math.isfinite(logged) and logged < state.best_val
+    if improved:
+        state.best_val, state.best_epoch = logged, state.epoch
+    return improved
+
+
+def _epoch_record(state: TrainState, v: float, lr_used: float, backtracked: bool,
+                  eval_seconds: float) -> dict[str, Any]:
+    """One line of metrics.jsonl."""
+    return {
+        "epoch": state.epoch,
+        "train_loss": state.epoch_loss_sum / max(state.epoch_loss_count, 1),
+        "val_loss": _finite_or_none(v),
+        "best_val": _finite_or_none(state.best_val),
+        "lr": lr_used,
+        "net_seconds": state.net_seconds,
+        "batches": state.cursor,
+        "backtracked": backtracked,
+        "backtracks": state.backtracks,
+        "eval_seconds": eval_seconds,
+    }
+
+
+def _close_epoch(state: TrainState, time_up: bool, cfg: TrainConfig) -> None:
+    state.epoch += 1
+    state.cursor = 0
+    state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
+    if time_up or state.epoch >= cfg.max_epochs:
+        state.finished = True
+        state.stop_reason = "time budget" if time_up else "max epochs"
+
+
+def _append_metrics(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(record) + "\n")
 
 
 def _result(run_dir: Path, state: TrainState) -> FitResult:

@@ -3,29 +3,27 @@ import sys
 
 import pytest
 from typer.main import get_command
-from typer.testing import CliRunner
 
 from swarmctl import __version__
 from swarmctl.cli import app
 
-runner = CliRunner()
 COMMANDS = sorted(get_command(app).commands)
 
 
-def test_version():
-    result = runner.invoke(app, ["--version"])
+def test_version(cli):
+    result = cli("--version")
     assert result.exit_code == 0 and result.output.strip() == f"swarmctl {__version__}"
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help(command):
-    result = runner.invoke(app, [command, "--help"])
+def test_every_command_has_help(command, cli):
+    result = cli(command, "--help")
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output
 
 
-def test_models_lists_every_registered_model_with_its_default_code():
-    result = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+def test_models_lists_every_registered_model_with_its_default_code(cli):
+    result = cli("models")
     assert result.exit_code == 0
     for name, code, params in [("swarm", "192-10-1", "301,066"), ("set-transformer", "32-60-3", "57,642"),
                                ("lstm", "128-3", "928,266"), ("set-linear-max", "96-6", "77,012")]:
@@ -33,10 +31,37 @@ def test_models_lists_every_registered_model_with_its_default_code():
         assert code in line and params in line
 
 
-def test_unknown_option_exits_2():
-    assert runner.invoke(app, ["models", "--nope"]).exit_code == 2
+def test_unknown_option_exits_2(cli):
+    assert cli("models", "--nope").exit_code == 2
 
 
 def test_python_dash_m_works():
     out = subprocess.run([sys.executable, "-m", "swarmctl", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and __version__ in out.stdout
+
+
+def test_train_help_shows_the_defaults_of_every_task_family(cli):
+    from swarmctl.tasks import TASKS
+
+    text = " ".join(cli("train", "--help").output.split())  # one line: the panel wraps long help texts
+    assert "Hidden units H [default: the model's]" in text
+    for task in TASKS.values():
+        assert f"{task.name}: {task.defaults.batch_size}" in text  # batch sizes differ between all families
+        assert task.name in text.split("--lr ")[1].split("--batch-size")[0]
+
+
+def test_models_fits_80_columns():
+    from typer.testing import CliRunner
+
+    from swarmctl.cli import app
+    from swarmctl.models import list_models
+
+    out = CliRunner().invoke(app, ["models"], env={"COLUMNS": "80"}).output
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for name in list_models():
+        assert any(line.split()[:1] == [name] for line in out.splitlines()), name
+
+
+def test_user_text_with_brackets_is_printed_as_written(cli, tmp_path):
+    result = cli("eval", "run[bold]x", "--runs-dir", tmp_path)  # rich would read [bold] as a style
+    assert result.exit_code == 1 and "run[bold]x" in result.output

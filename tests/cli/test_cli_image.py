@@ -2,19 +2,11 @@ import json
 import math
 
 import pytest
-from typer.testing import CliRunner
 
-from swarmctl.cli import app
-
-runner = CliRunner()
 TINY = ["--hidden", "8", "--iters", "2", "--batch-size", "20", "--max-epochs", "2"]
 
 
-def cli(*args):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
-
-
-def test_train_eval_and_sample_an_image_model(fake_mnist, tmp_path):
+def test_train_eval_and_sample_an_image_model(fake_mnist, tmp_path, cli):
     runs = tmp_path / "runs"
     r = cli("train", "swarm-image", "--dataset", "mnist", "--data-dir", fake_mnist, *TINY, "--runs-dir", runs)
     assert r.exit_code == 0, r.output
@@ -38,7 +30,7 @@ def test_train_eval_and_sample_an_image_model(fake_mnist, tmp_path):
     assert grid.shape == (10, 1, 1, 28, 28) and grid.dtype == np.uint8
 
 
-def test_image_errors_are_one_line(tmp_path, fake_mnist):
+def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     runs = tmp_path / "runs"
     r = cli("train", "swarm-image", "--dataset", "mnist", "--data-dir", tmp_path / "nowhere", "--runs-dir", runs)
     assert r.exit_code == 1 and "put the four IDX files" in r.output and not runs.exists()

@@ -6,18 +6,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from swarmctl.cli import app
 from swarmctl.data.hdf5 import read_dataset, write_dataset
 from swarmctl.training.checkpoint import load_checkpoint
 
-runner = CliRunner()
 TINY_TRAIN = ["--hidden", "8", "--iters", "3", "--batch-size", "6", "--max-epochs", "2"]
-
-
-def run(*args):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
 
 
 def assert_user_error(result, *fragments):
@@ -28,27 +21,27 @@ def assert_user_error(result, *fragments):
         assert frag in lines[0]
 
 
-def test_gen_data_writes_and_refuses_to_overwrite(tmp_path):
+def test_gen_data_writes_and_refuses_to_overwrite(tmp_path, cli):
     out = tmp_path / "d.h5"
-    r = run("gen-data", "--seed", 1, "--tasks", 20, "--n-min", 5, "--n-max", 9, "--out", out)
+    r = cli("gen-data", "--seed", 1, "--tasks", 20, "--n-min", 5, "--n-max", 9, "--out", out)
     assert r.exit_code == 0, r.output
     splits, info = read_dataset(out)
     assert (len(splits["train"]), len(splits["val"]), info["seed"]) == (18, 2, 1)
-    assert_user_error(run("gen-data", "--tasks", 20, "--out", out), "--force")
-    again = run("gen-data", "--seed", 1, "--tasks", 20, "--n-min", 5, "--n-max", 9, "--out", out, "--force")
+    assert_user_error(cli("gen-data", "--tasks", 20, "--out", out), "--force")
+    again = cli("gen-data", "--seed", 1, "--tasks", 20, "--n-min", 5, "--n-max", 9, "--out", out, "--force")
     assert again.exit_code == 0
     assert read_dataset(out)[1]["checksum"] == info["checksum"]  # same seed, same content
 
 
-def test_gen_data_bad_parameters(tmp_path):
-    assert_user_error(run("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "k_max")
+def test_gen_data_bad_parameters(tmp_path, cli):
+    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "k_max")
     assert not (tmp_path / "x.h5").exists()
-    assert run("gen-data", "--tasks", "many").exit_code == 2
+    assert cli("gen-data", "--tasks", "many").exit_code == 2
 
 
-def test_train_then_eval(tiny_h5, tmp_path):
+def test_train_then_eval(tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    r = run("train", "swarm", *TINY_TRAIN, "--data", tiny_h5, "--runs-dir", runs)
+    r = cli("train", "swarm", *TINY_TRAIN, "--data", tiny_h5, "--runs-dir", runs)
     assert r.exit_code == 0, r.output
     run_dir = runs / "swarm-8-3-1-s0"
     assert {p.name for p in run_dir.iterdir()} >= {"config.json", "metrics.jsonl", "best.pt", "last.pt", "curves.png"}
@@ -60,22 +53,22 @@ def test_train_then_eval(tiny_h5, tmp_path):
     ckpt = load_checkpoint(run_dir / "best.pt")
     assert ckpt["config"]["model"]["name"] == "swarm" and ckpt["swarmctl_version"]
 
-    r = run("eval", "swarm-8-3-1-s0", "--runs-dir", runs)
+    r = cli("eval", "swarm-8-3-1-s0", "--runs-dir", runs)
     assert r.exit_code == 0, r.output
     res = json.loads((run_dir / "eval-val.json").read_text())
     assert res["loss"] == pytest.approx(min(x["val_loss"] for x in records), rel=1e-5)
     assert 0 <= res["accuracy"] <= 1 and 0 < res["oracle_loss"] < res["loss"]
     # the same checkpoint by path, on the train split
-    r = run("eval", run_dir / "best.pt", "--split", "train", "--out", tmp_path / "e.json")
+    r = cli("eval", run_dir / "best.pt", "--split", "train", "--out", tmp_path / "e.json")
     assert r.exit_code == 0 and json.loads((tmp_path / "e.json").read_text())["tasks"] == 18
 
 
-def test_train_refuses_an_existing_run_and_resume_extends_it(tiny_h5, tmp_path):
+def test_train_refuses_an_existing_run_and_resume_extends_it(tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    first = run("train", "set-linear", "--batch-size", 6, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs)
+    first = cli("train", "set-linear", "--batch-size", 6, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs)
     assert first.exit_code == 0
-    assert_user_error(run("train", "set-linear", "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs), "--resume")
-    r = run("train", "set-linear", "--resume", "set-linear-64-6-s0", "--max-epochs", 3, "--runs-dir", runs)
+    assert_user_error(cli("train", "set-linear", "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs), "--resume")
+    r = cli("train", "set-linear", "--resume", "set-linear-64-6-s0", "--max-epochs", 3, "--runs-dir", runs)
     assert r.exit_code == 0, r.output
     lines = (runs / "set-linear-64-6-s0" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["epoch"] for x in lines] == [0, 1, 2]
@@ -127,10 +120,10 @@ def _bad_data(kind, tiny_h5, tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["missing", "not-hdf5", "schema", "checksum", "nan", "one-entity"])
-def test_train_rejects_bad_data_and_writes_nothing(kind, tiny_h5, tmp_path):
+def test_train_rejects_bad_data_and_writes_nothing(kind, tiny_h5, tmp_path, cli):
     path, message = _bad_data(kind, tiny_h5, tmp_path)
     runs = tmp_path / "runs"
-    assert_user_error(run("train", "swarm", *TINY_TRAIN, "--data", path, "--runs-dir", runs), message)
+    assert_user_error(cli("train", "swarm", *TINY_TRAIN, "--data", path, "--runs-dir", runs), message)
     assert not runs.exists()
 
 
@@ -144,35 +137,35 @@ def test_train_rejects_bad_data_and_writes_nothing(kind, tiny_h5, tmp_path):
         (["swarm", "--minutes", -1], "minutes must be > 0"),
     ],
 )
-def test_train_rejects_bad_hyper_parameters_and_writes_nothing(args, message, tiny_h5, tmp_path):
+def test_train_rejects_bad_hyper_parameters_and_writes_nothing(args, message, tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    assert_user_error(run("train", *args, "--data", tiny_h5, "--runs-dir", runs), message)
+    assert_user_error(cli("train", *args, "--data", tiny_h5, "--runs-dir", runs), message)
     assert not runs.exists()
 
 
-def test_bad_option_type_exits_2(tiny_h5):
-    assert run("train", "swarm", "--iters", "ten", "--data", tiny_h5).exit_code == 2
+def test_bad_option_type_exits_2(tiny_h5, cli):
+    assert cli("train", "swarm", "--iters", "ten", "--data", tiny_h5).exit_code == 2
 
 
-def test_resume_errors(tiny_h5, tmp_path):
+def test_resume_errors(tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    assert_user_error(run("train", "swarm", "--resume", "ghost", "--runs-dir", runs), "no run 'ghost'")
-    assert run("train", "swarm", *TINY_TRAIN, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
-    assert_user_error(run("train", "lstm", "--resume", "swarm-8-3-1-s0", "--runs-dir", runs),
+    assert_user_error(cli("train", "swarm", "--resume", "ghost", "--runs-dir", runs), "no run 'ghost'")
+    assert cli("train", "swarm", *TINY_TRAIN, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
+    assert_user_error(cli("train", "lstm", "--resume", "swarm-8-3-1-s0", "--runs-dir", runs),
                       "trains model 'swarm', not 'lstm'")
 
 
-def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path):
+def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    assert run("train", "swarm", *TINY_TRAIN, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
+    assert cli("train", "swarm", *TINY_TRAIN, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
     best = runs / "swarm-8-3-1-s0" / "best.pt"
     ckpt = load_checkpoint(best)
     other = dict(ckpt, format=99)
     torch.save(other, tmp_path / "future.pt")
-    assert_user_error(run("eval", tmp_path / "future.pt"), "checkpoint format 99")
+    assert_user_error(cli("eval", tmp_path / "future.pt"), "checkpoint format 99")
     wrong = dict(ckpt, config={**ckpt["config"], "model": {**ckpt["config"]["model"], "name": "set-linear"}})
     torch.save(wrong, tmp_path / "wrong.pt")
-    assert_user_error(run("eval", tmp_path / "wrong.pt"), "belongs to another model")
+    assert_user_error(cli("eval", tmp_path / "wrong.pt"), "belongs to another model")
     (tmp_path / "junk.pt").write_bytes(b"junk")
-    assert_user_error(run("eval", tmp_path / "junk.pt"), "not a readable swarmctl checkpoint")
-    assert_user_error(run("eval", "nothing-here", "--runs-dir", runs), "no run 'nothing-here'")
+    assert_user_error(cli("eval", tmp_path / "junk.pt"), "not a readable swarmctl checkpoint")
+    assert_user_error(cli("eval", "nothing-here", "--runs-dir", runs), "no run 'nothing-here'")

@@ -5,9 +5,9 @@ import torch
 
 from swarmctl import ModelConfig, create_model, list_models
 from swarmctl.config import DataConfig, TrainConfig
+from swarmctl.runs import start_run
+from swarmctl.tasks.hungarian import hungarian_ce
 from swarmctl.testing import random_sets
-from swarmctl.training.losses import hungarian_ce
-from swarmctl.training.runs import start_run
 
 pytestmark = pytest.mark.gpu
 

@@ -3,22 +3,14 @@ import math
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from swarmctl.cli import app
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError, DataError
+from swarmctl.runs import load_model
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
 from swarmctl.studies.report import ConfigSummary, RunSummary, frontiers, pareto_front, summarise
 from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult, load_result, save_result
 from swarmctl.studies.shuffle_variance import measure_shuffle_variance, spread_task_indices
-from swarmctl.training.runs import load_model
-
-runner = CliRunner()
-
-
-def cli(*args):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
 
 
 def test_spread_task_indices_cover_the_size_range():
@@ -103,7 +95,7 @@ def test_summarise_mean_and_std_over_seeds():
     assert row.seeds == (0, 1, 2) and row.val_mean == 2.0 and row.val_std == pytest.approx(1.0)
 
 
-def test_cli_studies_and_replot(trained_runs, tmp_path):
+def test_cli_studies_and_replot(trained_runs, tmp_path, cli):
     runs, _ = trained_runs
     out = tmp_path / "sv"
     r = cli("shuffle-variance", "swarm", "lstm", "--runs-dir", runs, "--tasks", 3, "--shuffles", 10, "--out", out)

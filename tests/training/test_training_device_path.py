@@ -8,9 +8,9 @@ import torch
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.dataset import ClusteringBatch
+from swarmctl.runs import start_run
 from swarmctl.training import loop
 from swarmctl.training.checkpoint import load_checkpoint
-from swarmctl.training.runs import start_run
 
 
 def _train(tiny_h5, runs, name):

@@ -7,9 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from swarmctl.cli import app
-from swarmctl.pretrained import export_weights, missing_data, pretrained_dir, shipped_checkpoint
+from swarmctl.runs import export_weights, load_model, open_run, pretrained_dir, shipped_checkpoint
+from swarmctl.tasks.clustering import ClusteringTask
 from swarmctl.training.checkpoint import load_checkpoint
-from swarmctl.training.runs import load_model
 
 runner = CliRunner()
 
@@ -36,7 +36,7 @@ def test_exported_weights_hold_no_optimizer_and_load_as_the_same_model(shipped, 
     b, _ = load_model(runs / "swarm" / "best.pt")
     for (k, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert x.dtype == y.dtype and x.equal(y), k
-    assert shipped_checkpoint() == folder / "swarm-tiny.pt"
+    assert shipped_checkpoint(ClusteringTask()) == folder / "swarm-tiny.pt"
 
 
 def test_eval_and_plot_entropy_use_the_shipped_model_when_no_run_is_named(shipped, tmp_path):
@@ -59,12 +59,17 @@ def test_without_a_shipped_model_the_commands_name_the_fix(tmp_path):
     assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
 
 
-def test_missing_default_data_of_a_shipped_model_is_reported_for_generation(tmp_path, trained_runs, monkeypatch):
+def test_a_shipped_model_gets_its_data_ensured_and_a_local_run_does_not(tmp_path, trained_runs, monkeypatch):
     runs, _ = trained_runs
     monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path / "p"))
     export_weights(runs / "swarm" / "best.pt", tmp_path / "p" / "m.pt", data_path=str(tmp_path / "gone.h5"))
-    assert missing_data(tmp_path / "p" / "m.pt") == tmp_path / "gone.h5"
-    assert missing_data(runs / "swarm" / "best.pt") is None  # a local run's data is never generated
+    asked = []
+    monkeypatch.setattr(ClusteringTask, "ensure_data", lambda self, cfg, progress=None: asked.append(cfg.path))
+    opened = open_run(None, tmp_path / "runs", "cpu", task=ClusteringTask())
+    assert opened.shipped and opened.dir == tmp_path / "runs" / "pretrained-m" and asked == [str(tmp_path / "gone.h5")]
+    assert not open_run("swarm", runs, "cpu").shipped and len(asked) == 1
+    r = cli("eval", "--runs-dir", tmp_path / "runs")  # not the default file: nothing generated, one line
+    assert r.exit_code == 1 and "gone.h5" in r.output and "Traceback" not in r.output
 
 
 def test_sample_uses_the_shipped_image_model_when_runs_has_none(tmp_path, fake_mnist, monkeypatch):

@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
-N_CLASSES = 10
 ABSENT_LOGIT = -1e4  # logit of a class the oracle knows is absent (finite: keeps 0 * logit = 0)
 
 

@@ -76,8 +76,8 @@ def _ddp_worker(rank, world, port, data, out):
     torch.set_num_threads(1)
     import torch.distributed as dist
 
+    from swarmctl import runs
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
-    from swarmctl.training import runs
 
     captured = {}
     real_fit = runs.fit

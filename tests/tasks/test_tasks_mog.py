@@ -5,18 +5,10 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import multivariate_normal
-from typer.testing import CliRunner
 
-from swarmctl.cli import app
 from swarmctl.data.hdf5 import read_dataset
 from swarmctl.data.mog import FreshBatches, MogParams, generate_mog_tasks, sample_mog_batch
-from swarmctl.training.mog import mixture_log_likelihood, mog_batches, oracle_log_likelihood
-
-runner = CliRunner()
-
-
-def cli(*args):
-    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+from swarmctl.tasks.mog import mixture_log_likelihood, mog_batches, oracle_log_likelihood
 
 
 def test_batches_follow_the_protocol():
@@ -67,7 +59,7 @@ def test_oracle_log_likelihood_is_about_minus_1_4755():
     assert ll == pytest.approx(-1.4755, abs=0.03)  # protocol: -1.4755 +- 0.0005; SE of 2,000 tasks ~ 0.005
 
 
-def test_cli_mog_end_to_end(tmp_path):
+def test_cli_mog_end_to_end(tmp_path, cli):
     test_set = tmp_path / "mog.h5"
     assert cli("gen-data", "--task", "mog4", "--tasks", 30, "--out", test_set).exit_code == 0
     splits, info = read_dataset(test_set)

@@ -3,18 +3,20 @@ loss, and evaluation with matched accuracy and the true mixture's oracle."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, TrainConfig
+from swarmctl.config import DataConfig, TrainConfig, clustering_data_path
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
-from swarmctl.data.hdf5 import read_dataset
+from swarmctl.data.hdf5 import ensure_writable, generate_dataset, read_dataset
+from swarmctl.data.tasks import ClusteringParams
 from swarmctl.errors import DataError
-from swarmctl.training.losses import hungarian_ce, matched_accuracy, oracle_logits
-from swarmctl.training.tasks import Prepared
+from swarmctl.tasks.base import DataProgress, Prepared, Task
+from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 
 EVAL_BATCH = 100
 
@@ -35,11 +37,37 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
     return data, info
 
 
-class ClusteringTask:
+class ClusteringTask(Task):
     name = "clustering"
-    train_defaults: dict[str, Any] = {}
-    default_data = "data/clustering-seed0.h5"
+    summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
+    defaults = TrainConfig()
     default_split = "val"
+    default_data = clustering_data_path(0)  # the paper's dataset, generated when missing
+    data_kind = "clustering"
+
+    def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
+        super().data_config(None, dataset, data_dir)  # checks the image-only options
+        return DataConfig(path=str(data or self.default_data))
+
+    def ensure_data(self, data_cfg: DataConfig, progress: DataProgress | None = None) -> None:
+        """Generate the paper's dataset (seed 0) when the default file is asked for and missing."""
+        path = Path(data_cfg.path) if data_cfg.path is not None else None
+        if path is None or path != Path(self.default_data) or path.exists():
+            return
+        params = ClusteringParams()
+        message = f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first"
+        with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
+            generate_dataset(path, params, seed=0, progress=update)
+
+    def generate_data(self, path: Path | None, seed: int, n_tasks: int, force: bool = False,
+                      progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
+        """Seeded clustering tasks: the first form ``train``, the last ``val_fraction`` ``val``."""
+        gen = ClusteringParams(n_tasks=n_tasks, **params)
+        path = Path(path or clustering_data_path(seed))
+        ensure_writable(path, force)
+        with progress.generating("", gen.n_tasks) if progress else nullcontext() as update:
+            info = generate_dataset(path, gen, seed, force=force, progress=update)
+        return path, info, f"{gen.n_tasks - gen.n_val} train + {gen.n_val} validation tasks"
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is None:
@@ -48,7 +76,7 @@ class ClusteringTask:
         # lambdas keep the loss looked up at call time (tests patch it)
         return Prepared(train=bucketed_batches(splits[data_cfg.train_split], train_cfg.batch_size),
                         val=bucketed_batches(splits[data_cfg.val_split], EVAL_BATCH),
-                        loss_fn=lambda model, batch: clustering_loss(model, batch), data_checksum=info["checksum"])
+                        loss_fn=lambda model, batch: clustering_loss(model, batch), checksum=info["checksum"])
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, ckpt: dict[str, Any], data: Path | None, split: str,
@@ -76,3 +104,8 @@ class ClusteringTask:
         n = len(tasks)
         return {"data": str(data_path), "split": split, "tasks": n, "loss": loss_sum / n, "accuracy": acc_sum / n,
                 "oracle_loss": oracle_sum / n, "oracle_accuracy": oracle_acc_sum / n}
+
+    def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+        return (["", "loss (nats/entity)", "matched accuracy"],
+                [["model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}"],
+                 ["oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}"]])

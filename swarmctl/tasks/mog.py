@@ -12,14 +12,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from swarmctl.config import DataConfig, TrainConfig
+from swarmctl.config import DataConfig, TrainConfig, mog_test_data_path
 from swarmctl.data.dataset import bucketed_batches
-from swarmctl.data.hdf5 import read_dataset
+from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
 from swarmctl.data.mog import FreshBatches, MogBatch, MogParams, generate_mog_tasks
 from swarmctl.data.tasks import ClusteringTasks
 from swarmctl.errors import DataError
 from swarmctl.models.mog import mixture_parameters
-from swarmctl.training.tasks import Prepared
+from swarmctl.tasks.base import DataProgress, Prepared, Task
 
 TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED = 1000, 10, 0  # the fixed 10,000-task test set
 
@@ -54,7 +54,7 @@ def mog_loss(model: nn.Module, batch: MogBatch) -> Tensor:
     return -model_log_likelihood(model, batch)
 
 
-def mog_batches(tasks: ClusteringTasks, batch_size: int, n_clusters: int = 4) -> list[MogBatch]:
+def mog_batches(tasks: ClusteringTasks, batch_size: int, n_clusters: int = MogParams.n_clusters) -> list[MogBatch]:
     """Stored tasks as padded MogBatches (size-bucketed)."""
     out = []
     for b in bucketed_batches(tasks, batch_size):
@@ -65,21 +65,26 @@ def mog_batches(tasks: ClusteringTasks, batch_size: int, n_clusters: int = 4) ->
     return out
 
 
-class MogTask:
+class MogTask(Task):
     name = "mog"
-    train_defaults: dict[str, Any] = {
-        "lr": 0.01, "batch_size": 10, "max_epochs": 100, "steps_per_epoch": 500, "val_batches": 100,
-        "lr_decay_epoch": 70, "lr_decay": 0.1, "beta": 1.0, "alpha": 0.8, "minutes": 300.0,
-    }
-    default_data = None
+    summary = "parametrized amortized clustering: a 4-component mixture per set, log-likelihood"
+    defaults = TrainConfig(lr=0.01, batch_size=10, max_epochs=100, steps_per_epoch=500, val_batches=100,
+                           lr_decay_epoch=70, lr_decay=0.1, beta=1.0, alpha=0.8, minutes=300.0)
     default_split = "test"
+    data_kind = "mog4"
+
+    def generate_data(self, path: Path | None, seed: int, n_tasks: int, force: bool = False,
+                      progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
+        """A fixed test set (split ``test``) of 4-component mixtures; ``params`` do not apply."""
+        path = Path(path or mog_test_data_path(seed))
+        return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is not None:
             raise DataError("mog models train on tasks drawn fresh every step; drop --data (use it with eval)")
         params = MogParams()
-        steps = train_cfg.steps_per_epoch or 500
-        n_val = train_cfg.val_batches or 100
+        steps = train_cfg.steps_per_epoch or self.defaults.steps_per_epoch
+        n_val = train_cfg.val_batches or self.defaults.val_batches
         bs, seed = train_cfg.batch_size, train_cfg.seed
         return Prepared(
             train=lambda epoch: FreshBatches(steps, bs, seed, 0, epoch, params),
@@ -111,3 +116,8 @@ class MogTask:
         n = len(tasks)
         return {"data": source, "split": split, "tasks": n, "log_likelihood": ll_sum / n,
                 "oracle_log_likelihood": oracle_sum / n}
+
+    def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+        return (["", "log-likelihood (nats/point)"],
+                [["model", f"{res['log_likelihood']:.4f}"],
+                 ["oracle (true parameters)", f"{res['oracle_log_likelihood']:.4f}"]])

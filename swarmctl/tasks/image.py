@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from swarmctl.config import DataConfig, TrainConfig
+from swarmctl.config import DATA_DIR, DataConfig, TrainConfig
 from swarmctl.data.images import ImageBatch, ImageBatches, ImageSet, load_images, shuffled_batches
 from swarmctl.errors import ConfigError
-from swarmctl.models.image import scan_order
+from swarmctl.models.image import DEFAULT_DATASET, scan_order
+from swarmctl.tasks.base import Prepared, Task
 from swarmctl.training.loop import evaluate
-from swarmctl.training.tasks import Prepared
 
 LN2 = math.log(2.0)
 
@@ -41,11 +41,19 @@ def _checksum(*sets: ImageSet) -> str:
     return digest.hexdigest()
 
 
-class ImageTask:
+class ImageTask(Task):
     name = "image"
-    train_defaults: dict[str, Any] = {"lr": 1e-3, "batch_size": 50, "beta": 0.1, "alpha": 0.9, "minutes": 480.0}
-    default_data = "data"  # torchvision root
+    summary = "class-conditional image modelling: 256 logits per sub-pixel, bits/dim"
+    defaults = TrainConfig(lr=1e-3, batch_size=50, beta=0.1, alpha=0.9, minutes=480.0)
     default_split = "test"
+    unit = "images"
+    default_data = DATA_DIR  # torchvision root
+    default_dataset = DEFAULT_DATASET
+
+    def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
+        if data is not None:
+            raise ConfigError("image models read torchvision files: use --dataset and --data-dir, not --data")
+        return DataConfig(path=str(data_dir or self.default_data), dataset=dataset or self.default_dataset)
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.dataset is None:
@@ -55,8 +63,8 @@ class ImageTask:
         test = load_images(data_cfg.dataset, root, train=False)  # the official test split validates (as the paper)
         bs, seed = train_cfg.batch_size, train_cfg.seed
         return Prepared(train=lambda epoch: shuffled_batches(train, bs, seed, epoch), val=ImageBatches(test, bs),
-                        loss_fn=image_loss, data_checksum=_checksum(train, test),
-                        extra_metrics=lambda v: {"val_bits_per_dim": bits_per_dim(v)})
+                        loss_fn=image_loss, checksum=_checksum(train, test),
+                        val_metrics_of=lambda v: {"val_bits_per_dim": bits_per_dim(v)})
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, ckpt: dict[str, Any], data: Path | None, split: str,
@@ -70,3 +78,10 @@ class ImageTask:
         nats = evaluate(model, ImageBatches(images, 100), image_loss, device)
         return {"data": f"{cfg['model']['dataset']} ({root})", "split": split, "tasks": len(images), "loss": nats,
                 "bits_per_dim": bits_per_dim(nats)}
+
+    def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+        return (["", "cross-entropy (nats/sub-pixel)", "bits/dim"],
+                [["model (class-conditional)", f"{res['loss']:.4f}", f"{res['bits_per_dim']:.4f}"]])
+
+    def progress_note(self, record: dict[str, Any]) -> str:
+        return f" ({record['val_bits_per_dim']:.3f} bits/dim)" if "val_bits_per_dim" in record else ""

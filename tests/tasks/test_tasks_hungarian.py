@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import multivariate_normal
 
-from swarmctl.training.losses import hungarian_ce, matched_accuracy, matching_matrices, oracle_logits
+from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, matching_matrices, oracle_logits
 
 
 def brute_force_loss(logits, labels, mask):
