@@ -4,9 +4,10 @@ SWARM (192-10-1), and with --with-st the Set Transformer (32-60-3) beside it on 
 for what the wall budget leaves, evaluated on the validation split (with the true mixture's oracle),
 and the SWARM model's entropy map for the README. Writes to OUT:
   swarm/ and set-transformer/: config.json metrics.jsonl curves.png eval-val.json weights.pt
+  (with --keep-checkpoints also best.pt and last.pt, to continue the run elsewhere)
   entropy/: entropy.png classes.png entropy.npz;  summary.json
 
-    PYTHONPATH=. python3 benchmarks/gpu/clustering.py OUT [--wall 540] [--with-st] [--smoke]
+    PYTHONPATH=. python3 benchmarks/gpu/clustering.py OUT [--wall 540] [--with-st] [--compile] [--smoke]
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ from pathlib import Path
 
 from _common import REPO, Deadline, card, export_run, finish, gpu_tests, log, run, start, summary, write_json
 
-EVAL_RESERVE_S = 110  # evaluation, the entropy map and the exports after training
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -26,6 +25,10 @@ def main() -> int:
     ap.add_argument("--wall", type=float, default=540.0, help="seconds for the whole script")
     ap.add_argument("--data", type=Path, help="an existing seed-0 clustering file (default: generate it)")
     ap.add_argument("--with-st", action="store_true", help="train the Set Transformer (32-60-3) alongside")
+    ap.add_argument("--compile", action="store_true", help="train with the compiled SWARM step")
+    ap.add_argument("--keep-checkpoints", action="store_true", help="also copy best.pt and last.pt to OUT")
+    ap.add_argument("--reserve", type=float, default=110.0,
+                    help="seconds kept after training for evaluation, the entropy map and the exports")
     ap.add_argument("--skip-tests", action="store_true", help="do not run pytest -m gpu first")
     ap.add_argument("--work", type=Path, default=REPO / ".gpu-work" / "clustering")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: the whole script in seconds on a CPU")
@@ -48,9 +51,9 @@ def main() -> int:
     models = [("swarm", ["--hidden", "192", "--iters", "10", "--layers", "1"])]
     if a.with_st:
         models.append(("set-transformer", ["--hidden", "32", "--inducing", "60", "--layers", "3"]))
-    train_s = deadline.left() - EVAL_RESERVE_S
+    train_s = deadline.left() - a.reserve
     minutes = max(train_s - 30, 6) / 60 / 1.15  # validation and checkpoints take ~15 % beside the net budget
-    extra = ["--max-epochs", "2"] if a.smoke else []
+    extra = (["--max-epochs", "2"] if a.smoke else []) + (["--compile"] if a.compile else [])
     if a.smoke:
         models = [(m, ["--hidden", "8", "--iters", "2"] if m == "swarm" else ["--hidden", "8", "--inducing", "4",
                                                                                 "--heads", "2"])
@@ -58,11 +61,14 @@ def main() -> int:
     procs = {m: start(["train", m, *opts, "--minutes", f"{minutes:.2f}", "--data", str(data), "--runs-dir",
                        str(work / "runs"), "--name", m, *extra], out / f"train-{m}.txt") for m, opts in models}
     for m, proc in procs.items():
-        facts[f"train_{m}_exit"] = finish(proc, deadline.left() - EVAL_RESERVE_S + 30)
+        facts[f"train_{m}_exit"] = finish(proc, deadline.left() - a.reserve + 30)
     evals = {m: start(["eval", m, "--runs-dir", str(work / "runs")], out / f"eval-{m}.txt") for m in procs}
     for m, proc in evals.items():
         facts[f"eval_{m}_exit"] = finish(proc, deadline.left() - 60)
         export_run(work / "runs" / m, out / m, weights_name="weights.pt")
+        for name in ("best.pt", "last.pt") if a.keep_checkpoints else ():
+            if (work / "runs" / m / name).is_file():
+                shutil.copy2(work / "runs" / m / name, out / m / name)
         facts[m] = summary(work / "runs" / m)
 
     grid, size = ("12", "40") if a.smoke else ("150", "500")
