@@ -7,6 +7,7 @@ into a work folder, and copies what is worth keeping into the output folder name
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -67,6 +68,30 @@ def run(args: list[str], logfile: Path, timeout: float) -> int:
     rc = finish(start(args, logfile), timeout)
     log(f"exit {rc}: {' '.join(args[:3])}")
     return rc
+
+
+def parser(doc: str, name: str, wall: float = 540.0) -> argparse.ArgumentParser:
+    """The options every experiment script takes: OUT, --wall, --skip-tests, --work, --smoke."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--wall", type=float, default=wall, help="seconds for the whole script")
+    ap.add_argument("--skip-tests", action="store_true", help="do not run pytest -m gpu first")
+    ap.add_argument("--work", type=Path, default=REPO / ".gpu-work" / name)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: the whole script in seconds on a CPU")
+    return ap
+
+
+def begin(a: argparse.Namespace, fresh: Path) -> tuple[Deadline, dict]:
+    """Start the clock, make OUT, empty ``fresh`` (inside the work folder), print the card and run the GPU
+    tests unless skipped; returns the deadline and the facts for summary.json."""
+    deadline = Deadline(a.wall)
+    a.out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    facts = {"card": card()}
+    if not a.skip_tests:
+        facts["gpu_tests_exit"] = gpu_tests(a.out)
+    return deadline, facts
 
 
 def card() -> str:

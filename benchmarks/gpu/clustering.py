@@ -12,35 +12,23 @@ and the SWARM model's entropy map for the README. Writes to OUT:
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
-from _common import REPO, Deadline, card, export_run, finish, gpu_tests, log, run, start, summary, write_json
+from _common import begin, export_run, finish, log, parser, run, start, summary, write_json
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--wall", type=float, default=540.0, help="seconds for the whole script")
+    ap = parser(__doc__, "clustering")
     ap.add_argument("--data", type=Path, help="an existing seed-0 clustering file (default: generate it)")
     ap.add_argument("--with-st", action="store_true", help="train the Set Transformer (32-60-3) alongside")
     ap.add_argument("--compile", action="store_true", help="train with the compiled SWARM step")
     ap.add_argument("--keep-checkpoints", action="store_true", help="also copy best.pt and last.pt to OUT")
     ap.add_argument("--reserve", type=float, default=110.0,
                     help="seconds kept after training for evaluation, the entropy map and the exports")
-    ap.add_argument("--skip-tests", action="store_true", help="do not run pytest -m gpu first")
-    ap.add_argument("--work", type=Path, default=REPO / ".gpu-work" / "clustering")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: the whole script in seconds on a CPU")
     a = ap.parse_args()
-    deadline = Deadline(a.wall)
     out, work = a.out, a.work
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(work / "runs", ignore_errors=True)
-    work.mkdir(parents=True, exist_ok=True)
-    facts = {"card": card()}
-    if not a.skip_tests:
-        facts["gpu_tests_exit"] = gpu_tests(out)
+    deadline, facts = begin(a, work / "runs")  # a data file already in the work folder is kept
 
     data = a.data or work / "clustering-seed0.h5"
     if not data.is_file():

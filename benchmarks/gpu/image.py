@@ -12,36 +12,24 @@ datasets/MNIST/raw/*-ubyte.gz). Writes to OUT:
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
-from _common import REPO, Deadline, card, export_run, finish, gpu_tests, start, summary, write_json
+from _common import begin, export_run, finish, parser, start, summary, write_json
 
 EVAL_RESERVE_S = 90  # the 10,000 test images, the samples and the exports
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--wall", type=float, default=540.0, help="seconds for the whole script")
+    ap = parser(__doc__, "image")
     ap.add_argument("--dataset", default="mnist", help="mnist or fashion-mnist")
     ap.add_argument("--data-dir", type=Path, default=Path("datasets"), help="relative to the repository root")
     ap.add_argument("--resume", type=Path, help="an earlier call's OUT (last.pt, best.pt, swarm-image/metrics.jsonl): "
                     "continue that run")
-    ap.add_argument("--skip-tests", action="store_true", help="do not run pytest -m gpu first")
-    ap.add_argument("--work", type=Path, default=REPO / ".gpu-work" / "image")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: the whole script in seconds on a CPU")
     a = ap.parse_args()
-    deadline = Deadline(a.wall)
     out, work = a.out, a.work
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(work, ignore_errors=True)
     run_dir = work / "runs" / "swarm-image"
-    run_dir.mkdir(parents=True)
-    facts = {"card": card()}
-    if not a.skip_tests:
-        facts["gpu_tests_exit"] = gpu_tests(out)
+    deadline, facts = begin(a, run_dir)
 
     minutes = max(deadline.left() - EVAL_RESERVE_S - 30, 6) / 60 / 1.2  # the test split validates: ~20 % beside
     common = ["--minutes", f"{minutes:.2f}", "--runs-dir", str(work / "runs")]

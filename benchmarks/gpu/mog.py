@@ -11,32 +11,17 @@ Tasks are drawn fresh every step; the schedule is the paper's shortened to what 
 
 from __future__ import annotations
 
-import argparse
-import shutil
-from pathlib import Path
-
-from _common import REPO, Deadline, card, export_run, finish, gpu_tests, start, summary, write_json
+from _common import begin, export_run, finish, parser, start, summary, write_json
 
 EVAL_RESERVE_S = 90  # the 10,000-task test set and the export
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--wall", type=float, default=540.0, help="seconds for the whole script")
+    ap = parser(__doc__, "mog")
     ap.add_argument("--epochs", type=int, default=30, help="epochs of 500 steps (the paper: 100)")
-    ap.add_argument("--skip-tests", action="store_true", help="do not run pytest -m gpu first")
-    ap.add_argument("--work", type=Path, default=REPO / ".gpu-work" / "mog")
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: the whole script in seconds on a CPU")
     a = ap.parse_args()
-    deadline = Deadline(a.wall)
     out, work = a.out, a.work
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    facts = {"card": card()}
-    if not a.skip_tests:
-        facts["gpu_tests_exit"] = gpu_tests(out)
+    deadline, facts = begin(a, work)
 
     epochs = 2 if a.smoke else a.epochs
     size = ["--hidden", "8", "--iters", "2", "--steps-per-epoch", "3", "--val-batches", "2"] if a.smoke else \
