@@ -382,8 +382,8 @@ def _train_epoch(train_model: nn.Module, opt: torch.optim.Optimizer, batches: Se
             return signals.received or "signal on another rank", time_up
         if time_up:
             break
+        t0 = clock()  # drawing the batch and copying it count: on a GPU the copy waits for the queued steps
         batch = batches[order[state.cursor]].to(device)
-        t0 = clock()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp):
             loss = loss_fn(train_model, batch).mean()
         opt.zero_grad(set_to_none=True)

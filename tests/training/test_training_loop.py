@@ -93,3 +93,19 @@ def test_fit_budget_counts_optimisation_time_only(tmp_path):
               clock=FakeClock())
     assert res.epochs == 2 and res.net_seconds == pytest.approx(6.0) and res.stop_reason == "time budget"
     assert res.eval_seconds > 0
+
+
+def test_drawing_and_copying_a_batch_counts_as_optimisation_time(tmp_path):
+    # batches drawn on access (as MoG tasks are) take 5 fake seconds each; on a GPU the copy of a batch
+    # also waits for the queued steps, so the step's time runs from before the batch is fetched
+    clock = FakeClock()
+
+    class SlowToDraw(list):
+        def __getitem__(self, i):
+            clock.t += 5.0
+            return super().__getitem__(i)
+
+    cfg = TrainConfig(minutes=1.0, max_epochs=1)
+    data = TrainingData(SlowToDraw(toy_batches(3)), [toy_batches(1)[0]], scripted_loss([1.0]))
+    res = fit(nn.Linear(3, 1), data, cfg, tmp_path, config={}, task="toy", device=torch.device("cpu"), clock=clock)
+    assert res.net_seconds == pytest.approx(3 * (5.0 + 1.0))
