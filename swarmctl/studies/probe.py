@@ -25,7 +25,6 @@ from torch import Tensor, nn
 from swarmctl.errors import ConfigError
 from swarmctl.layers.swarm import SwarmLayer, lstm_pointwise
 
-
 METHODS = ("probe", "exact")
 
 
