@@ -17,7 +17,8 @@ with ``method="exact"``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -63,13 +64,31 @@ def _set_trajectory(layer: SwarmLayer, u: Tensor) -> tuple[Tensor, Tensor]:
 def _probe_layer(layer: SwarmLayer, s: Tensor, means: Tensor, n: int) -> Tensor:
     """x* (M, D_in), each alone, through one layer with population input (n m_k + h*_k) / (n + 1)."""
     cell = layer.cell
-    w_h, w_p = cell.recurrent.weight.t(), cell.population.weight.t()
+    # Wh h* + Wp (h* + n m_k) / (n + 1) = (Wh + Wp / (n + 1)) h* + Wp m_k n / (n + 1): one matmul per iteration
+    w_p = cell.population.weight
+    w_eff = (cell.recurrent.weight + w_p / (n + 1)).t()
+    pulls = (means @ w_p.t()) * (n / (n + 1))  # (T - 1, 4H)
     x_proj = cell.project_input(s)  # (M, 4H)
     h, c = lstm_pointwise(x_proj, None)
     for k in range(layer.n_iter - 1):
-        p = (h + n * means[k]) / (n + 1)
-        h, c = lstm_pointwise(torch.addmm(x_proj, h, w_h).addmm_(p, w_p), c)
+        h, c = lstm_pointwise(torch.addmm(x_proj, h, w_eff).add_(pulls[k]), c)
     return layer.output(torch.cat([h, c], dim=-1))
+
+
+@contextlib.contextmanager
+def _one_thread(device: torch.device) -> Iterator[None]:
+    """On the CPU, one intra-op thread while inside. The probe's operations are small (a few MB each), and on a
+    shared CPU its OpenMP threads wait for each other: on the 2-core development machine under load, the
+    README's map took 2.5 s with one thread and 7 to 27 s with two (benchmarks/RESULTS.md)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @torch.no_grad()
@@ -77,15 +96,22 @@ def probe_outputs(
     model: nn.Module,
     x: Tensor,
     stars: Tensor,
-    batch: int = 4096,
+    batch: int = 1024,
     progress: Callable[[int, int], None] | None = None,
 ) -> Tensor:
     """Model outputs (M, D_out) of each x* in ``stars`` (M, D_in) when added to the set ``x`` (N, D_in),
-    computed by the probe. The model must be a SWARM model with mean pooling and in eval mode (no dropout)."""
+    computed by the probe, ``batch`` locations at a time. The model must be a SWARM model with mean pooling
+    and in eval mode (no dropout)."""
     if not probe_supported(model):
         raise ConfigError("the probe needs a SWARM model with mean pooling; use --method exact")
     if model.training:
         raise ValueError("probe_outputs needs the model in eval mode (dropout off)")
+    with _one_thread(stars.device):
+        return _probe(model, x, stars, batch, progress)
+
+
+def _probe(model: nn.Module, x: Tensor, stars: Tensor, batch: int,
+           progress: Callable[[int, int], None] | None) -> Tensor:
     n = x.shape[0]
     set_means = []  # per layer
     u = x

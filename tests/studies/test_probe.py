@@ -136,3 +136,9 @@ def test_cli_method_defaults_and_errors(trained_runs, tmp_path):
     assert r.exit_code == 1 and "--method exact" in r.output and not (tmp_path / "c").exists()
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--grid", 4, "--method", "fast", "--out", tmp_path / "d")
     assert r.exit_code == 2 and not (tmp_path / "d").exists()
+
+
+def test_probe_leaves_the_thread_count_as_it_found_it():
+    threads = torch.get_num_threads()
+    probe_outputs(swarm(), torch.randn(5, 2, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64))
+    assert torch.get_num_threads() == threads
