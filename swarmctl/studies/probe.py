@@ -79,7 +79,7 @@ def _probe_layer(layer: SwarmLayer, s: Tensor, means: Tensor, n: int) -> Tensor:
 def _one_thread(device: torch.device) -> Iterator[None]:
     """On the CPU, one intra-op thread while inside. The probe's operations are small (a few MB each), and on a
     shared CPU its OpenMP threads wait for each other: on the 2-core development machine under load, the
-    README's map took 2.5 s with one thread and 7 to 27 s with two (benchmarks/RESULTS.md)."""
+    README's map took 2.5-4.5 s with one thread and 7-27 s with two (benchmarks/RESULTS.md)."""
     if device.type != "cpu":
         yield
         return
