@@ -107,7 +107,7 @@ def test_dry_run_lists_configurations_and_budget_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_sweep_is_idempotent_and_shards_cover_the_grid(tmp_path, tiny_h5):
+def test_sweep_is_idempotent_shards_cover_the_grid_and_report_reads_it(tmp_path, tiny_h5, monkeypatch):
     spec = tiny_spec(tmp_path, tiny_h5)
     runs = tmp_path / "runs"
     for i in range(2):
@@ -123,6 +123,12 @@ def test_sweep_is_idempotent_and_shards_cover_the_grid(tmp_path, tiny_h5):
     assert run_files(folder) == before  # nothing rewritten
     r = cli("sweep", spec, "--runs-dir", runs, "--dry-run")
     assert "0 not finished" in r.output
+    monkeypatch.chdir(tmp_path)  # `report sweep-t/` finds runs/sweep-t
+    r = cli("report", "sweep-t/", "--title", "tiny")
+    assert r.exit_code == 0, r.output
+    table = (folder / "report.md").read_text()
+    assert table.count(" ± ") == 3 and "| 0, 1 |" in table  # mean ± std over the two seeds
+    assert (folder / "frontier.png").stat().st_size > 0
 
 
 class _InterruptAt:
@@ -174,18 +180,23 @@ def test_run_killed_before_its_first_checkpoint_starts_again(tmp_path, tiny_h5):
     assert len((first / "metrics.jsonl").read_text().splitlines()) == 1
 
 
-def test_report_of_a_sweep_gives_mean_and_std_and_the_frontier(tmp_path, tiny_h5):
-    spec = tiny_spec(tmp_path, tiny_h5)
-    runs = tmp_path / "runs"
-    assert cli("sweep", spec, "--runs-dir", runs).exit_code == 0
-    r = cli("report", runs / "sweep-t", "--title", "tiny")
-    assert r.exit_code == 0, r.output
-    table = (runs / "sweep-t" / "report.md").read_text()
-    assert table.count(" ± ") == 3 and "| 0, 1 |" in table
-    assert (runs / "sweep-t" / "frontier.png").stat().st_size > 0
-
-
 def test_missing_data_is_one_line_and_nothing_written(tmp_path):
     spec = tiny_spec(tmp_path, tmp_path / "none.h5")
     r = cli("sweep", spec, "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 1 and "gen-data --out" in r.output and not (tmp_path / "runs").exists()
+
+
+def test_frontier_ends_each_family_at_its_largest_explored_model():
+    from swarmctl.plots.frontier import plot_frontier
+    from swarmctl.studies.report import ConfigSummary, frontiers, largest_explored
+
+    def row(model, params, loss):
+        return ConfigSummary(model, str(params), params, (0,), loss, 0.0, 1, 1.0, ("cpu",))
+
+    rows = [row("a", 100, 0.5), row("a", 1000, 0.4), row("a", 5000, 0.45), row("b", 200, 0.6)]
+    assert largest_explored(rows) == {"a": 5000, "b": 200}
+    ax = plot_frontier(frontiers(rows), largest_explored(rows)).axes[0]
+    bars = [line for line in ax.get_lines() if line.get_marker() == "|"]
+    assert sorted(float(line.get_xdata()[0]) for line in bars) == [200.0, 5000.0]
+    assert ax.get_xscale() == "log"
+
