@@ -1,5 +1,5 @@
-"""The probe: x*'s output when it joins a set, for SWARM models with mean pooling, at the cost of one
-entity per location instead of a whole set of N + 1.
+"""The probe: an approximation of x*'s output when it joins a set, for SWARM models with mean pooling, at
+the cost of one entity per location instead of a whole set of N + 1.
 
 Definition (per layer, iteration k = 1..T-1 of the cell): the N entities of the set run on their own,
 without x*, and m_k is the mean of their hidden states after iteration k. x* runs alone through the same
