@@ -27,8 +27,8 @@ def plot_frontier(fronts: dict[str, list[ConfigSummary]], largest: dict[str, int
         if largest and model in largest:
             ax.plot([largest[model]], [ys[-1]], marker="|", markersize=14, markeredgewidth=2, color=color)
         for r in rows:
-            ax.annotate(f"({r.code})", (r.parameters, r.val_mean), textcoords="offset points", xytext=(4, 4),
-                        fontsize="x-small", color=color)
+            ax.annotate(f"({r.code})", (r.parameters, r.val_mean), textcoords="offset points",
+                        xytext=(4, 4 if k % 2 else -10), fontsize="x-small", color=color)  # alternate: less overlap
     ax.set_xscale("log")
     ax.set_xlabel("trainable parameters")
     ax.set_ylabel("best validation loss (nats)")
