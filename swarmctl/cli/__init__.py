@@ -8,6 +8,7 @@ from swarmctl.cli import (  # noqa: F401  (each module registers one command)
     report,
     sample,
     shuffle_variance,
+    sweep,
     train,
 )
 from swarmctl.cli import main as _main  # noqa: F401  (registers --version)

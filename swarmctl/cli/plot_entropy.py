@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+import typer
+
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress, task_progress
@@ -12,6 +14,7 @@ from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run, resolve_run, shipped_checkpoint, shipped_results_dir
 from swarmctl.studies.on_runs import entropy_map_of_run
+from swarmctl.studies.probe import METHODS
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
 from swarmctl.tasks.clustering import ClusteringTask
 
@@ -29,13 +32,21 @@ def plot_entropy_cmd(
                                             "for a shipped model].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
+    method: Annotated[str | None, option(help="probe (x* alone against the set's pooled states; SWARM with "
+                                              "mean pooling only) or exact (x* joins each set) "
+                                              "[default: probe where it applies, else exact].")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
 ) -> None:
     """Draw a model's confidence map for a point x* added to a validation task's set.
 
     Figure 1: the task with its generating ellipses, and the model's assignment over the entropy of x*'s
     class distribution at every grid location. Figure 2: one panel per class with x*'s probability.
+    ``--method exact`` (the paper's definition) runs the set of N + 1 entities for every location; ``probe``
+    runs the set once and x* alone with population input (N m_k + h*_k) / (N + 1), ignoring x*'s O(1/N)
+    influence on the others: seconds instead of minutes. Both figures' titles name the method.
     """
+    if method is not None and method not in METHODS:
+        raise typer.BadParameter(f"must be one of {', '.join(METHODS)}, got {method!r}", param_hint="--method")
     with user_errors():
         if replot:
             run_dir = resolve_run(run, runs_dir) if run is not None else \
@@ -50,10 +61,10 @@ def plot_entropy_cmd(
             out_dir = out or opened.dir / "entropy"
             with task_progress("grid") as progress:
                 bar = progress.add_task(f"x* grid {grid}x{grid}", total=grid * grid)
-                res = entropy_map_of_run(opened, data, task, clusters, size, grid,
+                res = entropy_map_of_run(opened, data, task, clusters, size, grid, method,
                                          progress=lambda k, n: progress.update(bar, completed=k))
             save_result(res, out_dir / "entropy.npz")
         p1 = save_figure(plot_entropy_map(res), out_dir / "entropy")
         p2 = save_figure(plot_class_maps(res), out_dir / "classes")
     say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
-        f"{len(res.grid_x)}x{len(res.grid_y)}, computed in {res.seconds:.1f} s -> {p1}, {p2}")
+        f"{len(res.grid_x)}x{len(res.grid_y)}, {res.method}, computed in {res.seconds:.1f} s -> {p1}, {p2}")

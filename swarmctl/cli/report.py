@@ -13,20 +13,27 @@ from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user
 from swarmctl.files import atomic_write_text
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
-from swarmctl.studies.report import frontiers, read_runs, report_markdown, summarise
+from swarmctl.studies.report import frontiers, largest_explored, read_runs, report_markdown, summarise
 
 
 @app.command("report")
 def report_cmd(
     runs_dir: Annotated[Path, argument(help="Folder holding the runs.")] = RUNS_DIR,
     out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
+    title: Annotated[str | None, option(help="Title of the frontier figure.")] = None,
 ) -> None:
-    """Summarise all runs: best validation loss (mean ± std over seeds) and the frontier figure."""
+    """Summarise all runs: best validation loss (mean ± std over seeds) and the frontier figure.
+
+    RUNS_DIR may be a sweep's folder, e.g. `swarmctl report runs/sweep-paper` (or `sweep-paper`, looked up
+    in runs/ when there is no such folder here).
+    """
+    if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (RUNS_DIR / runs_dir).is_dir():
+        runs_dir = RUNS_DIR / runs_dir
     with user_errors():
         rows = summarise(read_runs(runs_dir))
         out_dir = out or runs_dir
         atomic_write_text(out_dir / "report.md", report_markdown(rows))
-        fig = save_figure(plot_frontier(frontiers(rows)), out_dir / "frontier")
+        fig = save_figure(plot_frontier(frontiers(rows), largest_explored(rows), title), out_dir / "frontier")
     table = Table(title=escape(f"runs in {runs_dir}"))
     for col in ("model", "code", "parameters", "seeds", "best val loss", "epochs", "net min", "device"):
         table.add_column(col, justify="right" if col in ("parameters", "epochs", "net min") else "left")

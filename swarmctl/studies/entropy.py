@@ -12,6 +12,7 @@ from torch import nn
 
 from swarmctl.data.tasks import ClusteringTasks
 from swarmctl.errors import ConfigError
+from swarmctl.studies.probe import METHODS, probe_outputs
 from swarmctl.studies.results import EntropyMapResult
 
 
@@ -45,11 +46,18 @@ def compute_entropy_map(
     batch_entities: int = 400_000,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    method: str = "exact",
 ) -> EntropyMapResult:
-    """Class probabilities of x* for every grid location; each location is its own set of N + 1
-    entities (the task's points, then x*), batched ``batch_entities`` entities at a time."""
+    """Class probabilities of x* for every grid location.
+
+    ``exact`` (the paper's definition): each location is its own set of N + 1 entities (the task's points,
+    then x*), batched ``batch_entities`` entities at a time. ``probe`` (SWARM with mean pooling only): the
+    set runs once and x* runs alone against its pooled states, see :mod:`swarmctl.studies.probe`.
+    """
     if grid < 2:
         raise ConfigError(f"grid must be >= 2, got {grid}")
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     start = time.perf_counter()
     model.eval()
     pts, lab = tasks.task(task_index)
@@ -60,17 +68,21 @@ def compute_entropy_map(
     gx, gy = grid_axes(pts, grid)
     xx, yy = np.meshgrid(gx, gy)  # (G, G): row i is grid_y[i]
     stars = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], 1).astype(np.float32)).to(device)  # (G*G, 2)
-    per_batch = max(1, batch_entities // (n + 1))
-    probs = []
-    for s in range(0, len(stars), per_batch):
-        chunk = stars[s : s + per_batch]
-        sets = torch.cat([x.expand(len(chunk), n, 2), chunk[:, None, :]], dim=1)  # (b, N + 1, 2)
-        mask = torch.ones(sets.shape[:2], dtype=torch.bool, device=device)
-        probs.append(torch.softmax(model(sets, mask)[:, -1].double(), dim=-1).cpu())
-        if progress is not None:
-            progress(min(s + per_batch, len(stars)), len(stars))
+    if method == "probe":
+        logits = probe_outputs(model, x, stars, progress=progress)
+        probs = [torch.softmax(logits.double(), dim=-1).cpu()]
+    else:
+        per_batch = max(1, batch_entities // (n + 1))
+        probs = []
+        for s in range(0, len(stars), per_batch):
+            chunk = stars[s : s + per_batch]
+            sets = torch.cat([x.expand(len(chunk), n, 2), chunk[:, None, :]], dim=1)  # (b, N + 1, 2)
+            mask = torch.ones(sets.shape[:2], dtype=torch.bool, device=device)
+            probs.append(torch.softmax(model(sets, mask)[:, -1].double(), dim=-1).cpu())
+            if progress is not None:
+                progress(min(s + per_batch, len(stars)), len(stars))
     probs_grid = torch.cat(probs).numpy().reshape(grid, grid, -1)
     return EntropyMapResult(label=label, task_index=task_index, points=pts, labels=lab,
                             means=tasks.means[task_index, :K], covs=tasks.covs[task_index, :K],
                             assignment=assignment, grid_x=gx, grid_y=gy, probs=probs_grid,
-                            seconds=time.perf_counter() - start)
+                            seconds=time.perf_counter() - start, method=method)

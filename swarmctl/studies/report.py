@@ -103,6 +103,14 @@ def frontiers(rows: list[ConfigSummary]) -> dict[str, list[ConfigSummary]]:
     return {m: [rs[i] for i in pareto_front([(r.parameters, r.val_mean) for r in rs])] for m, rs in fams.items()}
 
 
+def largest_explored(rows: list[ConfigSummary]) -> dict[str, int]:
+    """Per model family, the parameter count of its largest configuration (the figure's end marker)."""
+    out: dict[str, int] = {}
+    for r in rows:
+        out[r.model] = max(out.get(r.model, 0), r.parameters)
+    return out
+
+
 def report_markdown(rows: list[ConfigSummary]) -> str:
     lines = ["| model | code | parameters | seeds | best val loss | epochs | net min | device |",
              "|---|---|---|---|---|---|---|---|"]

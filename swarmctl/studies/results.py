@@ -48,6 +48,7 @@ class EntropyMapResult:
     grid_y: np.ndarray  # (G,)
     probs: np.ndarray  # (G, G, C) class probabilities of x* at (grid_y[i], grid_x[j])
     seconds: float = 0.0
+    method: str = "exact"  # "exact" (x* joins the set) or "probe" (swarmctl.studies.probe)
 
     @property
     def entropy(self) -> np.ndarray:

@@ -46,6 +46,7 @@ class ImageTask(Task):
     summary = "class-conditional image modelling: 256 logits per sub-pixel, bits/dim"
     defaults = TrainConfig(lr=1e-3, batch_size=50, beta=0.1, alpha=0.9, minutes=480.0)
     default_split = "test"
+    sweepable = False  # its data is a dataset name and a folder, not one file
     unit = "images"
     default_data = DATA_DIR  # torchvision root
     default_dataset = DEFAULT_DATASET

@@ -1,0 +1,133 @@
+"""The probe: an approximation of x*'s output when it joins a set, for SWARM models with mean pooling, at
+the cost of one entity per location instead of a whole set of N + 1.
+
+Definition (per layer, iteration k = 1..T-1 of the cell): the N entities of the set run on their own,
+without x*, and m_k is the mean of their hidden states after iteration k. x* runs alone through the same
+iterations with the population input
+
+    p*_k = (N * m_k + h*_k) / (N + 1),
+
+which is exactly the pooled mean of the N + 1 entities except that x*'s own influence on the others'
+states (O(1/N)) is ignored. A multi-layer model propagates this through every layer: layer l + 1 sees the
+set's layer-l outputs (computed without x*) and x*'s probed layer-l output.
+
+The exact computation (the paper's definition) is :func:`swarmctl.studies.entropy.compute_entropy_map`
+with ``method="exact"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor, nn
+
+from swarmctl.errors import ConfigError
+from swarmctl.layers.swarm import SwarmLayer, lstm_pointwise
+
+METHODS = ("probe", "exact")
+
+
+def default_method(model: nn.Module) -> str:
+    """``probe`` for SWARM models with mean pooling, ``exact`` for every other model."""
+    return "probe" if probe_supported(model) else "exact"
+
+
+def probe_supported(model: nn.Module) -> bool:
+    """True for a model made of SWARM layers with mean pooling (a ``layers`` list plus ``act``)."""
+    layers = getattr(model, "layers", None)
+    return (
+        isinstance(layers, nn.ModuleList)
+        and len(layers) > 0
+        and all(isinstance(layer, SwarmLayer) and layer.pooling == "mean" for layer in layers)
+        and hasattr(model, "act")
+    )
+
+
+def _set_trajectory(layer: SwarmLayer, u: Tensor) -> tuple[Tensor, Tensor]:
+    """The set alone through one layer: its outputs (N, D_out) and the pooled means (T - 1, H) of its hidden
+    states after iterations 1..T-1 (the population inputs of iterations 2..T)."""
+    cell = layer.cell
+    w_h, w_p = cell.recurrent.weight.t(), cell.population.weight.t()
+    x_proj = cell.project_input(u)  # (N, 4H)
+    h, c = lstm_pointwise(x_proj, None)
+    means = []
+    for _ in range(layer.n_iter - 1):
+        m = h.mean(0, keepdim=True)  # (1, H)
+        means.append(m)
+        h, c = lstm_pointwise(torch.addmm(x_proj, h, w_h) + m @ w_p, c)
+    means_t = torch.cat(means) if means else u.new_zeros(0, cell.dim_hidden)
+    return layer.output(torch.cat([h, c], dim=-1)), means_t
+
+
+def _probe_layer(layer: SwarmLayer, s: Tensor, means: Tensor, n: int) -> Tensor:
+    """x* (M, D_in), each alone, through one layer with population input (n m_k + h*_k) / (n + 1)."""
+    cell = layer.cell
+    # Wh h* + Wp (h* + n m_k) / (n + 1) = (Wh + Wp / (n + 1)) h* + Wp m_k n / (n + 1): one matmul per iteration
+    w_p = cell.population.weight
+    w_eff = (cell.recurrent.weight + w_p / (n + 1)).t()
+    pulls = (means @ w_p.t()) * (n / (n + 1))  # (T - 1, 4H)
+    x_proj = cell.project_input(s)  # (M, 4H)
+    h, c = lstm_pointwise(x_proj, None)
+    for k in range(layer.n_iter - 1):
+        h, c = lstm_pointwise(torch.addmm(x_proj, h, w_eff).add_(pulls[k]), c)
+    return layer.output(torch.cat([h, c], dim=-1))
+
+
+@contextlib.contextmanager
+def _one_thread(device: torch.device) -> Iterator[None]:
+    """On the CPU, one intra-op thread while inside. The probe's operations are small (a few MB each), and on a
+    shared CPU its OpenMP threads wait for each other: on the 2-core development machine under load, the
+    README's map took 2.5-4.5 s with one thread and 7-27 s with two (benchmarks/RESULTS.md)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@torch.no_grad()
+def probe_outputs(
+    model: nn.Module,
+    x: Tensor,
+    stars: Tensor,
+    batch: int = 1024,
+    progress: Callable[[int, int], None] | None = None,
+) -> Tensor:
+    """Model outputs (M, D_out) of each x* in ``stars`` (M, D_in) when added to the set ``x`` (N, D_in),
+    computed by the probe, ``batch`` locations at a time. The model must be a SWARM model with mean pooling
+    and in eval mode (no dropout)."""
+    if not probe_supported(model):
+        raise ConfigError("the probe needs a SWARM model with mean pooling; use --method exact")
+    if model.training:
+        raise ValueError("probe_outputs needs the model in eval mode (dropout off)")
+    with _one_thread(stars.device):
+        return _probe(model, x, stars, batch, progress)
+
+
+def _probe(model: nn.Module, x: Tensor, stars: Tensor, batch: int,
+           progress: Callable[[int, int], None] | None) -> Tensor:
+    n = x.shape[0]
+    set_means = []  # per layer
+    u = x
+    for k, layer in enumerate(model.layers):
+        if k > 0:
+            u = model.act(u)
+        u, means = _set_trajectory(layer, u)
+        set_means.append(means)
+    out = []
+    for s0 in range(0, len(stars), batch):
+        s = stars[s0 : s0 + batch]
+        for k, layer in enumerate(model.layers):
+            if k > 0:
+                s = model.act(s)
+            s = _probe_layer(layer, s, set_means[k], n)
+        out.append(s)
+        if progress is not None:
+            progress(min(s0 + batch, len(stars)), len(stars))
+    return torch.cat(out) if out else stars.new_zeros(0, model.layers[-1].output.out_features)

@@ -1,0 +1,268 @@
+"""Sweeps: a TOML spec of hyper-parameter grids, expanded into deterministic run names, split into shards,
+and trained one run after another with the usual trainer (:func:`swarmctl.runs.start_run` and
+``resume_run``). Not a scheduler: several machines each run their own ``--shard I/N``.
+
+Spec (see ``sweeps/*.toml``)::
+
+    name = "paper"                        # runs go to RUNS_DIR/sweep-NAME/ [default: the file's stem]
+    seeds = [0, 1, 2]
+    minutes = 60                          # net optimisation budget per run
+    data = "data/clustering-seed0.h5"     # [default: the task's default data]
+    device = "auto"
+    max_epochs = 1000                     # optional
+    batch_size = 100                      # optional
+
+    [[grid]]                              # one Cartesian product; scalars count as one value
+    model = "swarm"
+    hidden = [16, 32]
+    iters = [2, 5]
+    layers = [1, 2]
+
+Each grid names a model and, for the fields of its paper code only, values (hidden, iters, layers,
+inducing); fields left out take the model's default. Runs are named ``MODEL-CODE-sSEED`` and ordered seed
+by seed, each seed over the grids in file order; shard I of N takes runs I, I + N, I + 2N, ...
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from swarmctl.config import ModelConfig
+from swarmctl.errors import ConfigError, DataError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# spec key -> ModelConfig field
+GRID_KEYS = {"hidden": "dim_hidden", "iters": "n_iter", "layers": "n_layers", "inducing": "n_inducing"}
+TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_size", "grid"}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    task: str  # clustering or mog
+    configs: tuple[ModelConfig, ...]  # complete, distinct, in file order
+    seeds: tuple[int, ...]
+    minutes: float
+    data: str | None
+    device: str
+    max_epochs: int | None = None
+    batch_size: int | None = None
+
+    @property
+    def folder(self) -> str:
+        return f"sweep-{self.name}"
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    name: str  # MODEL-CODE-sSEED
+    model: ModelConfig
+    seed: int
+
+
+def _values(grid_no: int, key: str, value: Any) -> list[Any]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ConfigError(f"grid {grid_no}: {key} is an empty list; give at least one value")
+    return values
+
+
+def parse_spec(text: str, default_name: str) -> SweepSpec:
+    """A spec from TOML text; every problem is a ConfigError naming the key."""
+    from swarmctl.models import complete_config, get_spec, list_models
+    from swarmctl.tasks import get_task
+
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}") from None
+    unknown = sorted(set(raw) - TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; a spec has {', '.join(sorted(TOP_KEYS))}")
+    name = str(raw.get("name", default_name))
+    if not name or not all(ch.isalnum() or ch in "-_." for ch in name) or name.startswith("."):
+        raise ConfigError(f"name {name!r}: use letters, digits, '-', '_' and '.' only")
+    seeds = raw.get("seeds", [0])
+    seeds = seeds if isinstance(seeds, list) else [seeds]
+    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct integers >= 0, got {raw.get('seeds')!r}")
+    minutes = raw.get("minutes")
+    if not isinstance(minutes, int | float) or isinstance(minutes, bool) or not math.isfinite(minutes) or minutes <= 0:
+        raise ConfigError(f"minutes (net budget per run) must be a number > 0, got {minutes!r}")
+    for key in ("max_epochs", "batch_size"):
+        v = raw.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
+    grids = raw.get("grid")
+    if not isinstance(grids, list) or not grids:
+        raise ConfigError("no [[grid]] tables; add at least one with model = \"...\" and its hyper-parameters")
+    configs: list[ModelConfig] = []
+    seen: set[tuple[str, str]] = set()
+    task = None
+    for g_no, grid in enumerate(grids, 1):
+        model = grid.get("model")
+        if model not in list_models():
+            raise ConfigError(f"grid {g_no}: model {model!r} is not registered; choose from {', '.join(list_models())}")
+        spec = get_spec(model)
+        if not get_task(spec.task).sweepable:
+            raise ConfigError(f"grid {g_no}: {model} is a {spec.task} model; sweeps train models whose data is one "
+                              "file or drawn fresh (clustering, MoG)")
+        if task is not None and spec.task != task:
+            raise ConfigError(f"grid {g_no}: {model} solves {spec.task!r}, an earlier grid {task!r}; one task per spec")
+        task = spec.task
+        allowed = {k for k, f in GRID_KEYS.items() if f in spec.code_fields}
+        bad = sorted(set(grid) - allowed - {"model"})
+        if bad:
+            raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
+                              f"(keys: {', '.join(sorted(allowed))})")
+        keys = sorted(set(grid) - {"model"})
+        for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
+            fields = {}
+            for k, v in zip(keys, combo, strict=True):
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
+                fields[GRID_KEYS[k]] = v
+            cfg = complete_config(ModelConfig(name=model, **fields))
+            key = (model, _code(cfg))
+            if key not in seen:
+                seen.add(key)
+                configs.append(cfg)
+    data = raw.get("data")
+    if data is not None and not isinstance(data, str):
+        raise ConfigError(f"data must be a path string, got {data!r}")
+    device = raw.get("device", "auto")
+    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    return SweepSpec(name=name, task=task, configs=tuple(configs), seeds=tuple(seeds), minutes=float(minutes),
+                     data=data, device=device, max_epochs=raw.get("max_epochs"), batch_size=raw.get("batch_size"))
+
+
+def _code(cfg: ModelConfig) -> str:
+    from swarmctl.models import paper_code
+
+    return paper_code(cfg)
+
+
+def load_spec(path: Path) -> SweepSpec:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
+    try:
+        return parse_spec(path.read_text(), path.stem)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def expand(spec: SweepSpec) -> list[SweepRun]:
+    """All runs of the spec: seed by seed, each over the configurations in file order."""
+    return [SweepRun(f"{cfg.name}-{_code(cfg)}-s{seed}", cfg, seed) for seed in spec.seeds for cfg in spec.configs]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` with 0 <= I < N (a Slurm array ``--array=0-(N-1)`` gives I = $SLURM_ARRAY_TASK_ID)."""
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ConfigError(f"--shard must look like I/N (e.g. 0/4), got {text!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ConfigError(f"--shard {text}: need 0 <= I < N (shards are numbered from 0)")
+    return i, n
+
+
+def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
+    """Shard ``index`` of ``count``: runs index, index + count, ... Together the shards cover every run once,
+    and each gets a share within one run of the others'."""
+    return runs[index::count]
+
+
+def run_status(run_dir: Path, spec: SweepSpec) -> str:
+    """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
+    ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
+    import json
+
+    from swarmctl.training.checkpoint import load_checkpoint
+
+    if not (run_dir / "config.json").is_file():
+        return "new"
+    if not (run_dir / "last.pt").is_file():
+        return "empty"
+    config = json.loads((run_dir / "config.json").read_text())
+    want_data = data_path(spec)
+    if config["data"].get("path") != want_data:
+        raise DataError(f"run {run_dir} was trained on {config['data'].get('path')}, the spec says {want_data}; "
+                        "give the spec another name or move the run away")
+    train = config["train"]
+    same_budget = math.isclose(train["minutes"], spec.minutes) and (
+        spec.max_epochs is None or train["max_epochs"] == spec.max_epochs)
+    state = load_checkpoint(run_dir / "last.pt")["state"]
+    return "done" if state.get("finished") and same_budget else "partial"
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    from swarmctl.models import count_parameters, create_model
+
+    return count_parameters(create_model(cfg))
+
+
+def format_minutes(minutes: float) -> str:
+    return f"{minutes:,.0f} min ({minutes / 60:,.1f} h)" if minutes >= 60 else f"{minutes:g} min"
+
+
+def data_path(spec: SweepSpec) -> str | None:
+    """The spec's data file, or its task's default (None: tasks drawn fresh, the MoG task)."""
+    from swarmctl.tasks import get_task
+
+    return spec.data if spec.data is not None else get_task(spec.task).default_data
+
+
+RUN_FILES = ("config.json", "metrics.jsonl", "best.pt", "last.pt", "curves.png")
+
+
+def train_sweep(
+    spec: SweepSpec,
+    runs: list[SweepRun],
+    runs_dir: Path,
+    on_run: Any = None,
+    progress: Any = None,
+) -> list[tuple[SweepRun, str, Any]]:
+    """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
+    one resumed (budget included), one killed before its first checkpoint started again. Stops at the first
+    interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
+    before each run. Returns (run, status, FitResult or None) for every run looked at."""
+    from swarmctl.config import DataConfig
+    from swarmctl.runs import resume_run, start_run
+    from swarmctl.tasks import get_task
+
+    folder = Path(runs_dir) / spec.folder
+    data_cfg = DataConfig(path=data_path(spec))
+    done = []
+    for k, run in enumerate(runs):
+        run_dir = folder / run.name
+        status = run_status(run_dir, spec)
+        if on_run is not None:
+            on_run(k, len(runs), run, status)
+        if status == "done":
+            done.append((run, status, None))
+            continue
+        if status == "partial":
+            result = resume_run(run_dir, folder, model_name=run.model.name, minutes=spec.minutes,
+                                max_epochs=spec.max_epochs, device=spec.device, progress=progress)
+        else:
+            for name in RUN_FILES if status == "empty" else ():
+                (run_dir / name).unlink(missing_ok=True)
+            train_cfg = get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
+                                                         batch_size=spec.batch_size, seed=run.seed, device=spec.device)
+            result = start_run(run.model, train_cfg, data_cfg, folder, run.name, progress=progress)
+        done.append((run, status, result))
+        if result.interrupted:
+            break
+    return done
