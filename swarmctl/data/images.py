@@ -130,6 +130,10 @@ def _idx_problem(path: Path, images: bool, hw: tuple[int, int]) -> tuple[int, st
     expected = 4 * (ndim + 1) + int(np.prod(dims, dtype=np.int64))
     if size != expected:
         return 0, f"is {'truncated' if size < expected else 'too long'} ({size:,} bytes, its header says {expected:,})"
+    if not images:
+        labels = np.frombuffer(path.read_bytes()[8:], dtype=np.uint8)
+        if len(labels) and labels.max() >= N_CLASSES:
+            return 0, f"holds label {int(labels.max())}, outside 0..{N_CLASSES - 1}"
     return dims[0], ""
 
 
@@ -142,32 +146,33 @@ def _idx_count(path: Path, images: bool, hw: tuple[int, int]) -> int:
 
 
 def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
-    """Unpack every missing or invalid ``X`` that has an ``X.gz`` (all or none of them), then check the four
-    IDX files when all are present (torchvision reports missing ones)."""
+    """Check the four IDX files, unpacking each missing or invalid ``X`` that has an ``X.gz`` to a
+    temporary file first; the unpacked files replace ``X`` only when all four files check out (so a bad
+    ``.gz`` leaves nothing behind). Missing files are left for torchvision to report."""
     todo = [name for name in IDX_FILES if (folder / f"{name}.gz").is_file()
             and not _idx_valid(folder / name, "images" in name, hw)]
-    unpacked: list[tuple[str, Path]] = []
+    source = {name: folder / name for name in IDX_FILES}  # where each file's checked content is now
     try:
         for name in todo:
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
             os.close(fd)
-            unpacked.append((tmp, folder / name))
+            source[name] = Path(tmp)
             _unpack_idx(folder / f"{name}.gz", tmp, "images" in name, hw)
-        for tmp, raw in unpacked:
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, raw)
+        if all(p.is_file() for p in source.values()):
+            for prefix in ("train", "t10k"):
+                images, labels = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
+                n_images = _idx_count(source[images], True, hw)  # unpacked files were checked already
+                n_labels = _idx_count(source[labels], False, hw)
+                if n_images != n_labels:
+                    raise DataError(f"{folder}: {images} holds {n_images:,} images but {labels} {n_labels:,} labels; "
+                                    "replace them with the original files")
+        for name in todo:
+            os.chmod(source[name], 0o644)
+            os.replace(source[name], folder / name)
     finally:
-        for tmp, _ in unpacked:
+        for name in todo:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-    if not all((folder / name).is_file() for name in IDX_FILES):
-        return
-    for prefix in ("train", "t10k"):
-        n_images = _idx_count(folder / f"{prefix}-images-idx3-ubyte", True, hw)
-        n_labels = _idx_count(folder / f"{prefix}-labels-idx1-ubyte", False, hw)
-        if n_images != n_labels:
-            raise DataError(f"{folder}: {prefix}-images-idx3-ubyte holds {n_images:,} images but "
-                            f"{prefix}-labels-idx1-ubyte {n_labels:,} labels; replace them with the original files")
+                os.unlink(source[name])
 
 
 def _idx_valid(path: Path, images: bool, hw: tuple[int, int]) -> bool:

@@ -199,6 +199,9 @@ def _validate_fit(weights: dict[str, torch.Tensor], model_cfg: ModelConfig, path
     if set(weights) != set(expected) or any(weights[k].shape != expected[k].shape for k in expected):
         raise CheckpointError(f"{path}: weights do not fit model {model_cfg.name!r} ({paper_code(model_cfg)}); "
                               "the checkpoint belongs to another model")
+    for key, t in expected.items():
+        if weights[key].dtype != t.dtype:
+            raise _damaged(path, f"stores weight {key!r} as {weights[key].dtype}, not {t.dtype}")
 
 
 def _one_line(exc: BaseException) -> str:
