@@ -92,7 +92,8 @@ def _open(path: Path) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError:
-        raise DataError(f"{path} is not an HDF5 file; create a dataset with `swarmctl gen-data`") from None
+        raise DataError(f"{path} is not an HDF5 file or is truncated; create a dataset with `swarmctl gen-data`") \
+            from None
 
 
 def _damaged(path: Path) -> DataError:
