@@ -148,7 +148,10 @@ def _idx_count(path: Path, images: bool, hw: tuple[int, int]) -> int:
 def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
     """Check the four IDX files, unpacking each missing or invalid ``X`` that has an ``X.gz`` to a
     temporary file first; the unpacked files replace ``X`` only when all four files check out (so a bad
-    ``.gz`` leaves nothing behind). Missing files are left for torchvision to report."""
+    ``.gz`` leaves nothing behind). When a file is missing altogether nothing is done: torchvision
+    reports it."""
+    if not all((folder / name).is_file() or (folder / f"{name}.gz").is_file() for name in IDX_FILES):
+        return  # torchvision names what is missing (or downloads it); nothing is unpacked meanwhile
     todo = [name for name in IDX_FILES if (folder / f"{name}.gz").is_file()
             and not _idx_valid(folder / name, "images" in name, hw)]
     source = {name: folder / name for name in IDX_FILES}  # where each file's checked content is now
@@ -158,14 +161,13 @@ def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
             os.close(fd)
             source[name] = Path(tmp)
             _unpack_idx(folder / f"{name}.gz", tmp, "images" in name, hw)
-        if all(p.is_file() for p in source.values()):
-            for prefix in ("train", "t10k"):
-                images, labels = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
-                n_images = _idx_count(source[images], True, hw)  # unpacked files were checked already
-                n_labels = _idx_count(source[labels], False, hw)
-                if n_images != n_labels:
-                    raise DataError(f"{folder}: {images} holds {n_images:,} images but {labels} {n_labels:,} labels; "
-                                    "replace them with the original files")
+        for prefix in ("train", "t10k"):
+            images, labels = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
+            n_images = _idx_count(source[images], True, hw)  # unpacked files were checked already
+            n_labels = _idx_count(source[labels], False, hw)
+            if n_images != n_labels:
+                raise DataError(f"{folder}: {images} holds {n_images:,} images but {labels} {n_labels:,} labels; "
+                                "replace them with the original files")
         for name in todo:
             os.chmod(source[name], 0o644)
             os.replace(source[name], folder / name)
