@@ -157,7 +157,10 @@ def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
     source = {name: folder / name for name in IDX_FILES}  # where each file's checked content is now
     try:
         for name in todo:
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            except OSError as exc:
+                raise _cannot_unpack(folder / f"{name}.gz", exc) from None
             os.close(fd)
             source[name] = Path(tmp)
             _unpack_idx(folder / f"{name}.gz", tmp, "images" in name, hw)
@@ -169,8 +172,11 @@ def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
                 raise DataError(f"{folder}: {images} holds {n_images:,} images but {labels} {n_labels:,} labels; "
                                 "replace them with the original files")
         for name in todo:
-            os.chmod(source[name], 0o644)
-            os.replace(source[name], folder / name)
+            try:
+                os.chmod(source[name], 0o644)
+                os.replace(source[name], folder / name)
+            except OSError as exc:
+                raise _cannot_unpack(folder / f"{name}.gz", exc) from None
     finally:
         for name in todo:
             with contextlib.suppress(FileNotFoundError):
@@ -186,18 +192,29 @@ def _unpack_idx(gz: Path, tmp: str, images: bool, hw: tuple[int, int]) -> None:
     written = 0
     try:
         with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
-            while chunk := src.read(1 << 20):
+            while True:
+                try:
+                    chunk = src.read(1 << 20)
+                except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+                    raise DataError(f"{gz} is corrupt or truncated ({type(exc).__name__}); replace it with the "
+                                    "original file") from None
+                if not chunk:
+                    break
                 written += len(chunk)
                 if written > MAX_IDX_BYTES:
                     raise DataError(f"{gz} unpacks to more than {MAX_IDX_BYTES >> 20} MiB, too large for an IDX "
                                     "file of this dataset; replace it with the original file")
                 dst.write(chunk)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DataError(f"{gz} is corrupt or truncated ({type(exc).__name__}); replace it with the original "
-                        "file") from None
+    except OSError as exc:  # opening or writing the files (read errors became a DataError above)
+        raise _cannot_unpack(gz, exc) from None
     problem = _idx_problem(Path(tmp), images, hw)[1]
     if problem:
         raise DataError(f"{gz} unpacks to a file that {problem}; replace it with the original file")
+
+
+def _cannot_unpack(gz: Path, exc: OSError) -> DataError:
+    return DataError(f"cannot unpack {gz} beside it ({exc.strerror or type(exc).__name__}); make its folder "
+                     "writable, or unpack the .gz files there yourself")
 
 
 def _missing(dataset: str, root: Path) -> str:

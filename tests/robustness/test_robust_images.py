@@ -238,3 +238,19 @@ def test_an_invalid_idx_beside_a_good_gz_is_replaced(originals, tmp_path):
     got = load_images("mnist", images, train=False, download=False)
     assert torch.equal(got.labels, content[False].labels)
     assert (_raw(images) / "t10k-labels-idx1-ubyte").stat().st_size == 8 + N_TEST
+
+
+def test_a_folder_that_cannot_be_written_is_one_line(originals, tmp_path, monkeypatch):
+    # a read-only data folder (simulated: the suite may run as root, who can write anywhere)
+    import errno
+
+    import swarmctl.data.images as images_module
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    images = tmp_path / "images"
+    shutil.copytree(originals[0] / "gz", images)
+    monkeypatch.setattr(images_module.tempfile, "mkstemp", refuse)
+    with pytest.raises(DataError, match="cannot unpack .*Permission denied.*make its folder writable"):
+        load_images("mnist", images, train=True, download=False)
