@@ -238,7 +238,8 @@ def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]
             _check_layout(f, path, info["splits"])
             splits = {}
             for name in info["splits"]:
-                arrays = {key: np.asarray(f[name][key][()], dtype=DTYPES[key]) for key in ARRAYS}
+                with np.errstate(all="ignore"):  # values a cast turns to inf are refused below, without a warning
+                    arrays = {key: np.asarray(f[name][key][()], dtype=DTYPES[key]) for key in ARRAYS}
                 splits[name] = ClusteringTasks(**arrays)
         except _H5_ERRORS:
             raise _damaged(path) from None
