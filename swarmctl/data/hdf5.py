@@ -128,6 +128,12 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _short(value: Any) -> str:
+    """A value's repr for a one-line message, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _integer(value: Any) -> int | None:
     if isinstance(value, np.ndarray) and value.size == 1:
         value = value.reshape(()).item()
@@ -142,7 +148,7 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
         raise DataError(f"{path} is HDF5 but not a swarmctl dataset; create one with `swarmctl gen-data`")
     version = _integer(attrs["schema_version"])
     if version is None:
-        raise DataError(f"{path} has a malformed schema_version attribute ({attrs['schema_version']!r}); "
+        raise DataError(f"{path} has a malformed schema_version attribute ({_short(attrs['schema_version'])}); "
                         "regenerate it with `swarmctl gen-data --force`")
     if version != SCHEMA_VERSION:
         raise DataError(f"{path} has schema version {version}, this swarmctl reads version {SCHEMA_VERSION}; "
@@ -160,7 +166,7 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
         if values[name] is None:
             raise bad(name, "not text")
     if values["kind"] not in KINDS:
-        raise bad("kind", f"{values['kind']!r}, not one of {', '.join(KINDS)}")
+        raise bad("kind", f"{_short(values['kind'])}, not one of {', '.join(KINDS)}")
     for name in ("generator", "splits"):
         try:
             values[name] = json.loads(values[name])
@@ -310,13 +316,14 @@ def check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = 
             raise DataError(f"{where} task {bad} has NaN or infinite {key}; {fix}")
     c = tasks.covs
     a, b, b2, d = c[..., 0, 0], c[..., 0, 1], c[..., 1, 0], c[..., 1, 1]
-    scale = np.maximum(np.abs(a) + np.abs(d), np.finfo(np.float64).tiny)
-    pd = (a > 0) & (a * d - b * b2 > 0) & (np.abs(b - b2) <= 1e-9 * scale)
+    with np.errstate(all="ignore"):  # an overflow makes a check fail, silently; the message says which
+        scale = np.maximum(np.abs(a) + np.abs(d), np.finfo(np.float64).tiny)
+        pd = (a > 0) & (a * d - b * b2 > 0) & (np.abs(b - b2) <= 1e-9 * scale)
+        w = np.where(used, tasks.weights, 0.0)
+        sums_ok = (w >= 0).all(1) & (np.abs(w.sum(1) - 1.0) <= 1e-6)
     if (used & ~pd).any():
         bad = int(np.flatnonzero((used & ~pd).any(1))[0])
         raise DataError(f"{where} task {bad} has a covariance that is not symmetric positive definite; {fix}")
-    w = np.where(used, tasks.weights, 0.0)
-    sums_ok = (w >= 0).all(1) & (np.abs(w.sum(1) - 1.0) <= 1e-6)
     if not sums_ok.all():
         bad = int(np.flatnonzero(~sums_ok)[0])
         raise DataError(f"{where} task {bad} has mixture weights that are not a distribution; {fix}")
