@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -24,7 +26,7 @@ import numpy as np
 
 from swarmctl import __version__
 from swarmctl.data.mog import MogParams, generate_mog_tasks
-from swarmctl.data.tasks import MAX_CLUSTERS, ClusteringParams, ClusteringTasks, generate_clustering
+from swarmctl.data.tasks import MAX_CLUSTERS, MAX_SET_SIZE, ClusteringParams, ClusteringTasks, generate_clustering
 from swarmctl.errors import DataError
 from swarmctl.files import atomic_write
 
@@ -32,6 +34,10 @@ SCHEMA_VERSION = 2
 ARRAYS = ("points", "labels", "offsets", "n_clusters", "means", "covs", "weights")
 DTYPES = {"points": np.float32, "labels": np.int64, "offsets": np.int64, "n_clusters": np.int64,
           "means": np.float64, "covs": np.float64, "weights": np.float64}
+SHAPES = {"points": (2,), "labels": (), "offsets": (), "n_clusters": (), "means": (MAX_CLUSTERS, 2),
+          "covs": (MAX_CLUSTERS, 2, 2), "weights": (MAX_CLUSTERS,)}  # each array's shape after its first axis
+KINDS_OF = {key: "iu" if np.dtype(dt).kind == "i" else "fiu" for key, dt in DTYPES.items()}  # numpy dtype kinds read
+KINDS = ("clustering", "mog")
 
 
 def content_checksum(splits: dict[str, ClusteringTasks]) -> str:
@@ -86,72 +92,241 @@ def _open(path: Path) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError:
-        raise DataError(f"{path} is not an HDF5 file; create a dataset with `swarmctl gen-data`") from None
+        raise DataError(f"{path} is not an HDF5 file or is truncated; create a dataset with `swarmctl gen-data`") \
+            from None
+
+
+def _damaged(path: Path) -> DataError:
+    return DataError(f"{path} is damaged (its HDF5 structure cannot be read); regenerate it with "
+                     "`swarmctl gen-data --force`")
 
 
 def read_info(path: Path) -> dict[str, Any]:
     """The root attributes of a dataset (schema checked, content not read)."""
     with _open(path) as f:
-        return _info(f, path)
+        try:
+            return _info(f, path)
+        except _H5_ERRORS:
+            raise _damaged(path) from None
+
+
+# what h5py raises for a file whose bytes were damaged after it was opened
+_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError)
+
+
+def _text(value: Any) -> str | None:
+    """An attribute as text, whichever way a tool stored it (str, bytes, one-element array); else None."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        try:
+            value = value.decode()
+        except UnicodeDecodeError:
+            return None
+    return value if isinstance(value, str) else None
+
+
+def _short(value: Any) -> str:
+    """A value's repr for a one-line message, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _integer(value: Any) -> int | None:
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _info(f: h5py.File, path: Path) -> dict[str, Any]:
-    version = f.attrs.get("schema_version")
-    if version is None or "checksum" not in f.attrs:
+    attrs = f.attrs
+    if "schema_version" not in attrs or "checksum" not in attrs:
         raise DataError(f"{path} is HDF5 but not a swarmctl dataset; create one with `swarmctl gen-data`")
-    if int(version) != SCHEMA_VERSION:
-        raise DataError(f"{path} has schema version {int(version)}, this swarmctl reads version {SCHEMA_VERSION}; "
+    version = _integer(attrs["schema_version"])
+    if version is None:
+        raise DataError(f"{path} has a malformed schema_version attribute ({_short(attrs['schema_version'])}); "
+                        "regenerate it with `swarmctl gen-data --force`")
+    if version != SCHEMA_VERSION:
+        raise DataError(f"{path} has schema version {version}, this swarmctl reads version {SCHEMA_VERSION}; "
                         "regenerate it with `swarmctl gen-data`")
-    return {
-        "schema_version": int(version),
-        "kind": str(f.attrs["kind"]),
-        "generator": json.loads(f.attrs["generator"]),
-        "seed": int(f.attrs["seed"]),
-        "swarmctl_version": str(f.attrs["swarmctl_version"]),
-        "splits": json.loads(f.attrs["splits"]),
-        "checksum": str(f.attrs["checksum"]),
-    }
+
+    def bad(name: str, what: str) -> DataError:
+        return DataError(f"{path}: the {name} attribute is {what}; the file was damaged or written by another tool, "
+                         "regenerate it with `swarmctl gen-data --force`")
+
+    values: dict[str, Any] = {}
+    for name in ("kind", "generator", "swarmctl_version", "splits", "checksum"):
+        if name not in attrs:
+            raise bad(name, "missing")
+        values[name] = _text(attrs[name])
+        if values[name] is None:
+            raise bad(name, "not text")
+    if values["kind"] not in KINDS:
+        raise bad("kind", f"{_short(values['kind'])}, not one of {', '.join(KINDS)}")
+    for name in ("generator", "splits"):
+        try:
+            values[name] = json.loads(values[name])
+        except ValueError:
+            raise bad(name, "not valid JSON") from None
+    if not isinstance(values["generator"], dict):
+        raise bad("generator", "not a JSON object")
+    splits = values["splits"]
+    if (not isinstance(splits, list) or not splits or not all(isinstance(s, str) and s for s in splits)
+            or len(set(splits)) != len(splits)):
+        raise bad("splits", "not a JSON list of distinct split names")
+    if not re.fullmatch(r"[0-9a-f]{64}", values["checksum"]):
+        raise bad("checksum", "not a SHA-256 hex digest")
+    seed = _integer(attrs["seed"]) if "seed" in attrs else None
+    if seed is None:
+        raise bad("seed", "missing or not an integer")
+    return {"schema_version": version, "kind": values["kind"], "generator": values["generator"], "seed": seed,
+            "swarmctl_version": values["swarmctl_version"], "splits": splits, "checksum": values["checksum"]}
+
+
+def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
+    """Every split is a group holding the seven arrays with the right ranks, trailing shapes, kinds and
+    consistent lengths, and all of them fit in memory; read from the metadata alone, nothing allocated."""
+    total_bytes = 0
+    for name in splits:
+        group = f.get(name)
+        if not isinstance(group, h5py.Group):
+            raise DataError(f"{path} lacks the split {name!r} its splits attribute lists; the file is incomplete, "
+                            "regenerate it with `swarmctl gen-data --force`")
+        shapes = {}
+        for key in ARRAYS:
+            ds = group.get(key)
+            if not isinstance(ds, h5py.Dataset):
+                raise DataError(f"{path} lacks {name}/{key}; the file is incomplete, regenerate it with "
+                                "`swarmctl gen-data --force`")
+            want = SHAPES[key]
+            if len(ds.shape) != len(want) + 1 or tuple(ds.shape[1:]) != want:
+                expected = "(" + ", ".join(["n", *map(str, want)]) + ")"
+                raise DataError(f"{path}: {name}/{key} has shape {ds.shape}, expected {expected}; regenerate the file "
+                                "with `swarmctl gen-data --force`")
+            if ds.dtype.kind not in KINDS_OF[key]:
+                raise DataError(f"{path}: {name}/{key} has dtype {ds.dtype}, expected "
+                                f"{np.dtype(DTYPES[key]).name}; regenerate the file with `swarmctl gen-data --force`")
+            shapes[key] = ds.shape
+            total_bytes += int(np.prod(ds.shape, dtype=np.float64)) * 8
+        n = shapes["offsets"][0] - 1
+        if n < 1:
+            raise DataError(f"{path}: split {name!r} holds no tasks; regenerate the file with `swarmctl gen-data`")
+        for key in ("n_clusters", "means", "covs", "weights"):
+            if shapes[key][0] != n:
+                raise DataError(f"{path}: {name}/{key} describes {shapes[key][0]} tasks, offsets {n}; "
+                                "regenerate the file with `swarmctl gen-data --force`")
+        if shapes["points"][0] != shapes["labels"][0]:
+            raise DataError(f"{path}: split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} "
+                            "labels; regenerate the file with `swarmctl gen-data --force`")
+    limit = _memory_bytes() // 2
+    if total_bytes > limit:
+        raise DataError(f"{path} needs {total_bytes / 2**30:.1f} GiB to read, more than half of this machine's "
+                        f"memory ({limit / 2**30:.1f} GiB); use a smaller dataset")
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 2**40
 
 
 def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]]:
-    """All splits and the root attributes; verifies schema, checksum and the content's sanity."""
+    """All splits and the root attributes; verifies the schema, the layout, the checksum and then the
+    content in full (see :func:`check_tasks`)."""
     with _open(path) as f:
-        info = _info(f, path)
         try:
-            splits = {
-                name: ClusteringTasks(**{key: f[name][key][()] for key in ARRAYS}) for name in info["splits"]
-            }
-        except KeyError as exc:
-            raise DataError(f"{path} lacks {exc.args[0]}; the file is incomplete, regenerate it") from None
+            info = _info(f, path)
+            _check_layout(f, path, info["splits"])
+            splits = {}
+            for name in info["splits"]:
+                with np.errstate(all="ignore"):  # values a cast turns to inf are refused below, without a warning
+                    arrays = {key: np.asarray(f[name][key][()], dtype=DTYPES[key]) for key in ARRAYS}
+                splits[name] = ClusteringTasks(**arrays)
+        except _H5_ERRORS:
+            raise _damaged(path) from None
     if content_checksum(splits) != info["checksum"]:
         raise DataError(f"{path}: content checksum mismatch (the file was modified or damaged); regenerate it "
                         "with `swarmctl gen-data --force`")
     for name, tasks in splits.items():
-        check_tasks(tasks, f"{path} [{name}]")
+        check_tasks(tasks, f"{path}, split {name!r},", _cluster_range(info))
     return splits, info
+
+
+def _cluster_range(info: dict[str, Any]) -> tuple[int, int]:
+    """The numbers of clusters the file's generator draws (1..10 when it does not say)."""
+    gen = info["generator"]
+    lo, hi = gen.get("k_min", gen.get("n_clusters")), gen.get("k_max", gen.get("n_clusters"))
+    if isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi <= MAX_CLUSTERS:
+        return lo, hi
+    return 1, MAX_CLUSTERS
 
 
 def read_split(path: Path, split: str) -> tuple[ClusteringTasks, dict[str, Any]]:
     """One split (checksum of the whole file verified)."""
     splits, info = read_dataset(path)
     if split not in splits:
-        raise DataError(f"{path} has no split {split!r}; it has: {', '.join(splits)}")
+        raise DataError(f"{path} has no split {split!r}; it has {', '.join(repr(s) for s in splits)}")
     return splits[split], info
 
 
-def check_tasks(tasks: ClusteringTasks, where: str) -> None:
-    """Reject content no model can train on: non-finite points, sets of fewer than 2 entities, bad labels."""
-    if len(tasks) == 0:
+def check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = (1, MAX_CLUSTERS)) -> None:
+    """Reject content no model can train on, with one line naming the first bad task: offsets that do
+    not cut ``points`` into sets of 2..MAX_SET_SIZE entities, non-finite points, numbers of clusters
+    outside ``clusters``, labels outside 0..K-1, and mixtures that are not finite with positive
+    definite covariances and weights summing to 1."""
+    fix = "regenerate the dataset with `swarmctl gen-data --force`"
+    n = len(tasks)
+    if n < 1:
         raise DataError(f"{where} holds no tasks")
-    if not np.isfinite(tasks.points).all():
-        bad = int(np.searchsorted(tasks.offsets, np.flatnonzero(~np.isfinite(tasks.points).all(1))[0], "right") - 1)
-        raise DataError(f"{where}: task {bad} has NaN or infinite points; regenerate the dataset")
-    sizes = tasks.sizes
+    offsets, sizes = tasks.offsets, tasks.sizes
+    if offsets[0] != 0 or offsets[-1] != len(tasks.points) or len(tasks.labels) != len(tasks.points):
+        raise DataError(f"{where} offsets run from {offsets[0]} to {offsets[-1]} but the split holds "
+                        f"{len(tasks.points)} points and {len(tasks.labels)} labels; {fix}")
     if (sizes < 2).any():
         bad = int(np.flatnonzero(sizes < 2)[0])
-        raise DataError(f"{where}: task {bad} has {sizes[bad]} entities; every set needs at least 2")
-    if len(tasks.labels) and (tasks.labels.min() < 0 or tasks.labels.max() >= MAX_CLUSTERS):
-        raise DataError(f"{where}: labels must lie in 0..9")
+        raise DataError(f"{where} task {bad} has {sizes[bad]} entities; every set needs at least 2, {fix}")
+    if sizes.max() > MAX_SET_SIZE:
+        bad = int(np.argmax(sizes))
+        raise DataError(f"{where} task {bad} has {sizes[bad]:,} entities, more than the {MAX_SET_SIZE:,} "
+                        f"swarmctl accepts; {fix}")
+    if not np.isfinite(tasks.points).all():
+        bad = int(np.searchsorted(offsets, np.flatnonzero(~np.isfinite(tasks.points).all(1))[0], "right") - 1)
+        raise DataError(f"{where} task {bad} has NaN or infinite points; {fix}")
+    k = tasks.n_clusters
+    lo, hi = clusters
+    if ((k < lo) | (k > hi)).any():
+        bad = int(np.flatnonzero((k < lo) | (k > hi))[0])
+        raise DataError(f"{where} task {bad} has {k[bad]} clusters, outside its generator's range {lo}..{hi}; {fix}")
+    task_k = np.repeat(k, sizes)
+    out = (tasks.labels < 0) | (tasks.labels >= task_k)
+    if out.any():
+        first = int(np.flatnonzero(out)[0])
+        bad = int(np.searchsorted(offsets, first, "right") - 1)
+        raise DataError(f"{where} task {bad} has label {tasks.labels[first]}, outside 0..{k[bad] - 1}; {fix}")
+    used = np.arange(MAX_CLUSTERS)[None, :] < k[:, None]  # (n, 10): the clusters each task draws
+    for key, arr in (("means", tasks.means), ("covs", tasks.covs), ("weights", tasks.weights)):
+        finite = np.isfinite(arr.reshape(n, -1)).all(1)
+        if not finite.all():
+            bad = int(np.flatnonzero(~finite)[0])
+            raise DataError(f"{where} task {bad} has NaN or infinite {key}; {fix}")
+    c = tasks.covs
+    a, b, b2, d = c[..., 0, 0], c[..., 0, 1], c[..., 1, 0], c[..., 1, 1]
+    with np.errstate(all="ignore"):  # an overflow makes a check fail, silently; the message says which
+        scale = np.maximum(np.abs(a) + np.abs(d), np.finfo(np.float64).tiny)
+        pd = (a > 0) & (a * d - b * b2 > 0) & (np.abs(b - b2) <= 1e-9 * scale)
+        w = np.where(used, tasks.weights, 0.0)
+        sums_ok = (w >= 0).all(1) & (np.abs(w.sum(1) - 1.0) <= 1e-6)
+    if (used & ~pd).any():
+        bad = int(np.flatnonzero((used & ~pd).any(1))[0])
+        raise DataError(f"{where} task {bad} has a covariance that is not symmetric positive definite; {fix}")
+    if not sums_ok.all():
+        bad = int(np.flatnonzero(~sums_ok)[0])
+        raise DataError(f"{where} task {bad} has mixture weights that are not a distribution; {fix}")
 
 
 def generate_dataset(

@@ -3,8 +3,13 @@ MNIST, FashionMNIST and CIFAR-10 as uint8 tensors, with batches reshuffled every
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import os
 import socket
+import struct
+import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +26,10 @@ DATASETS: dict[str, tuple[str, str, tuple[int, int, int]]] = {
     "cifar10": ("CIFAR10", "cifar-10-batches-py", (3, 32, 32)),
 }
 DOWNLOAD_TIMEOUT_S = 20
+IDX_DATASETS = ("mnist", "fashion-mnist")
+IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+MAX_IDX_BYTES = 256 << 20  # the largest IDX file of these datasets (train images) is 47 MiB
+N_CLASSES = 10
 
 
 def image_shape(dataset: str) -> tuple[int, int, int]:
@@ -52,12 +61,18 @@ def _torchvision_dataset(dataset: str, root: Path, train: bool, download: bool):
 def load_images(dataset: str, root: Path, train: bool, download: bool | None = None) -> ImageSet:
     """Load a split with torchvision from ``root``; when the files are missing, try torchvision's download
     once (not when ``download`` is False or the environment sets SWARMCTL_NO_DOWNLOAD=1), and fail with one
-    line that says where to put the files."""
+    line that says where to put the files.
+
+    IDX files (MNIST, Fashion-MNIST) are checked before torchvision reads them: magic numbers, sizes, image
+    shape and equal image and label counts; every dataset's labels must lie in 0..9. ``X.gz`` files are
+    unpacked to ``X`` through a temporary file that is renamed only once it holds a valid IDX file."""
     if download is None:
         download = os.environ.get("SWARMCTL_NO_DOWNLOAD", "") not in ("1", "true", "yes")
-    image_shape(dataset)
+    shape = image_shape(dataset)
     root = Path(root)
-    _extract_gz(root / DATASETS[dataset][1])
+    folder = root / DATASETS[dataset][1]
+    if dataset in IDX_DATASETS:
+        _prepare_idx(folder, shape[1:])
     try:
         ds = _torchvision_dataset(dataset, root, train, download=False)
     except RuntimeError:
@@ -71,32 +86,145 @@ def load_images(dataset: str, root: Path, train: bool, download: bool | None = N
             raise DataError(_missing(dataset, root) + " (download failed: offline?)") from None
         finally:
             socket.setdefaulttimeout(old)
+        if dataset in IDX_DATASETS:
+            _prepare_idx(folder, shape[1:])  # check what the download wrote
+    except Exception as exc:  # what torchvision raises for files it cannot parse
+        raise DataError(f"{folder}: torchvision cannot read the {dataset} files ({type(exc).__name__}); "
+                        "replace them with the original files") from None
     data = ds.data
     images = torch.as_tensor(np.asarray(data)) if not isinstance(data, Tensor) else data
     if images.dim() == 3:  # (n, H, W) -> (n, 1, H, W)
         images = images.unsqueeze(1)
-    else:  # CIFAR: (n, H, W, C) -> (n, C, H, W)
+    elif images.dim() == 4:  # CIFAR: (n, H, W, C) -> (n, C, H, W)
         images = images.permute(0, 3, 1, 2)
     labels = torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+    split = "train" if train else "test"
+    if tuple(images.shape[1:]) != shape or len(images) == 0:
+        raise DataError(f"{folder}: the {split} images have shape {tuple(images.shape)}, expected (n, "
+                        f"{', '.join(map(str, shape))}) with n >= 1; replace the files with the originals")
+    if labels.shape != (len(images),):
+        raise DataError(f"{folder}: {len(images)} {split} images but {labels.numel()} labels; "
+                        "replace the files with the originals")
+    outside = (labels < 0) | (labels >= N_CLASSES)
+    if outside.any():
+        raise DataError(f"{folder}: a {split} label is {int(labels[outside][0])}, outside 0..{N_CLASSES - 1}; "
+                        "replace the files with the originals")
     return ImageSet(images.to(torch.uint8).contiguous(), labels)
 
 
-def _extract_gz(folder: Path) -> None:
-    """torchvision reads uncompressed IDX files; unpack any ``X.gz`` whose ``X`` is missing (as its own
-    download step would)."""
-    from torchvision.datasets.utils import extract_archive
+def _idx_problem(path: Path, images: bool, hw: tuple[int, int]) -> tuple[int, str]:
+    """Check an IDX file's magic number, dimensions and size from its header and length: (number of
+    items, "") when it is valid, else (0, what is wrong)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(16)
+    ndim = 3 if images else 1
+    if len(head) < 4 * (ndim + 1):
+        return 0, f"is truncated ({size} bytes, shorter than an IDX header)"
+    magic, *dims = struct.unpack(f">{ndim + 1}I", head[: 4 * (ndim + 1)])
+    want = 0x0800 + ndim  # unsigned bytes, ndim dimensions
+    if magic != want:
+        return 0, f"is not an IDX {'image' if images else 'label'} file (magic {magic:#010x}, expected {want:#010x})"
+    if images and tuple(dims[1:]) != hw:
+        return 0, f"holds {dims[1]}x{dims[2]} images, expected {hw[0]}x{hw[1]}"
+    expected = 4 * (ndim + 1) + int(np.prod(dims, dtype=np.int64))
+    if size != expected:
+        return 0, f"is {'truncated' if size < expected else 'too long'} ({size:,} bytes, its header says {expected:,})"
+    if not images:
+        labels = np.frombuffer(path.read_bytes()[8:], dtype=np.uint8)
+        if len(labels) and labels.max() >= N_CLASSES:
+            return 0, f"holds label {int(labels.max())}, outside 0..{N_CLASSES - 1}"
+    return dims[0], ""
 
-    if folder.name != "raw" or not folder.is_dir():
-        return
-    for gz in folder.glob("*-ubyte.gz"):
-        if not gz.with_suffix("").exists():
-            extract_archive(str(gz), str(folder))
+
+def _idx_count(path: Path, images: bool, hw: tuple[int, int]) -> int:
+    """The number of items of a valid IDX file; DataError (one line) for an invalid one."""
+    count, problem = _idx_problem(path, images, hw)
+    if problem:
+        raise DataError(f"{path} {problem}; replace it with the original file (or its .gz)")
+    return count
+
+
+def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
+    """Check the four IDX files, unpacking each missing or invalid ``X`` that has an ``X.gz`` to a
+    temporary file first; the unpacked files replace ``X`` only when all four files check out (so a bad
+    ``.gz`` leaves nothing behind). When a file is missing altogether nothing is done: torchvision
+    reports it."""
+    if not all((folder / name).is_file() or (folder / f"{name}.gz").is_file() for name in IDX_FILES):
+        return  # torchvision names what is missing (or downloads it); nothing is unpacked meanwhile
+    todo = [name for name in IDX_FILES if (folder / f"{name}.gz").is_file()
+            and not _idx_valid(folder / name, "images" in name, hw)]
+    source = {name: folder / name for name in IDX_FILES}  # where each file's checked content is now
+    try:
+        for name in todo:
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            except OSError as exc:
+                raise _cannot_unpack(folder / f"{name}.gz", exc) from None
+            os.close(fd)
+            source[name] = Path(tmp)
+            _unpack_idx(folder / f"{name}.gz", tmp, "images" in name, hw)
+        for prefix in ("train", "t10k"):
+            images, labels = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
+            n_images = _idx_count(source[images], True, hw)  # unpacked files were checked already
+            n_labels = _idx_count(source[labels], False, hw)
+            if n_images != n_labels:
+                raise DataError(f"{folder}: {images} holds {n_images:,} images but {labels} {n_labels:,} labels; "
+                                "replace them with the original files")
+        for name in todo:
+            try:
+                os.chmod(source[name], 0o644)
+                os.replace(source[name], folder / name)
+            except OSError as exc:
+                raise _cannot_unpack(folder / f"{name}.gz", exc) from None
+    finally:
+        for name in todo:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(source[name])
+
+
+def _idx_valid(path: Path, images: bool, hw: tuple[int, int]) -> bool:
+    return path.is_file() and not _idx_problem(path, images, hw)[1]
+
+
+def _unpack_idx(gz: Path, tmp: str, images: bool, hw: tuple[int, int]) -> None:
+    """Unpack ``gz`` into ``tmp`` and check that it holds a valid IDX file."""
+    written = 0
+    try:
+        with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
+            while True:
+                try:
+                    chunk = src.read(1 << 20)
+                except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+                    raise DataError(f"{gz} is corrupt or truncated ({type(exc).__name__}); replace it with the "
+                                    "original file") from None
+                if not chunk:
+                    break
+                written += len(chunk)
+                if written > MAX_IDX_BYTES:
+                    raise DataError(f"{gz} unpacks to more than {MAX_IDX_BYTES >> 20} MiB, too large for an IDX "
+                                    "file of this dataset; replace it with the original file")
+                dst.write(chunk)
+    except OSError as exc:  # opening or writing the files (read errors became a DataError above)
+        raise _cannot_unpack(gz, exc) from None
+    problem = _idx_problem(Path(tmp), images, hw)[1]
+    if problem:
+        raise DataError(f"{gz} unpacks to a file that {problem}; replace it with the original file")
+
+
+def _cannot_unpack(gz: Path, exc: OSError) -> DataError:
+    return DataError(f"cannot unpack {gz} beside it ({exc.strerror or type(exc).__name__}); make its folder "
+                     "writable, or unpack the .gz files there yourself")
 
 
 def _missing(dataset: str, root: Path) -> str:
     folder = root / DATASETS[dataset][1]
     what = "the four IDX files (train/t10k images and labels, .gz or unpacked)" if dataset != "cifar10" else \
         "the CIFAR-10 python batches (data_batch_1..5, test_batch, batches.meta)"
+    cifar = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]
+    if dataset == "cifar10" and all((folder / name).is_file() for name in cifar):
+        return f"the CIFAR-10 batches in {folder}/ fail torchvision's MD5 check (damaged or not the originals); " \
+            "replace them with the original files"
     return f"no {dataset} files under {root}: put {what} in {folder}/ or pass --data-dir"
 
 

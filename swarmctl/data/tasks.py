@@ -12,6 +12,7 @@ from scipy.stats import invwishart, multinomial, multivariate_normal
 from swarmctl.errors import ConfigError
 
 MAX_CLUSTERS = 10
+MAX_SET_SIZE = 100_000  # entities per set that readers accept (the paper's sets hold at most 1,000)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class ClusteringParams:
             raise ConfigError(f"need 1 <= k_min <= k_max <= {MAX_CLUSTERS}, got {self.k_min}..{self.k_max}")
         if not 2 <= self.n_min <= self.n_max:
             raise ConfigError(f"need 2 <= n_min <= n_max (sets of at least 2 points), got {self.n_min}..{self.n_max}")
+        if self.n_max > MAX_SET_SIZE:
+            raise ConfigError(f"n_max must be <= {MAX_SET_SIZE:,}, got {self.n_max:,}")
         if self.wishart_df <= 1 or self.wishart_scale <= 0:
             raise ConfigError("wishart_df must be > 1 and wishart_scale > 0")
 

@@ -69,7 +69,7 @@ def test_non_finite_points_are_rejected(tiny_h5):
     def poison(splits):
         splits["val"].points[3, 1] = np.nan
     _rewrite(tiny_h5, poison)
-    with pytest.raises(DataError, match=r"\[val\]: task 0 has NaN"):
+    with pytest.raises(DataError, match="split .val., task 0 has NaN"):
         read_dataset(tiny_h5)
 
 

@@ -45,7 +45,8 @@ def test_select_keeps_tasks_intact():
     np.testing.assert_array_equal(s.task(1)[1], t.task(1)[1])
 
 
-@pytest.mark.parametrize("bad", [dict(k_max=11), dict(n_min=1), dict(n_tasks=1), dict(val_fraction=1.0)])
+@pytest.mark.parametrize("bad", [dict(k_max=11), dict(n_min=1), dict(n_tasks=1), dict(val_fraction=1.0),
+                                 dict(n_max=100_001)])  # larger sets than the readers accept
 def test_bad_generator_parameters_are_config_errors(bad):
     with pytest.raises(ConfigError):
         ClusteringParams(**bad)

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from swarmctl.config import TrainConfig
-from swarmctl.training.checkpoint import load_checkpoint
+from swarmctl.training.checkpoint import read_checkpoint
 from swarmctl.training.loop import TrainingData, fit, should_backtrack
 
 
@@ -79,7 +79,7 @@ def test_fit_backtracks_by_the_rule_restores_best_weights_and_decays_lr(tmp_path
     assert [r["backtracked"] for r in records] == [False] * 7 + [True]
     assert [r["lr"] for r in records] == [0.1] * 8
     assert res.best_val == pytest.approx(0.9) and res.best_epoch == 1 and res.backtracks == 1
-    last, best = load_checkpoint(tmp_path / "last.pt"), load_checkpoint(tmp_path / "best.pt")
+    last, best = read_checkpoint(tmp_path / "last.pt"), read_checkpoint(tmp_path / "best.pt")  # a toy model: no config
     assert last["state"]["lr"] == pytest.approx(0.05)
     for k in best["model"]:  # the backtrack in the last epoch left the best weights in place
         torch.testing.assert_close(last["model"][k], best["model"][k])

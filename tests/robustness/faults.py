@@ -1,0 +1,89 @@
+"""Fault injection shared by the robustness tests: byte-level faults, the CLI runner, and the contract
+every failing command must keep (exit 1 or 2, no traceback, at most 3 lines, no new or changed file)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from swarmctl.cli import app
+
+runner = CliRunner()
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One generated fault: ``apply(path)`` damages the file at ``path`` in place."""
+
+    name: str
+    apply: Callable[[Path], None]
+
+
+def cli(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes), hidden ones included."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+def assert_clean_failure(result, root: Path, before: dict[str, bytes]) -> None:
+    """The promise for bad input: exit 1 (2 for bad options), no traceback, a message of at most 3
+    lines, and every file under ``root`` as it was (no file added, removed or changed)."""
+    out = result.output
+    assert result.exit_code in (1, 2), f"exit {result.exit_code}: {out}"
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    assert 1 <= len(lines) <= 3, out
+    after = snapshot(root)
+    assert sorted(after) == sorted(before), f"files added or removed: {set(after) ^ set(before)}"
+    changed = [k for k in before if after[k] != before[k]]
+    assert not changed, f"files changed: {changed}"
+
+
+# ---- byte-level faults, for any file -------------------------------------------------------------
+
+def truncate(rng: random.Random) -> Fault:
+    frac = rng.random()
+
+    def apply(path: Path) -> None:
+        data = path.read_bytes()
+        path.write_bytes(data[: int(len(data) * frac)])
+    return Fault(f"truncate-{frac:.2f}", apply)
+
+
+def flip_bits(rng: random.Random) -> Fault:
+    n = rng.randint(1, 8)
+    picks = [(rng.random(), rng.randrange(8)) for _ in range(n)]
+
+    def apply(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        for where, bit in picks:
+            data[int(where * len(data))] ^= 1 << bit
+        path.write_bytes(bytes(data))
+    return Fault(f"flip-{n}-bits", apply)
+
+
+def overwrite_block(rng: random.Random) -> Fault:
+    where, size, seed = rng.random(), rng.choice([16, 64, 512]), rng.randrange(2**32)
+
+    def apply(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        start = int(where * max(0, len(data) - size))
+        data[start:start + size] = random.Random(seed).randbytes(min(size, len(data) - start))
+        path.write_bytes(bytes(data))
+    return Fault(f"overwrite-{size}-bytes", apply)
+
+
+BYTE_FAULTS = (truncate, flip_bits, overwrite_block)
+
+
+def cases(families: dict[str, Callable[[random.Random], Fault]], seeds: range) -> list[tuple[str, int]]:
+    """(family, seed) pairs for pytest.mark.parametrize."""
+    return [(name, seed) for name in families for seed in seeds]
