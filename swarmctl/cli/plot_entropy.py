@@ -33,8 +33,8 @@ def plot_entropy_cmd(
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
     method: Annotated[str | None, option(help="probe (x* alone against the set's pooled states; SWARM with "
-                                              "mean pooling only) or exact (x* joins each set) "
-                                              "[default: probe where it applies, else exact].")] = None,
+                                              "mean pooling only; an approximation, see the README) or "
+                                              "exact (x* joins each set)", show_default="exact")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
 ) -> None:
     """Draw a model's confidence map for a point x* added to a validation task's set.
@@ -43,7 +43,8 @@ def plot_entropy_cmd(
     class distribution at every grid location. Figure 2: one panel per class with x*'s probability.
     ``--method exact`` (the paper's definition) runs the set of N + 1 entities for every location; ``probe``
     runs the set once and x* alone with population input (N m_k + h*_k) / (N + 1), ignoring x*'s O(1/N)
-    influence on the others: seconds instead of minutes. Both figures' titles name the method.
+    influence on the others: seconds instead of minutes, but on a trained model up to 1 nat from exact.
+    Both figures' titles name the method.
     """
     if method is not None and method not in METHODS:
         raise typer.BadParameter(f"must be one of {', '.join(METHODS)}, got {method!r}", param_hint="--method")

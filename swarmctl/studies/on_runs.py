@@ -9,7 +9,7 @@ from pathlib import Path
 from swarmctl.data.hdf5 import read_split
 from swarmctl.runs import Run
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
-from swarmctl.studies.probe import default_method
+from swarmctl.studies.probe import DEFAULT_METHOD
 from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult
 from swarmctl.studies.shuffle_variance import measure_shuffle_variance
 
@@ -18,11 +18,11 @@ def entropy_map_of_run(run: Run, data: Path | None = None, task: int | None = No
                        size: int = 500, grid: int = 150, method: str | None = None,
                        progress: Callable[[int, int], None] | None = None) -> EntropyMapResult:
     """:func:`compute_entropy_map` on one validation task (``task``, or one chosen by clusters and size);
-    ``method`` None: ``probe`` where it applies (SWARM with mean pooling), else ``exact``."""
+    ``method`` None: ``exact``."""
     split, _ = read_split(run.data_path(data), "val")
     index = choose_task(split, task, clusters, size)
     return compute_entropy_map(run.model, split, index, run.label, grid, device=run.device,
-                               method=method or default_method(run.model), progress=progress)
+                               method=method or DEFAULT_METHOD, progress=progress)
 
 
 def shuffle_variance_of_run(run: Run, data: Path | None = None, tasks: int = 100, shuffles: int = 1000,

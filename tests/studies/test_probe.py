@@ -13,7 +13,7 @@ from swarmctl.models import create_model
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.runs import load_model
 from swarmctl.studies.entropy import compute_entropy_map
-from swarmctl.studies.probe import default_method, probe_outputs
+from swarmctl.studies.probe import probe_outputs, probe_supported
 
 runner = CliRunner()
 
@@ -96,9 +96,9 @@ def test_probe_error_shrinks_like_one_over_n(layers):
 
 
 def test_probe_only_for_swarm_with_mean_pooling():
-    assert default_method(swarm()) == "probe"
+    assert probe_supported(swarm())
     for model in (swarm(pooling="causal"), create_model(ModelConfig(name="set-transformer")).eval()):
-        assert default_method(model) == "exact"
+        assert not probe_supported(model)
         with pytest.raises(ConfigError, match="--method exact"):
             probe_outputs(model, torch.randn(3, 2), torch.randn(2, 2))
 
@@ -126,6 +126,10 @@ def cli(*args):
 def test_cli_method_defaults_and_errors(trained_runs, tmp_path):
     runs, _ = trained_runs
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--out", tmp_path / "a")
+    assert r.exit_code == 0, r.output
+    assert ", exact," in r.output  # the default for every model: the probe is an approximation
+    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--method", "probe",
+            "--out", tmp_path / "a2")
     assert r.exit_code == 0, r.output
     assert ", probe," in r.output
     r = cli("plot-entropy", "lstm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--out", tmp_path / "b")
