@@ -10,9 +10,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from swarmctl.config import check_memory, host_memory
 from swarmctl.data.tasks import ClusteringTasks
 from swarmctl.errors import ConfigError
 from swarmctl.studies.results import EntropyMapResult
+
+MAX_GRID = 2000  # grid locations per axis
 
 
 def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int = 7, size: int = 500) -> int:
@@ -48,8 +51,9 @@ def compute_entropy_map(
 ) -> EntropyMapResult:
     """Class probabilities of x* for every grid location; each location is its own set of N + 1
     entities (the task's points, then x*), batched ``batch_entities`` entities at a time."""
-    if grid < 2:
-        raise ConfigError(f"grid must be >= 2, got {grid}")
+    if not 2 <= grid <= MAX_GRID:
+        raise ConfigError(f"grid must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
+    check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower --grid")
     start = time.perf_counter()
     model.eval()
     pts, lab = tasks.task(task_index)
