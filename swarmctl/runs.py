@@ -90,8 +90,12 @@ def run_path(name: str, runs_dir: Path) -> Path:
 def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
     """Refuse a model whose weights, gradients and Adam state alone would not fit the device's memory,
     before anything is allocated (the model is built on the meta device to count its parameters)."""
-    with torch.device("meta"):
-        n = count_parameters(create_model(model_cfg))
+    try:
+        with torch.device("meta"):
+            n = count_parameters(create_model(model_cfg))
+    except RuntimeError:  # a size whose byte count overflows even on the meta device
+        raise ConfigError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
+                          "lower --hidden, --layers or --inducing") from None
     check_memory(16 * n, memory_limit(device), f"model {model_cfg.name} ({paper_code(model_cfg)}) with "
                  f"{n:,} parameters (weights, gradients and Adam state)", "lower --hidden, --layers or --inducing")
 

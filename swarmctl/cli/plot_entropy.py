@@ -12,6 +12,7 @@ from swarmctl.files import check_output_folder
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run, resolve_run, shipped_checkpoint, shipped_results_dir
+from swarmctl.studies.entropy import check_grid
 from swarmctl.studies.on_runs import entropy_map_of_run, require_clustering
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
 from swarmctl.tasks.clustering import ClusteringTask
@@ -46,6 +47,7 @@ def plot_entropy_cmd(
             res = load_result(EntropyMapResult, (out or run_dir / "entropy") / "entropy.npz")
             out_dir = out or run_dir / "entropy"
         else:
+            check_grid(grid)
             opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
                               task=ClusteringTask(), progress=DataGenerationProgress())
             require_clustering(opened, "plot-entropy")

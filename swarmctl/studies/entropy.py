@@ -38,6 +38,13 @@ def grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndar
     return np.linspace(lo[0] - pad, hi[0] + pad, n), np.linspace(lo[1] - pad, hi[1] + pad, n)
 
 
+def check_grid(grid: int) -> None:
+    """Grid locations per axis: at least 2, at most MAX_GRID, and within the machine's memory."""
+    if not 2 <= grid <= MAX_GRID:
+        raise ConfigError(f"grid must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
+    check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower --grid")
+
+
 @torch.no_grad()
 def compute_entropy_map(
     model: nn.Module,
@@ -51,9 +58,7 @@ def compute_entropy_map(
 ) -> EntropyMapResult:
     """Class probabilities of x* for every grid location; each location is its own set of N + 1
     entities (the task's points, then x*), batched ``batch_entities`` entities at a time."""
-    if not 2 <= grid <= MAX_GRID:
-        raise ConfigError(f"grid must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
-    check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower --grid")
+    check_grid(grid)
     start = time.perf_counter()
     model.eval()
     pts, lab = tasks.task(task_index)
