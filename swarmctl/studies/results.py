@@ -87,7 +87,7 @@ def load_result(cls: type[R], path: Path) -> R:
     damaged = DataError(f"{path} is not a readable swarmctl study result (empty, cut short or damaged); run the "
                         "study again without --replot")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:  # no file left open on errors
             meta = json.loads(str(data["__meta__"]))
             arrays = {k: data[k] for k in data.files if k != "__meta__"}
         kind = meta.pop("type")

@@ -150,3 +150,43 @@ def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, 
         assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit), context
         assert 1 <= len(lines) <= 3, context
         assert _snapshot(world) == before, context  # no new file; every input byte-identical
+
+
+@pytest.fixture(scope="module")
+def mog_run(world):
+    """A tiny MoG-parameter run ``mog`` beside ``clu``."""
+    start_run(ModelConfig(name="swarm-mog", dim_hidden=8, n_iter=2), TrainConfig(batch_size=4, max_epochs=1,
+              steps_per_epoch=2, val_batches=1, device="cpu"), DataConfig(path=None), world / "runs", "mog")
+    return world
+
+
+@pytest.mark.parametrize("args", [
+    ["plot-entropy", "mog", "--grid", 4],
+    ["plot-entropy", "mog", "--grid", 4, "--data", "{data}"],
+    ["shuffle-variance", "mog", "--tasks", 2, "--shuffles", 3],
+    ["shuffle-variance", "clu", "mog", "--tasks", 2, "--shuffles", 3, "--data", "{data}"],
+])
+def test_a_study_refuses_a_run_of_another_task_before_writing(cli, mog_run, args):
+    before = _snapshot(mog_run)
+    r = cli(*[_fill(a, mog_run) for a in args], "--runs-dir", mog_run / "runs", "--device", "cpu")
+    assert r.exit_code == 1 and "needs a clustering run" in r.output and "Traceback" not in r.output, r.output
+    assert len([line for line in r.output.splitlines() if line.strip()]) <= 3
+    assert _snapshot(mog_run) == before
+
+
+@pytest.mark.parametrize("command", ["plot-entropy", "shuffle-variance"])
+def test_replot_of_an_empty_or_cut_saved_result_is_one_line(cli, world, command, tmp_path):
+    out = tmp_path / "out"
+    r = cli(command, "clu", "--runs-dir", world / "runs", "--device", "cpu", "--out", out,
+            *(["--grid", 4, "--task", 0] if command == "plot-entropy" else ["--tasks", 2, "--shuffles", 3]))
+    assert r.exit_code == 0, r.output
+    npz = next(out.glob("*.npz"))
+    whole = npz.read_bytes()
+    rng = random.Random(command)
+    for cut in [0, 10, len(whole) // 2, len(whole) - 1, *(rng.randrange(len(whole)) for _ in range(3))]:
+        npz.write_bytes(whole[:cut])
+        before = _snapshot(tmp_path)
+        r = cli(command, "clu", "--runs-dir", world / "runs", "--out", out, "--replot")
+        assert r.exit_code == 1 and "Traceback" not in r.output, (cut, r.output)
+        assert "study result" in r.output and len(r.output.strip().splitlines()) <= 3, (cut, r.output)
+        assert _snapshot(tmp_path) == before
