@@ -73,7 +73,22 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in data and not _has_type(data[f.name], str(f.type)):
+            raise ConfigError(f"{cls.__name__}.{f.name} must be {f.type}, got {data[f.name]!r}")
     return cls(**data)
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                                            "None": (type(None),)}
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    """``value`` is of one of the JSON types the annotation names (``int | None``, ...); bool is no int."""
+    allowed = tuple(t for part in annotation.split("|") for t in _JSON_TYPES.get(part.strip(), (object,)))
+    if isinstance(value, bool) and bool not in allowed:
+        return False
+    return isinstance(value, allowed)
 
 
 DEVICES = ("auto", "cpu", "cuda")

@@ -279,9 +279,10 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / "config.json"
     try:
         config = json.loads(path.read_bytes())
-        if not all(isinstance(config.get(k), dict) for k in ("model", "train", "data")):
-            raise ValueError
-    except (ValueError, UnicodeDecodeError, AttributeError):
+        from_dict(ModelConfig, config["model"])  # every field known and in range
+        from_dict(TrainConfig, config["train"])
+        from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError):
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
     return config
 

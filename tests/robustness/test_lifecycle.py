@@ -188,3 +188,24 @@ def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, tra
     assert "skipped" in r.output and "no trained image run" in _one_line_error(r)
     r = cli("eval", "b", "--runs-dir", runs, "--device", "cpu")
     assert "damaged" in _one_line_error(r)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_dead_run_with_a_damaged_config_is_refused_in_one_line(cli, tiny_h5, tmp_path, monkeypatch, seed):
+    import random
+
+    runs = tmp_path / "runs"
+    _dead_run(tiny_h5, runs, "dead", monkeypatch)
+    config = json.loads((runs / "dead" / "config.json").read_text())
+    rng = random.Random(seed)
+    section = rng.choice(["model", "train", "data"])
+    key = rng.choice(sorted(config[section]))
+    config[section][key] = rng.choice([[1], {"a": 1}, [None, "x"]])  # a type no field has
+    if rng.random() < 0.3:
+        del config[section]
+    (runs / "dead" / "config.json").write_text(json.dumps(config))
+    before = (runs / "dead" / "config.json").read_bytes()
+    r = cli("train", "swarm", "--resume", "dead", "--runs-dir", runs)
+    assert "Traceback" not in r.output and r.exit_code == 1, r.output
+    assert len([x for x in r.output.splitlines() if x.strip()]) <= 3, r.output
+    assert (runs / "dead" / "config.json").read_bytes() == before
