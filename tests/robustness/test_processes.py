@@ -45,19 +45,15 @@ def _epochs(run_dir):
     return [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_a_second_writer_on_a_running_run_is_refused(tiny_h5, tmp_path):
+def test_a_second_writer_on_a_running_run_is_refused(cli, tiny_h5, tmp_path):
     runs = tmp_path / "runs"
     first = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 100000])
     try:
         _wait_for(lambda: (runs / "x" / "last.pt").is_file(), first)
-        second = subprocess.run([str(a) for a in [*TRAIN, "--resume", "x", "--runs-dir", runs]], capture_output=True,
-                                text=True, env=ENV, timeout=120)
-        assert second.returncode == 1, second.stderr
-        assert f"process {first.pid}" in second.stderr and "Traceback" not in second.stderr
-        assert len(second.stderr.strip().splitlines()) == 1
-        fresh = subprocess.run([str(a) for a in [*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x"]],
-                               capture_output=True, text=True, env=ENV, timeout=120)
-        assert fresh.returncode == 1 and f"process {first.pid}" in fresh.stderr, fresh.stderr
+        for second in (["--resume", "x"], [*TINY, "--data", tiny_h5, "--name", "x"]):  # resume, fresh start
+            r = cli("train", "swarm", *second, "--runs-dir", runs)
+            assert r.exit_code == 1 and f"process {first.pid}" in r.output, r.output
+            assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
     finally:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
@@ -66,7 +62,7 @@ def test_a_second_writer_on_a_running_run_is_refused(tiny_h5, tmp_path):
     assert epochs == list(range(len(epochs)))  # one writer: every epoch once, in order
 
 
-def test_sigterm_as_the_run_folder_appears_saves_a_resumable_run(tiny_h5, tmp_path):
+def test_sigterm_as_the_run_folder_appears_saves_a_resumable_run(cli, tiny_h5, tmp_path):
     """SIGTERM right after config.json is written (before the first optimizer exists) stops cleanly."""
     runs = tmp_path / "runs"
     proc = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 3])
@@ -75,9 +71,8 @@ def test_sigterm_as_the_run_folder_appears_saves_a_resumable_run(tiny_h5, tmp_pa
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted (SIGTERM)" in err and "Traceback" not in err, err
     assert "--resume x" in err
-    done = subprocess.run([str(a) for a in [*TRAIN, "--resume", "x", "--runs-dir", runs]], capture_output=True,
-                          text=True, env=ENV, timeout=120)
-    assert done.returncode == 0, done.stderr
+    r = cli("train", "swarm", "--resume", "x", "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
     assert _epochs(runs / "x") == [0, 1, 2] and _temps(runs) == []
 
 
