@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -71,10 +73,66 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in data and not _has_type(data[f.name], str(f.type)):
+            raise ConfigError(f"{cls.__name__}.{f.name} must be {f.type}, got {data[f.name]!r}")
     return cls(**data)
 
 
+_JSON_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,),
+                                            "None": (type(None),)}
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    """``value`` is of one of the JSON types the annotation names (``int | None``, ...); bool is no int."""
+    allowed = tuple(t for part in annotation.split("|") for t in _JSON_TYPES.get(part.strip(), (object,)))
+    if isinstance(value, bool) and bool not in allowed:
+        return False
+    return isinstance(value, allowed)
+
+
 DEVICES = ("auto", "cpu", "cuda")
+SEED_RANGE = (0, 2**32 - 1)  # what NumPy's RandomState accepts
+
+
+def check_device(name: str) -> None:
+    """A device name swarmctl accepts: auto, cpu, cuda or cuda:N."""
+    index = name[5:] if name.startswith("cuda:") else None
+    if not (name in DEVICES or (index is not None and index.isdigit())):
+        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
+def check_seed(seed: int, name: str = "seed") -> None:
+    if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ConfigError(f"{name} must be in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got {seed}")
+
+
+def check_finite(name: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value}")
+
+
+def check_memory(needed: float, limit: float, what: str, fix: str) -> None:
+    """Refuse work whose estimated memory ``needed`` (bytes) exceeds ``limit`` (bytes), before any
+    allocation, naming both and the fix."""
+    if needed > limit:
+        raise ConfigError(f"{what} needs about {_gib(needed)} of memory, more than the {_gib(limit)} available; "
+                          f"{fix}")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n < 2**50 else f"{n / 2**30:.2g} GiB"
+
+
+def host_memory() -> int:
+    """This machine's physical memory in bytes (the limit of the up-front memory checks on the CPU)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no check beyond a generous bound
+        return 2**40
+
+
+MAX_LR = 1.0  # Adam with a step size above 1 diverges on every model here
 
 
 @dataclass(frozen=True)
@@ -102,15 +160,15 @@ class TrainConfig:
             raise ConfigError(f"lr_decay_epoch must be >= 0, got {self.lr_decay_epoch}")
         if not 0 < self.lr_decay <= 1:
             raise ConfigError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not 0 < self.lr <= MAX_LR:
+            raise ConfigError(f"lr must be in (0, {MAX_LR:g}], got {self.lr}")
         _check_positive(self, "batch_size", "max_epochs")
         if not self.minutes > 0:
             raise ConfigError(f"minutes must be > 0, got {self.minutes}")
-        if not (self.device in DEVICES or self.device.startswith("cuda:")):
-            raise ConfigError(f"device must be one of {', '.join(DEVICES)} or cuda:N, got {self.device!r}")
-        if not self.beta >= 0:
-            raise ConfigError(f"beta must be >= 0, got {self.beta}")
+        check_device(self.device)
+        check_seed(self.seed)
+        if not 0 <= self.beta < math.inf:
+            raise ConfigError(f"beta must be a finite number >= 0, got {self.beta}")
         if not 0 < self.alpha <= 1:
             raise ConfigError(f"alpha must be in (0, 1], got {self.alpha}")
 

@@ -15,3 +15,8 @@ class DataError(SwarmctlError):
 
 class CheckpointError(SwarmctlError):
     """A checkpoint or run directory is missing or belongs to another model or version."""
+
+
+class SwarmctlWarning(UserWarning):
+    """Something was skipped or repaired and the user should know (a damaged run file, say); the CLI
+    prints it as one line starting with "warning:"."""

@@ -12,9 +12,15 @@ checkout; what is computed from it goes to ``runs/pretrained-NAME/``, never into
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
+import shlex
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,24 +28,28 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig, from_dict, to_dict
-from swarmctl.errors import CheckpointError, DataError
-from swarmctl.files import atomic_write_text
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
+from swarmctl.errors import CheckpointError, ConfigError, DataError, SwarmctlError, SwarmctlWarning
+from swarmctl.files import atomic_write_text, check_output_folder, remove_orphan_temps
 from swarmctl.models import complete_config, count_parameters, create_model, get_spec, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, task_of
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from swarmctl.training.device import (
+    DistContext,
     barrier,
     init_distributed,
     is_main_process,
+    memory_limit,
     resolve_device,
     seed_everything,
 )
-from swarmctl.training.loop import FitResult, ProgressHook, fit
+from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, any_rank, fit
 
-__all__ = ["Progress", "Run", "configs_from_options", "default_run_name", "evaluate", "evaluate_run", "export_weights",
-           "find_checkpoint", "is_main_process", "list_runs", "load_model", "open_run", "pretrained_dir",
-           "resolve_run", "resume_run", "shipped_checkpoint", "shipped_results_dir", "start_run"]
+__all__ = ["RESUMABLE", "Progress", "Run", "check_belongs", "check_training_memory", "configs_from_options",
+           "default_run_name", "evaluate", "evaluate_run", "export_weights", "find_checkpoint", "is_main_process",
+           "list_runs", "load_model", "open_run", "pretrained_dir", "read_run_config", "resolve_run",
+           "resume_command", "resume_run", "run_lock", "run_path", "shipped_checkpoint", "shipped_results_dir",
+           "start_run"]
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
@@ -63,6 +73,85 @@ def configs_from_options(model: str, model_options: dict[str, Any], train_option
     return model_cfg, task.train_config(**train_options), data_cfg
 
 
+LOCK = ".lock"  # runs/NAME/.lock: flock-ed by the process writing the run, holds its PID
+RESTARTABLE = ("metrics.jsonl", "best.pt", "last.pt", "curves.png")  # what a restart from scratch clears
+
+
+def run_path(name: str, runs_dir: Path) -> Path:
+    """``runs_dir/name`` for a run name that stays inside ``runs_dir`` (sub-folders allowed)."""
+    parts = name.replace("\\", "/").split("/")
+    if not name.strip() or name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+            or any(not c.isprintable() for c in name):
+        raise ConfigError(f"run name {name!r} must stay inside --runs-dir: plain names such as exp1 or "
+                          "group/exp1, without '..', '.', a leading '/' or control characters")
+    return Path(runs_dir) / name
+
+
+def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and Adam state alone would not fit the device's memory,
+    before anything is allocated (the model is built on the meta device to count its parameters)."""
+    try:
+        with torch.device("meta"):
+            n = count_parameters(create_model(model_cfg))
+    except RuntimeError:  # a size whose byte count overflows even on the meta device
+        raise ConfigError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
+                          "lower --hidden, --layers or --inducing") from None
+    check_memory(16 * n, memory_limit(device), f"model {model_cfg.name} ({paper_code(model_cfg)}) with "
+                 f"{n:,} parameters (weights, gradients and Adam state)", "lower --hidden, --layers or --inducing")
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s exclusive lock (``fcntl.flock`` on ``run_dir/.lock``; the OS releases it when
+    the process dies, however it dies) and remove temporary files that killed writers left behind.
+    A second writer gets a CheckpointError naming the holder's PID."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held until the context ends)
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise CheckpointError(f"run {run_dir} is being written by process {holder}; wait for it to end "
+                                  f"or stop it (kill {holder}) first") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        remove_orphan_temps(run_dir, held=True)
+        yield
+    finally:
+        fh.close()  # releases the lock; the file stays, so every writer locks the same file
+
+
+@contextmanager
+def _writing(run_dir: Path, ctx: DistContext) -> Iterator[None]:
+    """Rank 0 holds the run's lock (the other ranks write nothing)."""
+    with run_lock(run_dir) if ctx.is_main else contextlib.nullcontext():
+        yield
+
+
+def _agree(error: SwarmctlError | None, ctx: DistContext, device: torch.device) -> None:
+    """Raise ``error`` on rank 0 and an error on every other rank, when rank 0 has one."""
+    if any_rank((error is not None,), ctx, device)[0]:
+        raise error or CheckpointError("rank 0 could not open the run for writing; see its message")
+
+
+def _is_dead(run_dir: Path) -> bool:
+    """A run folder with a config but no checkpoint: killed or failed in its first epoch."""
+    return (run_dir / "config.json").is_file() and not (run_dir / "last.pt").is_file()
+
+
+def _clear_for_restart(run_dir: Path) -> None:
+    for name in RESTARTABLE:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _write_config(run_dir: Path, config: dict[str, Any]) -> None:
+    atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
+
+
 def start_run(
     model_cfg: ModelConfig,
     train_cfg: TrainConfig,
@@ -74,23 +163,23 @@ def start_run(
     """Start a new run ``runs_dir/name`` (default name from model, paper code and seed) and train it.
 
     Everything is validated before the run folder is created, so a bad option leaves nothing behind.
-    Under torchrun, rank 0 makes missing default data before any rank reads it.
+    Under torchrun, rank 0 makes missing default data before any rank reads it. The run's lock is held
+    and SIGINT/SIGTERM only stop training cleanly from before the first file is written; a folder holding
+    a run that never saved a checkpoint (killed in its first epoch) is started again from scratch.
     """
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
+    run_dir = run_path(default_run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir)
+    check_output_folder(run_dir)
+    device = resolve_device(train_cfg.device, ctx.local_rank)
+    check_training_memory(model_cfg, device)
     seed_everything(train_cfg.seed)
     model = create_model(model_cfg)  # validates the hyper-parameters
-    device = resolve_device(train_cfg.device, ctx.local_rank)
     if ctx.is_main:
         task.ensure_data(data_cfg, progress)
     barrier(ctx)  # the data exists before any rank opens it
     prepared = task.prepare(train_cfg, data_cfg)
-    run_dir = Path(runs_dir) / (name or default_run_name(model_cfg, train_cfg.seed))
-    exists = (run_dir / "config.json").exists()
-    barrier(ctx)  # every rank has looked before rank 0 writes: all of them agree
-    if exists:
-        raise CheckpointError(f"run {run_dir} exists; continue it with --resume {run_dir.name} or pick another --name")
     config = {
         "model": to_dict(model_cfg),
         "train": to_dict(train_cfg),
@@ -98,12 +187,33 @@ def start_run(
         "run": {"name": run_dir.name, "task": task.name, "parameters": count_parameters(model),
                 "code": paper_code(model_cfg), "device": str(device), "world_size": ctx.world_size},
     }
-    if ctx.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
-    result = fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
-                 progress=progress)
-    return result
+    with StopSignals() as signals, _writing(run_dir, ctx):
+        error = None
+        if (run_dir / "config.json").exists() and not _is_dead(run_dir):
+            error = CheckpointError(f"run {run_dir} exists; continue it with "
+                                    f"{resume_command(model_cfg.name, run_dir, runs_dir)} or pick another --name")
+        _agree(error, ctx, device)
+        if ctx.is_main:
+            if (run_dir / "config.json").exists():
+                warnings.warn(f"run {run_dir} never saved a checkpoint (stopped in its first epoch): starting it "
+                              "again from scratch", SwarmctlWarning, stacklevel=2)
+            _clear_for_restart(run_dir)
+            _write_config(run_dir, config)
+        return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
+                   progress=progress, signals=signals)
+
+
+RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
+
+
+def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: Path = Path("runs")) -> str:
+    """The shell command that continues ``run_dir``, quoted so that it works as printed."""
+    try:
+        target, where = str(Path(run_dir).relative_to(runs_dir)), Path(runs_dir)
+    except ValueError:
+        target, where = str(run_dir), Path(default_runs_dir)
+    extra = f" --runs-dir {shlex.quote(str(where))}" if where != Path(default_runs_dir) else ""
+    return f"swarmctl train {shlex.quote(model)} --resume {shlex.quote(target)}{extra}"
 
 
 def resume_run(
@@ -116,33 +226,85 @@ def resume_run(
     progress: Progress | None = None,
 ) -> FitResult:
     """Continue a run from its ``last.pt``; its saved config is used, budget included (``minutes`` and
-    ``max_epochs`` replace the totals when given, e.g. to extend a finished run)."""
+    ``max_epochs`` replace the totals when given, e.g. to extend a finished run). A run that never saved
+    a checkpoint (killed in its first epoch) starts again from scratch with its config.json."""
     ctx = init_distributed(device or "auto")
     run_dir = resolve_run(run, runs_dir)
-    if not (run_dir / "last.pt").is_file():
-        raise CheckpointError(f"run {run_dir} has no last.pt to resume from; start it again under another --name")
-    last = load_checkpoint(run_dir / "last.pt")
-    config = last["config"]
-    model_cfg = from_dict(ModelConfig, config["model"])
-    if model_name is not None and model_name != model_cfg.name:
-        raise CheckpointError(f"run {run_dir.name} trains model {model_cfg.name!r}, not {model_name!r}")
-    task = task_of(model_cfg.name)
-    changes = {k: v for k, v in (("minutes", minutes), ("max_epochs", max_epochs), ("device", device)) if v is not None}
-    train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
-    config = {**config, "train": to_dict(train_cfg)}
-    data_cfg = from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
-    prepared = task.prepare(train_cfg, data_cfg)
-    if prepared.checksum != config["data"]["checksum"]:
-        raise DataError(f"{data_cfg.path} changed since run {run_dir.name} started (checksum differs); "
-                        "resume with the original file")
-    seed_everything(train_cfg.seed)
-    model = create_model(model_cfg)
-    dev = resolve_device(train_cfg.device, ctx.local_rank)
-    if ctx.is_main:
-        atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
-    result = fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev, resume=True,
-                 ctx=ctx, progress=progress)
-    return result
+    check_output_folder(run_dir)
+    with StopSignals() as signals:
+        dev = resolve_device(device or "auto", ctx.local_rank)
+        with _writing(run_dir, ctx):
+            error = None
+            try:
+                config, from_scratch = _resume_config(run_dir)
+            except SwarmctlError as exc:
+                error, config, from_scratch = exc, {}, False
+            _agree(error, ctx, dev)
+            model_cfg = from_dict(ModelConfig, config["model"])
+            if model_name is not None and model_name != model_cfg.name:
+                raise CheckpointError(f"run {run_dir.name} trains model {model_cfg.name!r}, not {model_name!r}; "
+                                      f"use {resume_command(model_cfg.name, run_dir, runs_dir)}")
+            task = task_of(model_cfg.name)
+            changes = {k: v for k, v in zip(RESUMABLE, (minutes, max_epochs, device), strict=True) if v is not None}
+            train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
+            config = {**config, "train": to_dict(train_cfg)}
+            data_cfg = from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
+            dev = resolve_device(train_cfg.device, ctx.local_rank)
+            prepared = task.prepare(train_cfg, data_cfg)
+            if prepared.checksum != config["data"]["checksum"]:
+                raise DataError(f"{data_cfg.path} changed since run {run_dir.name} started (checksum differs); "
+                                "resume with the original file")
+            seed_everything(train_cfg.seed)
+            model = create_model(model_cfg)
+            if ctx.is_main:
+                if from_scratch:
+                    warnings.warn(f"run {run_dir} never saved a checkpoint (stopped in its first epoch): "
+                                  "training it from scratch", SwarmctlWarning, stacklevel=2)
+                    _clear_for_restart(run_dir)
+                _write_config(run_dir, config)
+            return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev,
+                       resume=not from_scratch, ctx=ctx, progress=progress, signals=signals)
+
+
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two run configs describe the same run: model, data and every train option a resume cannot change."""
+    def fixed(c: dict[str, Any]) -> Any:
+        train = {k: v for k, v in c.get("train", {}).items() if k not in RESUMABLE}
+        return c.get("model"), c.get("data"), train
+    return fixed(a) == fixed(b)
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """``run_dir/config.json``; CheckpointError when it is damaged."""
+    path = Path(run_dir) / "config.json"
+    try:
+        config = json.loads(path.read_bytes())
+        from_dict(ModelConfig, config["model"])  # every field known and in range
+        from_dict(TrainConfig, config["train"])
+        from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError):
+        raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
+    return config
+
+
+def _resume_config(run_dir: Path) -> tuple[dict[str, Any], bool]:
+    """The config a resume continues with, and whether it starts from scratch (no last.pt). last.pt and
+    best.pt must belong to the run: a checkpoint copied in from another run is refused."""
+    if _is_dead(run_dir):
+        return read_run_config(run_dir), True
+    config = load_checkpoint(run_dir / "last.pt")["config"]
+    check_belongs(run_dir / "last.pt", config, run_dir)
+    if (run_dir / "best.pt").is_file():
+        check_belongs(run_dir / "best.pt", load_checkpoint(run_dir / "best.pt")["config"], run_dir)
+    return config, False
+
+
+def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run_dir: Path) -> None:
+    """Refuse a checkpoint in ``run_dir`` whose config is not the run's config.json (copied from another
+    run, or left by an earlier run of the same name)."""
+    if not _same_run(ckpt_config, read_run_config(run_dir)):
+        raise CheckpointError(f"{checkpoint} does not belong to run {run_dir} (its config differs from "
+                              "config.json); remove it or copy the run's own checkpoint back")
 
 
 # ---- open and read -------------------------------------------------------------------------------------
@@ -157,8 +319,15 @@ def resolve_run(run: str | Path, runs_dir: Path) -> Path:
 
 
 def list_runs(runs_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every run folder in ``runs_dir`` with its config.json, by name."""
-    return [(p.parent, json.loads(p.read_text())) for p in sorted(Path(runs_dir).glob("*/config.json"))]
+    """Every run folder in ``runs_dir`` with its config.json, by name; a run whose config.json is damaged
+    is skipped with a warning naming it."""
+    out = []
+    for path in sorted(Path(runs_dir).glob("*/config.json")):
+        try:
+            out.append((path.parent, read_run_config(path.parent)))
+        except CheckpointError as exc:
+            warnings.warn(f"skipped: {exc}", SwarmctlWarning, stacklevel=2)
+    return out
 
 
 def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
@@ -169,6 +338,7 @@ def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
     run_dir = resolve_run(target, runs_dir)
     for name in ("best.pt", "last.pt"):
         if (run_dir / name).is_file():
+            check_belongs(run_dir / name, load_checkpoint(run_dir / name)["config"], run_dir)
             return run_dir / name
     raise CheckpointError(f"run {run_dir} has no checkpoint yet (no best.pt or last.pt)")
 

@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 from swarmctl.training.checkpoint import load_checkpoint
 
 TRAIN = ["-m", "swarmctl", "train", "swarm", "--hidden", "8", "--iters", "3", "--batch-size", "3", "--device", "cpu"]
+RESUME = ["-m", "swarmctl", "train", "swarm", "--device", "cpu", "--resume"]  # a resume takes no model options
 
 
 def _start(tiny_h5, runs, *extra):
@@ -45,7 +46,7 @@ def test_sigkill_then_resume_loses_at_most_the_epoch_in_progress(tiny_h5, tmp_pa
     state = load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt")["state"]  # complete, readable
     assert state["epoch"] >= logged - 1  # at most the epoch being written was lost
     target = state["epoch"] + 2
-    out = subprocess.run([sys.executable, *TRAIN, "--resume", "swarm-8-3-1-s0", "--runs-dir", str(runs),
+    out = subprocess.run([sys.executable, *RESUME, "swarm-8-3-1-s0", "--runs-dir", str(runs),
                           "--max-epochs", str(target)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     epochs = [json.loads(x)["epoch"] for x in metrics.read_text().splitlines()]

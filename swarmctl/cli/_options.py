@@ -3,8 +3,12 @@ the options several commands share."""
 
 from __future__ import annotations
 
+import errno
+import signal
+import threading
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,7 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from swarmctl.errors import SwarmctlError
+from swarmctl.config import SEED_RANGE, check_device, check_finite
+from swarmctl.errors import SwarmctlError, SwarmctlWarning
 
 console = Console()
 err_console = Console(stderr=True)
@@ -30,9 +35,35 @@ def argument(*, help: str | None = None, **kwargs: Any) -> Any:
     return typer.Argument(help=None if help is None else escape(help), **kwargs)
 
 
+def _checked(check: Any) -> Any:
+    """An option callback running ``check(value)``; a ConfigError becomes a usage error (exit 2)."""
+    def callback(value: Any) -> Any:
+        if value is not None:
+            try:
+                check(value)
+            except SwarmctlError as exc:
+                raise typer.BadParameter(str(exc)) from None
+        return value
+    return callback
+
+
+finite = _checked(lambda v: check_finite("the value", v))  # floats: no nan or inf
+device_name = _checked(check_device)
+
+
+def seed_option(help: str, **kwargs: Any) -> Any:
+    """A seed option: an integer NumPy and torch accept (0 .. 2^32 - 1)."""
+    return option(help=help, min=SEED_RANGE[0], max=SEED_RANGE[1], **kwargs)
+
+
+def float_option(*param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
+    """A float option that refuses nan and inf (exit 2)."""
+    return option(*param_decls, help=help, callback=finite, **kwargs)
+
+
 RUNS_DIR = Path("runs")  # default folder holding the runs
 RunsDir = Annotated[Path, option(help="Folder holding the runs.")]
-Device = Annotated[str, option(help="auto, cpu, cuda or cuda:N.")]
+Device = Annotated[str, option(help="auto, cpu, cuda or cuda:N.", callback=device_name)]
 
 
 def say(text: str) -> None:
@@ -40,11 +71,72 @@ def say(text: str) -> None:
     console.print(text, markup=False, highlight=False)
 
 
+INTERRUPTED_EXIT = 130  # the shell's code for a process stopped by SIGINT
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every atomic write on the way out removes its temporary file."""
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _error(text: str) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                  line: str | None = None) -> None:
+    err_console.print(f"[yellow]warning:[/] {escape(' '.join(str(message).split()))}", highlight=False,
+                      soft_wrap=True)
+
+
+_OS_FIXES = {
+    errno.EACCES: "choose a folder you can write to",
+    errno.EPERM: "choose a folder you can write to",
+    errno.EROFS: "the file system is read-only; choose another folder",
+    errno.EISDIR: "it is a folder; give a file path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.ENOSPC: "the disk is full; free space or choose another folder",
+    errno.ENOENT: "check the path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+}
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError (a read-only folder, a file where a folder should be, ...) as one line with a fix."""
+    if exc.strerror is None:  # h5py and others raise OSError with only a message
+        return " ".join(str(exc).split())[:300] + "; check the path"
+    what = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"{what}{exc.strerror.lower()}; {_OS_FIXES.get(exc.errno or 0, 'check the path')}"
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Print a SwarmctlError as one line on stderr and exit 1; bugs keep their traceback."""
-    try:
-        yield
-    except SwarmctlError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+    """Run a command's work so that every failure the user can act on ends in one line on stderr: a
+    SwarmctlError or an OSError exits 1, MemoryError 1, SIGINT or SIGTERM 130 (temporary files removed on
+    the way out). Warnings of the library (a damaged run skipped) print as one line each. Bugs keep their
+    traceback."""
+    with ExitStack() as stack:
+        if threading.current_thread() is threading.main_thread():
+            old = signal.signal(signal.SIGTERM, _raise_interrupted)
+            stack.callback(signal.signal, signal.SIGTERM, old)
+        stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("always", SwarmctlWarning)
+        warnings.showwarning = _show_warning
+        try:
+            yield
+        except SwarmctlError as exc:
+            _error(" ".join(str(exc).split()))
+            raise typer.Exit(1) from None
+        except OSError as exc:
+            _error(os_error_line(exc))
+            raise typer.Exit(1) from None
+        except MemoryError:
+            _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt as exc:
+            _error(f"interrupted ({exc.args[0] if isinstance(exc, Interrupted) else 'SIGINT'}); "
+                   "nothing half-written was left behind")
+            raise typer.Exit(INTERRUPTED_EXIT) from None

@@ -12,7 +12,7 @@ from rich.table import Table
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress
-from swarmctl.files import atomic_write_text
+from swarmctl.files import atomic_write_text, check_output_file, check_output_folder
 from swarmctl.runs import evaluate, open_run
 from swarmctl.tasks import get_task
 from swarmctl.tasks.clustering import ClusteringTask
@@ -40,9 +40,13 @@ def eval_cmd(
     Images: bits per dimension on the test split.
     """
     with user_errors():
+        if out is not None:
+            check_output_file(out)
         opened = open_run(target, runs_dir, device, task=ClusteringTask(), progress=DataGenerationProgress())
         if opened.shipped:
             say(f"scoring the shipped model {opened.checkpoint}")
+        if out is None:
+            check_output_folder(opened.dir)
         res = evaluate(opened, data, split)
         out_path = out or opened.dir / f"eval-{res['split']}.json"
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")

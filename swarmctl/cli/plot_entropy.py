@@ -10,10 +10,12 @@ import typer
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress, task_progress
+from swarmctl.files import check_output_folder
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run, resolve_run, shipped_checkpoint, shipped_results_dir
-from swarmctl.studies.on_runs import entropy_map_of_run
+from swarmctl.studies.entropy import check_grid
+from swarmctl.studies.on_runs import entropy_map_of_run, require_clustering
 from swarmctl.studies.probe import METHODS
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
 from swarmctl.tasks.clustering import ClusteringTask
@@ -49,17 +51,22 @@ def plot_entropy_cmd(
     if method is not None and method not in METHODS:
         raise typer.BadParameter(f"must be one of {', '.join(METHODS)}, got {method!r}", param_hint="--method")
     with user_errors():
+        if out is not None:
+            check_output_folder(out)
         if replot:
             run_dir = resolve_run(run, runs_dir) if run is not None else \
                 shipped_results_dir(shipped_checkpoint(ClusteringTask()), runs_dir)
             res = load_result(EntropyMapResult, (out or run_dir / "entropy") / "entropy.npz")
             out_dir = out or run_dir / "entropy"
         else:
+            check_grid(grid)
             opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
                               task=ClusteringTask(), progress=DataGenerationProgress())
+            require_clustering(opened, "plot-entropy")
             if opened.shipped:
                 say(f"using the shipped model {opened.checkpoint}")
             out_dir = out or opened.dir / "entropy"
+            check_output_folder(out_dir)
             with task_progress("grid") as progress:
                 bar = progress.add_task(f"x* grid {grid}x{grid}", total=grid * grid)
                 res = entropy_map_of_run(opened, data, task, clusters, size, grid, method,

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user_errors
-from swarmctl.files import atomic_write_text
+from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.report import frontiers, largest_explored, read_runs, report_markdown, summarise
@@ -30,8 +30,9 @@ def report_cmd(
     if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (RUNS_DIR / runs_dir).is_dir():
         runs_dir = RUNS_DIR / runs_dir
     with user_errors():
-        rows = summarise(read_runs(runs_dir))
         out_dir = out or runs_dir
+        check_output_folder(out_dir)
+        rows = summarise(read_runs(runs_dir))
         atomic_write_text(out_dir / "report.md", report_markdown(rows))
         fig = save_figure(plot_frontier(frontiers(rows), largest_explored(rows), title), out_dir / "frontier")
     table = Table(title=escape(f"runs in {runs_dir}"))

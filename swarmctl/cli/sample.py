@@ -6,11 +6,23 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
+import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, console, option, say, user_errors
+from swarmctl.cli._options import (
+    RUNS_DIR,
+    Device,
+    RunsDir,
+    console,
+    float_option,
+    option,
+    say,
+    seed_option,
+    user_errors,
+)
+from swarmctl.data.images import DATASETS
 from swarmctl.errors import CheckpointError
-from swarmctl.files import atomic_write
+from swarmctl.files import atomic_write, check_output_file, check_output_folder
 from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run
@@ -23,14 +35,21 @@ def _save_npy(path: str, array: np.ndarray) -> None:
         np.save(fh, array)
 
 
+def _known_dataset(value: str) -> str:
+    if value not in DATASETS:
+        raise typer.BadParameter(f"unknown dataset {value!r}; choose one of {', '.join(DATASETS)}")
+    return value
+
+
 @app.command("sample")
 def sample_cmd(
-    dataset: Annotated[str, option(help="mnist, fashion-mnist or cifar10.")] = ImageTask.default_dataset,
+    dataset: Annotated[str, option(help="mnist, fashion-mnist or cifar10.", callback=_known_dataset)]
+    = ImageTask.default_dataset,
     run: Annotated[str | None, option(help="Run name or folder [default: the newest finished image run "
                                            "for --dataset, else the shipped model].")] = None,
     per_class: Annotated[int, option(help="Images per class (one row per class).")] = 2,
-    temperature: Annotated[float, option(help="Softmax temperature (> 0).")] = 1.0,
-    seed: Annotated[int, option(help="Seed of the sampling noise.")] = 0,
+    temperature: Annotated[float, float_option(help="Softmax temperature (> 0).")] = 1.0,
+    seed: Annotated[int, seed_option(help="Seed of the sampling noise.")] = 0,
     out: Annotated[Path | None, option(help="PNG file [default: RUN/samples-sSEED.png; "
                                             "runs/pretrained-NAME/ for a shipped model].")] = None,
     full: Annotated[bool, option("--full", help="Use the full-recompute reference sampler "
@@ -40,6 +59,8 @@ def sample_cmd(
 ) -> None:
     """Draw class-conditional images from a trained SWARM Transformer (swarm-image)."""
     with user_errors():
+        if out is not None:
+            check_output_file(out)
         if run is not None:
             opened = open_run(run, runs_dir, device)
         else:
@@ -51,6 +72,7 @@ def sample_cmd(
                 except CheckpointError:
                     raise no_run from None
                 say(f"no {dataset} run in {runs_dir}: using the shipped model {opened.checkpoint}")
+        check_output_folder(Path(out).parent if out is not None else opened.dir)
         with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"):
             grid = sample_run(opened, per_class, temperature, seed, incremental=not full)
         path = Path(out or opened.dir / f"samples-s{seed}.png")

@@ -10,13 +10,13 @@ import numpy as np
 from rich.markup import escape
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, seed_option, user_errors
 from swarmctl.cli._progress import task_progress
-from swarmctl.files import atomic_write_text
+from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.plots.shuffle import plot_shuffle_variance
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run, resolve_run
-from swarmctl.studies.on_runs import shuffle_variance_of_run
+from swarmctl.studies.on_runs import require_clustering, shuffle_variance_of_run
 from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
 
 
@@ -26,7 +26,7 @@ def shuffle_variance_cmd(
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the first run's].")] = None,
     tasks: Annotated[int, option(help="Validation tasks, spread evenly over the set size.")] = 100,
     shuffles: Annotated[int, option(help="Random orderings per task.")] = 1000,
-    seed: Annotated[int, option(help="Seed of the orderings.")] = 0,
+    seed: Annotated[int, seed_option(help="Seed of the orderings.")] = 0,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/shuffle-variance for one run, "
                                                   "RUNS_DIR/shuffle-variance for several].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
@@ -41,13 +41,17 @@ def shuffle_variance_cmd(
     with user_errors():
         run_dirs = [resolve_run(r, runs_dir) for r in runs]
         out_dir = out or (run_dirs[0] / "shuffle-variance" if len(run_dirs) == 1 else runs_dir / "shuffle-variance")
+        check_output_folder(out_dir)
         results = []
-        for run_dir in run_dirs:
+        opened_runs = [] if replot else [open_run(run_dir, runs_dir, device) for run_dir in run_dirs]
+        for opened in opened_runs:  # every run is checked before any is measured
+            require_clustering(opened, "shuffle-variance")
+        for k, run_dir in enumerate(run_dirs):
             npz = out_dir / f"{run_dir.name}.npz"
             if replot:
                 results.append(load_result(ShuffleVarianceResult, npz))
                 continue
-            opened = open_run(run_dir, runs_dir, device)
+            opened = opened_runs[k]
             with task_progress(escape(opened.label)) as progress:
                 bar = progress.add_task(escape(opened.label), total=tasks)
                 res = shuffle_variance_of_run(opened, data, tasks, shuffles, seed,

@@ -9,16 +9,27 @@ from typing import Annotated, Any
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, err_console, option, say, user_errors
+from swarmctl.cli._options import (
+    INTERRUPTED_EXIT,
+    RUNS_DIR,
+    RunsDir,
+    argument,
+    device_name,
+    err_console,
+    float_option,
+    option,
+    say,
+    seed_option,
+    user_errors,
+)
 from swarmctl.cli._progress import EpochProgress
 from swarmctl.config import DATA_DIR, TrainConfig, clustering_data_path
 from swarmctl.models import list_models
 from swarmctl.plots.curves import save_run_curves
-from swarmctl.runs import configs_from_options, is_main_process, resume_run, start_run
+from swarmctl.runs import RESUMABLE, configs_from_options, is_main_process, resume_command, resume_run, start_run
 from swarmctl.tasks import TASKS, task_of
 from swarmctl.tasks.image import ImageTask
 
-INTERRUPTED_EXIT = 130
 _NONE_MEANS = {"steps_per_epoch": "one pass", "val_batches": "the validation split", "lr_decay_epoch": "never"}
 
 
@@ -38,8 +49,23 @@ def _with_default(text: str, field: str) -> str:
     return f"{text} [default: {per_task(field)}]."
 
 
+_ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
+
+
+def _refuse_fixed_options(ctx: typer.Context) -> None:
+    """A resumed run keeps its own settings: an option it cannot change is a usage error (exit 2)."""
+    given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
+             and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise typer.BadParameter(f"{flags} cannot change when resuming (the run keeps its own); drop "
+                                 f"{'it' if len(given) == 1 else 'them'}, or start a new run with --name. Only "
+                                 f"{', '.join('--' + n.replace('_', '-') for n in RESUMABLE)} may change.")
+
+
 @app.command("train")
 def train_cmd(
+    ctx: typer.Context,
     model: Annotated[str, argument(help=f"Registered model: {', '.join(list_models())}.")],
     hidden: Annotated[int | None, option(help="Hidden units H [default: the model's].")] = None,
     iters: Annotated[int | None, option(help="SWARM iterations T [default: the model's].")] = None,
@@ -50,15 +76,15 @@ def train_cmd(
                                                    "model's].")] = None,
     pooling: Annotated[str | None, option(help="SWARM pooling inside the cell: mean or causal [default: the "
                                                      "model's].")] = None,
-    dropout: Annotated[float, option(help="SWARM dropout on h after every iteration.")] = 0.0,
-    lr: Annotated[float | None, option(help=_with_default("Adam learning rate", "lr"))] = None,
+    dropout: Annotated[float, float_option(help="SWARM dropout on h after every iteration.")] = 0.0,
+    lr: Annotated[float | None, float_option(help=_with_default("Adam learning rate", "lr"))] = None,
     batch_size: Annotated[int | None, option(help=_with_default("Tasks (images) per batch", "batch_size"))]
     = None,
-    minutes: Annotated[float | None, option(help=_with_default("Net optimisation budget in minutes (validation "
+    minutes: Annotated[float | None, float_option(help=_with_default("Net optimisation budget in minutes (validation "
                                                                      "and checkpoints excluded)", "minutes"))] = None,
     max_epochs: Annotated[int | None, option(help=_with_default("Stop after this many epochs", "max_epochs"))]
     = None,
-    seed: Annotated[int, option(help="Seed for initialisation, batch order and drawn tasks.")]
+    seed: Annotated[int, seed_option(help="Seed for initialisation, batch order and drawn tasks.")]
     = TrainConfig().seed,
     steps_per_epoch: Annotated[int | None, option(help=_with_default("Steps per epoch", "steps_per_epoch"))]
     = None,
@@ -66,9 +92,9 @@ def train_cmd(
                                                                        "fresh)", "val_batches"))] = None,
     lr_decay_epoch: Annotated[int | None, option(help=_with_default(
         f"Multiply the lr by {per_task('lr_decay')} once, from this epoch on", "lr_decay_epoch"))] = None,
-    beta: Annotated[float | None, option(help=_with_default("Backtracking: fraction of epochs without "
+    beta: Annotated[float | None, float_option(help=_with_default("Backtracking: fraction of epochs without "
                                                                   "improvement", "beta"))] = None,
-    alpha: Annotated[float | None, option(help=_with_default("Backtracking: learning-rate factor", "alpha"))]
+    alpha: Annotated[float | None, float_option(help=_with_default("Backtracking: learning-rate factor", "alpha"))]
     = None,
     data: Annotated[Path | None, option(help=f"HDF5 dataset [default: {clustering_data_path(0)} for "
                                                    "clustering models, generated when missing; MoG-parameter "
@@ -79,7 +105,8 @@ def train_cmd(
                                                        f"(e.g. DIR/MNIST/raw/) [default: {DATA_DIR}].")] = None,
     name: Annotated[str | None, option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
-    device: Annotated[str | None, option(help=_with_default("auto, cpu, cuda or cuda:N", "device"))] = None,
+    device: Annotated[str | None, option(help=_with_default("auto, cpu, cuda or cuda:N", "device"),
+                                         callback=device_name)] = None,
     resume: Annotated[str | None, option(help="Continue the run with this name or folder.")] = None,
     compile: Annotated[bool, option("--compile", help="torch.compile the model (SWARM: its step).")] = False,
     amp: Annotated[bool, option("--amp", help="bfloat16 autocast.")] = False,
@@ -91,6 +118,8 @@ def train_cmd(
     `torchrun --nproc_per_node=N -m swarmctl train ...` for several GPUs or processes.
     """
     is_main = is_main_process()
+    if resume is not None:
+        _refuse_fixed_options(ctx)
     with user_errors():
         task = task_of(model)
         with EpochProgress(task) if is_main else contextlib.nullcontext() as progress:
@@ -113,9 +142,8 @@ def train_cmd(
         save_run_curves(result.run_dir)
     if result.interrupted:
         err_console.print(f"{result.stop_reason}: saved {result.run_dir / 'last.pt'} after {result.epochs} "
-                          f"epoch(s); continue with: swarmctl train {model} --resume {result.run_dir.name}"
-                          + (f" --runs-dir {runs_dir}" if runs_dir != RUNS_DIR else ""), markup=False,
-                          highlight=False, soft_wrap=True)
+                          f"epoch(s); continue with: {resume_command(model, result.run_dir, runs_dir, RUNS_DIR)}",
+                          markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED_EXIT)
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "

@@ -3,6 +3,7 @@ RandomState in exactly the authors' order so that seed 0 reproduces their datase
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,8 +40,16 @@ class ClusteringParams:
             raise ConfigError(f"need 2 <= n_min <= n_max (sets of at least 2 points), got {self.n_min}..{self.n_max}")
         if self.n_max > MAX_SET_SIZE:
             raise ConfigError(f"n_max must be <= {MAX_SET_SIZE:,}, got {self.n_max:,}")
-        if self.wishart_df <= 1 or self.wishart_scale <= 0:
-            raise ConfigError("wishart_df must be > 1 and wishart_scale > 0")
+        if not (1 < self.wishart_df < math.inf and 0 < self.wishart_scale < math.inf):
+            raise ConfigError(f"wishart_df must be a finite number > 1 and wishart_scale a finite number > 0, got "
+                              f"{self.wishart_df} and {self.wishart_scale}")
+
+    def memory_bytes(self) -> float:
+        """Estimated peak memory of generating and writing these tasks: per point float64 coordinates and
+        an int64 label, about three copies (drawn, split, written); per task 10 means, covariances and
+        weights, twice."""
+        points = self.n_tasks * (self.n_min + self.n_max) / 2
+        return 3 * 24 * points + 2 * 8 * 70 * self.n_tasks
 
     @property
     def n_val(self) -> int:

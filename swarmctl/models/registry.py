@@ -80,9 +80,14 @@ def paper_code(cfg: ModelConfig) -> str:
 
 
 def create_model(cfg: ModelConfig) -> nn.Module:
-    """Build the model ``cfg.name`` (defaults filled in). Unknown names raise ConfigError."""
+    """Build the model ``cfg.name`` (defaults filled in). Unknown names and hyper-parameters the layers
+    refuse (an unknown pooling, say) raise ConfigError."""
     cfg = complete_config(cfg)
-    return get_spec(cfg.name).build(cfg)
+    try:
+        return get_spec(cfg.name).build(cfg)
+    except ValueError as exc:  # the layers check their arguments with ValueError
+        raise ConfigError(f"model {cfg.name}: {exc}; see `swarmctl models` and `swarmctl train {cfg.name} "
+                          "--help`") from None
 
 
 def check_heads_divide_hidden(cfg: ModelConfig) -> None:

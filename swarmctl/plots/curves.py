@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
+from swarmctl.files import read_metrics
 from swarmctl.plots.style import new_figure, save_figure
 
 
 def save_run_curves(run_dir: Path) -> Path | None:
     """RUN/curves.png from RUN/metrics.jsonl; None when no epoch is logged yet."""
     metrics = Path(run_dir) / "metrics.jsonl"
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()] \
-        if metrics.is_file() else []
+    records = read_metrics(metrics)
     if not records:
         return None
     return save_figure(plot_curves(records, title=Path(run_dir).name), Path(run_dir) / "curves.png")

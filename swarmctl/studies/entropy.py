@@ -10,10 +10,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from swarmctl.config import check_memory, host_memory
 from swarmctl.data.tasks import ClusteringTasks
 from swarmctl.errors import ConfigError
 from swarmctl.studies.probe import METHODS, probe_outputs
 from swarmctl.studies.results import EntropyMapResult
+
+MAX_GRID = 2000  # grid locations per axis
 
 
 def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int = 7, size: int = 500) -> int:
@@ -36,6 +39,13 @@ def grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndar
     return np.linspace(lo[0] - pad, hi[0] + pad, n), np.linspace(lo[1] - pad, hi[1] + pad, n)
 
 
+def check_grid(grid: int) -> None:
+    """Grid locations per axis: at least 2, at most MAX_GRID, and within the machine's memory."""
+    if not 2 <= grid <= MAX_GRID:
+        raise ConfigError(f"grid must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
+    check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower --grid")
+
+
 @torch.no_grad()
 def compute_entropy_map(
     model: nn.Module,
@@ -54,8 +64,7 @@ def compute_entropy_map(
     then x*), batched ``batch_entities`` entities at a time. ``probe`` (SWARM with mean pooling only): the
     set runs once and x* runs alone against its pooled states, see :mod:`swarmctl.studies.probe`.
     """
-    if grid < 2:
-        raise ConfigError(f"grid must be >= 2, got {grid}")
+    check_grid(grid)
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     start = time.perf_counter()

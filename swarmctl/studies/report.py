@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarmctl.errors import DataError
+from swarmctl.errors import DataError, SwarmctlWarning
+from swarmctl.files import read_metrics
 
 
 @dataclass(frozen=True)
@@ -46,20 +48,23 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
         raise DataError(f"{runs_dir}: no such runs folder; train a model with `swarmctl train` first")
     out = []
     for cfg_path in sorted(runs_dir.glob("*/config.json")):
-        metrics = cfg_path.with_name("metrics.jsonl")
-        if not metrics.is_file():
-            continue
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        records = read_metrics(cfg_path.with_name("metrics.jsonl"))
         vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
         if not vals:
             continue
-        cfg = json.loads(cfg_path.read_text())
-        out.append(RunSummary(
-            name=cfg_path.parent.name, model=cfg["model"]["name"], code=cfg["run"]["code"],
-            parameters=int(cfg["run"]["parameters"]), seed=int(cfg["train"]["seed"]),
-            best_val=min(r["best_val"] for r in records if r.get("best_val") is not None),
-            epochs=len(records), net_minutes=records[-1]["net_seconds"] / 60, device=cfg["run"].get("device", "?"),
-        ))
+        try:
+            cfg = json.loads(cfg_path.read_bytes())
+            summary = RunSummary(
+                name=cfg_path.parent.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
+                parameters=int(cfg["run"]["parameters"]), seed=int(cfg["train"]["seed"]),
+                best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
+                epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60,
+                device=str(cfg["run"].get("device", "?")))
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+            warnings.warn(f"skipped run {cfg_path.parent}: its config.json or metrics.jsonl is damaged",
+                          SwarmctlWarning, stacklevel=2)
+            continue
+        out.append(summary)
     if not out:
         raise DataError(f"{runs_dir} holds no runs with a logged epoch; train a model with `swarmctl train` first")
     return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import zipfile
+import zlib
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,13 +85,20 @@ def load_result(cls: type[R], path: Path) -> R:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no saved result; run the study without --replot first")
+    damaged = DataError(f"{path} is not a readable swarmctl study result (empty, cut short or damaged); run the "
+                        "study again without --replot")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:  # no file left open on errors
             meta = json.loads(str(data["__meta__"]))
             arrays = {k: data[k] for k in data.files if k != "__meta__"}
-    except (ValueError, KeyError, OSError):
-        raise DataError(f"{path} is not a saved swarmctl study result") from None
-    if meta.pop("type") != cls.__name__:
+        kind = meta.pop("type")
+    except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile, AttributeError, TypeError,
+            zlib.error):
+        raise damaged from None
+    if kind != cls.__name__:
         raise DataError(f"{path} holds another study's result, not a {cls.__name__}")
-    return cls(**arrays, **meta)
+    try:
+        return cls(**arrays, **meta)
+    except TypeError:  # fields missing or unknown
+        raise damaged from None
 

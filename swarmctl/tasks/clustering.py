@@ -10,11 +10,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, TrainConfig, clustering_data_path
+from swarmctl.config import DataConfig, TrainConfig, check_memory, check_seed, clustering_data_path, host_memory
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import ensure_writable, generate_dataset, read_dataset
 from swarmctl.data.tasks import ClusteringParams
 from swarmctl.errors import DataError
+from swarmctl.files import check_output_file, remove_orphan_temps
 from swarmctl.tasks.base import DataProgress, Prepared, Task
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 
@@ -63,8 +64,13 @@ class ClusteringTask(Task):
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
         """Seeded clustering tasks: the first form ``train``, the last ``val_fraction`` ``val``."""
         gen = ClusteringParams(n_tasks=n_tasks, **params)
+        check_seed(seed)
+        check_memory(gen.memory_bytes(), host_memory(), f"{gen.n_tasks:,} tasks of {gen.n_min}..{gen.n_max} points",
+                     "lower --tasks or --n-max")
         path = Path(path or clustering_data_path(seed))
+        check_output_file(path)
         ensure_writable(path, force)
+        remove_orphan_temps(path.parent, f".{path.name}.")  # left by a gen-data that was killed
         with progress.generating("", gen.n_tasks) if progress else nullcontext() as update:
             info = generate_dataset(path, gen, seed, force=force, progress=update)
         return path, info, f"{gen.n_tasks - gen.n_val} train + {gen.n_val} validation tasks"
@@ -83,7 +89,11 @@ class ClusteringTask(Task):
                  device: torch.device) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
         data_path = Path(data) if data is not None else Path(ckpt["config"]["data"]["path"])
-        splits, _ = load_clustering_data(data_path, split)
+        splits, info = load_clustering_data(data_path, split)
+        trained_on = ckpt["config"]["data"].get("checksum")
+        if data is None and trained_on is not None and info["checksum"] != trained_on:
+            raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from the "
+                            f"run's); pass --data {data_path} to score it on the new file anyway")
         tasks = splits[split]
         batches = bucketed_batches(tasks, EVAL_BATCH)
         model.eval()

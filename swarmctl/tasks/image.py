@@ -14,7 +14,7 @@ from torch import nn
 
 from swarmctl.config import DATA_DIR, DataConfig, TrainConfig
 from swarmctl.data.images import ImageBatch, ImageBatches, ImageSet, load_images, shuffled_batches
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, DataError
 from swarmctl.models.image import DEFAULT_DATASET, scan_order
 from swarmctl.tasks.base import Prepared, Task
 from swarmctl.training.loop import evaluate
@@ -75,7 +75,10 @@ class ImageTask(Task):
         root = Path(data) if data is not None else Path(cfg["data"]["path"] or self.default_data)
         if split not in ("test", "train"):
             raise ConfigError(f"image splits are test and train, got {split!r}")
-        images = load_images(cfg["model"]["dataset"], root, train=split == "train")
+        try:
+            images = load_images(cfg["model"]["dataset"], root, train=split == "train")
+        except DataError as exc:  # its fix names train's option; eval's is --data
+            raise DataError(str(exc).replace("--data-dir", "--data")) from None
         nats = evaluate(model, ImageBatches(images, 100), image_loss, device)
         return {"data": f"{cfg['model']['dataset']} ({root})", "split": split, "tasks": len(images), "loss": nats,
                 "bits_per_dim": bits_per_dim(nats)}

@@ -12,12 +12,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from swarmctl.config import DataConfig, TrainConfig, mog_test_data_path
+from swarmctl.config import DataConfig, TrainConfig, check_memory, check_seed, host_memory, mog_test_data_path
 from swarmctl.data.dataset import bucketed_batches
-from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
+from swarmctl.data.hdf5 import ensure_writable, generate_mog_dataset, read_dataset
 from swarmctl.data.mog import FreshBatches, MogBatch, MogParams, generate_mog_tasks
-from swarmctl.data.tasks import ClusteringTasks
-from swarmctl.errors import DataError
+from swarmctl.data.tasks import ClusteringParams, ClusteringTasks
+from swarmctl.errors import ConfigError, DataError
+from swarmctl.files import check_output_file, remove_orphan_temps
 from swarmctl.models.mog import mixture_parameters
 from swarmctl.tasks.base import DataProgress, Prepared, Task
 
@@ -76,7 +77,16 @@ class MogTask(Task):
     def generate_data(self, path: Path | None, seed: int, n_tasks: int, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
         """A fixed test set (split ``test``) of 4-component mixtures; ``params`` do not apply."""
+        if n_tasks < 1:
+            raise ConfigError(f"tasks must be >= 1, got {n_tasks}")
+        check_seed(seed)
+        params = ClusteringParams(n_tasks=max(n_tasks, 2), k_min=MogParams.n_clusters, k_max=MogParams.n_clusters,
+                                  n_min=MogParams.n_min, n_max=MogParams.n_max)
+        check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower --tasks")
         path = Path(path or mog_test_data_path(seed))
+        check_output_file(path)
+        ensure_writable(path, force)
+        remove_orphan_temps(path.parent, f".{path.name}.")  # left by a gen-data that was killed
         return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:

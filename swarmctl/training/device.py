@@ -10,6 +10,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from swarmctl.config import check_device, host_memory
 from swarmctl.errors import ConfigError
 
 
@@ -19,6 +20,7 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
     On CUDA, float32 matrix products use TF32 tensor cores (10-bit mantissa, float32 range and storage)
     unless the environment sets SWARMCTL_NO_TF32=1; see :func:`use_tf32`.
     """
+    check_device(name)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
@@ -28,6 +30,13 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
             name = f"cuda:{local_rank}"
         use_tf32(os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes"))
     return torch.device(name)
+
+
+def memory_limit(device: torch.device) -> int:
+    """Bytes of memory the up-front checks allow on ``device``: the GPU's memory, or the machine's."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return host_memory()
 
 
 def use_tf32(enabled: bool) -> None:

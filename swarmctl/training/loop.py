@@ -4,6 +4,7 @@ after every epoch, the paper's backtracking heuristic, atomic checkpoints, resum
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -23,7 +24,7 @@ from torch import Tensor, nn
 
 from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
-from swarmctl.files import atomic_write_text
+from swarmctl.files import atomic_write_text, read_metrics
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from swarmctl.training.device import DistContext
 
@@ -163,14 +164,15 @@ def _finite_or_none(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-class _StopSignals:
-    """Turns SIGINT/SIGTERM into a flag checked between batches (main thread only)."""
+class StopSignals:
+    """Turns SIGINT/SIGTERM into a flag checked between batches (main thread only). Callers that write a
+    run install it before the run's first file, so a signal at any later point ends in a saved last.pt."""
 
     def __init__(self) -> None:
         self.received: str | None = None
         self._old: dict[int, Any] = {}
 
-    def __enter__(self) -> _StopSignals:
+    def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._handle)
@@ -184,7 +186,7 @@ class _StopSignals:
             signal.signal(sig, handler)
 
 
-def _any_rank(flags: tuple[bool, ...], ctx: DistContext, device: torch.device) -> tuple[bool, ...]:
+def any_rank(flags: tuple[bool, ...], ctx: DistContext, device: torch.device) -> tuple[bool, ...]:
     """Each flag OR-ed over all ranks, in one collective call (the flags themselves without DDP)."""
     if not ctx.enabled:
         return flags
@@ -214,6 +216,7 @@ def fit(
     ctx: DistContext = DistContext(),
     progress: ProgressHook | None = None,
     clock: Callable[[], float] = time.monotonic,
+    signals: StopSignals | None = None,
 ) -> FitResult:
     """Train ``model`` until the net time budget (``cfg.minutes``) or ``cfg.max_epochs`` is spent.
 
@@ -221,7 +224,9 @@ def fit(
     validates, backtracks when the rule says so, and saves. Writes (rank 0 only) ``metrics.jsonl`` (one
     line per epoch), ``best.pt`` (best validation loss) and ``last.pt`` (after every epoch, and on
     interruption with the position inside the epoch) into ``run_dir``. With ``resume`` the run continues
-    from ``last.pt``, budget included. ``progress`` only displays; it changes nothing.
+    from ``last.pt``, budget included. ``progress`` only displays; it changes nothing. ``signals``: the
+    caller's installed :class:`StopSignals` (a signal received before fit starts stops it at once, with
+    last.pt saved); None installs one for the duration of fit.
     """
     run_dir = Path(run_dir)
     model.to(device)
@@ -232,9 +237,11 @@ def fit(
     _drop_unsaved_epochs(run_dir / "metrics.jsonl", state.epoch, ctx)
     checkpoint = _Checkpointer(run_dir, model, opt, config, task, ctx)
     budget = cfg.minutes * 60.0
-    with _StopSignals() as signals:
+    with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals:
+        if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
+            state.finished, state.stop_reason = True, "max epochs"
         while state.epoch < cfg.max_epochs:
-            if state.cursor == 0 and _any_rank((state.net_seconds >= budget,), ctx, device)[0]:
+            if state.cursor == 0 and any_rank((state.net_seconds >= budget,), ctx, device)[0]:
                 state.finished, state.stop_reason = True, "time budget"  # nothing left for a new epoch
                 break
             _decay_lr_once(state, opt, cfg)
@@ -248,7 +255,7 @@ def fit(
                 state.stop_reason = f"interrupted ({stopped_by})"
                 checkpoint.save_last(state)
                 return _result(run_dir, state)
-            time_up = time_up or _any_rank((state.net_seconds >= budget,), ctx, device)[0]
+            time_up = time_up or any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
             v = _broadcast(evaluate(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp), ctx, device)
@@ -315,9 +322,10 @@ def _training_model(model: nn.Module, cfg: TrainConfig, ctx: DistContext, device
 
 
 def _drop_unsaved_epochs(metrics_path: Path, epoch: int, ctx: DistContext) -> None:
-    """A run killed between its metrics line and last.pt logged an epoch it will now redo: drop it."""
+    """A run killed between its metrics line and last.pt logged an epoch it will now redo: drop it. A line
+    cut short by a kill during the append is dropped too (with a warning)."""
     if ctx.is_main and metrics_path.is_file():
-        records = [r for r in map(json.loads, metrics_path.read_text().splitlines()) if r["epoch"] < epoch]
+        records = [r for r in read_metrics(metrics_path) if isinstance(r["epoch"], int) and r["epoch"] < epoch]
         atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
 
 
@@ -363,7 +371,7 @@ def _epoch_order(n_batches: int, epoch: int, cfg: TrainConfig, ctx: DistContext)
 
 
 def _train_epoch(train_model: nn.Module, opt: torch.optim.Optimizer, batches: Sequence[Batch], order: list[int],
-                 loss_fn: LossFn, state: TrainState, cfg: TrainConfig, budget: float, signals: _StopSignals,
+                 loss_fn: LossFn, state: TrainState, cfg: TrainConfig, budget: float, signals: StopSignals,
                  ctx: DistContext, device: torch.device, clock: Callable[[], float],
                  progress: ProgressHook | None) -> tuple[str | None, bool]:
     """Optimisation steps from ``state.cursor`` to the end of ``order``.
@@ -376,7 +384,7 @@ def _train_epoch(train_model: nn.Module, opt: torch.optim.Optimizer, batches: Se
     time_up = False
     losses = _UnreadLosses(state, device)
     while state.cursor < len(order):
-        stop_signal, time_up = _any_rank((signals.received is not None, state.net_seconds >= budget), ctx, device)
+        stop_signal, time_up = any_rank((signals.received is not None, state.net_seconds >= budget), ctx, device)
         if stop_signal:
             losses.read()
             return signals.received or "signal on another rank", time_up

@@ -1,0 +1,192 @@
+"""A generated sweep of bad option values through every command: each ends with exit code 1 or 2, no
+traceback, a message of at most 3 lines, no new file, and every input byte-identical afterwards.
+
+The values are drawn (seeded) from kinds that are wrong for the option they go to: sizes <= 0, sizes
+too large for memory, non-finite or out-of-range floats, seeds outside 0..2^32-1, unknown names and
+devices, run names leaving the runs folder, and output paths under a file or onto a folder."""
+
+import hashlib
+import math
+import random
+import string
+
+import pytest
+
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.hdf5 import generate_dataset
+from swarmctl.data.tasks import ClusteringParams
+from swarmctl.runs import start_run
+
+DRAWS = 3  # values per (command, option); each command run in-process takes well under a second
+
+
+def _nonpositive(rng):
+    return rng.choice([0, -1, -rng.randint(2, 10**6)])
+
+
+def _huge(rng):
+    return 10 ** rng.randint(10, 15) + rng.randint(0, 9)
+
+
+def _negative(rng):
+    return -rng.randint(1, 10**6)
+
+
+def _bad_float(rng, low=0.0, high=math.inf, low_ok=False):
+    """nan or inf, or a finite value outside [low, high] (outside (low, high] when not ``low_ok``)."""
+    finite = [low - rng.uniform(0.001, 1e6)] + ([] if low_ok else [low]) + ([high + rng.uniform(1e-3, 1e30)]
+                                                                         if math.isfinite(high) else [])
+    return rng.choice(["nan", "inf", "-inf", "NaN", *[repr(v) for v in finite]])
+
+
+def _seed(rng):
+    return rng.choice([-rng.randint(1, 2**40), 2**32 + rng.randint(0, 2**40)])
+
+
+def _word(rng):
+    alphabet = string.ascii_letters + "[]/-_ "
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) + rng.choice(["", "[bold]", "[/]"])
+
+
+def _device(rng):
+    return rng.choice(["tpu", "gpu", "cuda:", "cuda:x", "cpu0", "CUDA", "mps0", _word(rng)])
+
+
+def _run_name(rng):
+    return rng.choice(["..", ".", "../x", "../../" + _word(rng).replace("/", ""), "/abs/" + _word(rng), "a/../../b"])
+
+
+KINDS = {
+    "nonpositive": _nonpositive,
+    "huge": _huge,
+    "negative": _negative,
+    "seed": _seed,
+    "word": _word,
+    "device": _device,
+    "run_name": _run_name,
+    "positive_float": lambda rng: _bad_float(rng),
+    "lr": lambda rng: _bad_float(rng, 0.0, 1.0),
+    "fraction": lambda rng: _bad_float(rng, 0.0, 1.0 - 1e-9),
+    "nonnegative_float": lambda rng: _bad_float(rng, 0.0, low_ok=True),
+    "wishart_df": lambda rng: _bad_float(rng, 1.0),
+    "out_file": lambda rng: rng.choice(["{file}/x.out", "{folder}", "{file}/a/b.out"]),
+    "out_folder": lambda rng: rng.choice(["{file}/x", "{file}", "{file}/a/b"]),
+}
+
+# command -> (arguments that make it valid, {option: kinds of bad values})
+SWEEP = {
+    "gen-data": (["--out", "{new}/data.h5", "--tasks", 20, "--n-max", 30], {
+        "--seed": ["seed"], "--tasks": ["nonpositive", "huge"], "--val-fraction": ["fraction"],
+        "--k-min": ["nonpositive"], "--k-max": ["nonpositive"], "--n-min": ["nonpositive"],
+        "--n-max": ["nonpositive", "huge"], "--wishart-df": ["wishart_df"], "--wishart-scale": ["positive_float"],
+        "--task": ["word"], "--out": ["out_file"]}),
+    "train": (["swarm", "--data", "{data}", "--runs-dir", "{new}", "--max-epochs", 1, "--hidden", 8, "--iters", 2,
+               "--device", "cpu"], {
+        "--hidden": ["nonpositive", "huge"], "--iters": ["nonpositive"], "--layers": ["nonpositive"],
+        "--pooling": ["word"], "--dropout": ["fraction"], "--lr": ["lr"], "--batch-size": ["nonpositive"],
+        "--minutes": ["positive_float"], "--max-epochs": ["nonpositive"], "--seed": ["seed"],
+        "--steps-per-epoch": ["nonpositive"], "--lr-decay-epoch": ["negative"], "--beta": ["nonnegative_float"],
+        "--alpha": ["fraction"], "--device": ["device"], "--name": ["run_name"], "--runs-dir": ["out_folder"],
+        "--dataset": ["word"]}),
+    "eval": (["clu", "--runs-dir", "{runs}", "--device", "cpu", "--out", "{new}/eval.json"], {
+        "--device": ["device"], "--split": ["word"], "--out": ["out_file"]}),
+    "plot-entropy": (["clu", "--runs-dir", "{runs}", "--device", "cpu", "--grid", 4, "--out", "{new}/e"], {
+        "--task": ["negative", "huge"], "--clusters": ["nonpositive"], "--grid": ["nonpositive", "huge"],
+        "--device": ["device"], "--out": ["out_folder"]}),
+    "shuffle-variance": (["clu", "--runs-dir", "{runs}", "--device", "cpu", "--tasks", 2, "--shuffles", 3,
+                          "--out", "{new}/s"], {
+        "--tasks": ["nonpositive"], "--shuffles": ["nonpositive"], "--seed": ["seed"], "--device": ["device"],
+        "--out": ["out_folder"]}),
+    "sample": (["--runs-dir", "{runs}", "--device", "cpu", "--out", "{new}/s.png"], {
+        "--per-class": ["nonpositive"], "--temperature": ["positive_float"], "--seed": ["seed"],
+        "--device": ["device"], "--dataset": ["word"], "--out": ["out_file"]}),
+    "report": (["{runs}", "--out", "{new}/r"], {"--out": ["out_folder"]}),
+}
+
+CASES = [(command, option, kind) for command, (_, options) in SWEEP.items() for option, kinds in options.items()
+         for kind in kinds]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A dataset, a trained clustering run ``clu``, a file and a folder to misuse as paths."""
+    root = tmp_path_factory.mktemp("sweep")
+    data = root / "data.h5"
+    generate_dataset(data, ClusteringParams(n_tasks=24, val_fraction=0.25, k_min=2, k_max=4, n_min=8, n_max=20),
+                     seed=0)
+    runs = root / "runs"
+    start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=1,
+              device="cpu"), DataConfig(path=str(data)), runs, "clu")
+    (root / "a-file").write_text("not a folder\n")
+    (root / "a-folder").mkdir()
+    return root
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def _fill(value, world):
+    return str(value).format(data=world / "data.h5", runs=world / "runs", new=world / "new", file=world / "a-file",
+                             folder=world / "a-folder")
+
+
+@pytest.mark.parametrize(("command", "option", "kind"), CASES, ids=[f"{c}{o}-{k}" for c, o, k in CASES])
+def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, option, kind):
+    rng = random.Random(f"{command} {option} {kind}")
+    base, _ = SWEEP[command]
+    for _ in range(DRAWS):
+        value = _fill(KINDS[kind](rng), world)
+        args = [_fill(a, world) for a in base]
+        if option in args:  # replace the valid value the base arguments give
+            i = args.index(option)
+            del args[i:i + 2]
+        before = _snapshot(world)
+        r = cli(command, *args, f"{option}={value}")
+        lines = [line for line in r.output.splitlines() if line.strip()]
+        context = f"swarmctl {command} {option}={value!r}: exit {r.exit_code}\n{r.output}"
+        assert r.exit_code in (1, 2), context
+        assert "Traceback" not in r.output and r.exception is None or isinstance(r.exception, SystemExit), context
+        assert 1 <= len(lines) <= 3, context
+        assert _snapshot(world) == before, context  # no new file; every input byte-identical
+
+
+@pytest.fixture(scope="module")
+def mog_run(world):
+    """A tiny MoG-parameter run ``mog`` beside ``clu``."""
+    start_run(ModelConfig(name="swarm-mog", dim_hidden=8, n_iter=2), TrainConfig(batch_size=4, max_epochs=1,
+              steps_per_epoch=2, val_batches=1, device="cpu"), DataConfig(path=None), world / "runs", "mog")
+    return world
+
+
+@pytest.mark.parametrize("args", [
+    ["plot-entropy", "mog", "--grid", 4],
+    ["plot-entropy", "mog", "--grid", 4, "--data", "{data}"],
+    ["shuffle-variance", "mog", "--tasks", 2, "--shuffles", 3],
+    ["shuffle-variance", "clu", "mog", "--tasks", 2, "--shuffles", 3, "--data", "{data}"],
+])
+def test_a_study_refuses_a_run_of_another_task_before_writing(cli, mog_run, args):
+    before = _snapshot(mog_run)
+    r = cli(*[_fill(a, mog_run) for a in args], "--runs-dir", mog_run / "runs", "--device", "cpu")
+    assert r.exit_code == 1 and "needs a clustering run" in r.output and "Traceback" not in r.output, r.output
+    assert len([line for line in r.output.splitlines() if line.strip()]) <= 3
+    assert _snapshot(mog_run) == before
+
+
+@pytest.mark.parametrize("command", ["plot-entropy", "shuffle-variance"])
+def test_replot_of_an_empty_or_cut_saved_result_is_one_line(cli, world, command, tmp_path):
+    out = tmp_path / "out"
+    r = cli(command, "clu", "--runs-dir", world / "runs", "--device", "cpu", "--out", out,
+            *(["--grid", 4, "--task", 0] if command == "plot-entropy" else ["--tasks", 2, "--shuffles", 3]))
+    assert r.exit_code == 0, r.output
+    npz = next(out.glob("*.npz"))
+    whole = npz.read_bytes()
+    rng = random.Random(command)
+    for cut in [0, 10, len(whole) // 2, len(whole) - 1, *(rng.randrange(len(whole)) for _ in range(3))]:
+        npz.write_bytes(whole[:cut])
+        before = _snapshot(tmp_path)
+        r = cli(command, "clu", "--runs-dir", world / "runs", "--out", out, "--replot")
+        assert r.exit_code == 1 and "Traceback" not in r.output, (cut, r.output)
+        assert "study result" in r.output and len(r.output.strip().splitlines()) <= 3, (cut, r.output)
+        assert _snapshot(tmp_path) == before

@@ -1,0 +1,211 @@
+"""The run lifecycle under faults, in one process: dead names, orphan temporary files, partial metrics
+lines, what a resume may change, checkpoints that belong to another run, run names, the data a run
+was trained on, and damaged run folders seen by the commands that scan them."""
+
+import json
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+
+from swarmctl import runs as runs_module
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.hdf5 import generate_dataset
+from swarmctl.data.tasks import ClusteringParams
+from swarmctl.runs import resume_command, run_lock, start_run
+
+TINY = ["--hidden", "8", "--iters", "2", "--batch-size", "6", "--device", "cpu"]
+PARAMS = dict(n_tasks=24, val_fraction=0.25, k_min=2, k_max=4, n_min=8, n_max=20)
+
+
+def _epochs(run_dir):
+    return [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def _one_line_error(result, code=1):
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output and len(lines) <= 3, result.output
+    return result.output
+
+
+def _temps(folder):
+    return sorted(p.name for p in folder.rglob("*.tmp"))
+
+
+@pytest.fixture
+def trained(cli, tiny_h5, tmp_path):
+    """A run ``a`` trained for 2 epochs: (runs_dir, run_dir)."""
+    runs = tmp_path / "runs"
+    r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "a", "--max-epochs", 2)
+    assert r.exit_code == 0, r.output
+    return runs, runs / "a"
+
+
+def _dead_run(tiny_h5, runs, name, monkeypatch):
+    """A run that crashed in its first epoch: its folder holds config.json only."""
+    def crash(*args, **kwargs):
+        raise RuntimeError("killed in epoch 0")
+
+    monkeypatch.setattr(runs_module, "fit", crash)
+    with pytest.raises(RuntimeError):
+        start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=2,
+                  device="cpu"), DataConfig(path=str(tiny_h5)), runs, name)
+    monkeypatch.undo()
+    assert sorted(p.name for p in (runs / name).iterdir()) == [".lock", "config.json"]
+
+
+@pytest.mark.parametrize("how", ["resume", "restart"])
+def test_a_run_killed_before_its_first_checkpoint_keeps_its_name(cli, tiny_h5, tmp_path, monkeypatch, how):
+    runs = tmp_path / "runs"
+    _dead_run(tiny_h5, runs, "dead", monkeypatch)
+    if how == "resume":
+        r = cli("train", "swarm", "--resume", "dead", "--runs-dir", runs)
+    else:
+        r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "dead", "--max-epochs", 2)
+    assert r.exit_code == 0, r.output
+    assert "never saved a checkpoint" in r.output
+    assert _epochs(runs / "dead") == [0, 1]
+    assert (runs / "dead" / "last.pt").is_file()
+
+
+def test_a_run_with_a_checkpoint_is_not_overwritten_by_a_fresh_start(cli, trained, tiny_h5):
+    runs, run = trained
+    before = (run / "last.pt").read_bytes()
+    r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "a")
+    assert "exists" in _one_line_error(r) and "--resume a" in r.output
+    assert (run / "last.pt").read_bytes() == before
+
+
+def test_a_second_writer_is_refused_with_the_holders_pid(cli, trained):
+    runs, run = trained
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    with run_lock(run):
+        r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 4)
+        assert f"process {os.getpid()}" in _one_line_error(r)
+    after = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    assert {k: v for k, v in after.items() if k != ".lock"} == {k: v for k, v in before.items() if k != ".lock"}
+
+
+def test_opening_a_run_for_writing_removes_orphan_temporary_files(cli, trained):
+    runs, run = trained
+    for name in (".last.pt.x1y2.tmp", ".best.pt.abc.tmp", ".metrics.jsonl.q.tmp"):
+        (run / name).write_bytes(b"half a checkpoint")
+    r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 3)
+    assert r.exit_code == 0, r.output
+    assert _temps(run) == [] and _epochs(run) == [0, 1, 2]
+
+
+def test_a_partial_last_metrics_line_is_skipped_with_a_warning(cli, trained):
+    runs, run = trained
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write('{"epoch": 2, "train_lo')  # SIGKILL during the append
+    r = cli("report", runs, "--out", runs.parent / "report")
+    assert r.exit_code == 0 and "warning" in r.output and "damaged line" in r.output, r.output
+    r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 3)
+    assert r.exit_code == 0 and "damaged line" in r.output, r.output
+    assert _epochs(run) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("option", [["--lr", "0.5"], ["--hidden", "16"], ["--batch-size", "2"], ["--name", "b"],
+                                    ["--seed", "0"], ["--amp"], ["--data", "x.h5"]])
+def test_resume_refuses_options_that_cannot_change(cli, trained, option):
+    runs, run = trained
+    before = (run / "last.pt").read_bytes()
+    r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, *option)
+    assert option[0] in _one_line_error(r, code=2) and "--max-epochs" in r.output
+    assert (run / "last.pt").read_bytes() == before
+
+
+def test_resume_to_the_epochs_already_done_is_a_finished_run(cli, trained):
+    runs, run = trained
+    r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 2)
+    assert r.exit_code == 0 and "done (max epochs)" in r.output and "interrupted" not in r.output, r.output
+    assert _epochs(run) == [0, 1]
+
+
+def test_a_best_pt_of_another_run_is_refused_by_resume_and_eval(cli, trained, tiny_h5):
+    runs, run = trained
+    r = cli("train", "swarm", "--hidden", "12", "--iters", "2", "--batch-size", "6", "--device", "cpu", "--data",
+            tiny_h5, "--runs-dir", runs, "--name", "other", "--max-epochs", 1)
+    assert r.exit_code == 0, r.output
+    shutil.copy(runs / "other" / "best.pt", run / "best.pt")
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    for args in (("train", "swarm", "--resume", "a", "--max-epochs", 3), ("eval", "a", "--device", "cpu")):
+        r = cli(*args, "--runs-dir", runs)
+        assert "does not belong to run" in _one_line_error(r), r.output
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+@pytest.mark.parametrize("name", ["../x", "../../x", "/abs/x", ".", "..", "a/../../x", "", "a\nb"])
+def test_run_names_stay_inside_the_runs_folder(cli, tiny_h5, tmp_path, name):
+    runs = tmp_path / "deep" / "runs"
+    r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", name, "--max-epochs", 1)
+    assert "inside --runs-dir" in _one_line_error(r)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.h5"]
+
+
+@pytest.mark.parametrize("name", ["grp/sub", "with space", "exp[/1]", "it's", "$HOME"])
+def test_the_printed_resume_command_names_the_run(tmp_path, name):
+    for runs, default in ((tmp_path / "my runs", Path("runs")), (Path("runs"), Path("runs"))):
+        args = shlex.split(resume_command("swarm", runs / name, runs, default))
+        assert args[:4] == ["swarmctl", "train", "swarm", "--resume"]
+        given_runs = Path(args[args.index("--runs-dir") + 1]) if "--runs-dir" in args else default
+        assert given_runs / args[4] == runs / name
+
+
+def test_a_run_under_a_nested_name_resumes_with_the_printed_name(cli, tiny_h5, tmp_path):
+    runs = tmp_path / "my runs"
+    r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "grp/exp [1]", "--max-epochs", 1)
+    assert r.exit_code == 0, r.output
+    args = shlex.split(resume_command("swarm", runs / "grp/exp [1]", runs))
+    r = cli(*args[1:], "--max-epochs", 2)
+    assert r.exit_code == 0, r.output
+    assert _epochs(runs / "grp" / "exp [1]") == [0, 1]
+
+
+def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained, tiny_h5):
+    runs, run = trained
+    generate_dataset(tiny_h5, ClusteringParams(**PARAMS), seed=1, force=True)  # same path, other content
+    r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu")
+    assert "changed since" in _one_line_error(r) and "--data" in r.output
+    assert not (run / "eval-val.json").exists()
+    r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu", "--data", tiny_h5)
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"model": 3}', b"\xff\xfe\x00", b"[]"])
+def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, trained, damage):
+    runs, run = trained
+    r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 2)  # a second run "b"
+    shutil.copytree(run, runs / "b")
+    (runs / "b" / "config.json").write_bytes(damage)
+    r = cli("report", runs, "--out", runs.parent / "report")
+    assert r.exit_code == 0 and "skipped run" in r.output and "b" in r.output, r.output
+    r = cli("sample", "--runs-dir", runs, "--device", "cpu")  # scans for image runs: none, and one skipped
+    assert "skipped" in r.output and "no trained image run" in _one_line_error(r)
+    r = cli("eval", "b", "--runs-dir", runs, "--device", "cpu")
+    assert "damaged" in _one_line_error(r)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_dead_run_with_a_damaged_config_is_refused_in_one_line(cli, tiny_h5, tmp_path, monkeypatch, seed):
+    import random
+
+    runs = tmp_path / "runs"
+    _dead_run(tiny_h5, runs, "dead", monkeypatch)
+    config = json.loads((runs / "dead" / "config.json").read_text())
+    rng = random.Random(seed)
+    section = rng.choice(["model", "train", "data"])
+    key = rng.choice(sorted(config[section]))
+    config[section][key] = rng.choice([[1], {"a": 1}, [None, "x"]])  # a type no field has
+    if rng.random() < 0.3:
+        del config[section]
+    (runs / "dead" / "config.json").write_text(json.dumps(config))
+    before = (runs / "dead" / "config.json").read_bytes()
+    r = cli("train", "swarm", "--resume", "dead", "--runs-dir", runs)
+    assert "Traceback" not in r.output and r.exit_code == 1, r.output
+    assert len([x for x in r.output.splitlines() if x.strip()]) <= 3, r.output
+    assert (runs / "dead" / "config.json").read_bytes() == before

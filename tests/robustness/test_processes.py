@@ -1,0 +1,134 @@
+"""Real processes killed at random points: `train` always resumes or restarts under its name to the same
+final epoch count, `gen-data` never leaves a temporary file or a half-written dataset, and two writers
+never share a run."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from swarmctl.data.hdf5 import read_info
+from swarmctl.training.checkpoint import load_checkpoint
+
+ENV = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
+TRAIN = [sys.executable, "-m", "swarmctl", "train", "swarm"]
+TINY = ["--hidden", "8", "--iters", "2", "--batch-size", "3", "--device", "cpu"]
+GEN = [sys.executable, "-m", "swarmctl", "gen-data", "--tasks", "3000", "--n-min", "20", "--n-max", "60"]
+
+
+def _popen(args):
+    return subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+
+
+def _wait_for(predicate, proc, timeout=120):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"the process ended early: {proc.communicate()}")
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def _temps(folder):
+    return sorted(p.name for p in folder.rglob("*.tmp"))
+
+
+def _epochs(run_dir):
+    return [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_second_writer_on_a_running_run_is_refused(cli, tiny_h5, tmp_path):
+    runs = tmp_path / "runs"
+    first = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 100000])
+    try:
+        _wait_for(lambda: (runs / "x" / "last.pt").is_file(), first)
+        for second in (["--resume", "x"], [*TINY, "--data", tiny_h5, "--name", "x"]):  # resume, fresh start
+            r = cli("train", "swarm", *second, "--runs-dir", runs)
+            assert r.exit_code == 1 and f"process {first.pid}" in r.output, r.output
+            assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert first.returncode == 130
+    epochs = _epochs(runs / "x")
+    assert epochs == list(range(len(epochs)))  # one writer: every epoch once, in order
+
+
+def test_sigterm_as_the_run_folder_appears_saves_a_resumable_run(cli, tiny_h5, tmp_path):
+    """SIGTERM right after config.json is written (before the first optimizer exists) stops cleanly."""
+    runs = tmp_path / "runs"
+    proc = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 3])
+    _wait_for(lambda: (runs / "x" / "config.json").is_file(), proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted (SIGTERM)" in err and "Traceback" not in err, err
+    assert "--resume x" in err
+    r = cli("train", "swarm", "--resume", "x", "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    assert _epochs(runs / "x") == [0, 1, 2] and _temps(runs) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_train_killed_at_random_points_always_finishes_under_its_name(tiny_h5, tmp_path, sig):
+    rng = random.Random(f"train-{sig.name}")
+    target = 4
+    for trial in range(5):
+        runs = tmp_path / f"runs{trial}"
+        run = runs / "x"
+        kills = 0
+        for _ in range(12):
+            if (run / "config.json").exists():
+                args = [*TRAIN, "--resume", "x", "--runs-dir", runs, "--max-epochs", target]
+            else:
+                args = [*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", target]
+            proc = _popen(args)
+            if kills < 3:
+                time.sleep(rng.uniform(0.5, 6.0))  # from the imports to the last epoch on this tiny run
+                proc.send_signal(sig)
+                kills += 1
+            out, err = proc.communicate(timeout=300)
+            assert "Traceback" not in err, err
+            assert proc.returncode in (0, 130, -sig), (proc.returncode, err)  # -sig: before Python started
+            if proc.returncode == 0:
+                break
+        assert proc.returncode == 0, f"trial {trial} did not finish"
+        assert _epochs(run) == list(range(target))
+        assert load_checkpoint(run / "last.pt")["state"]["epoch"] == target
+        assert _temps(runs) == [], f"orphans after trial {trial}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_gen_data_killed_at_random_points_leaves_no_temporary_file(tmp_path, sig):
+    rng = random.Random(f"gen-{sig.name}")
+    reference = tmp_path / "reference.h5"
+    out = subprocess.run([str(a) for a in [*GEN, "--out", reference]], capture_output=True, text=True, env=ENV)
+    assert out.returncode == 0, out.stderr
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = folder / "data.h5"
+    for _ in range(6):
+        proc = _popen([*GEN, "--out", path, "--force"])
+        time.sleep(rng.uniform(0.5, 5.0))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=300)
+        assert "Traceback" not in err, err
+        if sig == signal.SIGTERM:
+            assert proc.returncode in (0, 130, -sig), err  # -sig: killed while Python started
+            assert _temps(folder) == []  # removed on the way out
+        if path.exists():  # never half-written: either absent or the whole dataset
+            assert read_info(path)["checksum"] == read_info(reference)["checksum"]
+        done = subprocess.run([str(a) for a in [*GEN, "--out", path, "--force"]], capture_output=True, text=True,
+                              env=ENV)
+        assert done.returncode == 0, done.stderr
+        assert _temps(folder) == []  # a SIGKILL's orphan is removed by the next gen-data
+        assert read_info(path)["checksum"] == read_info(reference)["checksum"]
