@@ -95,3 +95,10 @@ def test_the_shipped_models_in_the_repository_load(monkeypatch):
         model, ckpt = load_model(path)
         assert ckpt["optimizer"] is None and path.stat().st_size < 8 * 2**20
         assert (path.with_suffix(".json")).is_file()  # its config, training record and evaluation
+
+
+def test_an_unwritable_runs_folder_is_refused_before_any_data_is_made(shipped, tmp_path):
+    (tmp_path / "afile").write_text("")
+    for args in (("eval",), ("plot-entropy", "--grid", 4)):
+        r = cli(*args, "--runs-dir", tmp_path / "afile")
+        assert r.exit_code == 1 and "not a folder" in r.output and "Traceback" not in r.output

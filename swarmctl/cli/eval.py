@@ -42,6 +42,8 @@ def eval_cmd(
     with user_errors():
         if out is not None:
             check_output_file(out)
+        elif target is None:
+            check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
         opened = open_run(target, runs_dir, device, task=ClusteringTask(), progress=DataGenerationProgress())
         if opened.shipped:
             say(f"scoring the shipped model {opened.checkpoint}")

@@ -60,6 +60,8 @@ def plot_entropy_cmd(
             out_dir = out or run_dir / "entropy"
         else:
             check_grid(grid)
+            if out is None and run is None:
+                check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
             opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
                               task=ClusteringTask(), progress=DataGenerationProgress())
             require_clustering(opened, "plot-entropy")
