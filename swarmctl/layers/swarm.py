@@ -1,6 +1,11 @@
 """SWARM cell and SWARM layer (Vollgraf, "Learning Set-equivariant Functions with SWARM Mappings",
-arXiv:1906.09400, Sec. 3), in the fast formulation described in docs: for mean pooling the pooled
-state is projected once per set, and the input projection is computed once per forward pass.
+arXiv:1906.09400, Sec. 3). For mean pooling the pooled state is projected once per set (not once per
+entity), and the input projection is computed once per forward pass.
+
+On the CPU the layer runs its iterations through fused C++ kernels (``_swarm_kernels.cpp``, loaded by
+``_ext.py``): one pass over the gate block per iteration forward and one backward, with a hand-written
+backward over all iterations. Elsewhere (CUDA, half precision, dropout, ``torch.compile``, or no
+compiler) it runs the PyTorch code below; both give the same results to float rounding.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from swarmctl.layers import _ext
 from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
 
 Pooling = Literal["mean", "causal"]
@@ -156,7 +162,6 @@ class SwarmLayer(nn.Module):
         n_iter: int,
         pooling: Pooling = "mean",
         dropout: float = 0.0,
-        compile: bool = False,
     ) -> None:
         super().__init__()
         if n_iter < 1:
@@ -166,8 +171,6 @@ class SwarmLayer(nn.Module):
         self.cell = SwarmCell(dim_in, dim_hidden, pooling)
         self.output = nn.Linear(2 * dim_hidden, dim_out)
         self._compiled_step = None
-        if compile:
-            self.compile_step()
 
     @property
     def pooling(self) -> str:
@@ -181,6 +184,16 @@ class SwarmLayer(nn.Module):
         """Compile the iteration body with ``torch.compile`` (kept out of the state dict)."""
         self.__dict__["_compiled_step"] = torch.compile(self.cell.forward, dynamic=None)
 
+    def _kernels(self, x_proj: Tensor) -> _ext.Kernels | None:
+        """The fused CPU kernels where they apply to this call, else None (the PyTorch path)."""
+        if not _ext.Kernels.supports(x_proj) or self._compiled_step is not None:
+            return None
+        if (self.training and self.dropout > 0) or torch.compiler.is_compiling():
+            return None
+        if _autocast_on() or self.cell.recurrent.weight.dtype != x_proj.dtype:
+            return None
+        return _ext.kernels()
+
     def _drop(self, h: Tensor) -> Tensor:
         if not (self.training and self.dropout > 0):
             return h
@@ -191,6 +204,13 @@ class SwarmLayer(nn.Module):
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
         weights = mask_weights(mask, x.shape[1], x.dtype) if self.cell.pooling == "mean" else None
         x_proj = self.cell.project_input(x)  # (B, N, 4H), reused by every iteration
+        kernels = self._kernels(x_proj)
+        if kernels is not None:
+            cell = self.cell
+            args = (x_proj, cell.recurrent.weight, cell.population.weight, weights, self.n_iter, cell.pooling)
+            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:3]):
+                return _FusedIterations.apply(*args, kernels)
+            return _iterate(kernels, *args, keep=False)[:2]
         h, c = self.cell(x_proj, None, None)
         h = self._drop(h)
         step = self._compiled_step or self.cell
@@ -230,3 +250,114 @@ class SwarmLayer(nn.Module):
         if hs[:-1]:
             sums += torch.stack(hs[:-1])
         return self.output(torch.cat([h, c], dim=-1))
+
+
+def _autocast_on() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4 takes no device argument
+        return torch.is_autocast_cpu_enabled()
+
+
+def _iterate(
+    kernels: _ext.Kernels, x_proj: Tensor, w_rec: Tensor, w_pop: Tensor, weights: Tensor | None, n_iter: int,
+    pooling: str, keep: bool
+) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+    """All iterations of the layer with the fused kernels; with ``keep`` the tensors for the backward.
+
+    Kept: the activated gates (n_iter, R, 4H), h and c of every iteration (n_iter, R, H), and for mean
+    pooling the pooled h of iterations 1..n_iter-1 (n_iter - 1, B, H). R = B * N rows.
+    """
+    B, N, G = x_proj.shape
+    H, R = G // 4, B * N
+    xp = x_proj.detach().reshape(R, G).contiguous()
+    w_rec_t, w_pop_t = w_rec.detach().t(), w_pop.detach().t()
+    if weights is not None:
+        weights = weights.contiguous()
+    depth = n_iter if keep else 1
+    gates = xp.new_empty(depth, R, G)
+    hs = xp.new_empty(n_iter if keep else 2, R, H)
+    cs = xp.new_empty(n_iter if keep else 2, R, H)
+    pooled = xp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
+    kernels.forward(xp, gates[0], None, N, None, hs[0], cs[0])
+    for t in range(1, n_iter):
+        g = gates[t if keep else 0]
+        prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
+        torch.addmm(xp, hs[prev], w_rec_t, out=g)
+        h_prev = hs[prev].view(B, N, H)
+        if pooling == "mean":
+            pool = masked_mean(h_prev, weights=weights)  # (B, H)
+            if pooled is not None:
+                pooled[t - 1] = pool
+            p = pool @ w_pop_t  # (B, 4H): one population term per set
+        else:
+            g.addmm_(causal_mean(h_prev).view(R, H), w_pop_t)
+            p = None
+        kernels.forward(g, g, p, N, cs[prev], hs[cur], cs[cur])
+    last = n_iter - 1 if keep else (n_iter - 1) % 2
+    saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
+    return hs[last].view(B, N, H), cs[last].view(B, N, H), saved
+
+
+class _FusedIterations(torch.autograd.Function):
+    """(x_proj, Wh, Wp) -> final (h, c) of all iterations, forward and backward through the fused kernels.
+
+    Backward, from the last iteration to the first: the kernel turns the kept gates into the gate
+    gradient da_t in place (and, for mean pooling, sums it per set); da_t Wh (plus the pooling's
+    backward) gives the gradient of h_{t-1}. The weight gradients and the input projection's gradient
+    (the sum of all da_t) are single large products at the end.
+    """
+
+    @staticmethod
+    def forward(ctx, x_proj, w_rec, w_pop, weights, n_iter, pooling, kernels):
+        h, c, saved = _iterate(kernels, x_proj, w_rec, w_pop, weights, n_iter, pooling, keep=True)
+        ctx.kernels, ctx.pooling, ctx.shape, ctx.spent = kernels, pooling, x_proj.shape, False
+        ctx.save_for_backward(w_rec, w_pop, weights, *saved)
+        return h, c
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dh_out, dc_out):
+        if ctx.spent:
+            raise RuntimeError("the fused SWARM backward overwrites its saved gates and runs once per forward; "
+                               "for retain_graph=True set SWARMCTL_NO_EXT=1")
+        ctx.spent = True
+        kernels, pooling = ctx.kernels, ctx.pooling
+        w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
+        B, N, G = ctx.shape
+        H, R, n_iter = G // 4, B * N, gates.shape[0]
+        mean = pooling == "mean"
+        dh = None if dh_out is None else dh_out.reshape(R, H).contiguous()
+        dc = None if dc_out is None else dc_out.reshape(R, H).contiguous()
+        dps = gates.new_empty(n_iter - 1, B, G) if mean else None
+        dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
+        dpool = None
+        if not mean:
+            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
+        for t in range(n_iter - 1, -1, -1):
+            first = t == 0
+            dc_prev = None if first else dc_bufs[t % 2]
+            kernels.backward(gates[t], None if first else cs[t - 1], cs[t], dh, dc, dpool, weights, N, dc_prev,
+                             None if first or not mean else dps[t - 1])
+            if first:
+                break
+            da = gates[t]  # now the gate gradient
+            dh = da @ w_rec  # (R, H)
+            if mean:
+                dpool = dps[t - 1] @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
+            else:  # causal mean: out_j = cumsum(h)_j / (j + 1), so dh_i = sum_{j >= i} d_j / (j + 1)
+                s = (da @ w_pop).view(B, N, H).div_(steps)
+                dh += (s.sum(1, keepdim=True) - s.cumsum(1) + s).view(R, H)
+            dc = dc_prev
+        d_x = gates.sum(0).view(B, N, G) if ctx.needs_input_grad[0] else None
+        d_rec = d_pop = None
+        if n_iter > 1:
+            das = gates[1:].view(-1, G)
+            if ctx.needs_input_grad[1]:
+                d_rec = das.t() @ hs[:-1].view(-1, H)
+            if ctx.needs_input_grad[2]:
+                if mean:
+                    d_pop = dps.view(-1, G).t() @ rest[0].view(-1, H)
+                else:
+                    d_pop = das.t() @ causal_mean(hs[:-1].view(n_iter - 1, B, N, H).flatten(0, 1)).view(-1, H)
+        return d_x, d_rec, d_pop, None, None, None, None
