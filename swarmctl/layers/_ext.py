@@ -27,7 +27,7 @@ from torch import Tensor
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("_swarm_kernels.cpp")
-ABI_VERSION = 1
+ABI_VERSION = 2
 # Tried in order: the first set that builds wins (no -march=native where the compiler rejects it,
 # no OpenMP where it has none: the kernels then run on one thread).
 FLAG_SETS = (
@@ -109,7 +109,7 @@ class Kernels:
         self._fwd = {torch.float32: lib.swarm_forward_f32, torch.float64: lib.swarm_forward_f64}
         self._bwd = {torch.float32: lib.swarm_backward_f32, torch.float64: lib.swarm_backward_f64}
         for f in self._fwd.values():
-            f.argtypes = [i64, i64, ptr, ptr, ptr, i64, ptr, ptr, ptr, i32]
+            f.argtypes = [i64, i64, ptr, ptr, ptr, ptr, i64, ptr, ptr, ptr, i32]
             f.restype = None
         for f in self._bwd.values():
             f.argtypes = [i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr, i32]
@@ -120,11 +120,14 @@ class Kernels:
     def supports(t: Tensor) -> bool:
         return t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64)
 
-    def forward(self, a: Tensor, gates: Tensor, p: Tensor | None, rows_per_set: int, c_prev: Tensor | None,
-                h: Tensor, c: Tensor) -> None:
-        """gates = act(a + p[set]) (a may be gates), c = f c_prev + i g, h = o tanh(c); rows x 4H / rows x H."""
+    def forward(self, a: Tensor, b: Tensor | None, gates: Tensor, p: Tensor | None, rows_per_set: int,
+                c_prev: Tensor | None, h: Tensor, c: Tensor) -> None:
+        """gates = act(a + b + p[set]) (a may be gates; b, p optional), c = f c_prev + i g, h = o tanh(c).
+
+        a, b, gates: rows x 4H; p: sets x 4H; c_prev, h, c: rows x H.
+        """
         rows, G = gates.shape
-        self._fwd[gates.dtype](rows, G // 4, _p(a), _p(gates), _p(p), rows_per_set, _p(c_prev), _p(h), _p(c),
+        self._fwd[gates.dtype](rows, G // 4, _p(a), _p(b), _p(gates), _p(p), rows_per_set, _p(c_prev), _p(h), _p(c),
                                torch.get_num_threads())
 
     def backward(self, gates: Tensor, c_prev: Tensor | None, c_new: Tensor, dh: Tensor | None, dc: Tensor | None,

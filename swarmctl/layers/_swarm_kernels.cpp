@@ -4,7 +4,7 @@
 // second. Rows are entities (B * N of them); each row holds 4H gate values in the block order
 // (in, f, o, g) and H state values. Rows are split over OpenMP threads.
 //
-// forward:  gates[r] = act(a[r] + p[set(r)]);  c[r] = f * c_prev[r] + in * g;  h[r] = o * tanh(c[r])
+// forward:  gates[r] = act(a[r] + b[r] + p[set(r)]);  c[r] = f * c_prev[r] + in * g;  h[r] = o * tanh(c[r])
 // backward: given dh, dc of (h, c): overwrite gates[r] with da[r], write dc_prev[r] = dc' * f, and
 //           optionally sum da over the rows of each set (the gradient of a per-set population term).
 #include <cmath>
@@ -45,20 +45,25 @@ template <typename T> inline T tanh_(T x) {
 inline double tanh_(double x) { return std::tanh(x); }
 
 template <typename T>
-void forward(int64_t rows, int64_t H, const T* a, T* gates, const T* p, int64_t rows_per_set,
+void forward(int64_t rows, int64_t H, const T* a, const T* b, T* gates, const T* p, int64_t rows_per_set,
              const T* c_prev, T* h, T* c, int nthreads) {
     const int64_t G = 4 * H;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         const T* ar = a + r * G;
         T* gr = gates + r * G;
+        const T* br = b ? b + r * G : nullptr;
         const T* pr = p ? p + (r / rows_per_set) * G : nullptr;
         const T* cp = c_prev ? c_prev + r * H : nullptr;
         T* hr = h + r * H;
         T* cr = c + r * H;
-        if (pr) {
+        if (br && pr) {
 #pragma omp simd
-            for (int64_t k = 0; k < G; ++k) gr[k] = ar[k] + pr[k];
+            for (int64_t k = 0; k < G; ++k) gr[k] = ar[k] + br[k] + pr[k];
+        } else if (br || pr) {
+            const T* q = br ? br : pr;
+#pragma omp simd
+            for (int64_t k = 0; k < G; ++k) gr[k] = ar[k] + q[k];
         } else if (gr != ar) {
             std::memcpy(gr, ar, sizeof(T) * G);
         }
@@ -150,15 +155,15 @@ void backward(int64_t rows, int64_t H, T* gates, const T* c_prev, const T* c_new
 
 extern "C" {
 
-int swarm_abi_version() { return 1; }
+int swarm_abi_version() { return 2; }
 
-void swarm_forward_f32(int64_t rows, int64_t H, const float* a, float* gates, const float* p,
+void swarm_forward_f32(int64_t rows, int64_t H, const float* a, const float* b, float* gates, const float* p,
                        int64_t rows_per_set, const float* c_prev, float* h, float* c, int nthreads) {
-    forward<float>(rows, H, a, gates, p, rows_per_set, c_prev, h, c, nthreads);
+    forward<float>(rows, H, a, b, gates, p, rows_per_set, c_prev, h, c, nthreads);
 }
-void swarm_forward_f64(int64_t rows, int64_t H, const double* a, double* gates, const double* p,
+void swarm_forward_f64(int64_t rows, int64_t H, const double* a, const double* b, double* gates, const double* p,
                        int64_t rows_per_set, const double* c_prev, double* h, double* c, int nthreads) {
-    forward<double>(rows, H, a, gates, p, rows_per_set, c_prev, h, c, nthreads);
+    forward<double>(rows, H, a, b, gates, p, rows_per_set, c_prev, h, c, nthreads);
 }
 void swarm_backward_f32(int64_t rows, int64_t H, float* gates, const float* c_prev, const float* c_new,
                         const float* dh, const float* dc, const float* dpool, const float* weights,

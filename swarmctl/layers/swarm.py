@@ -279,11 +279,11 @@ def _iterate(
     hs = xp.new_empty(n_iter if keep else 2, R, H)
     cs = xp.new_empty(n_iter if keep else 2, R, H)
     pooled = xp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
-    kernels.forward(xp, gates[0], None, N, None, hs[0], cs[0])
+    kernels.forward(xp, None, gates[0], None, N, None, hs[0], cs[0])
     for t in range(1, n_iter):
         g = gates[t if keep else 0]
         prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
-        torch.addmm(xp, hs[prev], w_rec_t, out=g)
+        torch.mm(hs[prev], w_rec_t, out=g)  # x_proj is added by the kernel (no copy of it here)
         h_prev = hs[prev].view(B, N, H)
         if pooling == "mean":
             pool = masked_mean(h_prev, weights=weights)  # (B, H)
@@ -293,7 +293,7 @@ def _iterate(
         else:
             g.addmm_(causal_mean(h_prev).view(R, H), w_pop_t)
             p = None
-        kernels.forward(g, g, p, N, cs[prev], hs[cur], cs[cur])
+        kernels.forward(g, xp, g, p, N, cs[prev], hs[cur], cs[cur])
     last = n_iter - 1 if keep else (n_iter - 1) % 2
     saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
     return hs[last].view(B, N, H), cs[last].view(B, N, H), saved
