@@ -27,7 +27,7 @@ from torch import Tensor
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("_swarm_kernels.cpp")
-ABI_VERSION = 2
+ABI_VERSION = 3
 # Tried in order: the first set that builds wins (no -march=native where the compiler rejects it,
 # no OpenMP where it has none: the kernels then run on one thread).
 FLAG_SETS = (
@@ -99,7 +99,10 @@ def _build(cxx: str) -> Path:
 
 
 class Kernels:
-    """ctypes bindings of the fused forward and backward (float32 and float64, contiguous CPU tensors)."""
+    """ctypes bindings of the fused forward and backward (float32 and float64, contiguous CPU tensors).
+
+    Shapes: rows R = sets x rows_per_set, G = 4H gate values per row; see ``_swarm_kernels.cpp``.
+    """
 
     def __init__(self, path: Path) -> None:
         lib = ctypes.CDLL(str(path))
@@ -109,10 +112,10 @@ class Kernels:
         self._fwd = {torch.float32: lib.swarm_forward_f32, torch.float64: lib.swarm_forward_f64}
         self._bwd = {torch.float32: lib.swarm_backward_f32, torch.float64: lib.swarm_backward_f64}
         for f in self._fwd.values():
-            f.argtypes = [i64, i64, ptr, ptr, ptr, ptr, i64, ptr, ptr, ptr, i32]
+            f.argtypes = [i64, i64, i64] + [ptr] * 6 + [i64] + [ptr] * 4 + [i32]
             f.restype = None
         for f in self._bwd.values():
-            f.argtypes = [i64, i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr, i32]
+            f.argtypes = [i64, i64, i64, ptr, ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64] + [ptr] * 7 + [i32]
             f.restype = None
         self.path = path
 
@@ -120,33 +123,44 @@ class Kernels:
     def supports(t: Tensor) -> bool:
         return t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64)
 
-    def forward(self, a: Tensor, b: Tensor | None, gates: Tensor, p: Tensor | None, rows_per_set: int,
-                c_prev: Tensor | None, h: Tensor, c: Tensor) -> None:
-        """gates = act(a + b + p[set]) (a may be gates; b, p optional), c = f c_prev + i g, h = o tanh(c).
+    def forward(self, gates: Tensor, h: Tensor, c: Tensor, *, a: Tensor | None = None, b: Tensor | None = None,
+                x: Tensor | None = None, wxT: Tensor | None = None, bias: Tensor | None = None,
+                p: Tensor | None = None, rows_per_set: int = 1, c_prev: Tensor | None = None) -> None:
+        """gates = act(a + b + bias + x wxT + p[set]) (each term optional; a may be gates itself),
+        c = f c_prev + i g (c_prev None = zero state), h = o tanh(c).
 
-        a, b, gates: rows x 4H; p: sets x 4H; c_prev, h, c: rows x H.
+        gates, a, b: R x G; x: R x D; wxT: D x G; bias: G; p: sets x G; h, c, c_prev: R x H.
         """
         rows, G = gates.shape
-        self._fwd[gates.dtype](rows, G // 4, _p(a), _p(b), _p(gates), _p(p), rows_per_set, _p(c_prev), _p(h), _p(c),
-                               torch.get_num_threads())
+        D = 0 if x is None else x.shape[1]
+        self._fwd[gates.dtype](rows, G // 4, D, _p(a), _p(b), _p(x), _p(wxT), _p(bias), _p(p), rows_per_set,
+                               _p(gates), _p(c_prev), _p(h), _p(c), torch.get_num_threads())
 
-    def backward(self, gates: Tensor, c_prev: Tensor | None, c_new: Tensor, dh: Tensor | None, dc: Tensor | None,
-                 dpool: Tensor | None, weights: Tensor | None, rows_per_set: int, dc_prev: Tensor | None,
-                 dp: Tensor | None) -> None:
-        """Overwrite ``gates`` with the gate gradient; write ``dc_prev`` and the per-set sums ``dp``.
+    def backward(self, gates: Tensor, c_new: Tensor, *, c_prev: Tensor | None = None,
+                 dh: tuple[Tensor, int] | None = None, dc: tuple[Tensor, int] | None = None,
+                 dpool: Tensor | None = None, weights: Tensor | None = None, rows_per_set: int = 1,
+                 dc_prev: Tensor | None = None, dp: Tensor | None = None, x: Tensor | None = None,
+                 wxT: Tensor | None = None, dwxT: Tensor | None = None, db: Tensor | None = None,
+                 dx: Tensor | None = None) -> None:
+        """Overwrite ``gates`` with the gate gradient da; write ``dc_prev`` and the per-set sums ``dp``.
 
-        ``dpool`` (sets x H) adds ``weights[row] * dpool[set]`` to ``dh`` (mean pooling's backward;
-        weights None = 1 / rows_per_set).
+        ``dh``, ``dc``: (tensor, row stride) pairs. ``dpool`` (sets x H) adds ``weights[row] * dpool[set]``
+        to dh (mean pooling's backward; weights None = 1 / rows_per_set). With ``x``: ``dwxT``, ``db``
+        and ``dx`` (if given) accumulate the gradients of the input projection x wxT + bias.
         """
         rows, G = gates.shape
-        self._bwd[gates.dtype](rows, G // 4, _p(gates), _p(c_prev), _p(c_new), _p(dh), _p(dc), _p(dpool),
-                               _p(weights), rows_per_set, _p(dc_prev), _p(dp), torch.get_num_threads())
+        D = 0 if x is None else x.shape[1]
+        dh_t, ld_dh = dh if dh is not None else (None, 0)
+        dc_t, ld_dc = dc if dc is not None else (None, 0)
+        self._bwd[gates.dtype](rows, G // 4, D, _p(gates), _p(c_prev), _p(c_new), _p(dh_t, strided=True), ld_dh,
+                               _p(dc_t, strided=True), ld_dc, _p(dpool), _p(weights), rows_per_set, _p(dc_prev),
+                               _p(dp), _p(x), _p(wxT), _p(dwxT), _p(db), _p(dx), torch.get_num_threads())
 
 
-def _p(t: Tensor | None) -> int | None:
+def _p(t: Tensor | None, strided: bool = False) -> int | None:
     if t is None:
         return None
-    if not t.is_contiguous():
+    if not strided and not t.is_contiguous():
         raise ValueError("fused SWARM kernels need contiguous tensors")
     return t.data_ptr()
 

@@ -4,9 +4,10 @@
 // second. Rows are entities (B * N of them); each row holds 4H gate values in the block order
 // (in, f, o, g) and H state values. Rows are split over OpenMP threads.
 //
-// forward:  gates[r] = act(a[r] + b[r] + p[set(r)]);  c[r] = f * c_prev[r] + in * g;  h[r] = o * tanh(c[r])
+// forward:  gates[r] = act(pre-activation of r);  c[r] = f * c_prev[r] + in * g;  h[r] = o * tanh(c[r])
 // backward: given dh, dc of (h, c): overwrite gates[r] with da[r], write dc_prev[r] = dc' * f, and
-//           optionally sum da over the rows of each set (the gradient of a per-set population term).
+//           optionally sum da over the rows of each set (the gradient of a per-set population term)
+//           and accumulate the gradients of a narrow input projection computed in the forward.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,28 +45,47 @@ template <typename T> inline T tanh_(T x) {
 }
 inline double tanh_(double x) { return std::tanh(x); }
 
+// Forward of one iteration. The gate pre-activation of row r is the sum of the optional terms
+//   a[r] (the recurrent product), b[r] (a cached input projection), bias + wxT^T x[r] (the input
+//   projection computed here, for a narrow input of width D), p[set(r)] (the population term).
 template <typename T>
-void forward(int64_t rows, int64_t H, const T* a, const T* b, T* gates, const T* p, int64_t rows_per_set,
-             const T* c_prev, T* h, T* c, int nthreads) {
+void forward(int64_t rows, int64_t H, int64_t D, const T* a, const T* b, const T* x, const T* wxT,
+             const T* bias, const T* p, int64_t rows_per_set, T* gates, const T* c_prev, T* h, T* c,
+             int nthreads) {
     const int64_t G = 4 * H;
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-        const T* ar = a + r * G;
         T* gr = gates + r * G;
+        const T* ar = a ? a + r * G : nullptr;
         const T* br = b ? b + r * G : nullptr;
         const T* pr = p ? p + (r / rows_per_set) * G : nullptr;
         const T* cp = c_prev ? c_prev + r * H : nullptr;
         T* hr = h + r * H;
         T* cr = c + r * H;
-        if (br && pr) {
+        if (ar) {
+            if (ar != gr) std::memcpy(gr, ar, sizeof(T) * G);
+        } else {
+            for (int64_t k = 0; k < G; ++k) gr[k] = T(0);
+        }
+        if (br) {
 #pragma omp simd
-            for (int64_t k = 0; k < G; ++k) gr[k] = ar[k] + br[k] + pr[k];
-        } else if (br || pr) {
-            const T* q = br ? br : pr;
+            for (int64_t k = 0; k < G; ++k) gr[k] += br[k];
+        }
+        if (bias) {
 #pragma omp simd
-            for (int64_t k = 0; k < G; ++k) gr[k] = ar[k] + q[k];
-        } else if (gr != ar) {
-            std::memcpy(gr, ar, sizeof(T) * G);
+            for (int64_t k = 0; k < G; ++k) gr[k] += bias[k];
+        }
+        if (x) {
+            for (int64_t d = 0; d < D; ++d) {
+                const T xd = x[r * D + d];
+                const T* w = wxT + d * G;
+#pragma omp simd
+                for (int64_t k = 0; k < G; ++k) gr[k] += xd * w[k];
+            }
+        }
+        if (pr) {
+#pragma omp simd
+            for (int64_t k = 0; k < G; ++k) gr[k] += pr[k];
         }
 #pragma omp simd
         for (int64_t k = 0; k < 3 * H; ++k) gr[k] = sigmoid(gr[k]);
@@ -115,38 +135,72 @@ inline void backward_row(int64_t H, T* gr, const T* cp, const T* cn, const T* dh
     }
 }
 
+// Backward of one iteration: gates (activated) become the gate gradient da in place.
+//   dh, dc: gradients of this iteration's h and c (row strides ld_dh, ld_dc; either may be null);
+//   dpool (sets x H) adds weights[r] * dpool[set(r)] to dh (mean pooling; weights null = 1/rows_per_set);
+//   dc_prev (out): gradient of the previous c; dp (out, sets x G): sum of da over each set's rows;
+//   with x (narrow input of width D): dwxT (D x G) and db (G) accumulate x[r] da[r] and da[r], and
+//   dx (rows x D, if not null) accumulates wxT da[r].
 template <typename T>
-void backward(int64_t rows, int64_t H, T* gates, const T* c_prev, const T* c_new, const T* dh,
-              const T* dc, const T* dpool, const T* weights, int64_t rows_per_set, T* dc_prev, T* dp,
+void backward(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev, const T* c_new, const T* dh,
+              int64_t ld_dh, const T* dc, int64_t ld_dc, const T* dpool, const T* weights,
+              int64_t rows_per_set, T* dc_prev, T* dp, const T* x, const T* wxT, T* dwxT, T* db, T* dx,
               int nthreads) {
     const int64_t G = 4 * H;
-    auto row = [&](int64_t r) {
-        T w = T(0);
-        const T* dpr = nullptr;
-        if (dpool) {
-            dpr = dpool + (r / rows_per_set) * H;
-            w = weights ? weights[r] : T(1) / T(rows_per_set);
-        }
-        backward_row<T>(H, gates + r * G, c_prev ? c_prev + r * H : nullptr, c_new + r * H,
-                        dh ? dh + r * H : nullptr, dc ? dc + r * H : nullptr, dpr, w,
-                        dc_prev ? dc_prev + r * H : nullptr);
-    };
-    if (!dp) {
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-        for (int64_t r = 0; r < rows; ++r) row(r);
-        return;
-    }
-    // With the per-set sum: each thread takes whole sets, so the sums need no atomics.
     const int64_t sets = rows / rows_per_set;
-#pragma omp parallel for num_threads(nthreads) schedule(static)
-    for (int64_t s = 0; s < sets; ++s) {
-        T* dps = dp + s * G;
-        for (int64_t k = 0; k < G; ++k) dps[k] = T(0);
-        for (int64_t r = s * rows_per_set; r < (s + 1) * rows_per_set; ++r) {
-            row(r);
-            const T* gr = gates + r * G;
+    // Whole sets per thread where per-set sums are needed (no atomics), rows otherwise.
+    const bool by_set = dp != nullptr;
+    const int64_t units = by_set ? sets : rows;
+#pragma omp parallel num_threads(nthreads)
+    {
+        std::vector<T> acc(x ? (D + 1) * G : 0, T(0));  // this thread's dwxT then db
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; ++u) {
+            const int64_t r0 = by_set ? u * rows_per_set : u;
+            const int64_t r1 = by_set ? r0 + rows_per_set : u + 1;
+            T* dps = by_set ? dp + u * G : nullptr;
+            if (dps)
+                for (int64_t k = 0; k < G; ++k) dps[k] = T(0);
+            for (int64_t r = r0; r < r1; ++r) {
+                T* gr = gates + r * G;
+                T w = T(0);
+                const T* dpr = nullptr;
+                if (dpool) {
+                    dpr = dpool + (r / rows_per_set) * H;
+                    w = weights ? weights[r] : T(1) / T(rows_per_set);
+                }
+                backward_row<T>(H, gr, c_prev ? c_prev + r * H : nullptr, c_new + r * H,
+                                dh ? dh + r * ld_dh : nullptr, dc ? dc + r * ld_dc : nullptr, dpr, w,
+                                dc_prev ? dc_prev + r * H : nullptr);
+                if (dps) {
 #pragma omp simd
-            for (int64_t k = 0; k < G; ++k) dps[k] += gr[k];
+                    for (int64_t k = 0; k < G; ++k) dps[k] += gr[k];
+                }
+                if (x) {
+                    T* adb = acc.data() + D * G;
+#pragma omp simd
+                    for (int64_t k = 0; k < G; ++k) adb[k] += gr[k];
+                    for (int64_t d = 0; d < D; ++d) {
+                        const T xd = x[r * D + d];
+                        T* aw = acc.data() + d * G;
+                        const T* wd = wxT + d * G;
+                        T s = T(0);
+#pragma omp simd reduction(+ : s)
+                        for (int64_t k = 0; k < G; ++k) {
+                            aw[k] += xd * gr[k];
+                            s += wd[k] * gr[k];
+                        }
+                        if (dx) dx[r * D + d] += s;
+                    }
+                }
+            }
+        }
+        if (x) {
+#pragma omp critical
+            {
+                for (int64_t k = 0; k < D * G; ++k) dwxT[k] += acc[k];
+                for (int64_t k = 0; k < G; ++k) db[k] += acc[D * G + k];
+            }
         }
     }
 }
@@ -155,25 +209,23 @@ void backward(int64_t rows, int64_t H, T* gates, const T* c_prev, const T* c_new
 
 extern "C" {
 
-int swarm_abi_version() { return 2; }
+int swarm_abi_version() { return 3; }
 
-void swarm_forward_f32(int64_t rows, int64_t H, const float* a, const float* b, float* gates, const float* p,
-                       int64_t rows_per_set, const float* c_prev, float* h, float* c, int nthreads) {
-    forward<float>(rows, H, a, b, gates, p, rows_per_set, c_prev, h, c, nthreads);
-}
-void swarm_forward_f64(int64_t rows, int64_t H, const double* a, const double* b, double* gates, const double* p,
-                       int64_t rows_per_set, const double* c_prev, double* h, double* c, int nthreads) {
-    forward<double>(rows, H, a, b, gates, p, rows_per_set, c_prev, h, c, nthreads);
-}
-void swarm_backward_f32(int64_t rows, int64_t H, float* gates, const float* c_prev, const float* c_new,
-                        const float* dh, const float* dc, const float* dpool, const float* weights,
-                        int64_t rows_per_set, float* dc_prev, float* dp, int nthreads) {
-    backward<float>(rows, H, gates, c_prev, c_new, dh, dc, dpool, weights, rows_per_set, dc_prev, dp, nthreads);
-}
-void swarm_backward_f64(int64_t rows, int64_t H, double* gates, const double* c_prev, const double* c_new,
-                        const double* dh, const double* dc, const double* dpool, const double* weights,
-                        int64_t rows_per_set, double* dc_prev, double* dp, int nthreads) {
-    backward<double>(rows, H, gates, c_prev, c_new, dh, dc, dpool, weights, rows_per_set, dc_prev, dp, nthreads);
-}
+#define SWARM_EXPORT(T, SUF)                                                                              \
+    void swarm_forward_##SUF(int64_t rows, int64_t H, int64_t D, const T* a, const T* b, const T* x,        \
+                             const T* wxT, const T* bias, const T* p, int64_t rows_per_set, T* gates,      \
+                             const T* c_prev, T* h, T* c, int nthreads) {                                 \
+        forward<T>(rows, H, D, a, b, x, wxT, bias, p, rows_per_set, gates, c_prev, h, c, nthreads);      \
+    }                                                                                                     \
+    void swarm_backward_##SUF(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev,              \
+                              const T* c_new, const T* dh, int64_t ld_dh, const T* dc, int64_t ld_dc,      \
+                              const T* dpool, const T* weights, int64_t rows_per_set, T* dc_prev, T* dp,   \
+                              const T* x, const T* wxT, T* dwxT, T* db, T* dx, int nthreads) {            \
+        backward<T>(rows, H, D, gates, c_prev, c_new, dh, ld_dh, dc, ld_dc, dpool, weights, rows_per_set,  \
+                    dc_prev, dp, x, wxT, dwxT, db, dx, nthreads);                                         \
+    }
+
+SWARM_EXPORT(float, f32)
+SWARM_EXPORT(double, f64)
 
 }  // extern "C"

@@ -184,13 +184,13 @@ class SwarmLayer(nn.Module):
         """Compile the iteration body with ``torch.compile`` (kept out of the state dict)."""
         self.__dict__["_compiled_step"] = torch.compile(self.cell.forward, dynamic=None)
 
-    def _kernels(self, x_proj: Tensor) -> _ext.Kernels | None:
+    def _kernels(self, x: Tensor) -> _ext.Kernels | None:
         """The fused CPU kernels where they apply to this call, else None (the PyTorch path)."""
-        if not _ext.Kernels.supports(x_proj) or self._compiled_step is not None:
+        if not _ext.Kernels.supports(x) or self._compiled_step is not None:
             return None
         if (self.training and self.dropout > 0) or torch.compiler.is_compiling():
             return None
-        if _autocast_on() or self.cell.recurrent.weight.dtype != x_proj.dtype:
+        if _autocast_on() or self.cell.recurrent.weight.dtype != x.dtype:
             return None
         return _ext.kernels()
 
@@ -202,16 +202,20 @@ class SwarmLayer(nn.Module):
 
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
-        weights = mask_weights(mask, x.shape[1], x.dtype) if self.cell.pooling == "mean" else None
-        x_proj = self.cell.project_input(x)  # (B, N, 4H), reused by every iteration
-        kernels = self._kernels(x_proj)
+        cell = self.cell
+        weights = mask_weights(mask, x.shape[1], x.dtype) if cell.pooling == "mean" else None
+        kernels = self._kernels(x)
         if kernels is not None:
-            cell = self.cell
-            args = (x_proj, cell.recurrent.weight, cell.population.weight, weights, self.n_iter, cell.pooling)
-            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:3]):
+            if x.shape[-1] <= FUSED_INPUT_MAX:  # the kernels add Wx x + b themselves
+                inp, w_in, b_in = x, cell.input.weight, cell.input.bias
+            else:
+                inp, w_in, b_in = cell.project_input(x), None, None
+            args = (inp, w_in, b_in, cell.recurrent.weight, cell.population.weight, weights, self.n_iter, cell.pooling)
+            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]):
                 return _FusedIterations.apply(*args, kernels)
             return _iterate(kernels, *args, keep=False)[:2]
-        h, c = self.cell(x_proj, None, None)
+        x_proj = cell.project_input(x)  # (B, N, 4H), reused by every iteration
+        h, c = cell(x_proj, None, None)
         h = self._drop(h)
         step = self._compiled_step or self.cell
         for _ in range(self.n_iter - 1):
@@ -259,32 +263,52 @@ def _autocast_on() -> bool:
         return torch.is_autocast_cpu_enabled()
 
 
+FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the kernels (never materialised)
+
+
+def _rows(t: Tensor | None, R: int, H: int) -> tuple[Tensor, int] | None:
+    """(B, N, H) gradient as rows for the kernels: the tensor and its row stride (copied only if needed)."""
+    if t is None:
+        return None
+    B, N, _ = t.shape
+    if t.stride(2) == 1 and t.stride(0) == N * t.stride(1):
+        return t, t.stride(1)
+    return t.reshape(R, H).contiguous(), H
+
+
 def _iterate(
-    kernels: _ext.Kernels, x_proj: Tensor, w_rec: Tensor, w_pop: Tensor, weights: Tensor | None, n_iter: int,
-    pooling: str, keep: bool
+    kernels: _ext.Kernels, inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_rec: Tensor, w_pop: Tensor,
+    weights: Tensor | None, n_iter: int, pooling: str, keep: bool
 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
     """All iterations of the layer with the fused kernels; with ``keep`` the tensors for the backward.
 
+    ``inp`` is the input x (B, N, D) with its projection ``w_in``, ``b_in`` (D <= FUSED_INPUT_MAX: the
+    kernels add Wx x + b on the fly), or the input projection (B, N, 4H) itself with ``w_in`` None.
     Kept: the activated gates (n_iter, R, 4H), h and c of every iteration (n_iter, R, H), and for mean
     pooling the pooled h of iterations 1..n_iter-1 (n_iter - 1, B, H). R = B * N rows.
     """
-    B, N, G = x_proj.shape
+    B, N, _ = inp.shape
+    G = w_rec.shape[0]
     H, R = G // 4, B * N
-    xp = x_proj.detach().reshape(R, G).contiguous()
     w_rec_t, w_pop_t = w_rec.detach().t(), w_pop.detach().t()
+    if w_in is None:
+        terms = {"b": inp.detach().reshape(R, G).contiguous()}
+    else:
+        terms = {"x": inp.detach().reshape(R, -1).contiguous(), "wxT": w_in.detach().t().contiguous(),
+                 "bias": None if b_in is None else b_in.detach().contiguous()}
     if weights is not None:
         weights = weights.contiguous()
-    depth = n_iter if keep else 1
-    gates = xp.new_empty(depth, R, G)
-    hs = xp.new_empty(n_iter if keep else 2, R, H)
-    cs = xp.new_empty(n_iter if keep else 2, R, H)
-    pooled = xp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
-    kernels.forward(xp, None, gates[0], None, N, None, hs[0], cs[0])
+    gates = inp.new_empty(n_iter if keep else 1, R, G)
+    hs = inp.new_empty(n_iter if keep else 2, R, H)
+    cs = inp.new_empty(n_iter if keep else 2, R, H)
+    pooled = inp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
+    kernels.forward(gates[0], hs[0], cs[0], **terms)
     for t in range(1, n_iter):
         g = gates[t if keep else 0]
         prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
-        torch.mm(hs[prev], w_rec_t, out=g)  # x_proj is added by the kernel (no copy of it here)
+        torch.mm(hs[prev], w_rec_t, out=g)
         h_prev = hs[prev].view(B, N, H)
+        p = None
         if pooling == "mean":
             pool = masked_mean(h_prev, weights=weights)  # (B, H)
             if pooled is not None:
@@ -292,27 +316,26 @@ def _iterate(
             p = pool @ w_pop_t  # (B, 4H): one population term per set
         else:
             g.addmm_(causal_mean(h_prev).view(R, H), w_pop_t)
-            p = None
-        kernels.forward(g, xp, g, p, N, cs[prev], hs[cur], cs[cur])
+        kernels.forward(g, hs[cur], cs[cur], a=g, p=p, rows_per_set=N, c_prev=cs[prev], **terms)
     last = n_iter - 1 if keep else (n_iter - 1) % 2
     saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
     return hs[last].view(B, N, H), cs[last].view(B, N, H), saved
 
 
 class _FusedIterations(torch.autograd.Function):
-    """(x_proj, Wh, Wp) -> final (h, c) of all iterations, forward and backward through the fused kernels.
+    """(x or x_proj, Wx, b, Wh, Wp) -> final (h, c) of all iterations, through the fused kernels.
 
     Backward, from the last iteration to the first: the kernel turns the kept gates into the gate
-    gradient da_t in place (and, for mean pooling, sums it per set); da_t Wh (plus the pooling's
-    backward) gives the gradient of h_{t-1}. The weight gradients and the input projection's gradient
-    (the sum of all da_t) are single large products at the end.
+    gradient da_t in place (and, for mean pooling, sums it per set; for a narrow input, accumulates
+    the input projection's gradients); da_t Wh (plus the pooling's backward) gives the gradient of
+    h_{t-1}. The recurrent and population weight gradients are single large products at the end.
     """
 
     @staticmethod
-    def forward(ctx, x_proj, w_rec, w_pop, weights, n_iter, pooling, kernels):
-        h, c, saved = _iterate(kernels, x_proj, w_rec, w_pop, weights, n_iter, pooling, keep=True)
-        ctx.kernels, ctx.pooling, ctx.shape, ctx.spent = kernels, pooling, x_proj.shape, False
-        ctx.save_for_backward(w_rec, w_pop, weights, *saved)
+    def forward(ctx, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
+        h, c, saved = _iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
+        ctx.kernels, ctx.pooling, ctx.n_rows, ctx.spent = kernels, pooling, inp.shape[:2], False
+        ctx.save_for_backward(inp, w_in, w_rec, w_pop, weights, *saved)
         return h, c
 
     @staticmethod
@@ -323,12 +346,20 @@ class _FusedIterations(torch.autograd.Function):
                                "for retain_graph=True set SWARMCTL_NO_EXT=1")
         ctx.spent = True
         kernels, pooling = ctx.kernels, ctx.pooling
-        w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
-        B, N, G = ctx.shape
+        inp, w_in, w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
+        B, N = ctx.n_rows
+        G = w_rec.shape[0]
         H, R, n_iter = G // 4, B * N, gates.shape[0]
         mean = pooling == "mean"
-        dh = None if dh_out is None else dh_out.reshape(R, H).contiguous()
-        dc = None if dc_out is None else dc_out.reshape(R, H).contiguous()
+        narrow = w_in is not None
+        need = ctx.needs_input_grad
+        dh, dc = _rows(dh_out, R, H), _rows(dc_out, R, H)
+        terms = {}
+        if narrow:
+            D = inp.shape[-1]
+            terms = {"x": inp.reshape(R, D).contiguous(), "wxT": w_in.t().contiguous(),
+                     "dwxT": gates.new_zeros(D, G), "db": gates.new_zeros(G),
+                     "dx": gates.new_zeros(R, D) if need[0] else None}
         dps = gates.new_empty(n_iter - 1, B, G) if mean else None
         dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
         dpool = None
@@ -337,27 +368,32 @@ class _FusedIterations(torch.autograd.Function):
         for t in range(n_iter - 1, -1, -1):
             first = t == 0
             dc_prev = None if first else dc_bufs[t % 2]
-            kernels.backward(gates[t], None if first else cs[t - 1], cs[t], dh, dc, dpool, weights, N, dc_prev,
-                             None if first or not mean else dps[t - 1])
+            kernels.backward(gates[t], cs[t], c_prev=None if first else cs[t - 1], dh=dh, dc=dc, dpool=dpool,
+                             weights=weights, rows_per_set=N, dc_prev=dc_prev,
+                             dp=None if first or not mean else dps[t - 1], **terms)
             if first:
                 break
             da = gates[t]  # now the gate gradient
-            dh = da @ w_rec  # (R, H)
+            dh_t = da @ w_rec  # (R, H)
             if mean:
                 dpool = dps[t - 1] @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
             else:  # causal mean: out_j = cumsum(h)_j / (j + 1), so dh_i = sum_{j >= i} d_j / (j + 1)
                 s = (da @ w_pop).view(B, N, H).div_(steps)
-                dh += (s.sum(1, keepdim=True) - s.cumsum(1) + s).view(R, H)
-            dc = dc_prev
-        d_x = gates.sum(0).view(B, N, G) if ctx.needs_input_grad[0] else None
-        d_rec = d_pop = None
+                dh_t += (s.sum(1, keepdim=True) - s.cumsum(1) + s).view(R, H)
+            dh, dc = (dh_t, H), (dc_prev, H)
+        d_inp = d_w_in = d_b_in = d_rec = d_pop = None
+        if narrow:
+            d_inp = terms["dx"].view(inp.shape) if need[0] else None
+            d_w_in, d_b_in = terms["dwxT"].t(), terms["db"]
+        elif need[0]:
+            d_inp = gates.sum(0).view(B, N, G)
         if n_iter > 1:
             das = gates[1:].view(-1, G)
-            if ctx.needs_input_grad[1]:
+            if need[3]:
                 d_rec = das.t() @ hs[:-1].view(-1, H)
-            if ctx.needs_input_grad[2]:
+            if need[4]:
                 if mean:
                     d_pop = dps.view(-1, G).t() @ rest[0].view(-1, H)
                 else:
                     d_pop = das.t() @ causal_mean(hs[:-1].view(n_iter - 1, B, N, H).flatten(0, 1)).view(-1, H)
-        return d_x, d_rec, d_pop, None, None, None, None
+        return d_inp, d_w_in, d_b_in, d_rec, d_pop, None, None, None, None
