@@ -27,7 +27,7 @@ from torch import Tensor
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("_swarm_kernels.cpp")
-ABI_VERSION = 3
+ABI_VERSION = 4
 # Tried in order: the first set that builds wins (no -march=native where the compiler rejects it,
 # no OpenMP where it has none: the kernels then run on one thread).
 FLAG_SETS = (
@@ -115,7 +115,7 @@ class Kernels:
             f.argtypes = [i64, i64, i64] + [ptr] * 6 + [i64] + [ptr] * 4 + [i32]
             f.restype = None
         for f in self._bwd.values():
-            f.argtypes = [i64, i64, i64, ptr, ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64] + [ptr] * 7 + [i32]
+            f.argtypes = [i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, i64, ptr, ptr, i64] + [ptr] * 7 + [i32]
             f.restype = None
         self.path = path
 
@@ -136,13 +136,13 @@ class Kernels:
         self._fwd[gates.dtype](rows, G // 4, D, _p(a), _p(b), _p(x), _p(wxT), _p(bias), _p(p), rows_per_set,
                                _p(gates), _p(c_prev), _p(h), _p(c), torch.get_num_threads())
 
-    def backward(self, gates: Tensor, c_new: Tensor, *, c_prev: Tensor | None = None,
+    def backward(self, gates: Tensor, da: Tensor, c_new: Tensor, *, c_prev: Tensor | None = None,
                  dh: tuple[Tensor, int] | None = None, dc: tuple[Tensor, int] | None = None,
                  dpool: Tensor | None = None, weights: Tensor | None = None, rows_per_set: int = 1,
                  dc_prev: Tensor | None = None, dp: Tensor | None = None, x: Tensor | None = None,
                  wxT: Tensor | None = None, dwxT: Tensor | None = None, db: Tensor | None = None,
                  dx: Tensor | None = None) -> None:
-        """Overwrite ``gates`` with the gate gradient da; write ``dc_prev`` and the per-set sums ``dp``.
+        """Write the gate gradient ``da`` (may be ``gates``), ``dc_prev`` and the per-set sums ``dp`` of da.
 
         ``dh``, ``dc``: (tensor, row stride) pairs. ``dpool`` (sets x H) adds ``weights[row] * dpool[set]``
         to dh (mean pooling's backward; weights None = 1 / rows_per_set). With ``x``: ``dwxT``, ``db``
@@ -152,7 +152,7 @@ class Kernels:
         D = 0 if x is None else x.shape[1]
         dh_t, ld_dh = dh if dh is not None else (None, 0)
         dc_t, ld_dc = dc if dc is not None else (None, 0)
-        self._bwd[gates.dtype](rows, G // 4, D, _p(gates), _p(c_prev), _p(c_new), _p(dh_t, strided=True), ld_dh,
+        self._bwd[gates.dtype](rows, G // 4, D, _p(gates), _p(da), _p(c_prev), _p(c_new), _p(dh_t, strided=True), ld_dh,
                                _p(dc_t, strided=True), ld_dc, _p(dpool), _p(weights), rows_per_set, _p(dc_prev),
                                _p(dp), _p(x), _p(wxT), _p(dwxT), _p(db), _p(dx), torch.get_num_threads())
 

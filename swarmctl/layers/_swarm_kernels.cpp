@@ -12,6 +12,9 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace {
 
@@ -114,12 +117,12 @@ void forward(int64_t rows, int64_t H, int64_t D, const T* a, const T* b, const T
 }
 
 template <typename T>
-inline void backward_row(int64_t H, T* gr, const T* cp, const T* cn, const T* dh, const T* dc,
+inline void backward_row(int64_t H, const T* gr, T* dar, const T* cp, const T* cn, const T* dh, const T* dc,
                          const T* dpool, T w, T* dcp) {
-    T* gi = gr;
-    T* gf = gr + H;
-    T* go = gr + 2 * H;
-    T* gg = gr + 3 * H;
+    const T* gi = gr;
+    const T* gf = gr + H;
+    const T* go = gr + 2 * H;
+    const T* gg = gr + 3 * H;
 #pragma omp simd
     for (int64_t k = 0; k < H; ++k) {
         T dhk = (dh ? dh[k] : T(0)) + (dpool ? w * dpool[k] : T(0));
@@ -127,22 +130,22 @@ inline void backward_row(int64_t H, T* gr, const T* cp, const T* cn, const T* dh
         T i = gi[k], f = gf[k], o = go[k], g = gg[k];
         T dct = (dc ? dc[k] : T(0)) + dhk * o * (T(1) - tc * tc);
         T c0 = cp ? cp[k] : T(0);
-        gi[k] = dct * g * i * (T(1) - i);
-        gf[k] = dct * c0 * f * (T(1) - f);
-        go[k] = dhk * tc * o * (T(1) - o);
-        gg[k] = dct * i * (T(1) - g * g);
+        dar[k] = dct * g * i * (T(1) - i);
+        dar[H + k] = dct * c0 * f * (T(1) - f);
+        dar[2 * H + k] = dhk * tc * o * (T(1) - o);
+        dar[3 * H + k] = dct * i * (T(1) - g * g);
         if (dcp) dcp[k] = dct * f;
     }
 }
 
-// Backward of one iteration: gates (activated) become the gate gradient da in place.
+// Backward of one iteration: from the activated gates, the gate gradient da (may be gates itself).
 //   dh, dc: gradients of this iteration's h and c (row strides ld_dh, ld_dc; either may be null);
 //   dpool (sets x H) adds weights[r] * dpool[set(r)] to dh (mean pooling; weights null = 1/rows_per_set);
 //   dc_prev (out): gradient of the previous c; dp (out, sets x G): sum of da over each set's rows;
 //   with x (narrow input of width D): dwxT (D x G) and db (G) accumulate x[r] da[r] and da[r], and
 //   dx (rows x D, if not null) accumulates wxT da[r].
 template <typename T>
-void backward(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev, const T* c_new, const T* dh,
+void backward(int64_t rows, int64_t H, int64_t D, const T* gates, T* da, const T* c_prev, const T* c_new, const T* dh,
               int64_t ld_dh, const T* dc, int64_t ld_dc, const T* dpool, const T* weights,
               int64_t rows_per_set, T* dc_prev, T* dp, const T* x, const T* wxT, T* dwxT, T* db, T* dx,
               int nthreads) {
@@ -151,9 +154,16 @@ void backward(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev, con
     // Whole sets per thread where per-set sums are needed (no atomics), rows otherwise.
     const bool by_set = dp != nullptr;
     const int64_t units = by_set ? sets : rows;
+    // Per-thread partial sums of dwxT and db, added in thread order afterwards: deterministic results.
+    const int64_t width = x ? (D + 1) * G : 0;
+    std::vector<T> partial(static_cast<size_t>(width) * (nthreads > 0 ? nthreads : 1), T(0));
 #pragma omp parallel num_threads(nthreads)
     {
-        std::vector<T> acc(x ? (D + 1) * G : 0, T(0));  // this thread's dwxT then db
+#ifdef _OPENMP
+        T* acc = partial.data() + width * omp_get_thread_num();
+#else
+        T* acc = partial.data();
+#endif
 #pragma omp for schedule(static)
         for (int64_t u = 0; u < units; ++u) {
             const int64_t r0 = by_set ? u * rows_per_set : u;
@@ -162,45 +172,46 @@ void backward(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev, con
             if (dps)
                 for (int64_t k = 0; k < G; ++k) dps[k] = T(0);
             for (int64_t r = r0; r < r1; ++r) {
-                T* gr = gates + r * G;
+                const T* gr = gates + r * G;
+                T* dar = da + r * G;
                 T w = T(0);
                 const T* dpr = nullptr;
                 if (dpool) {
                     dpr = dpool + (r / rows_per_set) * H;
                     w = weights ? weights[r] : T(1) / T(rows_per_set);
                 }
-                backward_row<T>(H, gr, c_prev ? c_prev + r * H : nullptr, c_new + r * H,
+                backward_row<T>(H, gr, dar, c_prev ? c_prev + r * H : nullptr, c_new + r * H,
                                 dh ? dh + r * ld_dh : nullptr, dc ? dc + r * ld_dc : nullptr, dpr, w,
                                 dc_prev ? dc_prev + r * H : nullptr);
                 if (dps) {
 #pragma omp simd
-                    for (int64_t k = 0; k < G; ++k) dps[k] += gr[k];
+                    for (int64_t k = 0; k < G; ++k) dps[k] += dar[k];
                 }
                 if (x) {
-                    T* adb = acc.data() + D * G;
+                    T* adb = acc + D * G;
 #pragma omp simd
-                    for (int64_t k = 0; k < G; ++k) adb[k] += gr[k];
+                    for (int64_t k = 0; k < G; ++k) adb[k] += dar[k];
                     for (int64_t d = 0; d < D; ++d) {
                         const T xd = x[r * D + d];
-                        T* aw = acc.data() + d * G;
+                        T* aw = acc + d * G;
                         const T* wd = wxT + d * G;
                         T s = T(0);
 #pragma omp simd reduction(+ : s)
                         for (int64_t k = 0; k < G; ++k) {
-                            aw[k] += xd * gr[k];
-                            s += wd[k] * gr[k];
+                            aw[k] += xd * dar[k];
+                            s += wd[k] * dar[k];
                         }
                         if (dx) dx[r * D + d] += s;
                     }
                 }
             }
         }
-        if (x) {
-#pragma omp critical
-            {
-                for (int64_t k = 0; k < D * G; ++k) dwxT[k] += acc[k];
-                for (int64_t k = 0; k < G; ++k) db[k] += acc[D * G + k];
-            }
+    }
+    if (x) {
+        for (int th = 0; th < (nthreads > 0 ? nthreads : 1); ++th) {
+            const T* acc = partial.data() + width * th;
+            for (int64_t k = 0; k < D * G; ++k) dwxT[k] += acc[k];
+            for (int64_t k = 0; k < G; ++k) db[k] += acc[D * G + k];
         }
     }
 }
@@ -209,7 +220,7 @@ void backward(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev, con
 
 extern "C" {
 
-int swarm_abi_version() { return 3; }
+int swarm_abi_version() { return 4; }
 
 #define SWARM_EXPORT(T, SUF)                                                                              \
     void swarm_forward_##SUF(int64_t rows, int64_t H, int64_t D, const T* a, const T* b, const T* x,        \
@@ -217,11 +228,11 @@ int swarm_abi_version() { return 3; }
                              const T* c_prev, T* h, T* c, int nthreads) {                                 \
         forward<T>(rows, H, D, a, b, x, wxT, bias, p, rows_per_set, gates, c_prev, h, c, nthreads);      \
     }                                                                                                     \
-    void swarm_backward_##SUF(int64_t rows, int64_t H, int64_t D, T* gates, const T* c_prev,              \
+    void swarm_backward_##SUF(int64_t rows, int64_t H, int64_t D, const T* gates, T* da, const T* c_prev,  \
                               const T* c_new, const T* dh, int64_t ld_dh, const T* dc, int64_t ld_dc,      \
                               const T* dpool, const T* weights, int64_t rows_per_set, T* dc_prev, T* dp,   \
                               const T* x, const T* wxT, T* dwxT, T* db, T* dx, int nthreads) {            \
-        backward<T>(rows, H, D, gates, c_prev, c_new, dh, ld_dh, dc, ld_dc, dpool, weights, rows_per_set,  \
+        backward<T>(rows, H, D, gates, da, c_prev, c_new, dh, ld_dh, dc, ld_dc, dpool, weights, rows_per_set,  \
                     dc_prev, dp, x, wxT, dwxT, db, dx, nthreads);                                         \
     }
 

@@ -325,26 +325,23 @@ def _iterate(
 class _FusedIterations(torch.autograd.Function):
     """(x or x_proj, Wx, b, Wh, Wp) -> final (h, c) of all iterations, through the fused kernels.
 
-    Backward, from the last iteration to the first: the kernel turns the kept gates into the gate
-    gradient da_t in place (and, for mean pooling, sums it per set; for a narrow input, accumulates
-    the input projection's gradients); da_t Wh (plus the pooling's backward) gives the gradient of
-    h_{t-1}. The recurrent and population weight gradients are single large products at the end.
+    Backward, from the last iteration to the first: the kernel computes the gate gradient da_t from the
+    kept gates (and, for mean pooling, sums it per set; for a narrow input, accumulates the input
+    projection's gradients); da_t Wh (plus the pooling's backward) gives the gradient of h_{t-1}, and
+    da_t h_{t-1} is added to the recurrent weight's gradient. The saved tensors are only read, so the
+    backward may run more than once (retain_graph, gradcheck).
     """
 
     @staticmethod
     def forward(ctx, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
         h, c, saved = _iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
-        ctx.kernels, ctx.pooling, ctx.n_rows, ctx.spent = kernels, pooling, inp.shape[:2], False
+        ctx.kernels, ctx.pooling, ctx.n_rows = kernels, pooling, inp.shape[:2]
         ctx.save_for_backward(inp, w_in, w_rec, w_pop, weights, *saved)
         return h, c
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dh_out, dc_out):
-        if ctx.spent:
-            raise RuntimeError("the fused SWARM backward overwrites its saved gates and runs once per forward; "
-                               "for retain_graph=True set SWARMCTL_NO_EXT=1")
-        ctx.spent = True
         kernels, pooling = ctx.kernels, ctx.pooling
         inp, w_in, w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
         B, N = ctx.n_rows
@@ -355,12 +352,18 @@ class _FusedIterations(torch.autograd.Function):
         need = ctx.needs_input_grad
         dh, dc = _rows(dh_out, R, H), _rows(dc_out, R, H)
         terms = {}
+        d_inp = d_w_in = d_b_in = d_rec = d_pop = None
         if narrow:
             D = inp.shape[-1]
             terms = {"x": inp.reshape(R, D).contiguous(), "wxT": w_in.t().contiguous(),
                      "dwxT": gates.new_zeros(D, G), "db": gates.new_zeros(G),
                      "dx": gates.new_zeros(R, D) if need[0] else None}
-        dps = gates.new_empty(n_iter - 1, B, G) if mean else None
+        elif need[0]:
+            d_inp = gates.new_zeros(R, G)
+        if n_iter > 1:
+            d_rec, d_pop = w_rec.new_zeros(G, H), w_pop.new_zeros(G, H)
+        da = gates.new_empty(R, G)
+        dp = gates.new_empty(B, G) if mean else None
         dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
         dpool = None
         if not mean:
@@ -368,32 +371,27 @@ class _FusedIterations(torch.autograd.Function):
         for t in range(n_iter - 1, -1, -1):
             first = t == 0
             dc_prev = None if first else dc_bufs[t % 2]
-            kernels.backward(gates[t], cs[t], c_prev=None if first else cs[t - 1], dh=dh, dc=dc, dpool=dpool,
-                             weights=weights, rows_per_set=N, dc_prev=dc_prev,
-                             dp=None if first or not mean else dps[t - 1], **terms)
+            kernels.backward(gates[t], da, cs[t], c_prev=None if first else cs[t - 1], dh=dh, dc=dc, dpool=dpool,
+                             weights=weights, rows_per_set=N, dc_prev=dc_prev, dp=None if first else dp, **terms)
+            if d_inp is not None:
+                d_inp += da
             if first:
                 break
-            da = gates[t]  # now the gate gradient
+            h_prev = hs[t - 1]
+            d_rec.addmm_(da.t(), h_prev)
             dh_t = da @ w_rec  # (R, H)
             if mean:
-                dpool = dps[t - 1] @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
+                d_pop.addmm_(dp.t(), rest[0][t - 1])  # rest[0][t - 1]: the pooled h this iteration saw
+                dpool = dp @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
             else:  # causal mean: out_j = cumsum(h)_j / (j + 1), so dh_i = sum_{j >= i} d_j / (j + 1)
+                d_pop.addmm_(da.t(), causal_mean(h_prev.view(B, N, H)).view(R, H))
                 s = (da @ w_pop).view(B, N, H).div_(steps)
-                dh_t += (s.sum(1, keepdim=True) - s.cumsum(1) + s).view(R, H)
+                dh_t += s.flip(1).cumsum(1).flip(1).view(R, H)  # suffix sums: exact zeros stay zero (causality)
             dh, dc = (dh_t, H), (dc_prev, H)
-        d_inp = d_w_in = d_b_in = d_rec = d_pop = None
         if narrow:
             d_inp = terms["dx"].view(inp.shape) if need[0] else None
             d_w_in, d_b_in = terms["dwxT"].t(), terms["db"]
-        elif need[0]:
-            d_inp = gates.sum(0).view(B, N, G)
-        if n_iter > 1:
-            das = gates[1:].view(-1, G)
-            if need[3]:
-                d_rec = das.t() @ hs[:-1].view(-1, H)
-            if need[4]:
-                if mean:
-                    d_pop = dps.view(-1, G).t() @ rest[0].view(-1, H)
-                else:
-                    d_pop = das.t() @ causal_mean(hs[:-1].view(n_iter - 1, B, N, H).flatten(0, 1)).view(-1, H)
-        return d_inp, d_w_in, d_b_in, d_rec, d_pop, None, None, None, None
+        elif d_inp is not None:
+            d_inp = d_inp.view(B, N, G)
+        return (d_inp, d_w_in, d_b_in, d_rec if need[3] else None, d_pop if need[4] else None,
+                None, None, None, None)
