@@ -69,21 +69,25 @@ class _FusedLSTMPointwise(torch.autograd.Function):
         gates, c, tc = ctx.saved_tensors
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
-        if dh is None:
-            dh = torch.zeros_like(tc)
-        # dc' = dc + dh * o * (1 - tanh(c')^2)
-        dct = tc.square().neg_().add_(1).mul_(o).mul_(dh)
-        if dc is not None:
-            dct.add_(dc)
         da = torch.empty_like(gates)
         di, df, do, dg = da.split(H, dim=-1)
+        if dh is None:  # only c' is used downstream
+            dct = dc.clone() if dc is not None else torch.zeros_like(tc)
+            do.zero_()
+        else:
+            # dc' = dc + dh * o * (1 - tanh(c')^2)
+            dct = torch.mul(dh, o)
+            dct.addcmul_(dct, tc.square(), value=-1)
+            if dc is not None:
+                dct.add_(dc)
+            torch.mul(dh, tc, out=do)
         torch.mul(dct, g, out=di)
         torch.mul(dct, c, out=df)
-        torch.mul(dh, tc, out=do)
         torch.mul(dct, i, out=dg)
         sig = gates[..., : 3 * H]
-        da[..., : 3 * H].mul_(sig).mul_(1 - sig)  # sigmoid' = s (1 - s)
-        dg.mul_(1 - g.square())  # tanh' = 1 - g^2
+        dsig = da[..., : 3 * H].mul_(sig)
+        dsig.addcmul_(dsig, sig, value=-1)  # sigmoid' = s (1 - s), without a (1 - s) temporary
+        dg.addcmul_(dg.mul(g), g, value=-1)  # tanh' = 1 - g^2
         dp = da if ctx.p_shape == da.shape else da.sum_to_size(ctx.p_shape)
         return da, dp, dct.mul_(f)
 
