@@ -206,7 +206,7 @@ def paper_shape(args, device: torch.device) -> None:
     for _ in range(args.repeats):
         for v in variants:
             v.times.append(v.timed_step(batch))
-    shares = {v.name: v.gemm_share(batch) for v in variants} if args.profile else {}
+    shares = {v.name: v.gemm_share(batch) for v in variants} if args.profile and device.type == "cpu" else {}
     report(variants, f"naive-{args.baseline}", useful_flops(B, N, 2, H, T, 10), 1.0, "s/step", shares)
     for v in variants:
         v.times = [t * 90 for t in v.times]
@@ -239,7 +239,8 @@ def small_epoch(args, device: torch.device) -> None:
             v.times[0] += v.timed_step(batches[i])
     rows = sum(b.x.shape[0] * b.x.shape[1] for b in batches)
     flops = useful_flops(1, rows, 2, H, T, 10)
-    shares = {v.name: v.gemm_share(batches[order[0]]) for v in variants} if args.profile else {}
+    profile = args.profile and device.type == "cpu"
+    shares = {v.name: v.gemm_share(batches[order[0]]) for v in variants} if profile else {}
     base = f"naive-{args.baseline}"
     print(f"  {'variant':<26} {'s/epoch':>9} {'vs naive':>9} {'useful TFLOP/s':>15} {'GEMM share':>11}")
     b_time = next(v for v in variants if v.name == base).times[0]
@@ -259,7 +260,8 @@ def main() -> None:
     ap.add_argument("--amp", action="store_true", help="also time every variant under bf16 autocast")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 matrix products on CUDA")
     ap.add_argument("--compile", action="store_true", help="also time the layer with a torch.compile'd step")
-    ap.add_argument("--no-profile", dest="profile", action="store_false", help="skip the profiled GEMM share")
+    ap.add_argument("--no-profile", dest="profile", action="store_false",
+                    help="skip the profiled GEMM share (CPU only; never profiled on CUDA)")
     args = ap.parse_args()
 
     device = torch.device(args.device)

@@ -57,7 +57,7 @@ def test_fused_layer_matches_reference_in_values_and_gradients(kernels, pooling,
     got = outputs_and_grads(layer, x, mask, layer.states, w_h, w_c)
     want = outputs_and_grads(layer, x, mask, lambda v, m: reference_states(layer, v, m), w_h, w_c)
     assert len(got) == len(want) == 3 + (2 if n_iter == 1 else 4)  # h, c, x; Wx, b (Wh, Wp from iteration 2)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10)
 
 
@@ -69,7 +69,7 @@ def test_fused_layer_passes_gradcheck(kernels, pooling):
     params = dict(layer.named_parameters())
 
     def f(x, *ps):
-        return torch.func.functional_call(layer, dict(zip(params, ps)), (x, mask))
+        return torch.func.functional_call(layer, dict(zip(params, ps, strict=True)), (x, mask))
 
     assert torch.autograd.gradcheck(f, (x.requires_grad_(), *params.values()))
 
@@ -91,7 +91,7 @@ def test_fused_layer_equals_pytorch_path_in_float32(kernels, monkeypatch, poolin
     fused = run()
     monkeypatch.setenv("SWARMCTL_NO_EXT", "1")
     plain = run()
-    for a, b in zip(fused, plain):
+    for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
     with torch.no_grad():  # inference runs the kernels without keeping anything for a backward
         monkeypatch.delenv("SWARMCTL_NO_EXT")
@@ -104,7 +104,7 @@ def test_fused_backward_can_run_twice(kernels):
     y = layer(torch.randn(2, 3, 2)).sum()
     first = torch.autograd.grad(y, list(layer.parameters()), retain_graph=True)
     second = torch.autograd.grad(y, list(layer.parameters()))
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert torch.equal(a, b)
 
 
