@@ -83,12 +83,12 @@ def useful_flops(B: int, N: int, D: int, H: int, T: int, C: int) -> float:
 
 
 def fused_traffic_bytes(B: int, N: int, H: int, T: int) -> float:
-    """Bytes the fused kernels read and write in one training step (float32, outside the GEMMs)."""
+    """Bytes the fused kernels read and write in one training step (float32, narrow input projected
+    inside the kernels; the matrix products' own traffic not included)."""
     rows = B * N
-    fwd = (4 + 4 + 1) * H + (T - 1) * (4 + 4 + 4 + 1 + 1 + 1) * H  # a, x_proj, c in; gates, h, c out
+    fwd = (4 + 1 + 1) * H + (T - 1) * (4 + 1 + 4 + 1 + 1) * H  # a, c_prev in; gates, h, c out
     bwd = T * (4 + 1 + 1 + 1 + 1 + 4 + 1) * H  # gates, c_prev, c, dh, dc in; da, dc_prev out
-    grad_x = (T + 1) * 4 * H  # the input projection's gradient: the sum of all gate gradients
-    return 4.0 * rows * (fwd + bwd + grad_x)
+    return 4.0 * rows * (fwd + bwd)
 
 
 @contextlib.contextmanager
