@@ -16,7 +16,7 @@ machine's GEMM rate, its copy bandwidth, each variant's GEMM / non-GEMM split fr
 and for the fused layer the element-wise traffic it moves.
 
     python benchmarks/layer_throughput.py                      # CPU: both measurements (a few minutes)
-    python benchmarks/layer_throughput.py --device cuda --amp  # GPU: fp32 and bf16 autocast rows
+    SWARMCTL_NO_EXT=1 python benchmarks/layer_throughput.py --device cuda --tf32 --amp  # GPU: fp32, TF32, bf16
     python benchmarks/layer_throughput.py --only paper --repeats 5 --baseline per-entity
 """
 
@@ -110,12 +110,15 @@ class Variant:
     """A model with its own Adam optimiser; ``step(batch)`` is one training step."""
 
     def __init__(self, name: str, model: torch.nn.Module, device: torch.device, torch_path: bool = False,
-                 amp: bool = False) -> None:
+                 amp: bool = False, tf32: bool = False) -> None:
         self.name, self.model, self.device, self.torch_path, self.amp = name, model, device, torch_path, amp
+        self.tf32 = tf32
         self.opt = torch.optim.Adam(model.parameters(), lr=0.01)
         self.times: list[float] = []
 
     def step(self, batch: ClusteringBatch) -> None:
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.tf32
         with no_ext(self.torch_path), torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
             self.opt.zero_grad(set_to_none=True)
             logits = self.model(batch.x, batch.mask)
@@ -149,11 +152,14 @@ def make_variants(args, device: torch.device, H: int, T: int) -> list[Variant]:
         twin.load_state_dict(lib.state_dict())
         out.append(Variant("swarmctl-torch", twin, device, torch_path=True))
     out.append(Variant(f"naive-{args.baseline}", base, device))
-    if args.amp:
-        for v in list(out):
+    for flag, suffix in ((args.tf32, "+tf32"), (args.amp, "+bf16")):
+        if not flag:
+            continue
+        for v in [v for v in out if not (v.amp or v.tf32)]:
             clone = type(v.model)(2, H, 10, T).to(device)
             clone.load_state_dict(v.model.state_dict())
-            out.append(Variant(v.name + "+bf16", clone, device, v.torch_path, amp=True))
+            out.append(Variant(v.name + suffix, clone, device, v.torch_path, amp=suffix == "+bf16",
+                               tf32=suffix == "+tf32"))
     if args.compile:
         comp = SwarmLayer(2, H, 10, T).to(device)
         comp.load_state_dict(lib.state_dict())
@@ -167,7 +173,7 @@ def check_same_function(variants: list[Variant], batch: ClusteringBatch) -> floa
     with torch.no_grad():
         outs = []
         for v in variants:
-            if not v.amp:
+            if not (v.amp or v.tf32):
                 with no_ext(v.torch_path):
                     outs.append(v.model(batch.x, batch.mask)[batch.mask])
     return max((o - outs[0]).abs().max().item() for o in outs)
@@ -194,11 +200,14 @@ def report(variants: list[Variant], base_name: str, flops: float, per_epoch: flo
 
 def paper_shape(args, device: torch.device) -> None:
     H, T = 192, 10
-    batch = tasks_batches(ClusteringParams(n_tasks=100, val_fraction=0.5, n_min=545, n_max=555), 0, device)[0]
+    n = max(2, args.sets)
+    batch = tasks_batches(ClusteringParams(n_tasks=n, val_fraction=0.5, n_min=545, n_max=555), 0, device)[0]
+    batch = ClusteringBatch(*(t[: args.sets] for t in (batch.x, batch.labels, batch.mask, batch.index)))
     variants = make_variants(args, device, H, T)
     B, N = batch.x.shape[:2]
     print(f"\n[paper shape] SWARM (192-10-1), {B} tasks padded to N={N} (N 545..555), Adam lr 0.01, "
-          f"Hungarian loss; median of {args.repeats} steps after 2 warm-up steps; epoch = 90 steps (9,000 tasks)")
+          f"Hungarian loss; median of {args.repeats} steps after 2 warm-up steps; epoch = {9000 // B} steps "
+          "(9,000 tasks)")
     print(f"  max |output difference| between the fp32 variants: {check_same_function(variants, batch):.2e}")
     for v in variants:
         v.step(batch)
@@ -207,12 +216,11 @@ def paper_shape(args, device: torch.device) -> None:
         for v in variants:
             v.times.append(v.timed_step(batch))
     shares = {v.name: v.gemm_share(batch) for v in variants} if args.profile and device.type == "cpu" else {}
-    report(variants, f"naive-{args.baseline}", useful_flops(B, N, 2, H, T, 10), 1.0, "s/step", shares)
-    for v in variants:
-        v.times = [t * 90 for t in v.times]
+    per_epoch = 9000 / B
+    report(variants, f"naive-{args.baseline}", useful_flops(B, N, 2, H, T, 10), per_epoch, "s/step", shares)
     fused = next(v for v in variants if v.name == "swarmctl")
     if device.type == "cpu" and "swarmctl" in shares and _ext.kernels() is not None:
-        step = statistics.median(fused.times) / 90
+        step = statistics.median(fused.times)
         non_gemm = step * (1 - shares["swarmctl"])
         gb = fused_traffic_bytes(B, N, H, T) / 1e9
         print(f"  swarmctl: fused kernels move {gb:.2f} GB per step; non-GEMM time {non_gemm:.2f} s "
@@ -257,8 +265,9 @@ def main() -> None:
     ap.add_argument("--only", choices=("paper", "epoch"), help="run one of the two measurements")
     ap.add_argument("--baseline", choices=tuple(BASELINES), default="authors")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per variant at the paper shape")
+    ap.add_argument("--sets", type=int, default=100, help="tasks in the paper-shape batch (default 100)")
     ap.add_argument("--amp", action="store_true", help="also time every variant under bf16 autocast")
-    ap.add_argument("--tf32", action="store_true", help="allow TF32 matrix products on CUDA")
+    ap.add_argument("--tf32", action="store_true", help="also time every variant with TF32 matrix products (CUDA)")
     ap.add_argument("--compile", action="store_true", help="also time the layer with a torch.compile'd step")
     ap.add_argument("--no-profile", dest="profile", action="store_false",
                     help="skip the profiled GEMM share (CPU only; never profiled on CUDA)")
@@ -268,8 +277,6 @@ def main() -> None:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             sys.exit("--device cuda: no CUDA device visible; use --device cpu")
-        torch.backends.cuda.matmul.allow_tf32 = args.tf32
-        torch.backends.cudnn.allow_tf32 = args.tf32
         name = torch.cuda.get_device_name(device)
     else:
         name = platform.processor() or platform.machine()
@@ -281,7 +288,8 @@ def main() -> None:
     if device.type == "cpu":
         print(f"fused kernels: {ext.path if ext else 'unavailable (PyTorch path)'}")
     else:
-        print(f"matmul precision: {'TF32' if args.tf32 else 'fp32'}")
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        print("matrix products in fp32 (rows marked +tf32 allow TF32, +bf16 run under bf16 autocast)")
     print(f"GEMM: 2048^3 {gemm_gflops(device, 2048, 2048, 2048):.1f} GFLOP/s; SWARM's recurrent product "
           f"(55,000 x 192 x 768) {gemm_gflops(device, 55000, 192, 768):.1f} GFLOP/s; "
           f"copy bandwidth {copy_gbps(device):.1f} GB/s")
