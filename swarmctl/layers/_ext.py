@@ -134,7 +134,7 @@ class Kernels:
         rows, G = gates.shape
         D = 0 if x is None else x.shape[1]
         self._fwd[gates.dtype](rows, G // 4, D, _p(a), _p(b), _p(x), _p(wxT), _p(bias), _p(p), rows_per_set,
-                               _p(gates), _p(c_prev), _p(h), _p(c), torch.get_num_threads())
+                               _p(gates), _p(c_prev), _p(h), _p(c), _threads(gates))
 
     def backward(self, gates: Tensor, da: Tensor, c_new: Tensor, *, c_prev: Tensor | None = None,
                  dh: tuple[Tensor, int] | None = None, dc: tuple[Tensor, int] | None = None,
@@ -154,7 +154,14 @@ class Kernels:
         dc_t, ld_dc = dc if dc is not None else (None, 0)
         self._bwd[gates.dtype](rows, G // 4, D, _p(gates), _p(da), _p(c_prev), _p(c_new), _p(dh_t, strided=True), ld_dh,
                                _p(dc_t, strided=True), ld_dc, _p(dpool), _p(weights), rows_per_set, _p(dc_prev),
-                               _p(dp), _p(x), _p(wxT), _p(dwxT), _p(db), _p(dx), torch.get_num_threads())
+                               _p(dp), _p(x), _p(wxT), _p(dwxT), _p(db), _p(dx), _threads(gates))
+
+
+PARALLEL_MIN = 1 << 16  # gate values below which one thread is faster than waking the others
+
+
+def _threads(gates: Tensor) -> int:
+    return 1 if gates.numel() < PARALLEL_MIN else torch.get_num_threads()
 
 
 def _p(t: Tensor | None, strided: bool = False) -> int | None:
