@@ -150,7 +150,7 @@ void backward(int64_t rows, int64_t H, int64_t D, const T* gates, T* da, const T
               int64_t rows_per_set, T* dc_prev, T* dp, const T* x, const T* wxT, T* dwxT, T* db, T* dx,
               int nthreads) {
     const int64_t G = 4 * H;
-    const int64_t sets = rows / rows_per_set;
+    const int64_t sets = rows_per_set > 0 ? rows / rows_per_set : 0;
     // Whole sets per thread where per-set sums are needed (no atomics), rows otherwise.
     const bool by_set = dp != nullptr;
     const int64_t units = by_set ? sets : rows;

@@ -190,7 +190,7 @@ class SwarmLayer(nn.Module):
 
     def _kernels(self, x: Tensor) -> _ext.Kernels | None:
         """The fused CPU kernels where they apply to this call, else None (the PyTorch path)."""
-        if not _ext.Kernels.supports(x) or self._compiled_step is not None:
+        if not _ext.Kernels.supports(x) or self._compiled_step is not None or x.shape[0] * x.shape[1] == 0:
             return None
         if (self.training and self.dropout > 0) or torch.compiler.is_compiling():
             return None
