@@ -33,6 +33,7 @@ ABI_VERSION = 4
 FLAG_SETS = (
     ["-O3", "-march=native", "-fopenmp"],
     ["-O3", "-fopenmp"],
+    ["-O3", "-march=native"],
     ["-O3"],
 )
 COMMON_FLAGS = ["-shared", "-fPIC", "-std=c++17"]
