@@ -167,3 +167,17 @@ def _no_compile(run):
         return run(cmd, *args, **kwargs)
 
     return guarded
+
+
+@needs_kernels
+@pytest.mark.parametrize("used", [0, 1])  # only h or only c reaches the loss: the other gradient is None
+def test_fused_layer_gradients_when_one_state_is_unused(kernels, used):
+    layer = SwarmLayer(2, 4, 3, 3).double()
+    x, mask = random_sets(2, 5, 2, dtype=torch.float64)
+    got, want = [], []
+    for states, out in ((layer.states, got), (lambda v, m: reference_states(layer, v, m), want)):
+        layer.zero_grad()
+        states(x, mask)[used].sum().backward()
+        out += [p.grad.clone() for p in layer.cell.parameters()]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10)
