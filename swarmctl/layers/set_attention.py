@@ -17,8 +17,11 @@ def _zero_padded(x: Tensor, mask: Tensor | None) -> Tensor:
 class MultiheadAttention(nn.Module):
     """Multi-head attention with per-head scaling 1/sqrt(d/h), Xavier-normal weights, zero biases.
 
-    Padded keys are excluded from every softmax; padded queries produce zeros. Q, K, V are zeroed at
-    padded positions before and after projection (as in the authors' port).
+    Padded keys are excluded from every softmax (a boolean mask to ``scaled_dot_product_attention``,
+    which runs its fused kernel with it); padded queries produce zeros. The authors' port also zeroes
+    Q, K and V at padded positions before and after their projections: with the key mask and the
+    zeroed outputs those products change no output and no gradient (inputs are finite), so they are
+    left out.
     """
 
     def __init__(self, dim: int, n_heads: int) -> None:
@@ -40,9 +43,7 @@ class MultiheadAttention(nn.Module):
         """q (B, Nq, d), kv (B, Nk, d), masks (B, Nq) / (B, Nk) bool, True = present -> (B, Nq, d)."""
         B, Nq, d = q.shape
         Nk, h = kv.shape[1], self.n_heads
-        q = _zero_padded(self.q(_zero_padded(q, q_mask)), q_mask)
-        k = _zero_padded(self.k(_zero_padded(kv, kv_mask)), kv_mask)
-        v = _zero_padded(self.v(_zero_padded(kv, kv_mask)), kv_mask)
+        q, k, v = self.q(q), self.k(kv), self.v(kv)
         q = q.view(B, Nq, h, d // h).transpose(1, 2)  # (B, h, Nq, d/h)
         k = k.view(B, Nk, h, d // h).transpose(1, 2)
         v = v.view(B, Nk, h, d // h).transpose(1, 2)

@@ -1,6 +1,11 @@
 """SWARM cell and SWARM layer (Vollgraf, "Learning Set-equivariant Functions with SWARM Mappings",
-arXiv:1906.09400, Sec. 3), in the fast formulation described in docs: for mean pooling the pooled
-state is projected once per set, and the input projection is computed once per forward pass.
+arXiv:1906.09400, Sec. 3). For mean pooling the pooled state is projected once per set (not once per
+entity), and the input projection is computed once per forward pass.
+
+On the CPU the layer runs its iterations through fused C++ kernels (``_swarm_kernels.cpp``, loaded by
+``_ext.py``): one pass over the gate block per iteration forward and one backward, with a hand-written
+backward over all iterations. Elsewhere (CUDA, half precision, dropout, ``torch.compile``, or no
+compiler) it runs the PyTorch code below; both give the same results to float rounding.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from swarmctl.layers import _ext
 from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
 
 Pooling = Literal["mean", "causal"]
@@ -63,21 +69,25 @@ class _FusedLSTMPointwise(torch.autograd.Function):
         gates, c, tc = ctx.saved_tensors
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
-        if dh is None:
-            dh = torch.zeros_like(tc)
-        # dc' = dc + dh * o * (1 - tanh(c')^2)
-        dct = tc.square().neg_().add_(1).mul_(o).mul_(dh)
-        if dc is not None:
-            dct.add_(dc)
         da = torch.empty_like(gates)
         di, df, do, dg = da.split(H, dim=-1)
+        if dh is None:  # only c' is used downstream
+            dct = dc.clone() if dc is not None else torch.zeros_like(tc)
+            do.zero_()
+        else:
+            # dc' = dc + dh * o * (1 - tanh(c')^2)
+            dct = torch.mul(dh, o)
+            dct.addcmul_(dct, tc.square(), value=-1)
+            if dc is not None:
+                dct.add_(dc)
+            torch.mul(dh, tc, out=do)
         torch.mul(dct, g, out=di)
         torch.mul(dct, c, out=df)
-        torch.mul(dh, tc, out=do)
         torch.mul(dct, i, out=dg)
         sig = gates[..., : 3 * H]
-        da[..., : 3 * H].mul_(sig).mul_(1 - sig)  # sigmoid' = s (1 - s)
-        dg.mul_(1 - g.square())  # tanh' = 1 - g^2
+        dsig = da[..., : 3 * H].mul_(sig)
+        dsig.addcmul_(dsig, sig, value=-1)  # sigmoid' = s (1 - s), without a (1 - s) temporary
+        dg.addcmul_(dg.mul(g), g, value=-1)  # tanh' = 1 - g^2
         dp = da if ctx.p_shape == da.shape else da.sum_to_size(ctx.p_shape)
         return da, dp, dct.mul_(f)
 
@@ -156,7 +166,6 @@ class SwarmLayer(nn.Module):
         n_iter: int,
         pooling: Pooling = "mean",
         dropout: float = 0.0,
-        compile: bool = False,
     ) -> None:
         super().__init__()
         if n_iter < 1:
@@ -166,8 +175,6 @@ class SwarmLayer(nn.Module):
         self.cell = SwarmCell(dim_in, dim_hidden, pooling)
         self.output = nn.Linear(2 * dim_hidden, dim_out)
         self._compiled_step = None
-        if compile:
-            self.compile_step()
 
     @property
     def pooling(self) -> str:
@@ -181,6 +188,16 @@ class SwarmLayer(nn.Module):
         """Compile the iteration body with ``torch.compile`` (kept out of the state dict)."""
         self.__dict__["_compiled_step"] = torch.compile(self.cell.forward, dynamic=None)
 
+    def _kernels(self, x: Tensor) -> _ext.Kernels | None:
+        """The fused CPU kernels where they apply to this call, else None (the PyTorch path)."""
+        if not _ext.Kernels.supports(x) or self._compiled_step is not None or x.shape[0] * x.shape[1] == 0:
+            return None
+        if (self.training and self.dropout > 0) or torch.compiler.is_compiling():
+            return None
+        if _autocast_on() or self.cell.recurrent.weight.dtype != x.dtype:
+            return None
+        return _ext.kernels()
+
     def _drop(self, h: Tensor) -> Tensor:
         if not (self.training and self.dropout > 0):
             return h
@@ -189,9 +206,20 @@ class SwarmLayer(nn.Module):
 
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
-        weights = mask_weights(mask, x.shape[1], x.dtype) if self.cell.pooling == "mean" else None
-        x_proj = self.cell.project_input(x)  # (B, N, 4H), reused by every iteration
-        h, c = self.cell(x_proj, None, None)
+        cell = self.cell
+        weights = mask_weights(mask, x.shape[1], x.dtype) if cell.pooling == "mean" else None
+        kernels = self._kernels(x)
+        if kernels is not None:
+            if x.shape[-1] <= FUSED_INPUT_MAX:  # the kernels add Wx x + b themselves
+                inp, w_in, b_in = x, cell.input.weight, cell.input.bias
+            else:
+                inp, w_in, b_in = cell.project_input(x), None, None
+            args = (inp, w_in, b_in, cell.recurrent.weight, cell.population.weight, weights, self.n_iter, cell.pooling)
+            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in args[:5]):
+                return _FusedIterations.apply(*args, kernels)
+            return _iterate(kernels, *args, keep=False)[:2]
+        x_proj = cell.project_input(x)  # (B, N, 4H), reused by every iteration
+        h, c = cell(x_proj, None, None)
         h = self._drop(h)
         step = self._compiled_step or self.cell
         for _ in range(self.n_iter - 1):
@@ -230,3 +258,144 @@ class SwarmLayer(nn.Module):
         if hs[:-1]:
             sums += torch.stack(hs[:-1])
         return self.output(torch.cat([h, c], dim=-1))
+
+
+def _autocast_on() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4 takes no device argument
+        return torch.is_autocast_cpu_enabled()
+
+
+FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the kernels (never materialised)
+
+
+def _rows(t: Tensor | None, R: int, H: int) -> tuple[Tensor, int] | None:
+    """(B, N, H) gradient as rows for the kernels: the tensor and its row stride (copied only if needed)."""
+    if t is None:
+        return None
+    B, N, _ = t.shape
+    if t.stride(2) == 1 and t.stride(0) == N * t.stride(1):
+        return t, t.stride(1)
+    return t.reshape(R, H).contiguous(), H
+
+
+def _iterate(
+    kernels: _ext.Kernels, inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_rec: Tensor, w_pop: Tensor,
+    weights: Tensor | None, n_iter: int, pooling: str, keep: bool
+) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+    """All iterations of the layer with the fused kernels; with ``keep`` the tensors for the backward.
+
+    ``inp`` is the input x (B, N, D) with its projection ``w_in``, ``b_in`` (D <= FUSED_INPUT_MAX: the
+    kernels add Wx x + b on the fly), or the input projection (B, N, 4H) itself with ``w_in`` None.
+    Kept: the activated gates (n_iter, R, 4H), h and c of every iteration (n_iter, R, H), and for mean
+    pooling the pooled h of iterations 1..n_iter-1 (n_iter - 1, B, H). R = B * N rows.
+    """
+    B, N, _ = inp.shape
+    G = w_rec.shape[0]
+    H, R = G // 4, B * N
+    w_rec_t, w_pop_t = w_rec.detach().t(), w_pop.detach().t()
+    if w_in is None:
+        terms = {"b": inp.detach().reshape(R, G).contiguous()}
+    else:
+        terms = {"x": inp.detach().reshape(R, -1).contiguous(), "wxT": w_in.detach().t().contiguous(),
+                 "bias": None if b_in is None else b_in.detach().contiguous()}
+    if weights is not None:
+        weights = weights.contiguous()
+    gates = inp.new_empty(n_iter if keep else 1, R, G)
+    hs = inp.new_empty(n_iter if keep else 2, R, H)
+    cs = inp.new_empty(n_iter if keep else 2, R, H)
+    pooled = inp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
+    kernels.forward(gates[0], hs[0], cs[0], **terms)
+    for t in range(1, n_iter):
+        g = gates[t if keep else 0]
+        prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
+        torch.mm(hs[prev], w_rec_t, out=g)
+        h_prev = hs[prev].view(B, N, H)
+        p = None
+        if pooling == "mean":
+            pool = masked_mean(h_prev, weights=weights)  # (B, H)
+            if pooled is not None:
+                pooled[t - 1] = pool
+            p = pool @ w_pop_t  # (B, 4H): one population term per set
+        else:
+            g.addmm_(causal_mean(h_prev).view(R, H), w_pop_t)
+        kernels.forward(g, hs[cur], cs[cur], a=g, p=p, rows_per_set=N, c_prev=cs[prev], **terms)
+    last = n_iter - 1 if keep else (n_iter - 1) % 2
+    saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
+    return hs[last].view(B, N, H), cs[last].view(B, N, H), saved
+
+
+class _FusedIterations(torch.autograd.Function):
+    """(x or x_proj, Wx, b, Wh, Wp) -> final (h, c) of all iterations, through the fused kernels.
+
+    Backward, from the last iteration to the first: the kernel computes the gate gradient da_t from the
+    kept gates (and, for mean pooling, sums it per set; for a narrow input, accumulates the input
+    projection's gradients); da_t Wh (plus the pooling's backward) gives the gradient of h_{t-1}, and
+    da_t h_{t-1} is added to the recurrent weight's gradient. The saved tensors are only read, so the
+    backward may run more than once (retain_graph, gradcheck).
+    """
+
+    @staticmethod
+    def forward(ctx, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
+        h, c, saved = _iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
+        ctx.kernels, ctx.pooling, ctx.n_rows = kernels, pooling, inp.shape[:2]
+        ctx.save_for_backward(inp, w_in, w_rec, w_pop, weights, *saved)
+        return h, c
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dh_out, dc_out):
+        kernels, pooling = ctx.kernels, ctx.pooling
+        inp, w_in, w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
+        B, N = ctx.n_rows
+        G = w_rec.shape[0]
+        H, R, n_iter = G // 4, B * N, gates.shape[0]
+        mean = pooling == "mean"
+        narrow = w_in is not None
+        need = ctx.needs_input_grad
+        dh, dc = _rows(dh_out, R, H), _rows(dc_out, R, H)
+        terms = {}
+        d_inp = d_w_in = d_b_in = d_rec = d_pop = None
+        if narrow:
+            D = inp.shape[-1]
+            terms = {"x": inp.reshape(R, D).contiguous(), "wxT": w_in.t().contiguous(),
+                     "dwxT": gates.new_zeros(D, G), "db": gates.new_zeros(G),
+                     "dx": gates.new_zeros(R, D) if need[0] else None}
+        elif need[0]:
+            d_inp = gates.new_zeros(R, G)
+        if n_iter > 1:
+            d_rec, d_pop = w_rec.new_zeros(G, H), w_pop.new_zeros(G, H)
+        da = gates.new_empty(R, G)
+        dp = gates.new_empty(B, G) if mean else None
+        dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
+        dpool = None
+        if not mean:
+            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
+        for t in range(n_iter - 1, -1, -1):
+            first = t == 0
+            dc_prev = None if first else dc_bufs[t % 2]
+            kernels.backward(gates[t], da, cs[t], c_prev=None if first else cs[t - 1], dh=dh, dc=dc, dpool=dpool,
+                             weights=weights, rows_per_set=N, dc_prev=dc_prev, dp=None if first else dp, **terms)
+            if d_inp is not None:
+                d_inp += da
+            if first:
+                break
+            h_prev = hs[t - 1]
+            d_rec.addmm_(da.t(), h_prev)
+            dh_t = da @ w_rec  # (R, H)
+            if mean:
+                d_pop.addmm_(dp.t(), rest[0][t - 1])  # rest[0][t - 1]: the pooled h this iteration saw
+                dpool = dp @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
+            else:  # causal mean: out_j = cumsum(h)_j / (j + 1), so dh_i = sum_{j >= i} d_j / (j + 1)
+                d_pop.addmm_(da.t(), causal_mean(h_prev.view(B, N, H)).view(R, H))
+                s = (da @ w_pop).view(B, N, H).div_(steps)
+                dh_t += s.flip(1).cumsum(1).flip(1).view(R, H)  # suffix sums: exact zeros stay zero (causality)
+            dh, dc = (dh_t, H), (dc_prev, H)
+        if narrow:
+            d_inp = terms["dx"].view(inp.shape) if need[0] else None
+            d_w_in, d_b_in = terms["dwxT"].t(), terms["db"]
+        elif d_inp is not None:
+            d_inp = d_inp.view(B, N, G)
+        return (d_inp, d_w_in, d_b_in, d_rec if need[3] else None, d_pop if need[4] else None,
+                None, None, None, None)

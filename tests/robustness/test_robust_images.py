@@ -194,7 +194,7 @@ def test_image_faults_fail_in_one_line(originals, tmp_path, family, seed):
 
 @pytest.fixture(scope="module")
 def image_run(originals, tmp_path_factory):
-    from swarmctl.training.runs import start_run
+    from swarmctl.runs import start_run
 
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 
