@@ -56,8 +56,8 @@ def plot_entropy_cmd(
         if replot:
             run_dir = resolve_run(run, runs_dir) if run is not None else \
                 shipped_results_dir(shipped_checkpoint(ClusteringTask()), runs_dir)
-            res = load_result(EntropyMapResult, (out or run_dir / "entropy") / "entropy.npz")
             out_dir = out or run_dir / "entropy"
+            res = load_result(EntropyMapResult, out_dir / "entropy.npz")
         else:
             check_grid(grid)
             if out is None and run is None:

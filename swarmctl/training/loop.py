@@ -145,15 +145,15 @@ def evaluate(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, device
     """Mean per-item loss over all batches (each task weighted equally), model in eval mode."""
     was_training = model.training
     model.eval()
-    total, count = 0.0, 0
+    total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # summed on the device: one host read
     for batch in batches:
         batch = batch.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             losses = loss_fn(model, batch)
-        total += losses.double().sum().item()
+        total += losses.double().sum()
         count += losses.numel()
     model.train(was_training)
-    return total / max(count, 1)
+    return total.item() / max(count, 1)
 
 
 def _snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]:
