@@ -30,7 +30,15 @@ from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
 from swarmctl.errors import CheckpointError, ConfigError, DataError, SwarmctlError, SwarmctlWarning
-from swarmctl.files import atomic_write_text, check_output_folder, remove_orphan_temps
+from swarmctl.files import (
+    atomic_write_text,
+    check_output_folder,
+    describe_os_error,
+    holding,
+    open_lock_file,
+    read_bytes,
+    remove_orphan_temps,
+)
 from swarmctl.models import complete_config, count_parameters, create_model, get_spec, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, task_of
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
@@ -106,21 +114,22 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     the process dies, however it dies) and remove temporary files that killed writers left behind.
     A second writer gets a CheckpointError naming the holder's PID."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held until the context ends)
+    fh = open_lock_file(run_dir / LOCK)  # never through a link, never a FIFO or folder
     try:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "another process"
+            holder = fh.read(64).decode(errors="replace").strip() or "another process"
             raise CheckpointError(f"run {run_dir} is being written by process {holder}; wait for it to end "
                                   f"or stop it (kill {holder}) first") from None
         fh.seek(0)
         fh.truncate()
-        fh.write(f"{os.getpid()}\n")
+        fh.write(f"{os.getpid()}\n".encode())
         fh.flush()
         remove_orphan_temps(run_dir, held=True)
-        yield
+        with holding(run_dir):
+            yield
     finally:
         fh.close()  # releases the lock; the file stays, so every writer locks the same file
 
@@ -199,11 +208,25 @@ def start_run(
                               "again from scratch", SwarmctlWarning, stacklevel=2)
             _clear_for_restart(run_dir)
             _write_config(run_dir, config)
-        return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
-                   progress=progress, signals=signals)
+        with _write_failures_keep_the_run(run_dir, model_cfg.name, runs_dir):
+            return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
+                       progress=progress, signals=signals)
 
 
 RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
+
+
+@contextmanager
+def _write_failures_keep_the_run(run_dir: Path, model: str, runs_dir: Path) -> Iterator[None]:
+    """A checkpoint or metrics line that cannot be written (a full disk, a file-size limit) ends training
+    with one line: the file and the cause, and how to continue. The atomic writes keep the previous
+    last.pt, so the run loses at most the epoch in progress."""
+    try:
+        yield
+    except OSError as exc:
+        kept = "its last.pt from before is kept" if (run_dir / "last.pt").is_file() else "no epoch was saved yet"
+        raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
+                              f"{resume_command(model, run_dir, runs_dir)}") from None
 
 
 def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: Path = Path("runs")) -> str:
@@ -262,8 +285,9 @@ def resume_run(
                                   "training it from scratch", SwarmctlWarning, stacklevel=2)
                     _clear_for_restart(run_dir)
                 _write_config(run_dir, config)
-            return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev,
-                       resume=not from_scratch, ctx=ctx, progress=progress, signals=signals)
+            with _write_failures_keep_the_run(run_dir, model_cfg.name, runs_dir):
+                return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev,
+                           resume=not from_scratch, ctx=ctx, progress=progress, signals=signals)
 
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -278,7 +302,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     """``run_dir/config.json``; CheckpointError when it is damaged."""
     path = Path(run_dir) / "config.json"
     try:
-        config = json.loads(path.read_bytes())
+        config = json.loads(read_bytes(path))
         from_dict(ModelConfig, config["model"])  # every field known and in range
         from_dict(TrainConfig, config["train"])
         from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})

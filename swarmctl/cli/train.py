@@ -63,6 +63,19 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
                                  f"{', '.join('--' + n.replace('_', '-') for n in RESUMABLE)} may change.")
 
 
+def _draw_curves(run_dir: Path, model: str, runs_dir: Path) -> None:
+    """curves.png after training; a failure to write it (a full disk) is one line that says the training
+    itself is saved and how to draw the curves again (a resume of a finished run redraws them)."""
+    try:
+        with user_errors():
+            save_run_curves(run_dir)
+    except typer.Exit:
+        err_console.print(f"the training finished and is saved in {run_dir}; draw its curves again with: "
+                          f"{resume_command(model, run_dir, runs_dir, RUNS_DIR)}", markup=False,
+                          highlight=False, soft_wrap=True)
+        raise
+
+
 @app.command("train")
 def train_cmd(
     ctx: typer.Context,
@@ -139,7 +152,7 @@ def train_cmd(
     if not is_main:
         return
     if not result.interrupted:
-        save_run_curves(result.run_dir)
+        _draw_curves(result.run_dir, model, runs_dir)
     if result.interrupted:
         err_console.print(f"{result.stop_reason}: saved {result.run_dir / 'last.pt'} after {result.epochs} "
                           f"epoch(s); continue with: {resume_command(model, result.run_dir, runs_dir, RUNS_DIR)}",

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import h5py
 import numpy as np
@@ -68,8 +68,8 @@ def write_dataset(
     path = Path(path)
     ensure_writable(path, force)
 
-    def write(tmp: str) -> None:
-        with h5py.File(tmp, "w") as f:
+    def write(fh: BinaryIO) -> None:
+        with h5py.File(fh, "w") as f:
             f.attrs["schema_version"] = SCHEMA_VERSION
             f.attrs["kind"] = kind
             f.attrs["generator"] = json.dumps(generator, sort_keys=True)

@@ -38,7 +38,7 @@ def save_checkpoint(path: Path, *, model_state: dict, optimizer_state: dict | No
         "optimizer": optimizer_state,
     }
     payload["digest"] = content_digest(payload)
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
 def content_digest(payload: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
-from swarmctl.files import atomic_write_text, read_metrics
+from swarmctl.files import append_line, atomic_write_text, read_metrics
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from swarmctl.training.device import DistContext
 
@@ -477,8 +477,7 @@ def _close_epoch(state: TrainState, time_up: bool, cfg: TrainConfig) -> None:
 
 
 def _append_metrics(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(record) + "\n")
+    append_line(path, json.dumps(record))
 
 
 def _result(run_dir: Path, state: TrainState) -> FitResult:
