@@ -74,10 +74,17 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
     Uses NCCL for CUDA devices and gloo for the CPU.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _env_int("WORLD_SIZE", 1, low=1)
     if world <= 1:
         return DistContext()
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise ConfigError(f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                          "not; launch with `torchrun --nproc_per_node=N -m swarmctl ...`, which sets them all, or "
+                          "unset WORLD_SIZE")
+    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    if rank >= world:
+        raise ConfigError(f"RANK={rank} is not below WORLD_SIZE={world}; launch with torchrun, or unset both")
     if not dist.is_initialized():
         use_cuda = device_name != "cpu" and torch.cuda.is_available()
         if use_cuda:
@@ -87,8 +94,25 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
 
 def is_main_process() -> bool:
-    """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it)."""
-    return int(os.environ.get("RANK", "0")) == 0
+    """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it).
+    A RANK that is not an integer >= 0 is a ConfigError."""
+    return _env_int("RANK", 0) == 0
+
+
+def _env_int(name: str, default: int, low: int = 0) -> int:
+    """The integer environment variable ``name`` (``default`` when unset); ConfigError when it is not an
+    integer >= ``low``."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        raise ConfigError(f"the environment variable {name}={raw!r} is not an integer >= {low}; unset it, or launch "
+                          "with torchrun, which sets it")
+    return value
 
 
 def barrier(ctx: DistContext) -> None:
