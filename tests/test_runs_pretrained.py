@@ -57,6 +57,7 @@ def test_eval_and_plot_entropy_use_the_shipped_model_when_no_run_is_named(shippe
 def test_without_a_shipped_model_the_commands_name_the_fix(tmp_path):
     r = cli("eval", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []  # no runs folder, no dataset generated for a model that is not there
 
 
 def test_a_shipped_model_gets_its_data_ensured_and_a_local_run_does_not(tmp_path, trained_runs, monkeypatch):

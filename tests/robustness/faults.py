@@ -32,11 +32,12 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
 
 
-def assert_clean_failure(result, root: Path, before: dict[str, bytes]) -> None:
-    """The promise for bad input: exit 1 (2 for bad options), no traceback, a message of at most 3
-    lines, and every file under ``root`` as it was (no file added, removed or changed)."""
+def assert_clean_failure(result, root: Path, before: dict[str, bytes], code: int = 1) -> None:
+    """The promise for bad input: exit ``code`` (1 for a bad file or value, 2 for a bad option), no
+    traceback, a message of at most 3 lines, and every file under ``root`` as it was (no file added,
+    removed or changed)."""
     out = result.output
-    assert result.exit_code in (1, 2), f"exit {result.exit_code}: {out}"
+    assert result.exit_code == code, f"exit {result.exit_code}, expected {code}: {out}"
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in out, out
     lines = [ln for ln in out.splitlines() if ln.strip()]
