@@ -67,6 +67,19 @@ def check_regular_file(path: Path) -> None:
         raise ConfigError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
 
 
+def check_plain_file(path: Path) -> None:
+    """Refuse a link, a folder, a FIFO or another special file at ``path`` (a run's own file, which only
+    swarmctl writes and never through a link); a regular file or nothing passes. The link itself is
+    looked at, never followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    what = _kind(mode)
+    if what is not None:
+        raise ConfigError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
+
+
 def read_bytes(path: Path) -> bytes:
     """The content of the regular file ``path`` (a link is followed). A folder, a FIFO or a device is
     refused at once, without blocking (ConfigError); a missing file is FileNotFoundError."""

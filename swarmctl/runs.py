@@ -33,6 +33,8 @@ from swarmctl.errors import CheckpointError, ConfigError, DataError, SwarmctlErr
 from swarmctl.files import (
     atomic_write_text,
     check_output_folder,
+    check_plain_file,
+    check_regular_file,
     describe_os_error,
     holding,
     open_lock_file,
@@ -152,6 +154,13 @@ def _is_dead(run_dir: Path) -> bool:
     return (run_dir / "config.json").is_file() and not (run_dir / "last.pt").is_file()
 
 
+def _check_run_files(run_dir: Path) -> None:
+    """Refuse a run whose own files are links, folders, FIFOs or other special files (planted, or left by
+    another tool), before anything in it is read, removed or written."""
+    for name in ("config.json", *RESTARTABLE):
+        check_plain_file(run_dir / name)
+
+
 def _clear_for_restart(run_dir: Path) -> None:
     for name in RESTARTABLE:
         (run_dir / name).unlink(missing_ok=True)
@@ -198,7 +207,11 @@ def start_run(
     }
     with StopSignals() as signals, _writing(run_dir, ctx):
         error = None
-        if (run_dir / "config.json").exists() and not _is_dead(run_dir):
+        try:
+            _check_run_files(run_dir)
+        except SwarmctlError as exc:
+            error = exc
+        if error is None and (run_dir / "config.json").exists() and not _is_dead(run_dir):
             error = CheckpointError(f"run {run_dir} exists; continue it with "
                                     f"{resume_command(model_cfg.name, run_dir, runs_dir)} or pick another --name")
         _agree(error, ctx, device)
@@ -314,6 +327,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
 def _resume_config(run_dir: Path) -> tuple[dict[str, Any], bool]:
     """The config a resume continues with, and whether it starts from scratch (no last.pt). last.pt and
     best.pt must belong to the run: a checkpoint copied in from another run is refused."""
+    _check_run_files(run_dir)
     if _is_dead(run_dir):
         return read_run_config(run_dir), True
     config = load_checkpoint(run_dir / "last.pt")["config"]
@@ -361,6 +375,7 @@ def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
         return path
     run_dir = resolve_run(target, runs_dir)
     for name in ("best.pt", "last.pt"):
+        check_regular_file(run_dir / name)  # a FIFO or folder in its place is an error, not a missing file
         if (run_dir / name).is_file():
             check_belongs(run_dir / name, load_checkpoint(run_dir / name)["config"], run_dir)
             return run_dir / name
