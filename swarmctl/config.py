@@ -177,7 +177,8 @@ class TrainConfig:
 class DataConfig:
     """Where the training data lives and which splits to use (``path`` None: tasks drawn fresh)."""
 
-    path: str | None = clustering_data_path(0)
+    path: str | None = None
     train_split: str = "train"
     val_split: str = "val"
     dataset: str | None = None  # image task: mnist, fashion-mnist or cifar10 (path = torchvision root)
+    checksum: str | None = None  # of the data a run trained on (set by the run; None: not yet read, or drawn fresh)

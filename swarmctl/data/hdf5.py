@@ -25,8 +25,14 @@ import h5py
 import numpy as np
 
 from swarmctl import __version__
+from swarmctl.data.clustering_generator import (
+    MAX_CLUSTERS,
+    MAX_SET_SIZE,
+    ClusteringParams,
+    ClusteringTasks,
+    generate_clustering,
+)
 from swarmctl.data.mog import MogParams, generate_mog_tasks
-from swarmctl.data.tasks import MAX_CLUSTERS, MAX_SET_SIZE, ClusteringParams, ClusteringTasks, generate_clustering
 from swarmctl.errors import DataError
 from swarmctl.files import atomic_write
 
