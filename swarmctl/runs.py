@@ -311,7 +311,7 @@ def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run_dir: Path) 
 class RunProgress:
     """Where a run folder stands: ``new`` (no config.json), ``empty`` (a config.json and no checkpoint:
     stopped in its first epoch, so it starts again from scratch), ``stopped`` (an unfinished last.pt:
-    resume it) or ``finished``; with its config.json and last.pt's training state where they exist."""
+    resume it) or ``finished``; with its config.json and last.pt's training state (stopped and finished)."""
 
     status: str
     config: dict[str, Any] | None = None
@@ -323,9 +323,9 @@ def run_progress(run_dir: Path) -> RunProgress:
     run_dir = Path(run_dir)
     if not (run_dir / "config.json").is_file():
         return RunProgress("new")
+    if _is_dead(run_dir):  # its config.json is not read: a fresh start writes it again
+        return RunProgress("empty")
     config = read_run_config(run_dir)
-    if _is_dead(run_dir):
-        return RunProgress("empty", config)
     state = load_checkpoint(run_dir / "last.pt").state
     return RunProgress("finished" if state.get("finished") else "stopped", config, state)
 
@@ -456,8 +456,8 @@ def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None,
                    record: dict[str, Any] | None = None) -> None:
     """Write ``checkpoint`` as a shipped model: ``dest`` without its optimizer state (float32 weights,
     config, training state) and its record ``dest.json`` (model, task, dataset, size, net minutes, best
-    epoch, config, plus ``record``: e.g. the command, the card, the epochs and the evaluation). ``data_path`` replaces the dataset
-    path recorded in its config."""
+    epoch, config, plus ``record``: e.g. the command, the card, the epochs and the evaluation).
+    ``data_path`` replaces the dataset path recorded in its config."""
     dest = Path(dest)
     ckpt = load_checkpoint(checkpoint).weights_only(data_path)
     cfg = ckpt.model_config

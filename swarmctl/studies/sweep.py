@@ -187,14 +187,12 @@ def run_status(run_dir: Path, spec: SweepSpec) -> str:
     """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
     ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
     progress = run_progress(run_dir)
-    if progress.status == "new":
-        return "new"
+    if progress.status in ("new", "empty"):
+        return progress.status
     want_data = data_path(spec)
     if progress.config["data"].get("path") != want_data:
         raise DataError(f"run {run_dir} was trained on {progress.config['data'].get('path')}, the spec says "
                         f"{want_data}; give the spec another name or move the run away")
-    if progress.status == "empty":
-        return "empty"
     train = progress.config["train"]
     same_budget = math.isclose(train["minutes"], spec.minutes) and (
         spec.max_epochs is None or train["max_epochs"] == spec.max_epochs)

@@ -60,7 +60,8 @@ class Task:
     def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
         """Where the training data comes from, given the train command's data options."""
         if dataset is not None or data_dir is not None:
-            raise ConfigError(f"--dataset and --data-dir are not options of {self.name} models; use --data")
+            raise ConfigError(f"--dataset and --data-dir do not apply to {self.name} models (they choose a "
+                              "named dataset and its folder); use --data")
         return DataConfig(path=str(data) if data is not None else self.default_data)
 
     def ensure_data(self, data_cfg: DataConfig, progress: DataProgress | None = None) -> None:
