@@ -53,7 +53,7 @@ def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     assert "put the four IDX files" in out
     out = fails("sample", "--dataset", "mnist", "--runs-dir", runs)
     assert "train one with `swarmctl train swarm-image --dataset mnist`" in out
-    assert "for image models" in fails("train", "swarm", "--dataset", "mnist", "--runs-dir", runs)
+    assert "do not apply to clustering models" in fails("train", "swarm", "--dataset", "mnist", "--runs-dir", runs)
     out = fails("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs)
     assert "dataset must be one of" in out
 
