@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import random
 import re
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -278,3 +282,23 @@ def test_gen_data_mog4_writes_the_tasks_it_says(tmp_path, n):
     assert r.exit_code == 0 and f"{n} mog4 test tasks" in r.output, r.output
     splits, _ = read_dataset(tmp_path / "m.h5")
     assert len(splits["test"]) == n
+
+
+@pytest.mark.slow
+def test_a_real_file_size_limit_is_one_line_and_keeps_the_old_file(tmp_path):
+    """`ulimit -f` in a real process: the OS's EFBIG, not an injected one (h5py used to print 75 lines)."""
+    path = tmp_path / "d.h5"
+    assert cli("gen-data", "--out", path, "--tasks", 4, "--n-min", 5, "--n-max", 20).exit_code == 0
+    before = snapshot(tmp_path)
+    limit = 64 * 1024  # the old file fits, the new one (about 1 MB) does not
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    proc = subprocess.run([sys.executable, "-m", "swarmctl", "gen-data", "--out", str(path), "--tasks", "200", "--force"],
+                          capture_output=True, text=True, timeout=300, preexec_fn=limited,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and str(path) in err[0] and "ulimit -f" in err[0], proc.stderr
+    assert snapshot(tmp_path) == before
