@@ -348,11 +348,11 @@ def test_train_in_a_fresh_process_survives_every_poisoned_cache(case, libs, tmp_
         case.plant(library(cache), libs)
     else:
         env["CXX"] = str(fake_compiler(tmp_path, libs, case.action))
-    for attempt in ("first", "second"):
-        proc = _train_process(tmp_path / attempt, tiny_h5, env)
-        assert proc.returncode == 0, proc.stderr
-        assert "Traceback" not in proc.stderr + proc.stdout
-        warnings = [ln for ln in proc.stderr.splitlines() if "kernels" in ln]
-        assert len(warnings) <= 1, proc.stderr
-        assert (tmp_path / attempt / "runs" / "swarm-8-3-1-s0" / "best.pt").exists()
+    proc = _train_process(tmp_path, tiny_h5, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    kernels_load = case.rebuilt if isinstance(case, Planted) else case.works
+    warnings = [ln for ln in proc.stderr.splitlines() if "kernels" in ln]
+    assert len(warnings) == (0 if kernels_load else 1), proc.stderr  # one line when the PyTorch path runs
+    assert (tmp_path / "runs" / "swarm-8-3-1-s0" / "best.pt").exists()
     assert_no_temporaries(cache)
