@@ -306,6 +306,29 @@ def test_a_killed_builds_temporary_library_is_removed(libs, fresh, monkeypatch, 
     assert not orphan.exists() and len(calls(tmp_path)) == 1
 
 
+@pytest.mark.slow
+def test_a_build_killed_with_sigkill_leaves_a_temporary_that_the_next_process_removes(libs, fresh, monkeypatch,
+                                                                                     tmp_path):
+    started = tmp_path / "compiling"
+    slow = fake_compiler(tmp_path, libs, f'echo $$ > "{started}"; sleep 120; cp "$GOOD" "$out"')
+    env = {**os.environ, "CXX": str(slow), "SWARMCTL_CACHE": str(fresh), "SWARMCTL_NO_EXT": "0"}
+    proc = subprocess.Popen([sys.executable, "-c", "from swarmctl.layers import _ext; _ext.kernels()"], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (started.exists() and started.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), "the build never started"
+    finally:
+        proc.kill()
+        proc.wait()
+    os.kill(int(started.read_text()), 9)  # the orphaned compiler too
+    left = [p.name for p in (fresh / "ext").glob(".*.tmp")]
+    assert len(left) == 1, left  # what a killed build leaves
+    monkeypatch.setenv("CXX", str(fake_compiler(tmp_path, libs, 'cp "$GOOD" "$out"')))
+    assert_kernels_work(_ext.kernels())
+    assert_no_temporaries(fresh)
+
+
 # ---- through the command line ----------------------------------------------------------------------
 
 TRAIN = ["train", "swarm", "--hidden", "8", "--iters", "3", "--batch-size", "6", "--max-epochs", "1"]
