@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from torch import nn
 
-from swarmctl.config import ModelConfig
+from swarmctl.config import ACTIVATIONS, ModelConfig
 from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import register_model
 from swarmctl.models.stack import LayerStack
 
-_ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "leaky-relu": nn.LeakyReLU}
+_ACTIVATIONS = dict(zip(ACTIVATIONS, (nn.ReLU, nn.ELU, nn.LeakyReLU), strict=True))  # names: config.ACTIVATIONS
 
 
 class SwarmNet(LayerStack):

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from swarmctl.config import ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.dataset import bucketed_batches
 from swarmctl.data.hdf5 import read_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.runs import start_run
 from swarmctl.tasks import clustering
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
