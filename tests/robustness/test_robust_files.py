@@ -295,9 +295,9 @@ def test_a_real_file_size_limit_is_one_line_and_keeps_the_old_file(tmp_path):
     def limited():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    proc = subprocess.run([sys.executable, "-m", "swarmctl", "gen-data", "--out", str(path), "--tasks", "200", "--force"],
-                          capture_output=True, text=True, timeout=300, preexec_fn=limited,
-                          env={**os.environ, "COLUMNS": "200"})
+    args = ["gen-data", "--out", str(path), "--tasks", "200", "--force"]
+    proc = subprocess.run([sys.executable, "-m", "swarmctl", *args], capture_output=True, text=True, timeout=300,
+                          preexec_fn=limited, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 1, proc.stdout + proc.stderr
     err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and str(path) in err[0] and "ulimit -f" in err[0], proc.stderr
