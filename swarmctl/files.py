@@ -215,12 +215,40 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     the end of the block.
     """
     path = Path(path)
+    _check_target(path)
+    buffer = io.BytesIO()
+    write(buffer)
+
+    def fill(fd: int, tmp: str) -> None:
+        data = buffer.getbuffer()
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError as exc:  # name the file asked for, not the temporary one
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+    _write_beside(path, fill)
+
+
+def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
+    """:func:`atomic_write` for a writer that needs a file name (a compiler): ``write(tmp)`` writes the
+    temporary file, created exclusively beside ``path``, which is then renamed to ``path``. Its errors
+    are its own; the target is checked as for :func:`atomic_write`."""
+    path = Path(path)
+    _check_target(path)
+    _write_beside(path, lambda fd, tmp: write(tmp))
+
+
+def _check_target(path: Path) -> None:
     stage = _staging.get()
     check_writable_target(path, stage.inputs if stage else ())
     check_output_folder(path.parent, path)
-    buffer = io.BytesIO()
-    write(buffer)
-    data = buffer.getbuffer()
+
+
+def _write_beside(path: Path, fill: Callable[[int, str], None]) -> None:
+    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then rename it to ``path`` (or
+    stage the rename); on any error remove it and the folders made for it."""
+    stage = _staging.get()
     created = _make_folder(path.parent)
     if stage is not None:
         stage.created.extend(created)
@@ -228,14 +256,13 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
     try:
         try:  # the writer's PID in the name: remove_orphan_temps leaves a live writer's file alone
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
-            try:
-                while data:
-                    data = data[os.write(fd, data):]
-                os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
-            finally:
-                os.close(fd)
-        except OSError as exc:  # name the file asked for, not the temporary one
+        except OSError as exc:
             raise OSError(exc.errno, exc.strerror, str(path)) from None
+        try:
+            fill(fd, tmp)
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
+        finally:
+            os.close(fd)
         if stage is not None:
             stage.pending.append((tmp, path))
         else:
