@@ -76,10 +76,18 @@ def host_sync_interval(device: torch.device) -> int:
 
 def on_device(batches: Batches, device: torch.device) -> Batches:
     """A fixed list of batches copied to an accelerator once (the whole clustering dataset is ~90 MB), so
-    no step waits for a host-to-device copy; batches drawn per epoch are moved as they are used."""
-    if device.type == "cpu" or callable(batches):
+    no step waits for a host-to-device copy. Batches drawn per epoch are drawn on the accelerator when
+    their sequence can (it has ``on(device)``, e.g. fresh MoG tasks), else moved as they are used."""
+    if device.type == "cpu":
         return batches
+    if callable(batches):
+        return lambda epoch: _drawn_on(batches(epoch), device)
     return [batch.to(device) for batch in batches]
+
+
+def _drawn_on(batches: Sequence[Batch], device: torch.device) -> Sequence[Batch]:
+    on = getattr(batches, "on", None)
+    return on(device) if callable(on) else batches
 
 
 @dataclass
