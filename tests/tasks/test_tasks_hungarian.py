@@ -8,8 +8,14 @@ import torch.nn.functional as F
 from scipy.stats import multivariate_normal
 
 from swarmctl.tasks import hungarian
-from swarmctl.tasks.hungarian import (device_assignments, hungarian_ce, matched_accuracy, matching_matrices,
-                                      optimal_assignments, oracle_logits)
+from swarmctl.tasks.hungarian import (
+    device_assignments,
+    hungarian_ce,
+    matched_accuracy,
+    matching_matrices,
+    optimal_assignments,
+    oracle_logits,
+)
 
 
 def brute_force_loss(logits, labels, mask):
