@@ -197,3 +197,13 @@ def test_a_mog_run_with_cuda_graphs_trains_and_resumes(tmp_path):
 
     again = resume_run("g", tmp_path, max_epochs=3)
     assert again.epochs == 3
+
+
+def test_image_batches_cut_on_cuda_equal_the_host_batches():
+    from swarmctl.data.images import ImageSet, shuffled_batches
+
+    data = ImageSet(torch.randint(0, 256, (120, 1, 28, 28), dtype=torch.uint8), torch.randint(0, 10, (120,)))
+    host = shuffled_batches(data, 50, seed=0, epoch=1)
+    placed = host.on(CUDA)
+    for i in range(len(host)):
+        assert torch.equal(placed[i].x.cpu(), host[i].x) and torch.equal(placed[i].y.cpu(), host[i].y)
