@@ -109,13 +109,11 @@ def test_the_report_prints_the_papers_table_2_beside_each_configuration():
     has its Table 2 entry, and the report puts it beside the run's mean ± std."""
     from pathlib import Path
 
-    import tomllib
+    from swarmctl.studies.sweep import expand, load_spec
 
-    spec = tomllib.loads((Path(__file__).resolve().parents[2] / "sweeps" / "best.toml").read_text())
-    codes = {"swarm": "{hidden}-{iters}-{layers}", "set-transformer": "{hidden}-{inducing}-{layers}"}
-    for g in spec["grid"]:
-        code = codes.get(g["model"], "{hidden}-{layers}").format(**g)
-        assert paper_number(g["model"], code) is not None, (g["model"], code)
+    for run in expand(load_spec(Path(__file__).resolve().parents[2] / "sweeps" / "best.toml")):
+        code = run.name[len(run.model.name) + 1 : run.name.rindex("-s")]
+        assert paper_number(run.model.name, code) is not None, run.name
     assert (paper_number("swarm", "192-10-1").mean, paper_number("swarm", "192-10-1").std) == (0.416, 0.004)
     assert paper_number("set-linear-max", "96-6").text() == "0.793 ± 0.007"
     assert paper_number("swarm-mog", "768-20-1").mean == 1.4986  # the loss is the negated log-likelihood
