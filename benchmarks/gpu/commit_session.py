@@ -108,8 +108,8 @@ def main() -> int:
                 config = json.loads((dest / "config.json").read_text())
                 shipped = _shipped(a.pretrained, config["model"]["name"], config["run"]["code"], name)
                 if shipped:
-                    what = _replace_shipped(shipped, dest / "best.pt", json.loads((dest / "eval-test.json").read_text()),
-                                            "bits_per_dim", source, export=True)
+                    scored = json.loads((dest / "eval-test.json").read_text())
+                    what = _replace_shipped(shipped, dest / "best.pt", scored, "bits_per_dim", source, export=True)
                     replaced += [what] if what else []
             for run in sorted((dest / "runs").glob("*/eval-val.json")) if name == "clustering" else ():
                 config = json.loads((run.parent / "config.json").read_text())

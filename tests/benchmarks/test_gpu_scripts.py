@@ -27,8 +27,9 @@ def test_every_gpu_script_parses_its_options(name):
 
 
 def _commit(returned, campaigns, pretrained):
-    return subprocess.run([sys.executable, str(SCRIPTS / "commit_session.py"), str(returned), "--campaigns",
-                           str(campaigns), "--pretrained", str(pretrained)], capture_output=True, text=True, timeout=120)
+    cmd = [sys.executable, str(SCRIPTS / "commit_session.py"), str(returned), "--campaigns", str(campaigns),
+           "--pretrained", str(pretrained)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
