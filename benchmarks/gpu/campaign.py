@@ -53,11 +53,13 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def image_target(dataset: str) -> float:
-    return next(r["bits_per_dim"] for r in paper()["image"]["rows"] if r["dataset"] == dataset)
+    """The paper's test bits/dim of swarm-image on ``dataset``."""
+    return next(r["reported"] for r in paper()["rows"] if r.get("dataset") == dataset)
 
 
 def mog_target() -> float:
-    return paper()["mog"]["rows"][0]["log_likelihood"]
+    """The paper's test log-likelihood per point of swarm-mog (768-20-1)."""
+    return next(r["reported"] for r in paper()["rows"] if (r["model"], r["code"]) == ("swarm-mog", "768-20-1"))
 
 
 # ---- the clustering table: which runs it needs -----------------------------------------------------------
@@ -92,7 +94,7 @@ def clustering_gap(progress: dict) -> float | None:
     rows = table_runs()
     if all(r["name"] in runs for r in rows):
         return None
-    papers = {(r["model"], r["code"]): r["loss"] for r in paper()["clustering"]["rows"]}
+    papers = {(r["model"], r["code"]): r["loss"] for r in paper()["rows"] if r["task"] == "clustering"}
     gaps = []
     for key, target in papers.items():
         done = [v["eval_loss"] for v in runs.values() if (v["model"], v["code"]) == key and v.get("eval_loss")]
@@ -239,7 +241,7 @@ def run_mog(ctx: Context, budget: float, left: float, ms_per_step: float | None)
     facts = {"train_exit": finish(start(args, parts / "train.txt"), deadline.left() - reserve + 20)}
     test = []
     if ctx.smoke:
-        facts["gen_exit"] = finish(start(["gen-data", "--task", "mog4", "--tasks", "20", "--out",
+        facts["gen_exit"] = finish(start(["gen-data", "--kind", "mog4", "--tasks", "20", "--out",
                                           str(ctx.work / "mog-test.h5"), "--force"], parts / "gen.txt"), 60)
         test = ["--data", str(ctx.work / "mog-test.h5")]
     facts["eval_exit"] = finish(start(["eval", name, "--runs-dir", str(runs), *test], parts / "eval.txt"),

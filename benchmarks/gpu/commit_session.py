@@ -1,6 +1,6 @@
 """Put what a device session returned (session.py's OUT) into the repository: the one step after a card.
 
-    python benchmarks/gpu/commit_session.py RETURNED [--campaigns campaigns] [--pretrained pretrained]
+    python benchmarks/gpu/commit_session.py RETURNED [--campaigns campaigns] [--pretrained swarmctl/pretrained]
     make campaign-commit FROM=RETURNED        # the same, then git add + commit
 
 For each campaign archive NAME.tgz: its progress.json replaces campaigns/NAME/progress.json; the image
@@ -9,9 +9,10 @@ metrics, evaluation, curves and samples beside them); finished clustering and Mo
 campaigns/NAME/runs/ (config, metrics, evaluation; SWARM's weights). A first session's step timings go
 to campaigns/timing.json, and every session adds a line to campaigns/sessions.jsonl.
 
-The shipped model of the same model, code and data in pretrained/ is replaced (weights only, as shipped
-models are) when the campaign's recorded evaluation beats the one recorded in its .json; the .json is
-updated, and the script says which lines of pretrained/README.md to update by hand.
+The shipped model of the same model, code and data in swarmctl/pretrained/ is replaced (weights only, as
+shipped models are, by swarmctl.runs.export_weights) when the campaign's recorded evaluation beats the one
+recorded in its .json; the .json is rewritten, and the script says which row of the shipped models'
+README.md to update by hand.
 """
 
 from __future__ import annotations
@@ -45,33 +46,27 @@ def _shipped(pretrained: Path, model: str, code: str, data: str) -> Path | None:
     return None
 
 
-def _replace_shipped(info_path: Path, weights_from: Path, new_eval: dict, metric: str, source: dict,
-                     export: bool) -> str | None:
-    """Replace the shipped model when ``new_eval[metric]`` is lower than its recorded one."""
+def _replace_shipped(info_path: Path, weights_from: Path, new_eval: dict, metric: str, source: dict) -> str | None:
+    """Replace the shipped model when ``new_eval[metric]`` is lower than its recorded one: its weights
+    (without optimizer state) and its record, written by swarmctl's own export."""
     info = json.loads(info_path.read_text())
     old = info.get("eval", {}).get(metric)
     new = new_eval.get(metric)
     if new is None or (old is not None and new >= old):
         return None
-    dest = info_path.with_name(info["file"])
-    if export:  # a training checkpoint: drop the optimizer state
-        sys.path.insert(0, str(REPO))
-        from swarmctl.runs import export_weights
+    sys.path.insert(0, str(REPO))
+    from swarmctl.runs import export_weights
 
-        export_weights(weights_from, dest)
-    else:
-        shutil.copy2(weights_from, dest)
-    info.update(source)
-    info["eval"] = new_eval
-    info_path.write_text(json.dumps(info, indent=2) + "\n")
-    return f"{dest.name}: {metric} {old} -> {new}"
+    keep = {k: info[k] for k in ("paper",) if k in info}
+    export_weights(weights_from, info_path.with_name(info["file"]), record={**keep, **source, "eval": new_eval})
+    return f"{info['file']}: {metric} {old} -> {new}"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("returned", type=Path, help="the folder a session's files came back to")
     ap.add_argument("--campaigns", type=Path, default=REPO / "campaigns")
-    ap.add_argument("--pretrained", type=Path, default=REPO / "pretrained")
+    ap.add_argument("--pretrained", type=Path, default=REPO / "swarmctl" / "pretrained")
     a = ap.parse_args()
     returned, root = a.returned, a.campaigns
     session_path = returned / "session.json"
@@ -109,7 +104,7 @@ def main() -> int:
                 shipped = _shipped(a.pretrained, config["model"]["name"], config["run"]["code"], name)
                 if shipped:
                     scored = json.loads((dest / "eval-test.json").read_text())
-                    what = _replace_shipped(shipped, dest / "best.pt", scored, "bits_per_dim", source, export=True)
+                    what = _replace_shipped(shipped, dest / "best.pt", scored, "bits_per_dim", source)
                     replaced += [what] if what else []
             for run in sorted((dest / "runs").glob("*/eval-val.json")) if name == "clustering" else ():
                 config = json.loads((run.parent / "config.json").read_text())
@@ -117,7 +112,7 @@ def main() -> int:
                 if shipped and (run.parent / "weights.pt").is_file():
                     source = {**source, "net_minutes": None, "epochs": None, "run": run.parent.name}
                     what = _replace_shipped(shipped, run.parent / "weights.pt", json.loads(run.read_text()), "loss",
-                                            source, export=False)
+                                            source)
                     replaced += [what] if what else []
     if session.get("timing_measured") and session.get("timing"):
         (root / "timing.json").write_text(json.dumps(session["timing"], indent=2) + "\n")
@@ -126,7 +121,7 @@ def main() -> int:
                                                           "gpu_tests_exit")}) + "\n")
     print(f"campaigns updated: {', '.join(changed) or 'none'}")
     for line in replaced:
-        print(f"shipped model replaced: {line} (update its row in pretrained/README.md)")
+        print(f"shipped model replaced: {line} (update its row in {a.pretrained / 'README.md'})")
     return 0
 
 

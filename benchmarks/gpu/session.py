@@ -13,7 +13,7 @@ In order (README, "A session with a card"):
     ran, and the image campaign's NAME-last.pt and NAME-best.pt (under 16 MiB each).
 
 Then, on the session's own machine: `make campaign-commit FROM=<the returned folder>` (commit_session.py)
-puts them into campaigns/ and pretrained/ and commits.
+puts them into campaigns/ and swarmctl/pretrained/ and commits.
 
     PYTHONPATH=. python3 benchmarks/gpu/session.py OUT [--wall 550] [--smoke] [--retime]
 """

@@ -17,6 +17,15 @@ from swarmctl.errors import DataError, SwarmctlWarning
 from swarmctl.files import read_metrics
 
 
+def report_folder(runs_dir: Path, default_runs_dir: Path = Path("runs")) -> Path:
+    """The folder a report covers: ``runs_dir``, or a sweep's folder named alone (``sweep-NAME``) and found
+    in ``default_runs_dir`` when there is no such folder here."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (default_runs_dir / runs_dir).is_dir():
+        return default_runs_dir / runs_dir
+    return runs_dir
+
+
 @dataclass(frozen=True)
 class RunSummary:
     name: str
@@ -122,7 +131,8 @@ def largest_explored(rows: list[ConfigSummary]) -> dict[str, int]:
 
 @functools.cache
 def paper_results() -> dict[str, Any]:
-    """The paper's reported numbers (package data ``paper_results.json``): per task a list of rows."""
+    """The paper's reported numbers (package data ``paper_results.json``): ``rows``, each with its task,
+    model, code (and dataset), the number as the paper reports it and as swarmctl's validation loss."""
     return json.loads(resources.files("swarmctl.studies").joinpath("paper_results.json").read_text())
 
 
@@ -135,17 +145,13 @@ class PaperNumber:
         return f"{self.mean:.3f} ± {self.std:.3f}" if self.std is not None else f"{self.mean:.3f}"
 
 
-def paper_number(model: str, code: str) -> PaperNumber | None:
-    """The paper's result for a configuration, as a validation loss: Table 2's loss for direct clustering;
-    the negated log-likelihood per point for parametrized clustering (the loss swarm-mog trains on).
-    None where the paper reports nothing for it."""
-    paper = paper_results()
-    for row in paper["clustering"]["rows"]:
-        if (row["model"], row["code"]) == (model, code):
+def paper_number(model: str, code: str, dataset: str | None = None) -> PaperNumber | None:
+    """The paper's result for a configuration as a validation loss (Table 2's loss for direct clustering;
+    the negated log-likelihood per point, which swarm-mog trains on). None where the paper reports
+    nothing for it, or, for a number that depends on the data (images), when ``dataset`` is not given."""
+    for row in paper_results()["rows"]:
+        if (row["model"], row["code"], row.get("dataset")) == (model, code, dataset):
             return PaperNumber(row["loss"], row["std"])
-    for row in paper["mog"]["rows"]:
-        if (row["model"], row["code"]) == (model, code):
-            return PaperNumber(-row["log_likelihood"], row["std"])
     return None
 
 
