@@ -8,7 +8,8 @@ one launch. What a graph needs, and how this module gives it:
 - fixed shapes: one graph per batch shape (the MoG sampler pads N to a few buckets), at most
   ``max_graphs`` of them; other shapes run eagerly;
 - fixed memory: the batch is copied into the graph's own input tensors; gradients are zeroed in place
-  (never set to None), so every graph and every eager step use the same gradient tensors;
+  (never set to None), so every graph and every eager step use the same gradient tensors; the graphs
+  share one memory pool (a step's activations are dead once it ends; only each graph's loss stays);
 - no host sync inside the step: Adam runs with ``capturable=True`` (its step count on the device) and the
   Hungarian matching is solved on the device (tasks/hungarian.py);
 - values baked in at capture: the learning rate. A new learning rate (decay, backtracking) or a reloaded
@@ -54,7 +55,9 @@ class _Graph:
 
 
 class TrainStep:
-    """``step(batch) -> mean loss`` (a device scalar, not read): one optimisation step of ``model``.
+    """``step(batch) -> mean loss`` (a device scalar, not read): one optimisation step of ``model``. With
+    graphs the loss tensor belongs to the graph and is overwritten by a later step: use it (e.g. add it to
+    a running sum) before the next step.
 
     ``graphs`` asks for CUDA graphs; it is ignored off CUDA (``self.graphs`` says what is used).
     Call :meth:`optimizer_changed` after loading a state dict into ``opt``.
@@ -66,6 +69,7 @@ class TrainStep:
         self.graphs = graphs and graphs_available(device)
         self.max_graphs = max_graphs
         self._graphs: dict[tuple, _Graph] = {}
+        self._pool: Any = None  # one memory pool for all graphs: only one step's activations live at a time
         self._seen: dict[tuple, int] = {}
         self._valid_for: tuple = ()
         self.optimizer_changed()
@@ -75,6 +79,7 @@ class TrainStep:
         for group in self.opt.param_groups:  # a checkpoint's param groups carry the flag of the run that saved it
             group["capturable"] = self.graphs
         self._graphs.clear()
+        self._pool = None
         self._seen.clear()
         self._valid_for = self._optimizer_key()
 
@@ -121,7 +126,8 @@ class TrainStep:
         inputs = dataclasses.replace(batch, **{k: t.clone() for k, t in _tensors(batch).items()})
         torch.cuda.synchronize(self.device)  # once per shape: capture needs an idle stream
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=self._pool):
             loss = self._eager(inputs, set_to_none=False)
+        self._pool = graph.pool() if self._pool is None else self._pool
         graph.replay()  # the capture recorded the step without running it
         return _Graph(graph, inputs, loss)
