@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import time
 
 import torch
@@ -81,6 +82,9 @@ def val_loss(model, batches, amp: bool, device) -> float:
 
 
 def clustering(data, device, smoke: bool, compiled: bool) -> None:
+    waited = time.monotonic() + 150
+    while not os.path.isfile(data) and time.monotonic() < waited:  # the session generates it meanwhile
+        time.sleep(1)
     splits, info = read_dataset(data)
     train = [b.to(device) for b in bucketed_batches(splits["train"], 100)]
     val = [b.to(device) for b in bucketed_batches(splits["val"], 100)]
