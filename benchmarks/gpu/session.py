@@ -25,6 +25,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+import traceback
 from pathlib import Path
 
 import campaign
@@ -104,32 +105,41 @@ def main() -> int:
     log(f"step modes: {flags}")
 
     ctx = campaign.Context(root, work, out, a.smoke, flags, a.data_dir, data, wait_for_data, facts["card"])
-    ran = {}
+    facts["seconds"] = {}
+    save(out, facts)
     for i, (name, _) in enumerate(order):
         left = deadline.left() - PACK_RESERVE
         budget = campaign.share(order, i, left)
         log(f"{name}: share {budget:.0f} s of {left:.0f} s")
-        if name == "clustering":
-            used = campaign.run_clustering(ctx, budget, left)
-        elif name == "mog":
-            used = campaign.run_mog(ctx, budget, left, timing.get("mog_ms_per_step", {}).get(
-                {"--cuda-graphs": "graphs", "--compile": "compile"}.get((flags.get("mog") or [""])[0], "eager")))
-        else:
-            used = campaign.run_image(ctx, name, budget, left)
-        ran[name] = round(used, 1)
-    facts["seconds"] = ran
+        try:
+            if name == "clustering":
+                used = campaign.run_clustering(ctx, budget, left)
+            elif name == "mog":
+                mode = {"--cuda-graphs": "graphs", "--compile": "compile"}.get((flags.get("mog") or [""])[0], "eager")
+                used = campaign.run_mog(ctx, budget, left, timing.get("mog_ms_per_step", {}).get(mode))
+            else:
+                used = campaign.run_image(ctx, name, budget, left)
+        except Exception:  # one campaign's failure must not cost the others (or what this one wrote)
+            log(f"{name} failed:\n{traceback.format_exc()}")
+            used = -1.0
+        facts["seconds"][name] = round(used, 1)
+        pack(work / "parts" / name, out / f"{name}.tgz")  # at once: a command cut short keeps it
+        save(out, facts)
 
-    if gen is not None and not gen_rc:
+    if gen is not None and gen.poll() is None:
         gen.kill()
-    for name in ran:
-        folder = work / "parts" / name
-        if folder.is_dir() and any(folder.iterdir()):
-            with tarfile.open(out / f"{name}.tgz", "w:gz") as tar:
-                tar.add(folder, arcname=name)
-    (out / "session.json").write_text(json.dumps(facts, indent=2) + "\n")
     log(f"done, {deadline.left():.0f} s left; returned: {', '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
 
+
+def pack(folder: Path, archive: Path) -> None:
+    if folder.is_dir() and any(folder.iterdir()):
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(folder, arcname=folder.name)
+
+
+def save(out: Path, facts: dict) -> None:
+    (out / "session.json").write_text(json.dumps(facts, indent=2) + "\n")
 
 if __name__ == "__main__":
     raise SystemExit(main())
