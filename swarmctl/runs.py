@@ -433,11 +433,12 @@ class Run:
 
 
 def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, task: Task | None = None,
-             dataset: str | None = None, progress: DataProgress | None = None) -> Run:
+             dataset: str | None = None, progress: DataProgress | None = None, needs_data: bool = True) -> Run:
     """Open a run (name or folder: its best.pt, else last.pt) or a checkpoint file, on ``device``.
 
     ``target`` None opens the shipped model of ``task`` (and ``dataset``); the default dataset it was
-    scored on is generated first when missing (a fresh checkout has none).
+    scored on is generated first when missing (a fresh checkout has none), unless ``needs_data`` is False
+    (a caller that reads none of it, such as `swarmctl cluster`).
     """
     dev = resolve_device(device)
     if target is None:
@@ -450,7 +451,7 @@ def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *,
     shipped = is_shipped(checkpoint)
     folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
     run = Run(folder, checkpoint, model, ckpt, from_dict(ModelConfig, ckpt["config"]["model"]), dev, shipped)
-    if shipped:
+    if shipped and needs_data:
         data_cfg = from_dict(DataConfig, {k: v for k, v in ckpt["config"]["data"].items() if k != "checksum"})
         run.task.ensure_data(data_cfg, progress)
     return run

@@ -4,10 +4,12 @@ be), its batches and loss, its evaluation, and how its numbers are shown."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -34,6 +36,7 @@ class Task:
     sweepable = True  # whether `swarmctl sweep` can train it (a spec names one data file or none)
     unit: str = "tasks"  # what eval counts
     data_kind: str | None = None  # the `swarmctl gen-data --task` value writing this task's data (None: none)
+    clusters_points = False  # whether its models assign a user's points to clusters (`swarmctl cluster`)
 
     def train_config(self, **options: Any) -> TrainConfig:
         """The task's default TrainConfig; options that are None keep the default."""
@@ -64,6 +67,11 @@ class Task:
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         """Column headers and rows (first column: what is scored) of `swarmctl eval`'s table."""
+        raise NotImplementedError
+
+    def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
+                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None) -> Any:
+        """Cluster one set of a user's points (`swarmctl cluster`); only tasks with ``clusters_points``."""
         raise NotImplementedError
 
     def progress_note(self, record: dict[str, Any]) -> str:

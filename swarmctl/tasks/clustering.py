@@ -1,12 +1,16 @@
 """Direct amortized clustering (protocol sec. 2): batches from an HDF5 dataset, the Hungarian-matched
-loss, and evaluation with matched accuracy and the true mixture's oracle."""
+loss, evaluation with matched accuracy and the true mixture's oracle, and the clustering of a user's
+own points (any N: a SWARM with mean pooling runs the entity axis in chunks)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -20,6 +24,7 @@ from swarmctl.tasks.base import DataProgress, Prepared, Task
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 
 EVAL_BATCH = 100
+CHUNK_SIZE = 16_384  # entities per chunk when a model runs a large set in chunks (gates: 48 KiB per entity)
 
 
 def clustering_loss(model: nn.Module, batch: ClusteringBatch) -> torch.Tensor:
@@ -38,6 +43,62 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
     return data, info
 
 
+@dataclass(frozen=True)
+class AffineMap:
+    """x' = (x - shift) * scale, per coordinate: the user's units to the scale the model was trained on."""
+
+    shift: np.ndarray  # (D,)
+    scale: np.ndarray  # (D,)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.shift) * self.scale
+
+
+def standardization(values: np.ndarray, target_std: float) -> AffineMap:
+    """The map that centres ``values`` (N, D) and gives every coordinate the standard deviation
+    ``target_std``; a constant coordinate is only centred. Shifting the points, or scaling a coordinate by
+    a positive factor, leaves the mapped points unchanged (to float rounding)."""
+    std = values.std(axis=0)
+    scale = np.where(std > 0, target_std / np.where(std > 0, std, 1.0), 1.0)
+    return AffineMap(values.mean(axis=0), scale)
+
+
+@dataclass(frozen=True)
+class PointClusters:
+    """One set's clustering. Per point (N,): ``cluster`` (numbered 0.. from the largest cluster down),
+    ``probability`` of that cluster and the ``entropy`` (nats) of the class distribution. Per cluster (K,):
+    ``sizes`` and ``mean_confidence`` (the mean probability of its points). ``transform``: the map applied
+    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks."""
+
+    cluster: np.ndarray
+    probability: np.ndarray
+    entropy: np.ndarray
+    sizes: np.ndarray
+    mean_confidence: np.ndarray
+    transform: AffineMap | None
+    chunked: bool
+
+
+def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
+    """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
+    with each point's probability of its cluster and the entropy of its class distribution."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    best, label = logp.max(dim=-1)
+    entropy = -(logp.exp() * logp).sum(dim=-1)
+    label = label.cpu().numpy()
+    counts = np.bincount(label, minlength=logits.shape[-1])
+    order = np.argsort(-counts, kind="stable")  # class of the k-th largest cluster
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cluster = rank[label]
+    K = int(np.count_nonzero(counts))
+    probability = best.exp().cpu().numpy()
+    sizes = counts[order[:K]]
+    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
+    return PointClusters(cluster.astype(np.int64), probability, entropy.cpu().numpy(), sizes.astype(np.int64),
+                         confidence, transform, chunked)
+
+
 class ClusteringTask(Task):
     name = "clustering"
     summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
@@ -45,6 +106,7 @@ class ClusteringTask(Task):
     default_split = "val"
     default_data = clustering_data_path(0)  # the paper's dataset, generated when missing
     data_kind = "clustering"
+    clusters_points = True
 
     def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
         super().data_config(None, dataset, data_dir)  # checks the image-only options
@@ -114,6 +176,34 @@ class ClusteringTask(Task):
         n = len(tasks)
         return {"data": str(data_path), "split": split, "tasks": n, "loss": loss_sum / n, "accuracy": acc_sum / n,
                 "oracle_loss": oracle_sum / n, "oracle_accuracy": oracle_acc_sum / n}
+
+    def point_std(self) -> float:
+        """The standard deviation per coordinate of the points the models were trained on (the paper's
+        generator): where :meth:`cluster_points` maps a user's points to."""
+        return ClusteringParams().point_std()
+
+    @torch.no_grad()
+    def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
+                       chunk_size: int | None = None,
+                       progress: Callable[[float], None] | None = None) -> PointClusters:
+        """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``.
+
+        With ``standardize`` the points are first mapped affinely to the training scale
+        (:func:`standardization`). A model with ``forward_chunked`` and mean pooling (SWARM) runs the
+        entity axis ``chunk_size`` entities at a time, so memory grows only by its states (2 x hidden
+        floats per point); any other model runs all N at once. ``progress(fraction_done)``.
+        """
+        transform = standardization(values, self.point_std()) if standardize else None
+        x = torch.from_numpy(transform.apply(values) if transform else values).to(device, torch.float32)
+        model.eval()
+        chunked = getattr(model, "symmetry", None) == "equivariant" and hasattr(model, "forward_chunked")
+        if chunked:
+            logits = model.forward_chunked(x, chunk_size or CHUNK_SIZE, progress)
+        else:
+            logits = model(x[None], torch.ones(1, len(x), dtype=torch.bool, device=device))[0]
+            if progress is not None:
+                progress(1.0)
+        return summarize_logits(logits, transform, chunked)
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         return (["", "loss (nats/entity)", "matched accuracy"],
