@@ -209,6 +209,8 @@ def _read_text(raw: bytes, where: str) -> tuple[np.ndarray, tuple[str, ...] | No
     fields = _split(first, delimiter)
     names, skip = None, 0
     if not all(_is_number(f) for f in fields):
+        if delimiter:  # a CSV header may quote names that hold commas
+            fields = next(csv.reader([first], skipinitialspace=True))
         names = tuple(f.strip().strip('"').strip("'") for f in fields)
         if any(not n for n in names):
             raise DataError(f"{where}, line {first_no}: the header has an empty column name; name every column")
