@@ -88,8 +88,9 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             values, names, label = _read_npz(raw, where, key)
         else:
             _no_key(key, where, "text")
-            values, names = _read_text(raw, where)
+            values, names = _read_text(raw, where, columns)
             label = ""
+            columns = None  # picked while parsing: the other columns may hold text
     names = names or tuple(f"x{j}" for j in range(values.shape[1]))
     if columns is not None:
         index = [_column_index(c, names, where) for c in columns]
@@ -194,8 +195,10 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:120] or type(exc).__name__
 
 
-def _read_text(raw: bytes, where: str) -> tuple[np.ndarray, tuple[str, ...] | None]:
-    """CSV or whitespace-separated numbers, with an optional header line."""
+def _read_text(raw: bytes, where: str,
+               columns: tuple[str, ...] | None = None) -> tuple[np.ndarray, tuple[str, ...] | None]:
+    """CSV or whitespace-separated numbers, with an optional header line; only ``columns`` (all if None)
+    need to hold numbers."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -218,11 +221,14 @@ def _read_text(raw: bytes, where: str) -> tuple[np.ndarray, tuple[str, ...] | No
             raise DataError(f"{where} has a header but no data rows; give one point per row")
         skip = first_no
     width = len(fields)
+    all_names = names or tuple(f"x{j}" for j in range(width))
+    use = list(range(width)) if columns is None else [_column_index(c, all_names, where) for c in columns]
+    picked = None if names is None else tuple(names[j] for j in use)
     try:  # the fast path; on any problem the scan below finds the line and says what is wrong
         values = np.loadtxt(io.StringIO(text), delimiter=delimiter, dtype=np.float64, ndmin=2, comments="#",
-                            skiprows=skip)
-        if values.shape[1] == width:
-            return values, names
+                            skiprows=skip, usecols=None if columns is None else use)
+        if values.shape[1] == len(use) and (columns is None or _same_width(text, skip, delimiter, width)):
+            return values, picked
     except ValueError:
         pass
     for number, line in _content_lines(text):
@@ -232,12 +238,20 @@ def _read_text(raw: bytes, where: str) -> tuple[np.ndarray, tuple[str, ...] | No
         if len(row) != width:
             raise DataError(f"{where}, line {number}: {len(row)} values where the first row has {width}; every row "
                             "needs the same number of columns")
-        for col, value in enumerate(row, start=1):
+        for col in use:
+            value = row[col]
             if not _is_number(value):
                 shown = value.strip()[:30] or "an empty value"
-                raise DataError(f"{where}, line {number}, column {col}: {shown!r} is not a number; fix the value or "
+                raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value or "
                                 "pick numeric columns with --columns")
     raise DataError(f"{where} could not be read as a table of numbers; check its format")
+
+
+def _same_width(text: str, skip: int, delimiter: str | None, width: int) -> bool:
+    """Whether every data row has ``width`` fields (loadtxt with usecols does not check the others)."""
+    body = text.split("\n", skip)[-1] if skip else text
+    return all(len(_split(line.split("#", 1)[0], delimiter)) == width for line in body.splitlines()
+               if line.strip() and not line.lstrip().startswith("#"))
 
 
 def _content_lines(text: str) -> Iterator[tuple[int, str]]:

@@ -189,3 +189,20 @@ def test_written_csv_reads_back_exactly(tmp_path):
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+def test_columns_not_picked_may_hold_text(tmp_path):
+    path = tmp_path / "iris.csv"
+    path.write_text("a,b,species\n1,2,setosa\n3,4,virginica\n5,6,setosa\n")
+    got = read_points(path, columns=("b", "a"))
+    assert np.array_equal(got.values, [[2, 1], [4, 3], [6, 5]]) and got.names == ("b", "a")
+    path.write_text("a,b,species\n1,2,setosa\n3,x,virginica\n")
+    with pytest.raises(DataError, match="line 3, column 2: 'x' is not a number"):
+        read_points(path, columns=("a", "b"))
+    path.write_text("1 2 z\n3 4\n5 6 z\n")
+    with pytest.raises(DataError, match="line 2: 2 values where the first row has 3"):
+        read_points(path, columns=("0", "1"))
+    path.write_text("a b c\n1 2 z\n3 4 5\n")
+    with pytest.raises(DataError, match="line 2, column 3: 'z' is not a number"):
+        read_points(path)
+    assert np.array_equal(read_points(path, columns=("a", "b")).values, [[1, 2], [3, 4]])
