@@ -276,7 +276,7 @@ class SwarmLayer(nn.Module):
                     hs[:], cs[:] = lstm_pointwise(cell.project_input(xs), None)
                 else:
                     hs[:], cs[:] = lstm_pointwise(torch.addmm(cell.project_input(xs) + p, hs, w_rec_t), cs)
-                h_sum += hs.sum(dim=0, dtype=torch.float64)
+                h_sum += hs.sum(dim=0)  # summed in float32 per chunk, accumulated in float64
                 if t == self.n_iter - 1:
                     out[rows] = self.output(torch.cat([hs, cs], dim=-1))
                 if step is not None:
