@@ -56,6 +56,9 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     points, labels, _, _ = draw_task(args.n, np.random.RandomState(args.seed))
     print(f"N = {args.n:,}, K = {labels.max() + 1}; cpu threads {os.cpu_count()}; before: {_uptime()}", flush=True)
+    np.save(folder / "tiny.npy", points[:100].astype(np.float64))
+    _, base, _ = run_cluster(folder / "tiny.npy", folder / "tiny-clusters.csv", args.extra)
+    print(f"the command on 100 points (imports, model): peak RSS {base / 1e9:.2f} GB", flush=True)
     for fmt in args.formats:
         path = folder / f"points.{fmt}"
         if fmt == "csv":

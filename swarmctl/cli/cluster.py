@@ -59,6 +59,10 @@ def cluster_cmd(
     standardize: Annotated[bool, option("--standardize/--no-standardize",
                                         help="Map the points affinely to the scale the model was trained on "
                                              "first; the output stays in your units.")] = True,
+    per_coordinate: Annotated[bool, option("--per-coordinate",
+                                           help="Standardize every coordinate on its own (for coordinates in "
+                                                "different units) instead of one scale for all, which keeps "
+                                                "the clusters' shapes.")] = False,
     chunk_size: Annotated[int, option(min=1, help="Points per chunk when a SWARM model runs a large set "
                                                   "(memory, not the result).")] = CHUNK_SIZE,
     runs_dir: RunsDir = RUNS_DIR,
@@ -71,9 +75,10 @@ def cluster_cmd(
     model runs a large set in chunks of points: a million points fit in about 2 GB.
     """
     with user_errors():
-        with DelayedBar("clustering") as bar:
+        with DelayedBar("clustering the points") as bar:
             res = cluster_file(points, run, runs_dir, key=key, columns=parse_columns(columns) if columns else None,
-                               out=out, force=force, standardize=standardize, chunk_size=chunk_size, device=device,
+                               out=out, force=force, standardize=standardize, per_coordinate=per_coordinate,
+                               chunk_size=chunk_size, device=device,
                                also_writes={"--plot": plot} if plot else None, progress=bar)
         figure = None
         if plot is not None:
@@ -85,8 +90,8 @@ def cluster_cmd(
     if c.transform is None:
         say("points used as given (--no-standardize)")
     else:
-        say(f"standardized to the training scale: x' = (x - {_vector(c.transform.shift)}) * "
-            f"{_vector(c.transform.scale)}")
+        scale = _vector(c.transform.scale) if per_coordinate else f"{c.transform.scale[0]:.6g}"
+        say(f"standardized to the training scale: x' = (x - {_vector(c.transform.shift)}) * {scale}")
     table = Table(title=escape(f"{len(c.sizes)} clusters in {len(res.points):,} points of {res.points.source}"))
     for col in ("cluster", "points", "share", "mean confidence"):
         table.add_column(col, justify="right")

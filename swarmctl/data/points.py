@@ -81,6 +81,8 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     else:
         if not raw.strip():
             raise DataError(f"{where} is empty; give a file with one point per row")
+        if raw.startswith(_HDF5_MAGIC):  # only standard input gets here: h5py reads files, not streams
+            raise DataError("an HDF5 file cannot be read from standard input; give its path instead of -")
         if raw.startswith(_NPY_MAGIC):
             _no_key(key, where, ".npy")
             values, names, label = _from_array(_load_npy(raw, where), where), None, ""
@@ -242,8 +244,8 @@ def _read_text(raw: bytes, where: str,
             value = row[col]
             if not _is_number(value):
                 shown = value.strip()[:30] or "an empty value"
-                raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value or "
-                                "pick numeric columns with --columns")
+                raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value "
+                                "or pick numeric columns with --columns")
     raise DataError(f"{where} could not be read as a table of numbers; check its format")
 
 

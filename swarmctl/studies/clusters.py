@@ -45,7 +45,8 @@ def check_new_file(path: Path, force: bool, option: str, points: str) -> None:
 
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,
                  columns: tuple[str, ...] | None = None, out: Path | None = None, force: bool = False,
-                 standardize: bool = True, chunk_size: int | None = None, device: str = "auto",
+                 standardize: bool = True, per_coordinate: bool = False, chunk_size: int | None = None,
+                 device: str = "auto",
                  also_writes: dict[str, Path] | None = None,
                  progress: Callable[[float], None] | None = None) -> ClusterResult:
     """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run``
@@ -69,7 +70,8 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) but "
                         f"{opened.label} takes {dim_in} coordinates per point{pick}")
     start = time.perf_counter()
-    clusters = opened.task.cluster_points(opened.model, pts.values, opened.device, standardize, chunk_size, progress)
+    clusters = opened.task.cluster_points(opened.model, pts.values, opened.device, standardize, chunk_size, progress,
+                                          per_coordinate=per_coordinate)
     seconds = time.perf_counter() - start
     write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
     return ClusterResult(pts, clusters, out, opened.label, opened.checkpoint, opened.shipped, seconds)

@@ -70,7 +70,8 @@ class Task:
         raise NotImplementedError
 
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
-                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None) -> Any:
+                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
+                       per_coordinate: bool = False) -> Any:
         """Cluster one set of a user's points (`swarmctl cluster`); only tasks with ``clusters_points``."""
         raise NotImplementedError
 

@@ -54,11 +54,18 @@ class AffineMap:
         return (x - self.shift) * self.scale
 
 
-def standardization(values: np.ndarray, target_std: float) -> AffineMap:
-    """The map that centres ``values`` (N, D) and gives every coordinate the standard deviation
-    ``target_std``; a constant coordinate is only centred. Shifting the points, or scaling a coordinate by
-    a positive factor, leaves the mapped points unchanged (to float rounding)."""
+def standardization(values: np.ndarray, target_std: float, per_coordinate: bool = False) -> AffineMap:
+    """The map that centres ``values`` (N, D) and scales them to the spread ``target_std``.
+
+    By default one factor for all coordinates, so that the root mean square of the coordinates' standard
+    deviations becomes ``target_std``: a similarity map, which keeps the clusters' shapes; shifting the
+    points or scaling all coordinates by one positive factor leaves the mapped points unchanged (to float
+    rounding). ``per_coordinate``: every coordinate gets the standard deviation ``target_std`` on its own
+    (for coordinates in different units; it also undoes a positive scale per coordinate, but stretches
+    sets that are long in one direction). A constant coordinate (or set) is only centred."""
     std = values.std(axis=0)
+    if not per_coordinate:
+        std = np.full_like(std, np.sqrt(np.mean(std**2)))
     scale = np.where(std > 0, target_std / np.where(std > 0, std, 1.0), 1.0)
     return AffineMap(values.mean(axis=0), scale)
 
@@ -184,16 +191,17 @@ class ClusteringTask(Task):
 
     @torch.no_grad()
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
-                       chunk_size: int | None = None,
-                       progress: Callable[[float], None] | None = None) -> PointClusters:
+                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
+                       per_coordinate: bool = False) -> PointClusters:
         """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``.
 
         With ``standardize`` the points are first mapped affinely to the training scale
-        (:func:`standardization`). A model with ``forward_chunked`` and mean pooling (SWARM) runs the
-        entity axis ``chunk_size`` entities at a time, so memory grows only by its states (2 x hidden
-        floats per point); any other model runs all N at once. ``progress(fraction_done)``.
+        (:func:`standardization`: one factor for all coordinates or, ``per_coordinate``, one each). A
+        model with ``forward_chunked`` and mean pooling (SWARM) runs the entity axis ``chunk_size``
+        entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
+        model runs all N at once. ``progress(fraction_done)``.
         """
-        transform = standardization(values, self.point_std()) if standardize else None
+        transform = standardization(values, self.point_std(), per_coordinate) if standardize else None
         x = torch.from_numpy(transform.apply(values) if transform else values).to(device, torch.float32)
         model.eval()
         chunked = getattr(model, "symmetry", None) == "equivariant" and hasattr(model, "forward_chunked")

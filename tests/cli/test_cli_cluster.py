@@ -50,6 +50,14 @@ def test_cluster_writes_the_csv_beside_the_input_prints_the_table_and_draws(cli,
     assert (tmp_path / "pts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_per_coordinate_prints_one_factor_per_coordinate(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "a.csv")
+    assert r.exit_code == 0 and "x' = (x - [" in r.output and "]) * [" not in r.output, r.output
+    r = cli("cluster", points, *_run_args(trained_runs), "--per-coordinate", "--out", tmp_path / "b.csv")
+    assert r.exit_code == 0 and "]) * [" in r.output, r.output
+
+
 def test_no_standardize_uses_the_points_as_given(cli, trained_runs, values, tmp_path):
     points = _csv(tmp_path / "pts.csv", values)
     r = cli("cluster", points, *_run_args(trained_runs), "--no-standardize", "--out", tmp_path / "raw.csv")

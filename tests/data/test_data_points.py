@@ -56,6 +56,18 @@ def test_standard_input_is_read(monkeypatch):
     assert np.array_equal(got.values, POINTS) and got.names == ("a", "b", "c") and got.source == "-"
 
 
+def test_standard_input_takes_npy_but_names_the_fix_for_hdf5(monkeypatch, tmp_path):
+    buf = io.BytesIO()
+    np.save(buf, POINTS)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buf.getvalue())))
+    assert np.array_equal(read_points("-").values, POINTS)
+    with h5py.File(tmp_path / "p.h5", "w") as f:
+        f["x"] = POINTS
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((tmp_path / "p.h5").read_bytes())))
+    with pytest.raises(DataError, match="give its path"):
+        read_points("-")
+
+
 def test_keys_pick_an_array_or_dataset(tmp_path):
     np.savez(tmp_path / "two.npz", a=POINTS, b=POINTS[:, :2])
     assert read_points(tmp_path / "two.npz", key="b").values.shape == (4, 2)

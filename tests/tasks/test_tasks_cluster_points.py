@@ -25,12 +25,13 @@ def model(trained_runs):
     return load_model(runs / "swarm" / "best.pt")[0]
 
 
-@pytest.mark.parametrize(("scale", "shift"), [(1000.0, 5e4), (1e-3, -2.0),
-                                              (np.array([3.0, 0.02]), np.array([-7.0, 1e3]))])
-def test_scaling_and_shifting_the_points_leaves_the_labels_unchanged(model, points, scale, shift):
+@pytest.mark.parametrize(("scale", "shift", "per_coordinate"), [
+    (1000.0, 5e4, False), (1e-3, -2.0, False), (np.array([3.0, 0.02]), np.array([-7.0, 1e3]), True),
+    (250.0, np.array([1e4, -3.0]), True)])
+def test_scaling_and_shifting_the_points_leaves_the_labels_unchanged(model, points, scale, shift, per_coordinate):
     task = ClusteringTask()
-    base = task.cluster_points(model, points, CPU)
-    moved = task.cluster_points(model, points * scale + shift, CPU)
+    base = task.cluster_points(model, points, CPU, per_coordinate=per_coordinate)
+    moved = task.cluster_points(model, points * scale + shift, CPU, per_coordinate=per_coordinate)
     assert len(base.sizes) >= 2  # a model that put every point in one cluster would show nothing
     assert np.array_equal(moved.cluster, base.cluster)
     np.testing.assert_allclose(moved.probability, base.probability, rtol=1e-4, atol=1e-5)
@@ -40,12 +41,17 @@ def test_scaling_and_shifting_the_points_leaves_the_labels_unchanged(model, poin
 
 def test_standardization_maps_to_the_training_scale(points):
     target = ClusteringParams().point_std()
-    m = standardization(points * 40 + 3, target)
-    mapped = m.apply(points * 40 + 3)
+    x = points * [40, 3] + 3
+    m = standardization(x, target)
+    mapped = m.apply(x)
+    assert np.all(m.scale == m.scale[0])  # one factor for all coordinates: the clusters keep their shapes
     np.testing.assert_allclose(mapped.mean(axis=0), 0, atol=1e-12)
-    np.testing.assert_allclose(mapped.std(axis=0), target, rtol=1e-12)
+    np.testing.assert_allclose(np.sqrt(np.mean(mapped.std(axis=0) ** 2)), target, rtol=1e-12)
+    each = standardization(x, target, per_coordinate=True).apply(x)
+    np.testing.assert_allclose(each.std(axis=0), target, rtol=1e-12)
     const = np.column_stack([points[:, 0], np.full(len(points), 5.0)])  # a constant coordinate is only centred
-    assert np.array_equal(standardization(const, target).apply(const)[:, 1], np.zeros(len(points)))
+    assert np.array_equal(standardization(const, target, True).apply(const)[:, 1], np.zeros(len(points)))
+    assert np.array_equal(standardization(np.ones((4, 2)), target).apply(np.ones((4, 2))), np.zeros((4, 2)))
 
 
 def test_point_std_matches_the_generated_sets():
