@@ -29,10 +29,9 @@ from mixtures import draw_task
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import multivariate_normal
 
-from swarmctl.config import clustering_data_path
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset, read_split
-from swarmctl.data.tasks import ClusteringParams
-from swarmctl.runs import load_model, shipped_checkpoint
+from swarmctl.runs import load_model, shipped_for
 from swarmctl.tasks.clustering import ClusteringTask
 
 METHODS = ("swarm", "swarm-per-coordinate", "swarm-raw", "em-true-k", "em-bic", "oracle")
@@ -112,8 +111,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()
     counts = args.tasks_per_size or [TASKS_PER_SIZE.get(n, 10) for n in args.sizes]
-    model, _ = load_model(shipped_checkpoint(ClusteringTask()), CPU)
-    data = Path(clustering_data_path(0))
+    model, _ = load_model(shipped_for("cluster"), CPU)
+    data = Path(ClusteringTask().default_data)
     if args.val_tasks and not data.exists():
         print(f"generating {data} (seed 0)", flush=True)
         generate_dataset(data, ClusteringParams(), seed=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import invwishart
 
-from swarmctl.data.tasks import ClusteringParams
+from swarmctl.data.clustering_generator import ClusteringParams
 
 
 def draw_task(n: int, rs: np.random.RandomState, params: ClusteringParams = ClusteringParams()):

@@ -18,7 +18,7 @@ from swarmctl.errors import ConfigError
 from swarmctl.plots.clusters import plot_clusters
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.clusters import cluster_file
-from swarmctl.tasks.clustering import CHUNK_SIZE
+from swarmctl.tasks.point_clusters import CHUNK_SIZE
 
 
 def _columns(value: str | None) -> str | None:

@@ -12,7 +12,7 @@ from swarmctl.data.points import STDIN, PointSet, read_points, write_cluster_csv
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import check_output_file
 from swarmctl.runs import open_run
-from swarmctl.tasks.clustering import ClusteringTask, PointClusters
+from swarmctl.tasks.point_clusters import PointClusters
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     out = Path(out) if out is not None else default_output(points)
     for option, path in {"--out": out, **(also_writes or {})}.items():
         check_new_file(path, force, option, points)
-    opened = open_run(run, runs_dir, device, task=ClusteringTask(), needs_data=False)
-    if not opened.task.clusters_points:
-        raise ConfigError(f"{opened.checkpoint} is a {opened.task.name} model ({opened.label}), which does not assign "
-                          "points to clusters; name a run of a clustering model (see `swarmctl models`)")
+    opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses a run of another task
     dim_in = opened.model_cfg.dim_in
     pts = read_points(points, key, columns)
     D = pts.values.shape[1]

@@ -32,8 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmctl.config import ModelConfig
+from swarmctl.config import DataConfig, ModelConfig, check_device
 from swarmctl.errors import ConfigError, DataError
+from swarmctl.models import complete_config, count_parameters, create_model, get_spec, list_models, paper_code
+from swarmctl.runs import resume_run, run_progress, start_run
+from swarmctl.tasks import get_task
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,7 +51,7 @@ TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_s
 @dataclass(frozen=True)
 class SweepSpec:
     name: str
-    task: str  # clustering or mog
+    task: str  # the task of every model in the spec (one whose data is one file or drawn fresh)
     configs: tuple[ModelConfig, ...]  # complete, distinct, in file order
     seeds: tuple[int, ...]
     minutes: float
@@ -78,9 +81,6 @@ def _values(grid_no: int, key: str, value: Any) -> list[Any]:
 
 def parse_spec(text: str, default_name: str) -> SweepSpec:
     """A spec from TOML text; every problem is a ConfigError naming the key."""
-    from swarmctl.models import complete_config, get_spec, list_models
-    from swarmctl.tasks import get_task
-
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -115,7 +115,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         spec = get_spec(model)
         if not get_task(spec.task).sweepable:
             raise ConfigError(f"grid {g_no}: {model} is a {spec.task} model; sweeps train models whose data is one "
-                              "file or drawn fresh (clustering, MoG)")
+                              "file or drawn fresh")
         if task is not None and spec.task != task:
             raise ConfigError(f"grid {g_no}: {model} solves {spec.task!r}, an earlier grid {task!r}; one task per spec")
         task = spec.task
@@ -140,15 +140,14 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
     if data is not None and not isinstance(data, str):
         raise ConfigError(f"data must be a path string, got {data!r}")
     device = raw.get("device", "auto")
-    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+    if not isinstance(device, str):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    check_device(device)
     return SweepSpec(name=name, task=task, configs=tuple(configs), seeds=tuple(seeds), minutes=float(minutes),
                      data=data, device=device, max_epochs=raw.get("max_epochs"), batch_size=raw.get("batch_size"))
 
 
 def _code(cfg: ModelConfig) -> str:
-    from swarmctl.models import paper_code
-
     return paper_code(cfg)
 
 
@@ -187,29 +186,20 @@ def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
 def run_status(run_dir: Path, spec: SweepSpec) -> str:
     """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
     ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
-    import json
-
-    from swarmctl.training.checkpoint import load_checkpoint
-
-    if not (run_dir / "config.json").is_file():
-        return "new"
-    if not (run_dir / "last.pt").is_file():
-        return "empty"
-    config = json.loads((run_dir / "config.json").read_text())
+    progress = run_progress(run_dir)
+    if progress.status in ("new", "empty"):
+        return progress.status
     want_data = data_path(spec)
-    if config["data"].get("path") != want_data:
-        raise DataError(f"run {run_dir} was trained on {config['data'].get('path')}, the spec says {want_data}; "
-                        "give the spec another name or move the run away")
-    train = config["train"]
+    if progress.config["data"].get("path") != want_data:
+        raise DataError(f"run {run_dir} was trained on {progress.config['data'].get('path')}, the spec says "
+                        f"{want_data}; give the spec another name or move the run away")
+    train = progress.config["train"]
     same_budget = math.isclose(train["minutes"], spec.minutes) and (
         spec.max_epochs is None or train["max_epochs"] == spec.max_epochs)
-    state = load_checkpoint(run_dir / "last.pt")["state"]
-    return "done" if state.get("finished") and same_budget else "partial"
+    return "done" if progress.status == "finished" and same_budget else "partial"
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    from swarmctl.models import count_parameters, create_model
-
     return count_parameters(create_model(cfg))
 
 
@@ -218,13 +208,60 @@ def format_minutes(minutes: float) -> str:
 
 
 def data_path(spec: SweepSpec) -> str | None:
-    """The spec's data file, or its task's default (None: tasks drawn fresh, the MoG task)."""
-    from swarmctl.tasks import get_task
-
+    """The spec's data file, or its task's default (None: tasks drawn fresh)."""
     return spec.data if spec.data is not None else get_task(spec.task).default_data
 
 
-RUN_FILES = ("config.json", "metrics.jsonl", "best.pt", "last.pt", "curves.png")
+def check_data(spec: SweepSpec) -> None:
+    """Refuse a spec whose data file is missing, unless it is the task's default (generated when missing)."""
+    data = data_path(spec)
+    if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
+        raise DataError(f"{data}: no such data file; create it with `swarmctl gen-data --out {data}` or fix "
+                        "the spec's data")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A spec and the runs one shard of it trains."""
+
+    spec: SweepSpec
+    all_runs: list[SweepRun]
+    runs: list[SweepRun]  # this shard's
+    folder: Path  # RUNS_DIR/sweep-NAME
+    index: int = 0
+    count: int = 1
+
+
+def plan_sweep(spec_file: Path, runs_dir: Path, index: int = 0, count: int = 1) -> SweepPlan:
+    """Read the spec and pick shard ``index`` of ``count`` of its runs."""
+    spec = load_spec(spec_file)
+    all_runs = expand(spec)
+    return SweepPlan(spec, all_runs, shard(all_runs, index, count), Path(runs_dir) / spec.folder, index, count)
+
+
+@dataclass(frozen=True)
+class DryRunRow:
+    """One configuration in the ``--dry-run`` table."""
+
+    config: ModelConfig
+    parameters: int
+    seeds: tuple[int, ...]
+    here: int  # runs of this shard
+    done: int
+    partial: int
+
+
+def dry_run(plan: SweepPlan) -> tuple[list[DryRunRow], int]:
+    """The dry-run table's rows, and how many of this shard's runs are not finished."""
+    mine = {r.name for r in plan.runs}
+    status = {r.name: run_status(plan.folder / r.name, plan.spec) for r in plan.runs}
+    rows = []
+    for cfg in plan.spec.configs:
+        cfg_runs = [r for r in plan.all_runs if r.model == cfg]
+        states = [status[r.name] for r in cfg_runs if r.name in mine]
+        rows.append(DryRunRow(cfg, parameter_count(cfg), tuple(r.seed for r in cfg_runs), len(states),
+                              states.count("done"), states.count("partial")))
+    return rows, sum(1 for s in status.values() if s != "done")
 
 
 def train_sweep(
@@ -238,10 +275,7 @@ def train_sweep(
     one resumed (budget included), one killed before its first checkpoint started again. Stops at the first
     interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
     before each run. Returns (run, status, FitResult or None) for every run looked at."""
-    from swarmctl.config import DataConfig
-    from swarmctl.runs import resume_run, start_run
-    from swarmctl.tasks import get_task
-
+    check_data(spec)
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
     done = []
@@ -256,9 +290,7 @@ def train_sweep(
         if status == "partial":
             result = resume_run(run_dir, folder, model_name=run.model.name, minutes=spec.minutes,
                                 max_epochs=spec.max_epochs, device=spec.device, progress=progress)
-        else:
-            for name in RUN_FILES if status == "empty" else ():
-                (run_dir / name).unlink(missing_ok=True)
+        else:  # new, or empty: start_run starts a run that never saved a checkpoint again from scratch
             train_cfg = get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
                                                          batch_size=spec.batch_size, seed=run.seed, device=spec.device)
             result = start_run(run.model, train_cfg, data_cfg, folder, run.name, progress=progress)

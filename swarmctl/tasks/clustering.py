@@ -4,9 +4,9 @@ own points (any N: a SWARM with mean pooling runs the entity axis in chunks)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +14,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, TrainConfig, check_memory, check_seed, clustering_data_path, host_memory
+from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, host_memory
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
-from swarmctl.data.hdf5 import ensure_writable, generate_dataset, read_dataset
-from swarmctl.data.tasks import ClusteringParams
+from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError
-from swarmctl.files import check_output_file, remove_orphan_temps
-from swarmctl.tasks.base import DataProgress, Prepared, Task
+from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
+from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_logits
+from swarmctl.training.checkpoint import Checkpoint
 
 EVAL_BATCH = 100
-CHUNK_SIZE = 16_384  # entities per chunk when a model runs a large set in chunks (gates: 48 KiB per entity)
 
 
 def clustering_loss(model: nn.Module, batch: ClusteringBatch) -> torch.Tensor:
@@ -43,81 +43,27 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
     return data, info
 
 
-@dataclass(frozen=True)
-class AffineMap:
-    """x' = (x - shift) * scale, per coordinate: the user's units to the scale the model was trained on."""
-
-    shift: np.ndarray  # (D,)
-    scale: np.ndarray  # (D,)
-
-    def apply(self, x: np.ndarray) -> np.ndarray:
-        return (x - self.shift) * self.scale
-
-
-def standardization(values: np.ndarray, target_std: float, per_coordinate: bool = False) -> AffineMap:
-    """The map that centres ``values`` (N, D) and scales them to the spread ``target_std``.
-
-    By default one factor for all coordinates, so that the root mean square of the coordinates' standard
-    deviations becomes ``target_std``: a similarity map, which keeps the clusters' shapes; shifting the
-    points or scaling all coordinates by one positive factor leaves the mapped points unchanged (to float
-    rounding). ``per_coordinate``: every coordinate gets the standard deviation ``target_std`` on its own
-    (for coordinates in different units; it also undoes a positive scale per coordinate, but stretches
-    sets that are long in one direction). A constant coordinate (or set) is only centred."""
-    std = values.std(axis=0)
-    if not per_coordinate:
-        std = np.full_like(std, np.sqrt(np.mean(std**2)))
-    scale = np.where(std > 0, target_std / np.where(std > 0, std, 1.0), 1.0)
-    return AffineMap(values.mean(axis=0), scale)
-
-
-@dataclass(frozen=True)
-class PointClusters:
-    """One set's clustering. Per point (N,): ``cluster`` (numbered 0.. from the largest cluster down),
-    ``probability`` of that cluster and the ``entropy`` (nats) of the class distribution. Per cluster (K,):
-    ``sizes`` and ``mean_confidence`` (the mean probability of its points). ``transform``: the map applied
-    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks."""
-
-    cluster: np.ndarray
-    probability: np.ndarray
-    entropy: np.ndarray
-    sizes: np.ndarray
-    mean_confidence: np.ndarray
-    transform: AffineMap | None
-    chunked: bool
-
-
-def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
-    """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
-    with each point's probability of its cluster and the entropy of its class distribution."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    best, label = logp.max(dim=-1)
-    entropy = -(logp.exp() * logp).sum(dim=-1)
-    label = label.cpu().numpy()
-    counts = np.bincount(label, minlength=logits.shape[-1])
-    order = np.argsort(-counts, kind="stable")  # class of the k-th largest cluster
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    cluster = rank[label]
-    K = int(np.count_nonzero(counts))
-    probability = best.exp().cpu().numpy()
-    sizes = counts[order[:K]]
-    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
-    return PointClusters(cluster.astype(np.int64), probability, entropy.cpu().numpy(), sizes.astype(np.int64),
-                         confidence, transform, chunked)
+_GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
 
 
 class ClusteringTask(Task):
     name = "clustering"
     summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
     defaults = TrainConfig()
+    default_data = f"{DATA_DIR}/clustering-seed0.h5"  # the paper's dataset, generated when missing
+    train_data_help = f"{default_data}, generated when missing"
     default_split = "val"
-    default_data = clustering_data_path(0)  # the paper's dataset, generated when missing
+    eval_data_help = "the run's"
+    studies = Task.studies | {"shuffle-variance", "plot-entropy", "cluster"}
     data_kind = "clustering"
-    clusters_points = True
+    data_kind_help = ("train/val splits; per task K clusters uniform in k-min..k-max, N points uniform in "
+                      "n-min..n-max, equal-weight multinomial counts, inverse-Wishart covariances, N(0, I) means, "
+                      "points shuffled; the last val-fraction of the tasks form the validation split")
+    generator = _GENERATOR
+    default_tasks = ClusteringParams.n_tasks
 
-    def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
-        super().data_config(None, dataset, data_dir)  # checks the image-only options
-        return DataConfig(path=str(data or self.default_data))
+    def data_file(self, seed: int | str) -> str:
+        return f"{DATA_DIR}/clustering-seed{seed}.h5"
 
     def ensure_data(self, data_cfg: DataConfig, progress: DataProgress | None = None) -> None:
         """Generate the paper's dataset (seed 0) when the default file is asked for and missing."""
@@ -129,17 +75,14 @@ class ClusteringTask(Task):
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
             generate_dataset(path, params, seed=0, progress=update)
 
-    def generate_data(self, path: Path | None, seed: int, n_tasks: int, force: bool = False,
+    def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
         """Seeded clustering tasks: the first form ``train``, the last ``val_fraction`` ``val``."""
-        gen = ClusteringParams(n_tasks=n_tasks, **params)
-        check_seed(seed)
+        check_generator_params(self, params)
+        gen = ClusteringParams(n_tasks=self.default_tasks if n_tasks is None else n_tasks, **params)
         check_memory(gen.memory_bytes(), host_memory(), f"{gen.n_tasks:,} tasks of {gen.n_min}..{gen.n_max} points",
                      "lower --tasks or --n-max")
-        path = Path(path or clustering_data_path(seed))
-        check_output_file(path)
-        ensure_writable(path, force)
-        remove_orphan_temps(path.parent, f".{path.name}.")  # left by a gen-data that was killed
+        path = prepare_output(self, path, seed, force)
         with progress.generating("", gen.n_tasks) if progress else nullcontext() as update:
             info = generate_dataset(path, gen, seed, force=force, progress=update)
         return path, info, f"{gen.n_tasks - gen.n_val} train + {gen.n_val} validation tasks"
@@ -154,12 +97,12 @@ class ClusteringTask(Task):
                         loss_fn=lambda model, batch: clustering_loss(model, batch), checksum=info["checksum"])
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, ckpt: dict[str, Any], data: Path | None, split: str,
-                 device: torch.device) -> dict[str, Any]:
+    def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
+              device: torch.device) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
-        data_path = Path(data) if data is not None else Path(ckpt["config"]["data"]["path"])
+        data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
         splits, info = load_clustering_data(data_path, split)
-        trained_on = ckpt["config"]["data"].get("checksum")
+        trained_on = ckpt.data_config.checksum
         if data is None and trained_on is not None and info["checksum"] != trained_on:
             raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from the "
                             f"run's); pass --data {data_path} to score it on the new file anyway")

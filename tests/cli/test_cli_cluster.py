@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from swarmctl.data.tasks import ClusteringParams, generate_clustering
+from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering
 from swarmctl.runs import export_weights
 
 

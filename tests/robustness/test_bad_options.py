@@ -13,8 +13,8 @@ import string
 import pytest
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.runs import start_run
 
 DRAWS = 3  # values per (command, option); each command run in-process takes well under a second

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from swarmctl.data.tasks import ClusteringParams, generate_clustering
+from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering
 from swarmctl.runs import load_model
 from swarmctl.tasks import TASKS
-from swarmctl.tasks.clustering import ClusteringTask, standardization, summarize_logits
+from swarmctl.tasks.clustering import ClusteringTask
+from swarmctl.tasks.point_clusters import standardization, summarize_logits
 
 CPU = torch.device("cpu")
 
@@ -76,4 +77,4 @@ def test_clusters_are_numbered_by_size_with_probability_and_entropy():
 
 
 def test_only_the_clustering_task_clusters_points():
-    assert [t.name for t in TASKS.values() if t.clusters_points] == [ClusteringTask.name]
+    assert [t.name for t in TASKS.values() if "cluster" in t.studies] == [ClusteringTask.name]
