@@ -198,3 +198,23 @@ def test_a_run_that_does_not_exist_is_named(cli, trained_runs, values, tmp_path)
     points = _csv(tmp_path / "pts.csv", values)
     r = cli("cluster", points, "nope", "--runs-dir", runs)
     assert r.exit_code == 1 and "no run 'nope'" in r.output
+
+
+@pytest.mark.parametrize(("elapsed", "shown"), [(0.5, False), (1.5, True)])
+def test_the_progress_bar_appears_only_for_calls_longer_than_a_second(monkeypatch, elapsed, shown):
+    import io
+
+    from rich.console import Console
+
+    from swarmctl.cli import _progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(_progress, "console", Console(file=out, force_terminal=True, width=100))
+    now = [100.0]
+    monkeypatch.setattr(_progress.time, "monotonic", lambda: now[0])
+    with _progress.DelayedBar("clustering the points") as bar:
+        now[0] += elapsed
+        bar(0.5)
+        now[0] += 0.1
+        bar(1.0)
+    assert ("clustering the points" in out.getvalue()) == shown
