@@ -9,11 +9,12 @@ from torch import Tensor, nn
 from swarmctl.config import ACTIVATIONS, ModelConfig
 from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import register_model
+from swarmctl.models.stack import LayerStack
 
 _ACTIVATIONS = dict(zip(ACTIVATIONS, (nn.ReLU, nn.ELU, nn.LeakyReLU), strict=True))  # names: config.ACTIVATIONS
 
 
-class SwarmNet(nn.Module):
+class SwarmNet(LayerStack):
     """``n_layers`` SWARM layers; layers 1..L-1 map to ``dim_hidden`` features followed by a
     non-linearity, the last maps to ``dim_out``. Each layer runs its own ``n_iter`` iterations.
 
@@ -31,14 +32,13 @@ class SwarmNet(nn.Module):
         dropout: float = 0.0,
         activation: str = "relu",
     ) -> None:
-        super().__init__()
         widths = [dim_in] + [dim_hidden] * (n_layers - 1) + [dim_out]
-        self.layers = nn.ModuleList(
-            SwarmLayer(widths[k], dim_hidden, widths[k + 1], n_iter, pooling=pooling, dropout=dropout)
-            for k in range(n_layers)
+        super().__init__(
+            (SwarmLayer(widths[k], dim_hidden, widths[k + 1], n_iter, pooling=pooling, dropout=dropout)
+             for k in range(n_layers)),
+            _ACTIVATIONS[activation](),
         )
-        self.act = _ACTIVATIONS[activation]()
-        self.symmetry = "equivariant" if pooling == "mean" else "causal"
+        self.symmetry = self.layers[0].symmetry  # "equivariant" (mean pooling) or "causal"
 
     def compile_steps(self) -> None:
         """torch.compile the iteration body of every layer."""
@@ -58,18 +58,7 @@ class SwarmNet(nn.Module):
             if progress is not None:
                 progress(done / total)
 
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.act(x)
-            x = layer.forward_chunked(x, chunk_size, step)
-        return x
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.act(x)
-            x = layer(x, mask)
-        return x
+        return self.through_layers(x, lambda k, layer, u: layer.forward_chunked(u, chunk_size, step))
 
 
 @register_model(
