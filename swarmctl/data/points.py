@@ -225,7 +225,7 @@ def _read_text(raw: bytes, where: str,
     width = len(fields)
     all_names = names or tuple(f"x{j}" for j in range(width))
     use = list(range(width)) if columns is None else [_column_index(c, all_names, where) for c in columns]
-    picked = None if names is None else tuple(names[j] for j in use)
+    picked = tuple(all_names[j] for j in use)
     try:  # the fast path; on any problem the scan below finds the line and says what is wrong
         values = np.loadtxt(io.StringIO(text), delimiter=delimiter, dtype=np.float64, ndmin=2, comments="#",
                             skiprows=skip, usecols=None if columns is None else use)

@@ -91,6 +91,8 @@ def test_columns_by_name_or_index(tmp_path):
         read_points(path, columns=("a", "z"))
     with pytest.raises(ConfigError, match="out of range"):
         read_points(path, columns=("3",))
+    path.write_text(_text(POINTS))  # no header: the columns are x0, x1, x2
+    assert read_points(path, columns=("2", "0")).names == ("x2", "x0")
 
 
 @pytest.mark.parametrize("text", ["", "a,,b", "0,0,", " , "])
