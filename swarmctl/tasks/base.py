@@ -17,6 +17,7 @@ from swarmctl.config import DataConfig, TrainConfig, check_seed
 from swarmctl.data.hdf5 import ensure_writable
 from swarmctl.errors import ConfigError
 from swarmctl.files import check_output_file, remove_orphan_temps
+from swarmctl.testing import random_sets
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
 
@@ -87,6 +88,12 @@ class Task:
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         """Column headers and rows (first column: what is scored) of `swarmctl eval`'s table."""
         raise NotImplementedError
+
+    def example_inputs(self, batch: int, size: int, dtype: torch.dtype = torch.float32,
+                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+        """Random inputs of the kind this task's models take (``model(*inputs)``), for the generic model
+        tests: ``batch`` padded sets of up to ``size`` 2-D points and their mask."""
+        return random_sets(batch, size, dtype=dtype, generator=generator)
 
     def progress_note(self, record: dict[str, Any]) -> str:
         """Text after the validation loss in the per-epoch line (e.g. bits/dim)."""
