@@ -40,6 +40,7 @@ class Task:
     train_data_help: str = "none: tasks are drawn fresh"  # what train's --data means for it (help text)
     default_split: str = "val"  # what eval scores by default
     eval_data_help: str = "the run's"  # what eval scores without --data (help text)
+    metric_help: str = ""  # what eval reports (help text)
     sweepable = True  # whether `swarmctl sweep` can train it (a spec names one data file or none)
     unit: str = "tasks"  # what eval counts
     studies: frozenset[str] = frozenset({"eval"})  # the commands that can study its runs (and its shipped model)

@@ -60,6 +60,7 @@ class ImageTask(Task):
     default_data = DATA_DIR  # torchvision root
     train_data_help = "none: --dataset and --data-dir name their images"
     eval_data_help = "the run's --data-dir"
+    metric_help = "cross-entropy per sub-pixel and bits per dimension"
     studies = Task.studies | {"sample"}
     datasets = tuple(DATASETS)
     default_dataset = DEFAULT_DATASET
