@@ -43,7 +43,7 @@ def eval_cmd(
             check_output_file(out)
         elif target is None:
             check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
-        opened = open_run(target, runs_dir, device, progress=DataGenerationProgress())
+        opened = open_run(target, runs_dir, device, data=data, progress=DataGenerationProgress())
         if opened.shipped:
             say(f"scoring the shipped model {opened.checkpoint}")
         if out is None:
