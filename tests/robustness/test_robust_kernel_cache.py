@@ -130,6 +130,11 @@ def _write(data: Callable[[dict[str, Path]], bytes]) -> Callable[[Path, dict[str
     return lambda path, libs: path.write_bytes(data(libs))
 
 
+def _flip_middle_byte(data: bytes) -> bytes:
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
+
+
 def _nonempty_folder(path: Path, libs: dict[str, Path]) -> None:
     path.mkdir()
     (path / "keep").write_text("a user's file")
@@ -138,7 +143,8 @@ def _nonempty_folder(path: Path, libs: dict[str, Path]) -> None:
 PLANTED = [
     Planted("zero-bytes", _write(lambda libs: b"")),
     Planted("garbage", _write(lambda libs: os.urandom(4096))),
-    Planted("truncated", _write(lambda libs: libs["good"].read_bytes()[:2048])),
+    Planted("truncated", _write(lambda libs: libs["good"].read_bytes()[:2048])),  # loading it would crash
+    Planted("one-byte-changed", _write(lambda libs: _flip_middle_byte(libs["good"].read_bytes()))),  # still loads
     Planted("foreign-library", _write(lambda libs: libs["foreign"].read_bytes())),
     Planted("older-abi", _write(lambda libs: libs["old-abi"].read_bytes())),
     Planted("empty-folder", lambda path, libs: path.mkdir()),
