@@ -1,6 +1,7 @@
 """The swarmctl command line: one module per command, each a thin wrapper over a library function."""
 
 from swarmctl.cli import (  # noqa: F401  (each module registers one command)
+    cluster,
     eval,
     gen_data,
     models,
