@@ -69,7 +69,7 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         if file.is_dir():
             raise DataError(f"{file} is a folder; give a point file (CSV, text, .npy, .npz or HDF5)")
         try:
-            raw = None if _is_hdf5(file) else file.read_bytes()
+            raw = _read_once(file)
         except FileNotFoundError:
             raise DataError(f"{file} does not exist; check the path") from None
         except PermissionError:
@@ -82,8 +82,9 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     else:
         if not raw.strip():
             raise DataError(f"{where} is empty; give a file with one point per row")
-        if raw.startswith(_HDF5_MAGIC):  # only standard input gets here: h5py reads files, not streams
-            raise DataError("an HDF5 file cannot be read from standard input; give its path instead of -")
+        if raw.startswith(_HDF5_MAGIC):  # only a stream gets here: h5py reads files, not streams
+            fix = "give its path instead of -" if source == STDIN else "save it to a file and give that path"
+            raise DataError(f"an HDF5 file cannot be read from a stream ({where}); {fix}")
         if raw.startswith(_NPY_MAGIC):
             _no_key(key, where, ".npy")
             values, names, label = _from_array(_load_npy(raw, where), where), None, ""
@@ -102,9 +103,15 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label)
 
 
-def _is_hdf5(file: Path) -> bool:
+def _read_once(file: Path) -> bytes | None:
+    """The bytes of ``file``, or None for an HDF5 file (h5py opens it by name). Read in one pass: a pipe
+    (``swarmctl cluster <(zcat points.csv.gz)``) gives its bytes only once, so the format is told from the
+    first bytes of the same read."""
     with open(file, "rb") as fh:
-        return fh.read(len(_HDF5_MAGIC)) == _HDF5_MAGIC
+        head = fh.read(len(_HDF5_MAGIC))
+        if head == _HDF5_MAGIC and file.is_file():
+            return None
+        return head + fh.read()
 
 
 def _no_key(key: str | None, where: str, kind: str) -> None:

@@ -56,6 +56,43 @@ def test_standard_input_is_read(monkeypatch):
     assert np.array_equal(got.values, POINTS) and got.names == ("a", "b", "c") and got.source == "-"
 
 
+@pytest.mark.parametrize("form", ["csv", "npy"])
+def test_a_named_pipe_is_read_once_and_whole(tmp_path, form):
+    """`swarmctl cluster <(zcat points.csv.gz)` hands over a pipe: its bytes can be read only once, so the
+    reader must not peek at the format and then read again."""
+    import os
+    import threading
+
+    if form == "csv":
+        data = _text(POINTS, header=("a", "b", "c")).encode()
+    else:
+        buf = io.BytesIO()
+        np.save(buf, POINTS)
+        data = buf.getvalue()
+    fifo = tmp_path / "points"
+    os.mkfifo(fifo)
+    got: dict = {}
+
+    def read() -> None:
+        try:
+            got["points"] = read_points(fifo)
+        except Exception as exc:  # reported by the assertion below
+            got["error"] = exc
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        fifo.write_bytes(data)
+    except BrokenPipeError:  # the reader closed the pipe early: the assertion below says so
+        pass
+    reader.join(timeout=10)
+    if reader.is_alive():  # the reader opened the pipe a second time: end it with an empty write
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+    assert "points" in got, f"the pipe was not read whole: {got.get('error')!r}"
+    assert np.array_equal(got["points"].values, POINTS)
+
+
 def test_standard_input_takes_npy_but_names_the_fix_for_hdf5(monkeypatch, tmp_path):
     buf = io.BytesIO()
     np.save(buf, POINTS)
