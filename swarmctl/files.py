@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from swarmctl.errors import ConfigError, SwarmctlWarning
+from swarmctl.errors import ResourceError, SwarmctlWarning
 
 
 def atomic_write(path: Path, write: Callable[[str], None]) -> None:
@@ -47,9 +47,9 @@ def check_output_folder(folder: Path, target: Path | None = None) -> None:
     for parent in [folder, *folder.parents]:
         if parent.exists():
             if not parent.is_dir():
-                raise ConfigError(f"cannot write {target}: {parent} is a file, not a folder; choose another path")
+                raise ResourceError(f"cannot write {target}: {parent} is a file, not a folder; choose another path")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise ConfigError(f"cannot write {target}: {parent} is not writable; choose a folder you can "
+                raise ResourceError(f"cannot write {target}: {parent} is not writable; choose a folder you can "
                                   "write to")
             return
 
@@ -58,7 +58,7 @@ def check_output_file(path: Path) -> None:
     """Refuse, before any work, an output file path that is a folder or whose folder cannot be written."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"cannot write {path}: it is a folder; give a file path")
+        raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
     check_output_folder(path.parent, path)
 
 

@@ -29,9 +29,9 @@ import torch
 from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
-from swarmctl.errors import CheckpointError, ConfigError, DataError, SwarmctlError, SwarmctlWarning
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import atomic_write_text, check_output_folder, remove_orphan_temps
-from swarmctl.models import complete_config, count_parameters, create_model, get_spec, paper_code
+from swarmctl.models import check_fields, complete_config, count_parameters, create_model, get_spec, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, task_of
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from swarmctl.training.device import (
@@ -68,6 +68,7 @@ def configs_from_options(model: str, model_options: dict[str, Any], train_option
                          data_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, DataConfig]:
     """The three configs of a new run from the train command's options (None: the task's default)."""
     task = task_of(model)
+    check_fields(model, {k for k, v in model_options.items() if v is not None and not (k == "dropout" and v == 0)})
     data_cfg = task.data_config(data, dataset, data_dir)
     model_cfg = ModelConfig(name=model, dataset=data_cfg.dataset, **model_options)
     return model_cfg, task.train_config(**train_options), data_cfg
@@ -77,6 +78,9 @@ LOCK = ".lock"  # runs/NAME/.lock: flock-ed by the process writing the run, hold
 RESTARTABLE = ("metrics.jsonl", "best.pt", "last.pt", "curves.png")  # what a restart from scratch clears
 
 
+MAX_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+
+
 def run_path(name: str, runs_dir: Path) -> Path:
     """``runs_dir/name`` for a run name that stays inside ``runs_dir`` (sub-folders allowed)."""
     parts = name.replace("\\", "/").split("/")
@@ -84,6 +88,9 @@ def run_path(name: str, runs_dir: Path) -> Path:
             or any(not c.isprintable() for c in name):
         raise ConfigError(f"run name {name!r} must stay inside --runs-dir: plain names such as exp1 or "
                           "group/exp1, without '..', '.', a leading '/' or control characters")
+    if any(len(os.fsencode(p)) > MAX_NAME_BYTES for p in parts):
+        raise ConfigError(f"run name {name[:40]!r}... has a part longer than {MAX_NAME_BYTES} bytes, more than a "
+                          "file system allows; choose a shorter name")
     return Path(runs_dir) / name
 
 
@@ -94,7 +101,7 @@ def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
         with torch.device("meta"):
             n = count_parameters(create_model(model_cfg))
     except RuntimeError:  # a size whose byte count overflows even on the meta device
-        raise ConfigError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
+        raise ResourceError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
                           "lower --hidden, --layers or --inducing") from None
     check_memory(16 * n, memory_limit(device), f"model {model_cfg.name} ({paper_code(model_cfg)}) with "
                  f"{n:,} parameters (weights, gradients and Adam state)", "lower --hidden, --layers or --inducing")

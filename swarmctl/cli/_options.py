@@ -16,8 +16,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from swarmctl.config import SEED_RANGE, check_device, check_finite
-from swarmctl.errors import SwarmctlError, SwarmctlWarning
+from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
+from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning
 
 console = Console()
 err_console = Console(stderr=True)
@@ -48,6 +48,7 @@ def _checked(check: Any) -> Any:
 
 
 finite = _checked(lambda v: check_finite("the value", v))  # floats: no nan or inf
+positive = _checked(lambda v: check_positive("the value", v))  # finite floats > 0
 device_name = _checked(check_device)
 
 
@@ -71,6 +72,7 @@ def say(text: str) -> None:
     console.print(text, markup=False, highlight=False)
 
 
+USAGE_EXIT = 2  # a bad option value or combination (click's code for usage errors)
 INTERRUPTED_EXIT = 130  # the shell's code for a process stopped by SIGINT
 
 
@@ -115,9 +117,10 @@ def os_error_line(exc: OSError) -> str:
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Run a command's work so that every failure the user can act on ends in one line on stderr: a
-    SwarmctlError or an OSError exits 1, MemoryError 1, SIGINT or SIGTERM 130 (temporary files removed on
-    the way out). Warnings of the library (a damaged run skipped) print as one line each. Bugs keep their
-    traceback."""
+    ConfigError (an option value wrong in itself, see :mod:`swarmctl.errors`) exits 2 like a value Typer
+    refuses, any other SwarmctlError or an OSError exits 1, MemoryError 1, SIGINT or SIGTERM 130
+    (temporary files removed on the way out). Warnings of the library (a damaged run skipped) print as one
+    line each. Bugs keep their traceback."""
     with ExitStack() as stack:
         if threading.current_thread() is threading.main_thread():
             old = signal.signal(signal.SIGTERM, _raise_interrupted)
@@ -127,6 +130,9 @@ def user_errors() -> Iterator[None]:
         warnings.showwarning = _show_warning
         try:
             yield
+        except ConfigError as exc:
+            _error(" ".join(str(exc).split()))
+            raise typer.Exit(USAGE_EXIT) from None
         except SwarmctlError as exc:
             _error(" ".join(str(exc).split()))
             raise typer.Exit(1) from None

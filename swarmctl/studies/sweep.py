@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmctl.config import ModelConfig
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError, DataError, SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -155,11 +155,11 @@ def _code(cfg: ModelConfig) -> str:
 def load_spec(path: Path) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
+        raise SpecError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
     try:
         return parse_spec(path.read_text(), path.stem)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise SpecError(f"{path}: {exc}") from None
 
 
 def expand(spec: SweepSpec) -> list[SweepRun]:

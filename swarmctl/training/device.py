@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from swarmctl.config import check_device, host_memory
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ResourceError
 
 
 def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
@@ -25,7 +25,7 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError("device cuda requested but CUDA is not available; use --device cpu or auto")
+            raise ResourceError("device cuda requested but CUDA is not available; use --device cpu or auto")
         if name == "cuda":
             name = f"cuda:{local_rank}"
         use_tf32(os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes"))

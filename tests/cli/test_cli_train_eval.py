@@ -1,4 +1,5 @@
-"""gen-data -> train -> eval through the CLI, and every bad input as a one-line error with exit 1."""
+"""gen-data -> train -> eval through the CLI, and every bad input as a one-line error: exit 2 for an option
+value wrong in itself, 1 for a bad file or run."""
 
 import json
 
@@ -13,8 +14,8 @@ from swarmctl.training.checkpoint import load_checkpoint
 TINY_TRAIN = ["--hidden", "8", "--iters", "3", "--batch-size", "6", "--max-epochs", "2"]
 
 
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 1, result.output
+def assert_user_error(result, *fragments, code=1):
+    assert result.exit_code == code, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
     for frag in fragments:
@@ -34,7 +35,7 @@ def test_gen_data_writes_and_refuses_to_overwrite(tmp_path, cli):
 
 
 def test_gen_data_bad_parameters(tmp_path, cli):
-    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "k_max")
+    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "k_max", code=2)
     assert not (tmp_path / "x.h5").exists()
     assert cli("gen-data", "--tasks", "many").exit_code == 2
 
@@ -139,7 +140,7 @@ def test_train_rejects_bad_data_and_writes_nothing(kind, tiny_h5, tmp_path, cli)
 )
 def test_train_rejects_bad_hyper_parameters_and_writes_nothing(args, message, tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    assert_user_error(cli("train", *args, "--data", tiny_h5, "--runs-dir", runs), message)
+    assert_user_error(cli("train", *args, "--data", tiny_h5, "--runs-dir", runs), message, code=2)
     assert not runs.exists()
 
 
