@@ -6,23 +6,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, argument, console, err_console, option, say, user_errors
 from swarmctl.cli._progress import EpochProgress
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError
 from swarmctl.models import paper_code
 from swarmctl.plots.curves import save_run_curves
 from swarmctl.studies.sweep import (
+    check_sweep,
     data_path,
     expand,
     format_minutes,
     load_spec,
-    parameter_count,
     parse_shard,
-    run_status,
     shard,
     train_sweep,
 )
@@ -60,16 +57,12 @@ def sweep_cmd(
         folder = runs_dir / spec.folder
         where = f"shard {index}/{count}: " if count > 1 else ""
         if dry_run:
-            _dry_run(spec, all_runs, runs, folder, where)
+            _dry_run(spec, all_runs, runs, folder, where, check_sweep(spec, runs, runs_dir))
             return
-        data = data_path(spec)  # the default dataset is generated when missing; another missing file is an error
-        if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
-            raise DataError(f"{data}: no such data file; create it with `swarmctl gen-data --out {data}` or fix "
-                            "the spec's data")
-        say(f"sweep {spec.name}: {where}{len(runs)} of {len(all_runs)} runs, {format_minutes(spec.minutes)} each "
-            f"-> {folder}")
-
         def on_run(k: int, total: int, run, status: str) -> None:
+            if k == 0:  # every check passed
+                say(f"sweep {spec.name}: {where}{len(runs)} of {len(all_runs)} runs, {format_minutes(spec.minutes)} "
+                    f"each -> {folder}")
             say(f"[{k + 1}/{total}] {run.name}: {ACTIONS[status]}")
 
         with EpochProgress(get_task(spec.task)) as progress:
@@ -90,23 +83,31 @@ def sweep_cmd(
         f"-> {folder}; summarise with: swarmctl report {folder}")
 
 
-def _dry_run(spec, all_runs, runs, folder: Path, where: str) -> None:
-    table = Table(title=escape(f"sweep {spec.name}: {where}{len(runs)} of {len(all_runs)} runs -> {folder}"))
-    for col in ("model", "code", "parameters", "seeds", "runs here", "done", "partial"):
-        table.add_column(col, justify="left" if col in ("model", "code", "seeds") else "right", no_wrap=True)
-    mine = {r.name for r in runs}
-    for cfg in spec.configs:
-        cfg_runs = [r for r in all_runs if r.model == cfg]
-        here = [r for r in cfg_runs if r.name in mine]
-        states = [run_status(folder / r.name, spec) for r in here]
-        params = parameter_count(cfg)
-        table.add_row(cfg.name, f"({paper_code(cfg)})",
-                      f"{params:,}", ",".join(str(r.seed) for r in cfg_runs), str(len(here)),
-                      str(states.count("done")), str(states.count("partial")))
-    console.print(table)
-    left = sum(1 for r in runs if run_status(folder / r.name, spec) != "done")
-    console.print(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds = {len(all_runs)} runs; "
-                  f"budget {len(all_runs)} x {spec.minutes:g} min = {format_minutes(len(all_runs) * spec.minutes)} net "
-                  f"(validation and checkpoints extra); {where}{len(runs)} runs, "
-                  f"{format_minutes(len(runs) * spec.minutes)}, {left} not finished; data {data_path(spec)}, "
-                  f"device {spec.device}", markup=False, highlight=False, soft_wrap=True)
+_PLAIN = dict(markup=False, highlight=False, soft_wrap=True)
+
+
+def _dry_run(spec, all_runs, runs, folder: Path, where: str, states: dict[str, str]) -> None:
+    """One line per configuration, in plain aligned columns (a grid may have 10,000 configurations)."""
+    by_config: dict = {cfg: ([], []) for cfg in spec.configs}  # cfg -> (every run, this shard's states)
+    for r in all_runs:
+        by_config[r.model][0].append(r)
+        if r.name in states:
+            by_config[r.model][1].append(states[r.name])
+    header = ("model", "code", "parameters", "seeds", "runs here", "done", "partial")
+    rows = [header]
+    for cfg, params in zip(spec.configs, spec.parameters, strict=True):
+        cfg_runs, here = by_config[cfg]
+        rows.append((cfg.name, f"({paper_code(cfg)})", f"{params:,}", ",".join(str(r.seed) for r in cfg_runs),
+                     str(len(here)), str(here.count("done")), str(here.count("partial"))))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    left_aligned = {0, 1, 3}
+    lines = console.print  # plain text, long lines kept whole (soft wrap)
+    lines(f"sweep {spec.name}: {where}{len(runs)} of {len(all_runs)} runs -> {folder}", **_PLAIN)
+    table = ["  ".join(cell.ljust(w) if i in left_aligned else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
+    lines("\n".join(table), **_PLAIN)
+    left = sum(1 for state in states.values() if state != "done")
+    lines(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds = {len(all_runs)} runs; "
+          f"budget {len(all_runs)} x {spec.minutes:g} min = {format_minutes(len(all_runs) * spec.minutes)} net "
+          f"(validation and checkpoints extra); {where}{len(runs)} runs, {format_minutes(len(runs) * spec.minutes)}, "
+          f"{left} not finished; data {data_path(spec) or 'drawn fresh'}, device {spec.device}", **_PLAIN)

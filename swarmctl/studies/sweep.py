@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmctl.config import ModelConfig
-from swarmctl.errors import ConfigError, DataError, SpecError
+from swarmctl.config import SEED_RANGE, ModelConfig, TrainConfig, check_device
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,7 +49,8 @@ TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_s
 class SweepSpec:
     name: str
     task: str  # clustering or mog
-    configs: tuple[ModelConfig, ...]  # complete, distinct, in file order
+    configs: tuple[ModelConfig, ...]  # complete, distinct, in file order; each builds a model
+    parameters: tuple[int, ...]  # of each configuration, counted on the meta device
     seeds: tuple[int, ...]
     minutes: float
     data: str | None
@@ -93,14 +94,16 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         raise ConfigError(f"name {name!r}: use letters, digits, '-', '_' and '.' only")
     seeds = raw.get("seeds", [0])
     seeds = seeds if isinstance(seeds, list) else [seeds]
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds must be distinct integers >= 0, got {raw.get('seeds')!r}")
+    if not seeds or not all(_is_int(s) and SEED_RANGE[0] <= s <= SEED_RANGE[1] for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct integers in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got "
+                          f"{raw.get('seeds')!r}")
     minutes = raw.get("minutes")
     if not isinstance(minutes, int | float) or isinstance(minutes, bool) or not math.isfinite(minutes) or minutes <= 0:
         raise ConfigError(f"minutes (net budget per run) must be a number > 0, got {minutes!r}")
     for key in ("max_epochs", "batch_size"):
         v = raw.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        if v is not None and (not _is_int(v) or v < 1):
             raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
     grids = raw.get("grid")
     if not isinstance(grids, list) or not grids:
@@ -109,7 +112,13 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
     seen: set[tuple[str, str]] = set()
     task = None
     for g_no, grid in enumerate(grids, 1):
+        if not isinstance(grid, dict):
+            raise ConfigError(f"grid {g_no} is {grid!r}, not a table; write each grid as a [[grid]] table with "
+                              "model = \"...\" and its hyper-parameters")
         model = grid.get("model")
+        if not isinstance(model, str):
+            raise ConfigError(f"grid {g_no}: model must be a name, got {model!r}; choose from "
+                              f"{', '.join(list_models())}")
         if model not in list_models():
             raise ConfigError(f"grid {g_no}: model {model!r} is not registered; choose from {', '.join(list_models())}")
         spec = get_spec(model)
@@ -128,7 +137,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
             fields = {}
             for k, v in zip(keys, combo, strict=True):
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                if not _is_int(v) or v < 1:
                     raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
                 fields[GRID_KEYS[k]] = v
             cfg = complete_config(ModelConfig(name=model, **fields))
@@ -137,13 +146,33 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
                 seen.add(key)
                 configs.append(cfg)
     data = raw.get("data")
-    if data is not None and not isinstance(data, str):
-        raise ConfigError(f"data must be a path string, got {data!r}")
+    if data is not None and (not isinstance(data, str) or not data.strip()):
+        raise ConfigError(f"data must name a file, got {data!r}; leave it out for the task's default")
+    if data is not None and get_task(task).default_data is None:
+        raise ConfigError(f"data: {task} models draw their tasks fresh and take no data file; remove data")
     device = raw.get("device", "auto")
-    if not isinstance(device, str) or not (device in ("auto", "cpu", "cuda") or device.startswith("cuda:")):
+    if not isinstance(device, str):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
-    return SweepSpec(name=name, task=task, configs=tuple(configs), seeds=tuple(seeds), minutes=float(minutes),
-                     data=data, device=device, max_epochs=raw.get("max_epochs"), batch_size=raw.get("batch_size"))
+    check_device(device)
+    spec = SweepSpec(name=name, task=task, configs=tuple(configs),
+                     parameters=tuple(parameter_count(cfg) for cfg in configs), seeds=tuple(seeds),
+                     minutes=float(minutes), data=data, device=device, max_epochs=raw.get("max_epochs"),
+                     batch_size=raw.get("batch_size"))
+    for seed in spec.seeds:  # every run's TrainConfig is valid
+        train_config(spec, seed)
+    return spec
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def train_config(spec: SweepSpec, seed: int) -> TrainConfig:
+    """The TrainConfig of the spec's runs of ``seed`` (the task's defaults, the spec's budget and sizes)."""
+    from swarmctl.tasks import get_task
+
+    return get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
+                                            batch_size=spec.batch_size, seed=seed, device=spec.device)
 
 
 def _code(cfg: ModelConfig) -> str:
@@ -157,8 +186,12 @@ def load_spec(path: Path) -> SweepSpec:
     if not path.is_file():
         raise SpecError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
     try:
-        return parse_spec(path.read_text(), path.stem)
-    except ConfigError as exc:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the spec as UTF-8") from None
+    try:
+        return parse_spec(text, path.stem)
+    except (ConfigError, ResourceError) as exc:
         raise SpecError(f"{path}: {exc}") from None
 
 
@@ -187,15 +220,17 @@ def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
 def run_status(run_dir: Path, spec: SweepSpec) -> str:
     """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
     ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
-    import json
-
+    from swarmctl.runs import read_run_config
     from swarmctl.training.checkpoint import load_checkpoint
 
-    if not (run_dir / "config.json").is_file():
+    if not (run_dir / "config.json").exists():
         return "new"
     if not (run_dir / "last.pt").is_file():
-        return "empty"
-    config = json.loads((run_dir / "config.json").read_text())
+        return "empty"  # nothing to keep: start_run starts it again once it holds the run's lock
+    try:
+        config = read_run_config(run_dir)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}; move {run_dir} away and run the sweep again to train it anew") from None
     want_data = data_path(spec)
     if config["data"].get("path") != want_data:
         raise DataError(f"run {run_dir} was trained on {config['data'].get('path')}, the spec says {want_data}; "
@@ -208,9 +243,17 @@ def run_status(run_dir: Path, spec: SweepSpec) -> str:
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    from swarmctl.models import count_parameters, create_model
+    """The parameters of ``cfg``'s model, built on the meta device: nothing is allocated, whatever the size,
+    and every hyper-parameter the model checks is checked."""
+    import torch
 
-    return count_parameters(create_model(cfg))
+    from swarmctl.models import count_parameters, create_model, paper_code
+
+    try:
+        with torch.device("meta"):
+            return count_parameters(create_model(cfg))
+    except RuntimeError:  # a size whose byte count overflows even on the meta device
+        raise ResourceError(f"model {cfg.name} ({paper_code(cfg)}) is too large to build on any machine") from None
 
 
 def format_minutes(minutes: float) -> str:
@@ -224,7 +267,33 @@ def data_path(spec: SweepSpec) -> str | None:
     return spec.data if spec.data is not None else get_task(spec.task).default_data
 
 
-RUN_FILES = ("config.json", "metrics.jsonl", "best.pt", "last.pt", "curves.png")
+def check_sweep(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
+    """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
+    every value, configuration and TrainConfig): the data file exists (the task's default is generated when
+    missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
+    Returns each run's :func:`run_status` by name; a problem raises a one-line error naming the run."""
+    from swarmctl.tasks import get_task
+
+    data = data_path(spec)
+    if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
+        raise DataError(f"{data}: no such data file; create it with `swarmctl gen-data --out {data}` or fix "
+                        "the spec's data")
+    folder = Path(runs_dir) / spec.folder
+    return {run.name: run_status(folder / run.name, spec) for run in runs}
+
+
+def check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
+    """Refuse, before the first run trains, a configuration of ``runs`` whose weights, gradients and Adam
+    state alone exceed the memory of the spec's device on this machine."""
+    from swarmctl.config import check_memory
+    from swarmctl.models import paper_code
+    from swarmctl.training.device import memory_limit, resolve_device
+
+    limit = memory_limit(resolve_device(spec.device))
+    params = dict(zip(spec.configs, spec.parameters, strict=True))
+    for cfg in dict.fromkeys(run.model for run in runs):
+        check_memory(16 * params[cfg], limit, f"model {cfg.name} ({paper_code(cfg)}) with {params[cfg]:,} parameters "
+                     "(weights, gradients and Adam state)", "remove it from the spec or use a larger device")
 
 
 def train_sweep(
@@ -235,13 +304,18 @@ def train_sweep(
     progress: Any = None,
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
-    one resumed (budget included), one killed before its first checkpoint started again. Stops at the first
-    interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
-    before each run. Returns (run, status, FitResult or None) for every run looked at."""
+    one resumed (budget included), one killed before its first checkpoint started again. Everything that
+    can be checked is checked before the first run trains (:func:`check_sweep`, :func:`check_memory_fits`).
+    A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
+    once it holds it), so a second sweep of the same shard is refused on the live run instead of deleting
+    its files. Stops at the first interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``.
+    ``on_run(k, total, run, status)`` is called before each run. Returns (run, status, FitResult or None)
+    for every run looked at."""
     from swarmctl.config import DataConfig
     from swarmctl.runs import resume_run, start_run
-    from swarmctl.tasks import get_task
 
+    check_sweep(spec, runs, runs_dir)
+    check_memory_fits(spec, runs)
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
     done = []
@@ -257,11 +331,7 @@ def train_sweep(
             result = resume_run(run_dir, folder, model_name=run.model.name, minutes=spec.minutes,
                                 max_epochs=spec.max_epochs, device=spec.device, progress=progress)
         else:
-            for name in RUN_FILES if status == "empty" else ():
-                (run_dir / name).unlink(missing_ok=True)
-            train_cfg = get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
-                                                         batch_size=spec.batch_size, seed=run.seed, device=spec.device)
-            result = start_run(run.model, train_cfg, data_cfg, folder, run.name, progress=progress)
+            result = start_run(run.model, train_config(spec, run.seed), data_cfg, folder, run.name, progress=progress)
         done.append((run, status, result))
         if result.interrupted:
             break

@@ -31,6 +31,7 @@ class Task:
     summary: str  # one line for `swarmctl models`
     defaults: TrainConfig = TrainConfig()  # the task's training schedule
     default_split: str = "val"  # what eval scores by default
+    default_data: str | None = None  # what a run trains on when no data is named (None: tasks drawn fresh)
     sweepable = True  # whether `swarmctl sweep` can train it (a spec names one data file or none)
     unit: str = "tasks"  # what eval counts
     data_kind: str | None = None  # the `swarmctl gen-data --task` value writing this task's data (None: none)
