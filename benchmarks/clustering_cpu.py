@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.models import complete_config, count_parameters, create_model, paper_code
-from swarmctl.runs import evaluate_run, start_run
+from swarmctl.runs import evaluate_run, open_run, start_run
 
 MODELS = ["swarm", "set-transformer", "lstm-sorted", "lstm", "set-linear", "set-linear-max"]
 
@@ -44,7 +44,7 @@ def main() -> None:
         t0 = time.monotonic()
         res = start_run(cfg, TrainConfig(minutes=args.minutes, device="cpu"), DataConfig(path=str(data)),
                                out / "runs", f"{name}-{paper_code(cfg)}")
-        ev = evaluate_run(res.run_dir, out / "runs", device="cpu")
+        ev = evaluate_run(open_run(res.run_dir, out / "runs", "cpu"))
         rows.append((name, paper_code(cfg), count_parameters(create_model(cfg)), res.epochs, res.best_val,
                      ev["accuracy"], ev["oracle_loss"], time.monotonic() - t0))
         print(f"{name}: best val {res.best_val:.4f} after {res.epochs} epochs", flush=True)

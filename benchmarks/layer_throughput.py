@@ -37,8 +37,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_swarm import BASELINES  # noqa: E402
 
+from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering  # noqa: E402
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches  # noqa: E402
-from swarmctl.data.tasks import ClusteringParams, generate_clustering  # noqa: E402
 from swarmctl.layers import _ext  # noqa: E402
 from swarmctl.layers.swarm import SwarmLayer  # noqa: E402
 from swarmctl.tasks.hungarian import hungarian_ce  # noqa: E402

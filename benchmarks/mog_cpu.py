@@ -16,7 +16,7 @@ import torch
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.hdf5 import generate_mog_dataset
 from swarmctl.models import count_parameters, create_model, paper_code
-from swarmctl.runs import evaluate_run, start_run
+from swarmctl.runs import evaluate_run, open_run, start_run
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
                             max_epochs=100_000, steps_per_epoch=args.steps_per_epoch, val_batches=20, beta=1.0,
                             alpha=0.8, device=args.device)
         res = start_run(cfg, train, DataConfig(path=None), out / "runs", f"{cfg.name}-{paper_code(cfg)}")
-        ev = evaluate_run(res.run_dir, out / "runs", data=test, device=args.device)
+        ev = evaluate_run(open_run(res.run_dir, out / "runs", args.device), data=test)
         rows.append((cfg.name, paper_code(cfg), count_parameters(create_model(cfg)), res.epochs * args.steps_per_epoch,
                      ev["log_likelihood"], ev["oracle_log_likelihood"], train.lr))
         print(f"{cfg.name}: test LL {ev['log_likelihood']:.4f} (oracle {ev['oracle_log_likelihood']:.4f})", flush=True)

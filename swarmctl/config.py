@@ -13,17 +13,7 @@ from swarmctl.errors import ConfigError, ResourceError
 T = TypeVar("T")
 
 ACTIVATIONS = ("relu", "elu", "leaky-relu")
-DATA_DIR = "data"  # default home of generated datasets and of the torchvision image files
-
-
-def clustering_data_path(seed: int | str = 0) -> str:
-    """Where `swarmctl gen-data` writes the clustering tasks of ``seed`` by default."""
-    return f"{DATA_DIR}/clustering-seed{seed}.h5"
-
-
-def mog_test_data_path(seed: int | str = 0) -> str:
-    """Where `swarmctl gen-data --task mog4` writes its test tasks by default."""
-    return f"{DATA_DIR}/mog4-test-seed{seed}.h5"
+DATA_DIR = "data"  # default home of generated datasets and of the torchvision image files (each task names its files)
 
 
 def _check_positive(obj: Any, *names: str) -> None:
@@ -184,7 +174,8 @@ class TrainConfig:
 class DataConfig:
     """Where the training data lives and which splits to use (``path`` None: tasks drawn fresh)."""
 
-    path: str | None = clustering_data_path(0)
+    path: str | None = None
     train_split: str = "train"
     val_split: str = "val"
     dataset: str | None = None  # image task: mnist, fashion-mnist or cifar10 (path = torchvision root)
+    checksum: str | None = None  # of the data a run trained on (set by the run; None: not yet read, or drawn fresh)

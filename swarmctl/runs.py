@@ -31,9 +31,9 @@ from torch import nn
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import atomic_write_text, check_output_folder, remove_orphan_temps
-from swarmctl.models import check_fields, complete_config, count_parameters, create_model, get_spec, paper_code
-from swarmctl.tasks import DataProgress, Task, get_task, task_of
-from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
+from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
+from swarmctl.tasks import DataProgress, Task, get_task, require_study, task_of, tasks_for
+from swarmctl.training.checkpoint import Checkpoint, RunWriter, load_checkpoint, save_checkpoint
 from swarmctl.training.device import (
     DistContext,
     barrier,
@@ -45,11 +45,11 @@ from swarmctl.training.device import (
 )
 from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, any_rank, fit
 
-__all__ = ["RESUMABLE", "Progress", "Run", "check_belongs", "check_training_memory", "configs_from_options",
-           "default_run_name", "evaluate", "evaluate_run", "export_weights", "find_checkpoint", "is_main_process",
-           "list_runs", "load_model", "open_run", "pretrained_dir", "read_run_config", "resolve_run",
-           "resume_command", "resume_run", "run_lock", "run_path", "shipped_checkpoint", "shipped_results_dir",
-           "start_run"]
+__all__ = ["RESUMABLE", "FitResult", "Progress", "Run", "RunProgress", "ShippedModel", "check_belongs",
+           "check_training_memory", "configs_from_options", "default_run_name", "evaluate_run", "export_weights",
+           "find_checkpoint", "is_main_process", "list_runs", "load_model", "open_run", "pretrained_dir",
+           "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_path", "run_progress",
+           "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir", "start_run"]
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
@@ -190,7 +190,7 @@ def start_run(
     config = {
         "model": to_dict(model_cfg),
         "train": to_dict(train_cfg),
-        "data": {**to_dict(data_cfg), "checksum": prepared.checksum},
+        "data": to_dict(dataclasses.replace(data_cfg, checksum=prepared.checksum)),
         "run": {"name": run_dir.name, "task": task.name, "parameters": count_parameters(model),
                 "code": paper_code(model_cfg), "device": str(device), "world_size": ctx.world_size},
     }
@@ -206,7 +206,7 @@ def start_run(
                               "again from scratch", SwarmctlWarning, stacklevel=2)
             _clear_for_restart(run_dir)
             _write_config(run_dir, config)
-        return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=device, ctx=ctx,
+        return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
                    progress=progress, signals=signals)
 
 
@@ -255,10 +255,10 @@ def resume_run(
             changes = {k: v for k, v in zip(RESUMABLE, (minutes, max_epochs, device), strict=True) if v is not None}
             train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
             config = {**config, "train": to_dict(train_cfg)}
-            data_cfg = from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
+            data_cfg = from_dict(DataConfig, config["data"])
             dev = resolve_device(train_cfg.device, ctx.local_rank)
             prepared = task.prepare(train_cfg, data_cfg)
-            if prepared.checksum != config["data"]["checksum"]:
+            if prepared.checksum != data_cfg.checksum:
                 raise DataError(f"{data_cfg.path} changed since run {run_dir.name} started (checksum differs); "
                                 "resume with the original file")
             seed_everything(train_cfg.seed)
@@ -269,7 +269,7 @@ def resume_run(
                                   "training it from scratch", SwarmctlWarning, stacklevel=2)
                     _clear_for_restart(run_dir)
                 _write_config(run_dir, config)
-            return fit(model, prepared, train_cfg, run_dir, config=config, task=task.name, device=dev,
+            return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=dev,
                        resume=not from_scratch, ctx=ctx, progress=progress, signals=signals)
 
 
@@ -288,7 +288,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         config = json.loads(path.read_bytes())
         from_dict(ModelConfig, config["model"])  # every field known and in range
         from_dict(TrainConfig, config["train"])
-        from_dict(DataConfig, {k: v for k, v in config["data"].items() if k != "checksum"})
+        from_dict(DataConfig, config["data"])
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError):
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
     return config
@@ -299,10 +299,10 @@ def _resume_config(run_dir: Path) -> tuple[dict[str, Any], bool]:
     best.pt must belong to the run: a checkpoint copied in from another run is refused."""
     if _is_dead(run_dir):
         return read_run_config(run_dir), True
-    config = load_checkpoint(run_dir / "last.pt")["config"]
+    config = load_checkpoint(run_dir / "last.pt").config
     check_belongs(run_dir / "last.pt", config, run_dir)
     if (run_dir / "best.pt").is_file():
-        check_belongs(run_dir / "best.pt", load_checkpoint(run_dir / "best.pt")["config"], run_dir)
+        check_belongs(run_dir / "best.pt", load_checkpoint(run_dir / "best.pt").config, run_dir)
     return config, False
 
 
@@ -312,6 +312,29 @@ def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run_dir: Path) 
     if not _same_run(ckpt_config, read_run_config(run_dir)):
         raise CheckpointError(f"{checkpoint} does not belong to run {run_dir} (its config differs from "
                               "config.json); remove it or copy the run's own checkpoint back")
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a run folder stands: ``new`` (no config.json), ``empty`` (a config.json and no checkpoint:
+    stopped in its first epoch, so it starts again from scratch), ``stopped`` (an unfinished last.pt:
+    resume it) or ``finished``; with its config.json and last.pt's training state (stopped and finished)."""
+
+    status: str
+    config: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+
+
+def run_progress(run_dir: Path) -> RunProgress:
+    """:class:`RunProgress` of ``run_dir``; CheckpointError when its config.json or last.pt is damaged."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        return RunProgress("new")
+    if _is_dead(run_dir):  # its config.json is not read: a fresh start writes it again
+        return RunProgress("empty")
+    config = read_run_config(run_dir)
+    state = load_checkpoint(run_dir / "last.pt").state
+    return RunProgress("finished" if state.get("finished") else "stopped", config, state)
 
 
 # ---- open and read -------------------------------------------------------------------------------------
@@ -345,48 +368,90 @@ def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
     run_dir = resolve_run(target, runs_dir)
     for name in ("best.pt", "last.pt"):
         if (run_dir / name).is_file():
-            check_belongs(run_dir / name, load_checkpoint(run_dir / name)["config"], run_dir)
+            check_belongs(run_dir / name, load_checkpoint(run_dir / name).config, run_dir)
             return run_dir / name
     raise CheckpointError(f"run {run_dir} has no checkpoint yet (no best.pt or last.pt)")
 
 
-def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict[str, Any]]:
-    """Rebuild a model from a checkpoint alone (its config), weights loaded, in eval mode."""
+def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, Checkpoint]:
+    """Rebuild a model from a checkpoint alone (its config), weights loaded, in eval mode. load_checkpoint
+    has checked that the weights fit the model and that the model solves the checkpoint's task."""
     ckpt = load_checkpoint(checkpoint, map_location=device)
-    model_cfg = from_dict(ModelConfig, ckpt["config"]["model"])
-    model = create_model(model_cfg)
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError:
-        raise CheckpointError(f"{checkpoint}: weights do not fit model {model_cfg.name!r} "
-                              f"({paper_code(model_cfg)}); the checkpoint belongs to another model") from None
-    if get_spec(model_cfg.name).task != ckpt["task"]:
-        raise CheckpointError(f"{checkpoint} is a {ckpt['task']!r} checkpoint but model {model_cfg.name!r} "
-                              f"solves {get_spec(model_cfg.name).task!r}")
+    model = create_model(ckpt.model_config)
+    model.load_state_dict(ckpt.model)
     return model.to(device).eval(), ckpt
 
 
 # ---- shipped models ------------------------------------------------------------------------------------
 
 def pretrained_dir() -> Path:
-    """The folder of shipped models: SWARMCTL_PRETRAINED, else the repository's ``pretrained/``."""
+    """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
+    data: present in every install, editable or not)."""
     env = os.environ.get("SWARMCTL_PRETRAINED")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "pretrained"
+    return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
 
 
 def is_shipped(checkpoint: Path) -> bool:
     return Path(checkpoint).resolve().parent == pretrained_dir().resolve()
 
 
-def shipped_checkpoint(task: Task, dataset: str | None = None) -> Path:
-    """The shipped checkpoint for ``task`` (and, for image models, ``dataset``); CheckpointError if none."""
-    for path in sorted(pretrained_dir().glob("*.pt")):
-        ckpt = load_checkpoint(path)
-        if ckpt["task"] == task.name and (dataset is None or ckpt["config"]["model"].get("dataset") == dataset):
-            return path
-    what = f"{task.name} ({dataset})" if dataset else task.name
+@dataclass(frozen=True)
+class ShippedModel:
+    """A shipped model's record (the JSON beside its checkpoint): what is looked up without reading weights."""
+
+    checkpoint: Path
+    task: str
+    dataset: str | None  # image models: the dataset it models
+    record: dict[str, Any]  # the whole record: command, card, minutes, its evaluation, config
+
+
+def shipped_models() -> list[ShippedModel]:
+    """The records of the shipped models, by file name. A record that cannot be read, or whose checkpoint
+    is missing, and a checkpoint without a record are skipped with a warning naming them."""
+    folder, found, recorded = pretrained_dir(), [], set()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(path.read_bytes())
+            checkpoint = folder / record["file"]
+            task, model = record["task"], record["config"]["model"]
+            if not (isinstance(record["file"], str) and Path(record["file"]).name == record["file"]
+                    and isinstance(task, str) and isinstance(model, dict)):
+                raise TypeError("malformed record")
+            dataset = model.get("dataset")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            warnings.warn(f"skipped shipped model record {path}: not a readable record", SwarmctlWarning,
+                          stacklevel=2)
+            continue
+        recorded.add(checkpoint.name)
+        if not checkpoint.is_file():
+            warnings.warn(f"skipped shipped model record {path}: its checkpoint {checkpoint} is missing",
+                          SwarmctlWarning, stacklevel=2)
+            continue
+        found.append(ShippedModel(checkpoint, task, dataset if isinstance(dataset, str) else None, record))
+    for path in sorted(folder.glob("*.pt")) if folder.is_dir() else []:
+        if path.name not in recorded:
+            warnings.warn(f"skipped {path}: a shipped model needs its record ({path.stem}.json) beside it",
+                          SwarmctlWarning, stacklevel=2)
+    return found
+
+
+def shipped_checkpoint(tasks: Task | list[Task], dataset: str | None = None) -> Path:
+    """The shipped checkpoint of the first of ``tasks`` that has one (and, for image models, for
+    ``dataset``), found by the records alone; CheckpointError if none."""
+    tasks = [tasks] if isinstance(tasks, Task) else tasks
+    models = shipped_models()
+    for task in tasks:
+        for model in models:
+            if model.task == task.name and (dataset is None or model.dataset == dataset):
+                return model.checkpoint
+    what = " or ".join(t.name for t in tasks) + (f" ({dataset})" if dataset else "")
     raise CheckpointError(f"no shipped {what} model in {pretrained_dir()}; name a run, or train one with "
                           "`swarmctl train`")
+
+
+def shipped_for(study: str, dataset: str | None = None) -> Path:
+    """The shipped checkpoint :func:`open_run` uses for ``study`` when no run is named."""
+    return shipped_checkpoint(tasks_for(study), dataset)
 
 
 def shipped_results_dir(checkpoint: Path, runs_dir: Path) -> Path:
@@ -394,16 +459,22 @@ def shipped_results_dir(checkpoint: Path, runs_dir: Path) -> Path:
     return Path(runs_dir) / f"pretrained-{Path(checkpoint).stem}"
 
 
-def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None) -> None:
-    """Write ``checkpoint`` without its optimizer state (float32 weights, config, training state) to
-    ``dest``, as shipped models are; ``data_path`` replaces the dataset path recorded in its config."""
-    ckpt = load_checkpoint(checkpoint)
-    config = ckpt["config"]
-    if data_path is not None:
-        config = {**config, "data": {**config["data"], "path": data_path}}
-    weights = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["model"].items()}
-    save_checkpoint(Path(dest), model_state=weights, optimizer_state=None, state=ckpt["state"], config=config,
-                    task=ckpt["task"])
+def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None,
+                   record: dict[str, Any] | None = None) -> None:
+    """Write ``checkpoint`` as a shipped model: ``dest`` without its optimizer state (float32 weights,
+    config, training state) and its record ``dest.json`` (model, task, dataset, size, net minutes, best
+    epoch, config, plus ``record``: e.g. the command, the card, the epochs and the evaluation).
+    ``data_path`` replaces the dataset path recorded in its config."""
+    dest = Path(dest)
+    ckpt = load_checkpoint(checkpoint).weights_only(data_path)
+    cfg = ckpt.model_config
+    with torch.device("meta"):
+        parameters = count_parameters(create_model(cfg))
+    base = {"file": dest.name, "model": cfg.name, "code": paper_code(cfg), "task": ckpt.task, "dataset": cfg.dataset,
+            "parameters": parameters, "net_minutes": round(ckpt.state["net_seconds"] / 60, 2),
+            "best_epoch": ckpt.state["best_epoch"], "config": ckpt.config}
+    save_checkpoint(dest, ckpt)
+    atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")
 
 
 # ---- open and read (continued) -------------------------------------------------------------------------
@@ -416,18 +487,18 @@ class Run:
     dir: Path
     checkpoint: Path
     model: nn.Module
-    ckpt: dict[str, Any]
+    ckpt: Checkpoint
     model_cfg: ModelConfig
     device: torch.device
     shipped: bool = False
 
     @property
     def config(self) -> dict[str, Any]:
-        return self.ckpt["config"]
+        return self.ckpt.config
 
     @property
     def task(self) -> Task:
-        return get_task(self.ckpt["task"])
+        return get_task(self.ckpt.task)
 
     @property
     def label(self) -> str:
@@ -439,41 +510,31 @@ class Run:
         return Path(data or self.config["data"]["path"])
 
 
-def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, task: Task | None = None,
+def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
              dataset: str | None = None, progress: DataProgress | None = None) -> Run:
-    """Open a run (name or folder: its best.pt, else last.pt) or a checkpoint file, on ``device``.
+    """Open a run (name or folder: its best.pt, else last.pt) or a checkpoint file, on ``device``, for
+    ``study`` (the command that will use it): a run of a task the study cannot use is refused.
 
-    ``target`` None opens the shipped model of ``task`` (and ``dataset``); the default dataset it was
-    scored on is generated first when missing (a fresh checkout has none).
+    ``target`` None opens the shipped model of the first task (in registry order) that ``study`` can use
+    and that has one (for ``dataset``, when given); the default dataset it was scored on is generated
+    first when missing (a fresh checkout has none).
     """
     dev = resolve_device(device)
-    if target is None:
-        if task is None:
-            raise ValueError("open_run needs a target or a task")
-        checkpoint = shipped_checkpoint(task, dataset)
-    else:
-        checkpoint = find_checkpoint(target, runs_dir)
+    checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
     model, ckpt = load_model(checkpoint, dev)
+    require_study(get_task(ckpt.task), study, str(checkpoint))
     shipped = is_shipped(checkpoint)
     folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
-    run = Run(folder, checkpoint, model, ckpt, from_dict(ModelConfig, ckpt["config"]["model"]), dev, shipped)
+    run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
     if shipped:
-        data_cfg = from_dict(DataConfig, {k: v for k, v in ckpt["config"]["data"].items() if k != "checksum"})
-        run.task.ensure_data(data_cfg, progress)
+        run.task.ensure_data(ckpt.data_config, progress)
     return run
 
 
-def evaluate_run(
-    target: str | Path, runs_dir: Path, data: Path | None = None, split: str | None = None, device: str = "auto"
-) -> dict[str, Any]:
-    """Score a checkpoint with its task's metric on ``split`` (default: the task's); JSON types only."""
-    return evaluate(open_run(target, runs_dir, device), data, split)
-
-
-def evaluate(run: Run, data: Path | None = None, split: str | None = None) -> dict[str, Any]:
+def evaluate_run(run: Run, data: Path | None = None, split: str | None = None) -> dict[str, Any]:
     """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only."""
-    state, task = run.ckpt["state"], run.task
-    metrics = task.evaluate(run.model, run.ckpt, data, split or task.default_split, run.device)
+    state, task = run.ckpt.state, run.task
+    metrics = task.score(run.model, run.ckpt, data, split or task.default_split, run.device)
     return {
         "model": run.model_cfg.name,
         "task": task.name,

@@ -42,8 +42,8 @@ TINY_PARAMS = dict(n_tasks=24, val_fraction=0.25, k_min=2, k_max=4, n_min=8, n_m
 @pytest.fixture
 def tiny_h5(tmp_path):
     """A tiny clustering dataset written by the real generator (18 train + 6 validation tasks)."""
+    from swarmctl.data.clustering_generator import ClusteringParams
     from swarmctl.data.hdf5 import generate_dataset
-    from swarmctl.data.tasks import ClusteringParams
 
     path = tmp_path / "tiny.h5"
     generate_dataset(path, ClusteringParams(**TINY_PARAMS), seed=0)
@@ -54,8 +54,8 @@ def tiny_h5(tmp_path):
 def trained_runs(tmp_path_factory):
     """Two tiny runs trained for two epochs on a tiny dataset: (runs_dir, data_path)."""
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.data.clustering_generator import ClusteringParams
     from swarmctl.data.hdf5 import generate_dataset
-    from swarmctl.data.tasks import ClusteringParams
     from swarmctl.runs import start_run
 
     root = tmp_path_factory.mktemp("trained")

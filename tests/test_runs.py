@@ -18,7 +18,7 @@ def _tiny_run(tiny_h5, runs, name, max_epochs):
 
 
 def _weights(run_dir):
-    return load_checkpoint(run_dir / "last.pt")["model"]
+    return load_checkpoint(run_dir / "last.pt").model
 
 
 def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(tiny_h5, tmp_path):
@@ -50,7 +50,7 @@ def test_interrupt_saves_position_inside_the_epoch_and_resume_matches(tiny_h5, t
     res = _tiny_run(tiny_h5, tmp_path, "cut", 2)
     monkeypatch.setattr(clustering, "clustering_loss", real)
     assert res.interrupted and "SIGINT" in res.stop_reason
-    state = load_checkpoint(res.run_dir / "last.pt")["state"]
+    state = load_checkpoint(res.run_dir / "last.pt").state
     assert (state["epoch"], state["cursor"]) == (1, 1)  # 5 batches per epoch: epoch 0 done, 1 step into epoch 1
     resumed = resume_run("cut", tmp_path)
     assert resumed.epochs == 2

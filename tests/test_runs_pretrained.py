@@ -7,8 +7,9 @@ import pytest
 from typer.testing import CliRunner
 
 from swarmctl.cli import app
-from swarmctl.runs import export_weights, load_model, open_run, pretrained_dir, shipped_checkpoint
-from swarmctl.tasks.clustering import ClusteringTask
+from swarmctl.models import count_parameters
+from swarmctl.runs import export_weights, load_model, open_run, shipped_checkpoint, shipped_models
+from swarmctl.tasks import get_task
 from swarmctl.training.checkpoint import load_checkpoint
 
 runner = CliRunner()
@@ -31,12 +32,12 @@ def test_exported_weights_hold_no_optimizer_and_load_as_the_same_model(shipped, 
     folder, _ = shipped
     runs, _ = trained_runs
     ckpt = load_checkpoint(folder / "swarm-tiny.pt")
-    assert ckpt["optimizer"] is None and ckpt["task"] == "clustering"
+    assert ckpt.optimizer is None and ckpt.task == "clustering"
     a, _ = load_model(folder / "swarm-tiny.pt")
     b, _ = load_model(runs / "swarm" / "best.pt")
     for (k, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         assert x.dtype == y.dtype and x.equal(y), k
-    assert shipped_checkpoint(ClusteringTask()) == folder / "swarm-tiny.pt"
+    assert shipped_checkpoint(get_task("clustering")) == folder / "swarm-tiny.pt"
 
 
 def test_eval_and_plot_entropy_use_the_shipped_model_when_no_run_is_named(shipped, tmp_path):
@@ -56,6 +57,8 @@ def test_eval_and_plot_entropy_use_the_shipped_model_when_no_run_is_named(shippe
 
 def test_without_a_shipped_model_the_commands_name_the_fix(tmp_path):
     r = cli("eval", "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 1 and "no shipped clustering or" in r.output and "Traceback" not in r.output
+    r = cli("plot-entropy", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
 
 
@@ -64,8 +67,9 @@ def test_a_shipped_model_gets_its_data_ensured_and_a_local_run_does_not(tmp_path
     monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path / "p"))
     export_weights(runs / "swarm" / "best.pt", tmp_path / "p" / "m.pt", data_path=str(tmp_path / "gone.h5"))
     asked = []
-    monkeypatch.setattr(ClusteringTask, "ensure_data", lambda self, cfg, progress=None: asked.append(cfg.path))
-    opened = open_run(None, tmp_path / "runs", "cpu", task=ClusteringTask())
+    monkeypatch.setattr(type(get_task("clustering")), "ensure_data",
+                        lambda self, cfg, progress=None: asked.append(cfg.path))
+    opened = open_run(None, tmp_path / "runs", "cpu")
     assert opened.shipped and opened.dir == tmp_path / "runs" / "pretrained-m" and asked == [str(tmp_path / "gone.h5")]
     assert not open_run("swarm", runs, "cpu").shipped and len(asked) == 1
     r = cli("eval", "--runs-dir", tmp_path / "runs")  # not the default file: nothing generated, one line
@@ -88,13 +92,46 @@ def test_sample_uses_the_shipped_image_model_when_runs_has_none(tmp_path, fake_m
     assert r.exit_code == 1 and "train one with" in r.output
 
 
-def test_the_shipped_models_in_the_repository_load(monkeypatch):
+SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt")
+
+
+def test_the_shipped_models_are_found_by_their_records_and_match_them(monkeypatch):
     monkeypatch.delenv("SWARMCTL_PRETRAINED")
-    files = sorted(pretrained_dir().glob("*.pt"))
-    for path in files:
-        model, ckpt = load_model(path)
-        assert ckpt["optimizer"] is None and path.stat().st_size < 8 * 2**20
-        assert (path.with_suffix(".json")).is_file()  # its config, training record and evaluation
+    models = shipped_models()
+    assert sorted(m.checkpoint.name for m in models) == sorted(SHIPPED)  # both there, each with its record
+    for m in models:
+        model, ckpt = load_model(m.checkpoint)
+        assert ckpt.optimizer is None and m.checkpoint.stat().st_size < 16 * 2**20
+        assert ckpt.task == m.task and ckpt.config["model"] == m.record["config"]["model"]
+        assert count_parameters(model) == m.record["parameters"]
+        assert ckpt.state["best_epoch"] == m.record["best_epoch"] < m.record["epochs"]
+    assert shipped_checkpoint(get_task("image"), "mnist").name == SHIPPED[1]
+
+
+@pytest.mark.slow
+def test_the_shipped_clustering_model_scores_what_its_record_says(tmp_path, monkeypatch):
+    """Generates the paper's seed-0 dataset (the shipped model's) and scores the model on it on the CPU."""
+    monkeypatch.delenv("SWARMCTL_PRETRAINED")
+    monkeypatch.chdir(tmp_path)
+    r = cli("eval", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    (model,) = [m for m in shipped_models() if m.task == "clustering"]
+    res = json.loads((tmp_path / "runs" / f"pretrained-{model.checkpoint.stem}" / "eval-val.json").read_text())
+    for key in ("loss", "accuracy", "oracle_loss", "oracle_accuracy"):  # trained and scored on a GPU (TF32)
+        assert res[key] == pytest.approx(model.record["eval"][key], rel=2e-3), key
+
+
+def test_a_damaged_unrelated_file_in_the_shipped_folder_is_skipped_with_a_warning(shipped, tmp_path):
+    folder, _ = shipped
+    (folder / "junk.pt").write_bytes(b"not a checkpoint")  # no record: not read
+    (folder / "broken.json").write_text("{not json")
+    (folder / "orphan.json").write_text(json.dumps({"file": "missing.pt", "task": "clustering",
+                                                    "config": {"model": {}}}))
+    r = cli("eval", "--runs-dir", tmp_path / "runs", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "swarm-tiny.pt" in r.output
+    for name in ("junk.pt", "broken.json", "missing.pt"):
+        assert name in r.output  # each named in a warning
 
 
 def test_an_unwritable_runs_folder_is_refused_before_any_data_is_made(shipped, tmp_path):

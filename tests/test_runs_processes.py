@@ -43,7 +43,7 @@ def test_sigkill_then_resume_loses_at_most_the_epoch_in_progress(tiny_h5, tmp_pa
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     logged = len(metrics.read_text().splitlines())
-    state = load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt")["state"]  # complete, readable
+    state = load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt").state  # complete, readable
     assert state["epoch"] >= logged - 1  # at most the epoch being written was lost
     target = state["epoch"] + 2
     out = subprocess.run([sys.executable, *RESUME, "swarm-8-3-1-s0", "--runs-dir", str(runs),
@@ -62,7 +62,7 @@ def test_sigterm_saves_last_and_says_how_to_resume(tiny_h5, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "interrupted (SIGTERM)" in err and "--resume swarm-8-3-1-s0" in err and "Traceback" not in err
-    assert load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt")["state"]["stop_reason"] == "interrupted (SIGTERM)"
+    assert load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt").state["stop_reason"] == "interrupted (SIGTERM)"
 
 
 def _free_port():

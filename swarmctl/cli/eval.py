@@ -13,28 +13,31 @@ from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress
 from swarmctl.files import atomic_write_text, check_output_file, check_output_folder
-from swarmctl.runs import evaluate, open_run
-from swarmctl.tasks import get_task
-from swarmctl.tasks.clustering import ClusteringTask
+from swarmctl.runs import evaluate_run, open_run
+from swarmctl.tasks import TASKS, get_task
+
+
+def _per_task(attribute: str) -> str:
+    """Each task's value of ``attribute``, e.g. ``clustering: val; mog: test; image: test``."""
+    return "; ".join(f"{t.name}: {getattr(t, attribute)}" for t in TASKS.values())
 
 
 @app.command("eval")
 def eval_cmd(
     target: Annotated[str | None, argument(metavar="RUN_OR_CHECKPOINT",
                                            help="Run name, run folder (uses best.pt) or checkpoint file "
-                                                "[default: the shipped SWARM clustering model].")] = None,
-    data: Annotated[Path | None, option(help="HDF5 dataset [default: clustering: the run's; mog: the "
-                                                   "fixed 10,000-task test set; image: the run's --data-dir].")]
+                                                f"[default: the shipped model of the first task that has one "
+                                                f"({', '.join(TASKS)})].")] = None,
+    data: Annotated[Path | None, option(help=f"Dataset to score on [default: {_per_task('eval_data_help')}].")]
     = None,
-    split: Annotated[str | None, option(help="Split to score [default: clustering: val; mog and image: "
-                                                   "test].")] = None,
+    split: Annotated[str | None, option(help=f"Split to score [default: {_per_task('default_split')}].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
     out: Annotated[Path | None, option(help="JSON output [default: eval-SPLIT.json beside the checkpoint; "
                                             "runs/pretrained-NAME/ for a shipped model].")]
     = None,
 ) -> None:
-    """Evaluate a checkpoint with the paper's metric and the true generating mixture's oracle.
+    """Evaluate a checkpoint with its task's metric (the paper's), next to an oracle where the task has one.
 
     Clustering: Hungarian-matched loss and matched accuracy. MoG parameters: log-likelihood per point.
     Images: bits per dimension on the test split.
@@ -44,12 +47,12 @@ def eval_cmd(
             check_output_file(out)
         elif target is None:
             check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
-        opened = open_run(target, runs_dir, device, task=ClusteringTask(), progress=DataGenerationProgress())
+        opened = open_run(target, runs_dir, device, progress=DataGenerationProgress())
         if opened.shipped:
             say(f"scoring the shipped model {opened.checkpoint}")
         if out is None:
             check_output_folder(opened.dir)
-        res = evaluate(opened, data, split)
+        res = evaluate_run(opened, data, split)
         out_path = out or opened.dir / f"eval-{res['split']}.json"
         atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
     task = get_task(res["task"])

@@ -13,20 +13,22 @@ from swarmctl.cli._progress import DataGenerationProgress, task_progress
 from swarmctl.files import check_output_folder
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
-from swarmctl.runs import open_run, resolve_run, shipped_checkpoint, shipped_results_dir
-from swarmctl.studies.entropy import check_grid
-from swarmctl.studies.on_runs import entropy_map_of_run, require_clustering
+from swarmctl.runs import open_run, resolve_run, shipped_for, shipped_results_dir
+from swarmctl.studies.entropy import check_grid, entropy_map_of_run
 from swarmctl.studies.probe import METHODS
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
-from swarmctl.tasks.clustering import ClusteringTask
+from swarmctl.tasks import tasks_for
+
+STUDY = "plot-entropy"
 
 
 @app.command("plot-entropy")
 def plot_entropy_cmd(
-    run: Annotated[str | None, argument(help="Run name or folder [default: the shipped SWARM clustering "
-                                             "model].")] = None,
+    run: Annotated[str | None, argument(help="Run name or folder [default: the shipped "
+                                             f"{' or '.join(t.name for t in tasks_for(STUDY))} model].")] = None,
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
-    task: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).")] = None,
+    index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).")] = None,
+    old_index: Annotated[int | None, option("--task", hidden=True, help="Old spelling of --index.")] = None,
     clusters: Annotated[int, option(help="Pick a task with this many clusters...")] = 7,
     size: Annotated[int, option(help="...whose number of points is closest to this.")] = 500,
     grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
@@ -55,7 +57,7 @@ def plot_entropy_cmd(
             check_output_folder(out)
         if replot:
             run_dir = resolve_run(run, runs_dir) if run is not None else \
-                shipped_results_dir(shipped_checkpoint(ClusteringTask()), runs_dir)
+                shipped_results_dir(shipped_for(STUDY), runs_dir)
             out_dir = out or run_dir / "entropy"
             res = load_result(EntropyMapResult, out_dir / "entropy.npz")
         else:
@@ -63,15 +65,15 @@ def plot_entropy_cmd(
             if out is None and run is None:
                 check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
             opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
-                              task=ClusteringTask(), progress=DataGenerationProgress())
-            require_clustering(opened, "plot-entropy")
+                              study=STUDY, progress=DataGenerationProgress())
             if opened.shipped:
                 say(f"using the shipped model {opened.checkpoint}")
             out_dir = out or opened.dir / "entropy"
             check_output_folder(out_dir)
             with task_progress("grid") as progress:
                 bar = progress.add_task(f"x* grid {grid}x{grid}", total=grid * grid)
-                res = entropy_map_of_run(opened, data, task, clusters, size, grid, method,
+                res = entropy_map_of_run(opened, data, index if index is not None else old_index, clusters, size,
+                                         grid, method,
                                          progress=lambda k, n: progress.update(bar, completed=k))
             save_result(res, out_dir / "entropy.npz")
         p1 = save_figure(plot_entropy_map(res), out_dir / "entropy")

@@ -13,7 +13,7 @@ from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user
 from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
-from swarmctl.studies.report import frontiers, largest_explored, read_runs, report_markdown, summarise
+from swarmctl.studies.report import frontiers, largest_explored, read_runs, report_folder, report_markdown, summarise
 
 
 @app.command("report")
@@ -27,8 +27,7 @@ def report_cmd(
     RUNS_DIR may be a sweep's folder, e.g. `swarmctl report runs/sweep-paper` (or `sweep-paper`, looked up
     in runs/ when there is no such folder here).
     """
-    if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (RUNS_DIR / runs_dir).is_dir():
-        runs_dir = RUNS_DIR / runs_dir
+    runs_dir = report_folder(runs_dir, RUNS_DIR)
     with user_errors():
         out_dir = out or runs_dir
         check_output_folder(out_dir)

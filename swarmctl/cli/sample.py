@@ -20,14 +20,14 @@ from swarmctl.cli._options import (
     seed_option,
     user_errors,
 )
-from swarmctl.data.images import DATASETS
-from swarmctl.errors import CheckpointError
 from swarmctl.files import atomic_write, check_output_file, check_output_folder
 from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
-from swarmctl.runs import open_run
-from swarmctl.studies.sampling import newest_image_run, sample_run
-from swarmctl.tasks.image import ImageTask
+from swarmctl.studies.sampling import open_sample_run, sample_run
+from swarmctl.tasks import tasks_for
+
+_SAMPLED = tasks_for("sample")
+DATASETS = [d for t in _SAMPLED for d in t.datasets]
 
 
 def _save_npy(path: str, array: np.ndarray) -> None:
@@ -43,8 +43,8 @@ def _known_dataset(value: str) -> str:
 
 @app.command("sample")
 def sample_cmd(
-    dataset: Annotated[str, option(help="mnist, fashion-mnist or cifar10.", callback=_known_dataset)]
-    = ImageTask.default_dataset,
+    dataset: Annotated[str, option(help=f"{', '.join(DATASETS)}.", callback=_known_dataset)]
+    = next((t.default_dataset for t in _SAMPLED if t.default_dataset), ""),
     run: Annotated[str | None, option(help="Run name or folder [default: the newest finished image run "
                                            "for --dataset, else the shipped model].")] = None,
     per_class: Annotated[int, option(help="Images per class (one row per class).", min=1)] = 2,
@@ -61,17 +61,9 @@ def sample_cmd(
     with user_errors():
         if out is not None:
             check_output_file(out)
-        if run is not None:
-            opened = open_run(run, runs_dir, device)
-        else:
-            try:
-                opened = open_run(newest_image_run(runs_dir, dataset), runs_dir, device)
-            except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if any
-                try:
-                    opened = open_run(None, runs_dir, device, task=ImageTask(), dataset=dataset)
-                except CheckpointError:
-                    raise no_run from None
-                say(f"no {dataset} run in {runs_dir}: using the shipped model {opened.checkpoint}")
+        opened, chosen = open_sample_run(run, runs_dir, dataset, device)
+        if chosen:
+            say(chosen)
         check_output_folder(Path(out).parent if out is not None else opened.dir)
         with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"):
             grid = sample_run(opened, per_class, temperature, seed, incremental=not full)

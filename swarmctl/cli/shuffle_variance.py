@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 from rich.markup import escape
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, seed_option, user_errors
 from swarmctl.cli._progress import task_progress
-from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.plots.shuffle import plot_shuffle_variance
 from swarmctl.plots.style import save_figure
-from swarmctl.runs import open_run, resolve_run
-from swarmctl.studies.on_runs import require_clustering, shuffle_variance_of_run
-from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
+from swarmctl.studies.shuffle_variance import shuffle_variance_study
 
 
 @app.command("shuffle-variance")
@@ -39,31 +36,18 @@ def shuffle_variance_cmd(
     orderings. Equivariant models give float-rounding values; the unsorted BiLSTM does not.
     """
     with user_errors():
-        run_dirs = [resolve_run(r, runs_dir) for r in runs]
-        out_dir = out or (run_dirs[0] / "shuffle-variance" if len(run_dirs) == 1 else runs_dir / "shuffle-variance")
-        check_output_folder(out_dir)
-        results = []
-        opened_runs = [] if replot else [open_run(run_dir, runs_dir, device) for run_dir in run_dirs]
-        for opened in opened_runs:  # every run is checked before any is measured
-            require_clustering(opened, "shuffle-variance")
-        for k, run_dir in enumerate(run_dirs):
-            npz = out_dir / f"{run_dir.name}.npz"
-            if replot:
-                results.append(load_result(ShuffleVarianceResult, npz))
-                continue
-            opened = opened_runs[k]
-            with task_progress(escape(opened.label)) as progress:
-                bar = progress.add_task(escape(opened.label), total=tasks)
-                res = shuffle_variance_of_run(opened, data, tasks, shuffles, seed,
-                                              progress=lambda k, n, bar=bar: progress.update(bar, completed=k,
-                                                                                             total=n))
-            save_result(res, npz)
-            results.append(res)
-        fig_path = save_figure(plot_shuffle_variance(results), out_dir / "shuffle-variance")
-        summary = {r.label: {"median_rel_std": float(np.median(r.rel_std)), "max_rel_std": float(r.rel_std.max()),
-                             "tasks": len(r.sizes), "shuffles": r.n_shuffles} for r in results}
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    for label, s in summary.items():
+        study = shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
+                                       progress=_progress)
+        fig_path = save_figure(plot_shuffle_variance(study.results), study.out_dir / "shuffle-variance")
+    for label, s in study.summary.items():
         say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
             f"over {s['tasks']} tasks x {s['shuffles']} orderings")
-    say(f"-> {fig_path}, {out_dir / 'summary.json'}")
+    say(f"-> {fig_path}, {study.summary_path}")
+
+
+@contextmanager
+def _progress(label: str, total: int) -> Iterator[Callable[[int, int], None]]:
+    """A bar for one run's measurement."""
+    with task_progress(escape(label)) as progress:
+        bar = progress.add_task(escape(label), total=total)
+        yield lambda k, n: progress.update(bar, completed=k, total=n)

@@ -9,13 +9,12 @@ from typing import Annotated, Any
 import typer
 
 from swarmctl.cli._app import app
+from swarmctl.cli._fit import after_fit
 from swarmctl.cli._options import (
-    INTERRUPTED_EXIT,
     RUNS_DIR,
     RunsDir,
     argument,
     device_name,
-    err_console,
     float_option,
     option,
     say,
@@ -23,12 +22,10 @@ from swarmctl.cli._options import (
     user_errors,
 )
 from swarmctl.cli._progress import EpochProgress
-from swarmctl.config import DATA_DIR, TrainConfig, clustering_data_path
+from swarmctl.config import TrainConfig
 from swarmctl.models import list_models
-from swarmctl.plots.curves import save_run_curves
 from swarmctl.runs import RESUMABLE, configs_from_options, is_main_process, resume_command, resume_run, start_run
 from swarmctl.tasks import TASKS, task_of
-from swarmctl.tasks.image import ImageTask
 
 _NONE_MEANS = {"steps_per_epoch": "one pass", "val_batches": "the validation split", "lr_decay_epoch": "never"}
 
@@ -43,6 +40,14 @@ def per_task(field: str) -> str:
     if len(by_value) == 1:
         return shown[next(iter(by_value))]
     return "; ".join(f"{', '.join(names)}: {shown[v]}" for v, names in by_value.items())
+
+
+_NAMED_DATA = [t for t in TASKS.values() if t.datasets]  # tasks whose data is a named dataset in a folder
+_DATA_HELP = "; ".join(f"{t.name}: {t.train_data_help}" for t in TASKS.values())
+_DATASET_HELP = "; ".join(f"{t.name} models: {', '.join(t.datasets)} [default: {t.default_dataset}]"
+                          for t in _NAMED_DATA) or "not used by any task"
+_DATA_DIR_HELP = "; ".join(f"{t.name} models: the folder holding the files [default: {t.default_data}]"
+                           for t in _NAMED_DATA) or "not used by any task"
 
 
 def _with_default(text: str, field: str) -> str:
@@ -96,13 +101,10 @@ def train_cmd(
                                                                   "improvement", "beta"))] = None,
     alpha: Annotated[float | None, float_option(help=_with_default("Backtracking: learning-rate factor", "alpha"))]
     = None,
-    data: Annotated[Path | None, option(help=f"HDF5 dataset [default: {clustering_data_path(0)} for "
-                                                   "clustering models, generated when missing; MoG-parameter "
-                                                   "models draw tasks fresh and take none].")] = None,
-    dataset: Annotated[str | None, option(help="Image models: mnist, fashion-mnist or cifar10 [default: "
-                                                     f"{ImageTask.default_dataset}].")] = None,
-    data_dir: Annotated[Path | None, option(help="Image models: torchvision root holding the files "
-                                                       f"(e.g. DIR/MNIST/raw/) [default: {DATA_DIR}].")] = None,
+    data: Annotated[Path | None, option(help=f"HDF5 dataset [default: {_DATA_HELP}].")] = None,
+    dataset: Annotated[str | None, option(help=f"Named dataset: {_DATASET_HELP}.")] = None,
+    data_dir: Annotated[Path | None, option(help=f"Torchvision root (e.g. DIR/MNIST/raw/): {_DATA_DIR_HELP}.")]
+    = None,
     name: Annotated[str | None, option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Annotated[str | None, option(help=_with_default("auto, cpu, cuda or cuda:N", "device"),
@@ -138,13 +140,7 @@ def train_cmd(
                 result = start_run(*configs, runs_dir, name, progress=progress)
     if not is_main:
         return
-    if not result.interrupted:
-        save_run_curves(result.run_dir)
-    if result.interrupted:
-        err_console.print(f"{result.stop_reason}: saved {result.run_dir / 'last.pt'} after {result.epochs} "
-                          f"epoch(s); continue with: {resume_command(model, result.run_dir, runs_dir, RUNS_DIR)}",
-                          markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(INTERRUPTED_EXIT)
+    after_fit([result], resume_command(model, result.run_dir, runs_dir, RUNS_DIR))
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "
         f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}")

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from swarmctl.data.tasks import ClusteringTasks
+from swarmctl.data.clustering_generator import ClusteringTasks
 
 
 @dataclass(frozen=True)

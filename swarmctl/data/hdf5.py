@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict
@@ -25,8 +24,15 @@ import h5py
 import numpy as np
 
 from swarmctl import __version__
+from swarmctl.config import host_memory
+from swarmctl.data.clustering_generator import (
+    MAX_CLUSTERS,
+    MAX_SET_SIZE,
+    ClusteringParams,
+    ClusteringTasks,
+    generate_clustering,
+)
 from swarmctl.data.mog import MogParams, generate_mog_tasks
-from swarmctl.data.tasks import MAX_CLUSTERS, MAX_SET_SIZE, ClusteringParams, ClusteringTasks, generate_clustering
 from swarmctl.errors import DataError
 from swarmctl.files import atomic_write
 
@@ -222,17 +228,10 @@ def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
         if shapes["points"][0] != shapes["labels"][0]:
             raise DataError(f"{path}: split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} "
                             "labels; regenerate the file with `swarmctl gen-data --force`")
-    limit = _memory_bytes() // 2
+    limit = host_memory() // 2
     if total_bytes > limit:
         raise DataError(f"{path} needs {total_bytes / 2**30:.1f} GiB to read, more than half of this machine's "
                         f"memory ({limit / 2**30:.1f} GiB); use a smaller dataset")
-
-
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return 2**40
 
 
 def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]]:

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from swarmctl.data.tasks import MAX_CLUSTERS, ClusteringTasks
+from swarmctl.data.clustering_generator import MAX_CLUSTERS, ClusteringTasks
 from swarmctl.errors import ConfigError
 
 

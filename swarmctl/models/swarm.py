@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from swarmctl.config import ModelConfig
+from swarmctl.config import ACTIVATIONS, ModelConfig
 from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import register_model
 
-_ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "leaky-relu": nn.LeakyReLU}
+_ACTIVATIONS = dict(zip(ACTIVATIONS, (nn.ReLU, nn.ELU, nn.LeakyReLU), strict=True))  # names: config.ACTIVATIONS
 
 
 class SwarmNet(nn.Module):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
+
+from swarmctl.files import atomic_write  # noqa: E402
 
 
 def new_figure(width: float = 6.0, height: float = 4.0, **kwargs) -> Figure:
@@ -19,8 +20,5 @@ def new_figure(width: float = 6.0, height: float = 4.0, **kwargs) -> Figure:
 def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
     """Save as PNG atomically (temporary file, then rename); returns the path written."""
     path = Path(path).with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=dpi, format="png")
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
     return path

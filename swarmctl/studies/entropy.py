@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
 from swarmctl.config import check_memory, host_memory
-from swarmctl.data.tasks import ClusteringTasks
+from swarmctl.data.clustering_generator import ClusteringTasks
+from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError
-from swarmctl.studies.probe import METHODS, probe_outputs
+from swarmctl.runs import Run
+from swarmctl.studies.probe import DEFAULT_METHOD, METHODS, probe_outputs
 from swarmctl.studies.results import EntropyMapResult
+from swarmctl.tasks import require_study
 
 MAX_GRID = 2000  # grid locations per axis
 
@@ -95,3 +99,15 @@ def compute_entropy_map(
                             means=tasks.means[task_index, :K], covs=tasks.covs[task_index, :K],
                             assignment=assignment, grid_x=gx, grid_y=gy, probs=probs_grid,
                             seconds=time.perf_counter() - start, method=method)
+
+
+def entropy_map_of_run(run: Run, data: Path | None = None, index: int | None = None, clusters: int = 7,
+                       size: int = 500, grid: int = 150, method: str | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> EntropyMapResult:
+    """:func:`compute_entropy_map` on one validation task of the data ``run`` was trained on (or ``data``):
+    task ``index``, or one chosen by clusters and size; ``method`` None: ``exact``."""
+    require_study(run.task, "plot-entropy", str(run.checkpoint))
+    split, _ = read_split(run.data_path(data), "val")
+    task_index = choose_task(split, index, clusters, size)
+    return compute_entropy_map(run.model, split, task_index, run.label, grid, device=run.device,
+                               method=method or DEFAULT_METHOD, progress=progress)

@@ -13,6 +13,15 @@ from swarmctl.errors import DataError, SwarmctlWarning
 from swarmctl.files import read_metrics
 
 
+def report_folder(runs_dir: Path, default_runs_dir: Path = Path("runs")) -> Path:
+    """The folder a report covers: ``runs_dir``, or a sweep's folder named alone (``sweep-NAME``) and found
+    in ``default_runs_dir`` when there is no such folder here."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (default_runs_dir / runs_dir).is_dir():
+        return default_runs_dir / runs_dir
+    return runs_dir
+
+
 @dataclass(frozen=True)
 class RunSummary:
     name: str

@@ -1,4 +1,4 @@
-"""Class-conditional samples from a trained SWARM Transformer, and finding the newest image run."""
+"""Class-conditional samples from a trained SWARM Transformer, and choosing the run to sample from."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ import torch
 from torch import nn
 
 from swarmctl.errors import CheckpointError, ConfigError
-from swarmctl.runs import Run, list_runs
-from swarmctl.tasks.image import ImageTask
+from swarmctl.models import list_models
+from swarmctl.runs import Run, list_runs, open_run
+from swarmctl.tasks import require_study, tasks_for
+
+STUDY = "sample"
 
 
 @dataclass(frozen=True)
@@ -41,25 +44,41 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
                       time.perf_counter() - start)
 
 
-def newest_image_run(runs_dir: Path, dataset: str) -> Path:
-    """The run in ``runs_dir`` with the most recently written best.pt whose model is an image model for
-    ``dataset``."""
+def newest_sample_run(runs_dir: Path, dataset: str) -> Path:
+    """The run in ``runs_dir`` with the most recently written best.pt whose task can be sampled and whose
+    model was trained on ``dataset``."""
+    able = {t.name for t in tasks_for(STUDY)}
     found = []
     for run_dir, cfg in list_runs(runs_dir):
         best = run_dir / "best.pt"
-        if cfg.get("run", {}).get("task") == ImageTask.name and cfg["model"].get("dataset") == dataset \
-                and best.is_file():
+        if cfg.get("run", {}).get("task") in able and cfg["model"].get("dataset") == dataset and best.is_file():
             found.append((best.stat().st_mtime, run_dir))
     if not found:
-        raise CheckpointError(f"no trained image run for {dataset} in {runs_dir}; train one with "
-                              f"`swarmctl train swarm-image --dataset {dataset}` or pass --run")
+        models = [m for t in tasks_for(STUDY) for m in list_models(t.name)]
+        raise CheckpointError(f"no trained {' or '.join(sorted(able))} run for {dataset} in {runs_dir}; train one "
+                              f"with `swarmctl train {models[0] if models else 'MODEL'} --dataset {dataset}` or "
+                              "pass --run")
     return max(found)[1]
+
+
+def open_sample_run(run: str | Path | None, runs_dir: Path, dataset: str, device: str = "auto") -> tuple[Run, str]:
+    """The run ``sample`` draws from: ``run`` when named, else the newest finished run for ``dataset``,
+    else the shipped model for it. Returns it and a line saying which was chosen ("" for a named run)."""
+    if run is not None:
+        return open_run(run, runs_dir, device, study=STUDY), ""
+    try:
+        return open_run(newest_sample_run(runs_dir, dataset), runs_dir, device, study=STUDY), ""
+    except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if any
+        try:
+            opened = open_run(None, runs_dir, device, study=STUDY, dataset=dataset)
+        except CheckpointError:
+            raise no_run from None
+        return opened, f"no {dataset} run in {runs_dir}: using the shipped model {opened.checkpoint}"
 
 
 def sample_run(run: Run, per_class: int = 2, temperature: float = 1.0, seed: int = 0,
                incremental: bool = True) -> SampleGrid:
-    """:func:`sample_grid` for an opened run, which must be an image run."""
-    if run.task.name != ImageTask.name:
-        raise CheckpointError(f"run {run.dir.name} is a {run.task.name!r} run; sample needs a swarm-image run")
+    """:func:`sample_grid` for an opened run, whose task must be one that can be sampled."""
+    require_study(run.task, STUDY, f"run {run.dir.name}")
     label = f"{run.label} on {run.model_cfg.dataset}"
     return sample_grid(run.model, label, per_class, temperature, seed, incremental=incremental, device=run.device)

@@ -5,16 +5,27 @@ violin plot shows."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from swarmctl.data.tasks import ClusteringTasks
+from swarmctl.data.clustering_generator import ClusteringTasks
+from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError
-from swarmctl.studies.results import ShuffleVarianceResult
+from swarmctl.files import atomic_write_text, check_output_folder
+from swarmctl.runs import Run, open_run, resolve_run
+from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
+from swarmctl.tasks import require_study
 from swarmctl.tasks.hungarian import hungarian_ce
+
+STUDY = "shuffle-variance"
 
 
 def spread_task_indices(sizes: np.ndarray, n_tasks: int) -> np.ndarray:
@@ -68,3 +79,62 @@ def measure_shuffle_variance(
             progress(k + 1)
     return ShuffleVarianceResult(label=label, task_index=index.astype(np.int64), sizes=tasks.sizes[index],
                                  mean=means, std=stds, n_shuffles=n_shuffles)
+
+
+def shuffle_variance_of_run(run: Run, data: Path | None = None, tasks: int = 100, shuffles: int = 1000,
+                            seed: int = 0,
+                            progress: Callable[[int, int], None] | None = None) -> ShuffleVarianceResult:
+    """:func:`measure_shuffle_variance` on ``tasks`` validation tasks of the data ``run`` was trained on
+    (or ``data``); ``progress(done, total)``."""
+    require_study(run.task, STUDY, str(run.checkpoint))
+    split, _ = read_split(run.data_path(data), "val")
+    total = min(tasks, len(split))
+    report = None if progress is None else lambda k: progress(k, total)
+    return measure_shuffle_variance(run.model, split, run.label, tasks, shuffles, seed, device=run.device,
+                                    progress=report)
+
+
+@dataclass(frozen=True)
+class ShuffleVarianceStudy:
+    """The results of :func:`shuffle_variance_study`: one per run, their summary, and where they are."""
+
+    out_dir: Path
+    results: list[ShuffleVarianceResult]
+    summary: dict[str, dict[str, Any]]  # label -> median and max relative std, tasks, shuffles
+
+    @property
+    def summary_path(self) -> Path:
+        return self.out_dir / "summary.json"
+
+
+def shuffle_variance_study(
+    runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
+    shuffles: int = 1000, seed: int = 0, device: str = "auto", replot: bool = False,
+    progress: Callable[[str, int], AbstractContextManager[Callable[[int, int], None]]] | None = None,
+) -> ShuffleVarianceStudy:
+    """The shuffle-variance of every run in ``runs`` (names or folders), saved as ``RUN.npz`` per run and
+    ``summary.json`` in ``out`` (default: RUN/shuffle-variance for one run, RUNS_DIR/shuffle-variance for
+    several). Every run is opened and checked before any is measured. ``replot``: read the saved results
+    instead of measuring. ``progress(label, tasks)`` gives the update function of one run's measurement."""
+    run_dirs = [resolve_run(r, runs_dir) for r in runs]
+    out_dir = Path(out or (run_dirs[0] / STUDY if len(run_dirs) == 1 else Path(runs_dir) / STUDY))
+    check_output_folder(out_dir)
+    opened = [] if replot else [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
+    results = []
+    for k, run_dir in enumerate(run_dirs):
+        npz = out_dir / f"{run_dir.name}.npz"
+        if replot:
+            results.append(load_result(ShuffleVarianceResult, npz))
+            continue
+        if progress is None:
+            res = shuffle_variance_of_run(opened[k], data, tasks, shuffles, seed)
+        else:
+            with progress(opened[k].label, tasks) as update:
+                res = shuffle_variance_of_run(opened[k], data, tasks, shuffles, seed, progress=update)
+        save_result(res, npz)
+        results.append(res)
+    summary = {r.label: {"median_rel_std": float(np.median(r.rel_std)), "max_rel_std": float(r.rel_std.max()),
+                         "tasks": len(r.sizes), "shuffles": r.n_shuffles} for r in results}
+    study = ShuffleVarianceStudy(out_dir, results, summary)
+    atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
+    return study

@@ -32,8 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmctl.config import SEED_RANGE, ModelConfig, TrainConfig, check_device
+import torch
+
+from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
+from swarmctl.models import complete_config, count_parameters, create_model, get_spec, list_models, paper_code
+from swarmctl.runs import resume_run, run_progress, start_run
+from swarmctl.tasks import get_task
+from swarmctl.training.device import memory_limit, resolve_device
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -48,7 +54,7 @@ TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_s
 @dataclass(frozen=True)
 class SweepSpec:
     name: str
-    task: str  # clustering or mog
+    task: str  # the task of every model in the spec (one whose data is one file or drawn fresh)
     configs: tuple[ModelConfig, ...]  # complete, distinct, in file order; each builds a model
     parameters: tuple[int, ...]  # of each configuration, counted on the meta device
     seeds: tuple[int, ...]
@@ -79,9 +85,6 @@ def _values(grid_no: int, key: str, value: Any) -> list[Any]:
 
 def parse_spec(text: str, default_name: str) -> SweepSpec:
     """A spec from TOML text; every problem is a ConfigError naming the key."""
-    from swarmctl.models import complete_config, get_spec, list_models
-    from swarmctl.tasks import get_task
-
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -124,7 +127,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         spec = get_spec(model)
         if not get_task(spec.task).sweepable:
             raise ConfigError(f"grid {g_no}: {model} is a {spec.task} model; sweeps train models whose data is one "
-                              "file or drawn fresh (clustering, MoG)")
+                              "file or drawn fresh")
         if task is not None and spec.task != task:
             raise ConfigError(f"grid {g_no}: {model} solves {spec.task!r}, an earlier grid {task!r}; one task per spec")
         task = spec.task
@@ -169,15 +172,11 @@ def _is_int(value: Any) -> bool:
 
 def train_config(spec: SweepSpec, seed: int) -> TrainConfig:
     """The TrainConfig of the spec's runs of ``seed`` (the task's defaults, the spec's budget and sizes)."""
-    from swarmctl.tasks import get_task
-
     return get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
                                             batch_size=spec.batch_size, seed=seed, device=spec.device)
 
 
 def _code(cfg: ModelConfig) -> str:
-    from swarmctl.models import paper_code
-
     return paper_code(cfg)
 
 
@@ -220,35 +219,25 @@ def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
 def run_status(run_dir: Path, spec: SweepSpec) -> str:
     """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
     ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
-    from swarmctl.runs import read_run_config
-    from swarmctl.training.checkpoint import load_checkpoint
-
-    if not (run_dir / "config.json").exists():
-        return "new"
-    if not (run_dir / "last.pt").is_file():
-        return "empty"  # nothing to keep: start_run starts it again once it holds the run's lock
     try:
-        config = read_run_config(run_dir)
+        progress = run_progress(run_dir)
     except CheckpointError as exc:
         raise CheckpointError(f"{exc}; move {run_dir} away and run the sweep again to train it anew") from None
+    if progress.status in ("new", "empty"):
+        return progress.status
     want_data = data_path(spec)
-    if config["data"].get("path") != want_data:
-        raise DataError(f"run {run_dir} was trained on {config['data'].get('path')}, the spec says {want_data}; "
-                        "give the spec another name or move the run away")
-    train = config["train"]
+    if progress.config["data"].get("path") != want_data:
+        raise DataError(f"run {run_dir} was trained on {progress.config['data'].get('path')}, the spec says "
+                        f"{want_data}; give the spec another name or move the run away")
+    train = progress.config["train"]
     same_budget = math.isclose(train["minutes"], spec.minutes) and (
         spec.max_epochs is None or train["max_epochs"] == spec.max_epochs)
-    state = load_checkpoint(run_dir / "last.pt")["state"]
-    return "done" if state.get("finished") and same_budget else "partial"
+    return "done" if progress.status == "finished" and same_budget else "partial"
 
 
 def parameter_count(cfg: ModelConfig) -> int:
     """The parameters of ``cfg``'s model, built on the meta device: nothing is allocated, whatever the size,
     and every hyper-parameter the model checks is checked."""
-    import torch
-
-    from swarmctl.models import count_parameters, create_model, paper_code
-
     try:
         with torch.device("meta"):
             return count_parameters(create_model(cfg))
@@ -261,23 +250,24 @@ def format_minutes(minutes: float) -> str:
 
 
 def data_path(spec: SweepSpec) -> str | None:
-    """The spec's data file, or its task's default (None: tasks drawn fresh, the MoG task)."""
-    from swarmctl.tasks import get_task
-
+    """The spec's data file, or its task's default (None: tasks drawn fresh)."""
     return spec.data if spec.data is not None else get_task(spec.task).default_data
 
 
-def check_sweep(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
-    """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
-    every value, configuration and TrainConfig): the data file exists (the task's default is generated when
-    missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
-    Returns each run's :func:`run_status` by name; a problem raises a one-line error naming the run."""
-    from swarmctl.tasks import get_task
-
+def check_data(spec: SweepSpec) -> None:
+    """Refuse a spec whose data file is missing, unless it is the task's default (generated when missing)."""
     data = data_path(spec)
     if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
         raise DataError(f"{data}: no such data file; create it with `swarmctl gen-data --out {data}` or fix "
                         "the spec's data")
+
+
+def check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
+    """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
+    every value, configuration and TrainConfig): the data file exists (the task's default is generated when
+    missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
+    Returns each run's :func:`run_status` by name; a problem raises a one-line error naming the run."""
+    check_data(spec)
     folder = Path(runs_dir) / spec.folder
     return {run.name: run_status(folder / run.name, spec) for run in runs}
 
@@ -285,15 +275,60 @@ def check_sweep(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[s
 def check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
     """Refuse, before the first run trains, a configuration of ``runs`` whose weights, gradients and Adam
     state alone exceed the memory of the spec's device on this machine."""
-    from swarmctl.config import check_memory
-    from swarmctl.models import paper_code
-    from swarmctl.training.device import memory_limit, resolve_device
-
     limit = memory_limit(resolve_device(spec.device))
     params = dict(zip(spec.configs, spec.parameters, strict=True))
     for cfg in dict.fromkeys(run.model for run in runs):
         check_memory(16 * params[cfg], limit, f"model {cfg.name} ({paper_code(cfg)}) with {params[cfg]:,} parameters "
                      "(weights, gradients and Adam state)", "remove it from the spec or use a larger device")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A spec and the runs one shard of it trains."""
+
+    spec: SweepSpec
+    all_runs: list[SweepRun]
+    runs: list[SweepRun]  # this shard's
+    folder: Path  # RUNS_DIR/sweep-NAME
+    index: int = 0
+    count: int = 1
+
+
+def plan_sweep(spec_file: Path, runs_dir: Path, index: int = 0, count: int = 1) -> SweepPlan:
+    """Read the spec and pick shard ``index`` of ``count`` of its runs."""
+    spec = load_spec(spec_file)
+    all_runs = expand(spec)
+    return SweepPlan(spec, all_runs, shard(all_runs, index, count), Path(runs_dir) / spec.folder, index, count)
+
+
+@dataclass(frozen=True)
+class DryRunRow:
+    """One configuration in the ``--dry-run`` table."""
+
+    config: ModelConfig
+    parameters: int
+    seeds: tuple[int, ...]
+    here: int  # runs of this shard
+    done: int
+    partial: int
+
+
+def dry_run(plan: SweepPlan) -> tuple[list[DryRunRow], int]:
+    """The dry-run table's rows, and how many of this shard's runs are not finished, after the checks the
+    sweep makes before its first run (:func:`check_runs`; the spec was checked when read), except that each
+    model fits the training device's memory, which the sweep checks on the machine it trains on. One pass
+    over the runs: a grid may have 10,000 configurations."""
+    status = check_runs(plan.spec, plan.runs, plan.folder.parent)
+    by_config: dict[ModelConfig, tuple[list[int], list[str]]] = {cfg: ([], []) for cfg in plan.spec.configs}
+    for r in plan.all_runs:
+        seeds, states = by_config[r.model]
+        seeds.append(r.seed)
+        if r.name in status:
+            states.append(status[r.name])
+    rows = [DryRunRow(cfg, n, tuple(by_config[cfg][0]), len(by_config[cfg][1]), by_config[cfg][1].count("done"),
+                      by_config[cfg][1].count("partial"))
+            for cfg, n in zip(plan.spec.configs, plan.spec.parameters, strict=True)]
+    return rows, sum(1 for s in status.values() if s != "done")
 
 
 def train_sweep(
@@ -305,16 +340,12 @@ def train_sweep(
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
     one resumed (budget included), one killed before its first checkpoint started again. Everything that
-    can be checked is checked before the first run trains (:func:`check_sweep`, :func:`check_memory_fits`).
+    can be checked is checked before the first run trains (:func:`check_runs`, :func:`check_memory_fits`).
     A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
-    once it holds it), so a second sweep of the same shard is refused on the live run instead of deleting
-    its files. Stops at the first interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``.
-    ``on_run(k, total, run, status)`` is called before each run. Returns (run, status, FitResult or None)
-    for every run looked at."""
-    from swarmctl.config import DataConfig
-    from swarmctl.runs import resume_run, start_run
-
-    check_sweep(spec, runs, runs_dir)
+    once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
+    interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
+    before each run. Returns (run, status, FitResult or None) for every run looked at."""
+    check_runs(spec, runs, runs_dir)
     check_memory_fits(spec, runs)
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
@@ -330,7 +361,7 @@ def train_sweep(
         if status == "partial":
             result = resume_run(run_dir, folder, model_name=run.model.name, minutes=spec.minutes,
                                 max_epochs=spec.max_epochs, device=spec.device, progress=progress)
-        else:
+        else:  # new, or empty: start_run starts a run that never saved a checkpoint again from scratch
             result = start_run(run.model, train_config(spec, run.seed), data_cfg, folder, run.name, progress=progress)
         done.append((run, status, result))
         if result.interrupted:

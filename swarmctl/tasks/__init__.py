@@ -1,13 +1,14 @@
 """Tasks, one module each: the only place that knows a task by name.
 
 Every registered model names its task; :func:`task_of` maps a model to its :class:`Task`. Adding a
-task is a new module here plus one entry in ``TASKS``.
+task is a new module here plus one entry in ``TASKS``; the commands, their help and the generic tests
+read the registry.
 """
 
 from __future__ import annotations
 
-from swarmctl.errors import ConfigError
-from swarmctl.models import get_spec
+from swarmctl.errors import CheckpointError, ConfigError
+from swarmctl.models import get_spec, list_models
 from swarmctl.tasks.base import DataProgress, Prepared, Task
 from swarmctl.tasks.clustering import ClusteringTask
 from swarmctl.tasks.image import ImageTask
@@ -29,10 +30,26 @@ def data_task(kind: str) -> Task:
     try:
         return kinds[kind]
     except KeyError:
-        raise ConfigError(f"task must be {' or '.join(kinds)}, got {kind!r}") from None
+        raise ConfigError(f"--kind must be {' or '.join(kinds)}, got {kind!r}") from None
 
 
-DATA_KINDS = tuple(t.data_kind for t in TASKS.values() if t.data_kind is not None)
+def data_kinds() -> list[str]:
+    """The `swarmctl gen-data --kind` values, in registry order."""
+    return [t.data_kind for t in TASKS.values() if t.data_kind is not None]
+
+
+def tasks_for(study: str) -> list[Task]:
+    """The tasks whose runs ``study`` (a command: eval, plot-entropy, sample, ...) can work on."""
+    return [t for t in TASKS.values() if study in t.studies]
+
+
+def require_study(task: Task, study: str, what: str) -> None:
+    """Refuse ``what`` (a run, in words) of ``task`` when ``study`` cannot work on that task's runs."""
+    if study not in task.studies:
+        able = tasks_for(study)
+        models = [m for t in able for m in list_models(t.name)]
+        raise CheckpointError(f"{study} needs a {' or '.join(t.name for t in able)} run ({', '.join(models[:4])}"
+                              f"{', ...' if len(models) > 4 else ''}); {what} is a {task.name} run")
 
 
 def task_of(model_name: str) -> Task:
@@ -40,4 +57,5 @@ def task_of(model_name: str) -> Task:
     return get_task(get_spec(model_name).task)
 
 
-__all__ = ["DATA_KINDS", "TASKS", "data_task", "DataProgress", "Prepared", "Task", "get_task", "task_of"]
+__all__ = ["TASKS", "DataProgress", "Prepared", "Task", "data_kinds", "data_task", "get_task", "require_study",
+           "task_of", "tasks_for"]

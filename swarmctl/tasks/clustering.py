@@ -3,6 +3,7 @@ loss, and evaluation with matched accuracy and the true mixture's oracle."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -10,14 +11,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, TrainConfig, check_memory, check_seed, clustering_data_path, host_memory
+from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, host_memory
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
-from swarmctl.data.hdf5 import ensure_writable, generate_dataset, read_dataset
-from swarmctl.data.tasks import ClusteringParams
+from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError
-from swarmctl.files import check_output_file, remove_orphan_temps
-from swarmctl.tasks.base import DataProgress, Prepared, Task
+from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
+from swarmctl.training.checkpoint import Checkpoint
 
 EVAL_BATCH = 100
 
@@ -38,17 +39,27 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
     return data, info
 
 
+_GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
+
+
 class ClusteringTask(Task):
     name = "clustering"
     summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
     defaults = TrainConfig()
+    default_data = f"{DATA_DIR}/clustering-seed0.h5"  # the paper's dataset, generated when missing
+    train_data_help = f"{default_data}, generated when missing"
     default_split = "val"
-    default_data = clustering_data_path(0)  # the paper's dataset, generated when missing
+    eval_data_help = "the run's"
+    studies = Task.studies | {"shuffle-variance", "plot-entropy"}
     data_kind = "clustering"
+    data_kind_help = ("train/val splits; per task K clusters uniform in k-min..k-max, N points uniform in "
+                      "n-min..n-max, equal-weight multinomial counts, inverse-Wishart covariances, N(0, I) means, "
+                      "points shuffled; the last val-fraction of the tasks form the validation split")
+    generator = _GENERATOR
+    default_tasks = ClusteringParams.n_tasks
 
-    def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
-        super().data_config(None, dataset, data_dir)  # checks the image-only options
-        return DataConfig(path=str(data or self.default_data))
+    def data_file(self, seed: int | str) -> str:
+        return f"{DATA_DIR}/clustering-seed{seed}.h5"
 
     def ensure_data(self, data_cfg: DataConfig, progress: DataProgress | None = None) -> None:
         """Generate the paper's dataset (seed 0) when the default file is asked for and missing."""
@@ -60,17 +71,14 @@ class ClusteringTask(Task):
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
             generate_dataset(path, params, seed=0, progress=update)
 
-    def generate_data(self, path: Path | None, seed: int, n_tasks: int, force: bool = False,
+    def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
         """Seeded clustering tasks: the first form ``train``, the last ``val_fraction`` ``val``."""
-        gen = ClusteringParams(n_tasks=n_tasks, **params)
-        check_seed(seed)
+        check_generator_params(self, params)
+        gen = ClusteringParams(n_tasks=self.default_tasks if n_tasks is None else n_tasks, **params)
         check_memory(gen.memory_bytes(), host_memory(), f"{gen.n_tasks:,} tasks of {gen.n_min}..{gen.n_max} points",
                      "lower --tasks or --n-max")
-        path = Path(path or clustering_data_path(seed))
-        check_output_file(path)
-        ensure_writable(path, force)
-        remove_orphan_temps(path.parent, f".{path.name}.")  # left by a gen-data that was killed
+        path = prepare_output(self, path, seed, force)
         with progress.generating("", gen.n_tasks) if progress else nullcontext() as update:
             info = generate_dataset(path, gen, seed, force=force, progress=update)
         return path, info, f"{gen.n_tasks - gen.n_val} train + {gen.n_val} validation tasks"
@@ -85,12 +93,12 @@ class ClusteringTask(Task):
                         loss_fn=lambda model, batch: clustering_loss(model, batch), checksum=info["checksum"])
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, ckpt: dict[str, Any], data: Path | None, split: str,
-                 device: torch.device) -> dict[str, Any]:
+    def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
+              device: torch.device) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
-        data_path = Path(data) if data is not None else Path(ckpt["config"]["data"]["path"])
+        data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
         splits, info = load_clustering_data(data_path, split)
-        trained_on = ckpt["config"]["data"].get("checksum")
+        trained_on = ckpt.data_config.checksum
         if data is None and trained_on is not None and info["checksum"] != trained_on:
             raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from the "
                             f"run's); pass --data {data_path} to score it on the new file anyway")

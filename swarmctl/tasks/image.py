@@ -13,11 +13,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from swarmctl.config import DATA_DIR, DataConfig, TrainConfig
-from swarmctl.data.images import ImageBatch, ImageBatches, ImageSet, load_images, shuffled_batches
+from swarmctl.data.images import DATASETS, ImageBatch, ImageBatches, ImageSet, load_images, shuffled_batches
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.models.image import DEFAULT_DATASET, scan_order
 from swarmctl.tasks.base import Prepared, Task
-from swarmctl.training.loop import evaluate
+from swarmctl.training.checkpoint import Checkpoint
+from swarmctl.training.loop import validation_loss
 
 LN2 = math.log(2.0)
 
@@ -49,6 +50,10 @@ class ImageTask(Task):
     sweepable = False  # its data is a dataset name and a folder, not one file
     unit = "images"
     default_data = DATA_DIR  # torchvision root
+    train_data_help = "none: --dataset and --data-dir name their images"
+    eval_data_help = "the run's --data-dir"
+    studies = Task.studies | {"sample"}
+    datasets = tuple(DATASETS)
     default_dataset = DEFAULT_DATASET
 
     def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
@@ -68,19 +73,19 @@ class ImageTask(Task):
                         val_metrics_of=lambda v: {"val_bits_per_dim": bits_per_dim(v)})
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, ckpt: dict[str, Any], data: Path | None, split: str,
-                 device: torch.device) -> dict[str, Any]:
+    def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
+              device: torch.device) -> dict[str, Any]:
         """Cross-entropy per sub-pixel and bits/dim on the test (or train) split."""
-        cfg = ckpt["config"]
-        root = Path(data) if data is not None else Path(cfg["data"]["path"] or self.default_data)
+        dataset = ckpt.model_config.dataset
+        root = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
         if split not in ("test", "train"):
             raise ConfigError(f"image splits are test and train, got {split!r}")
         try:
-            images = load_images(cfg["model"]["dataset"], root, train=split == "train")
+            images = load_images(dataset, root, train=split == "train")
         except DataError as exc:  # its fix names train's option; eval's is --data
             raise DataError(str(exc).replace("--data-dir", "--data")) from None
-        nats = evaluate(model, ImageBatches(images, 100), image_loss, device)
-        return {"data": f"{cfg['model']['dataset']} ({root})", "split": split, "tasks": len(images), "loss": nats,
+        nats = validation_loss(model, ImageBatches(images, 100), image_loss, device)
+        return {"data": f"{dataset} ({root})", "split": split, "tasks": len(images), "loss": nats,
                 "bits_per_dim": bits_per_dim(nats)}
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

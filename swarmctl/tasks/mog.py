@@ -12,15 +12,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from swarmctl.config import DataConfig, TrainConfig, check_memory, check_seed, host_memory, mog_test_data_path
+from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, host_memory
+from swarmctl.data.clustering_generator import ClusteringParams, ClusteringTasks
 from swarmctl.data.dataset import bucketed_batches
-from swarmctl.data.hdf5 import ensure_writable, generate_mog_dataset, read_dataset
+from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
 from swarmctl.data.mog import FreshBatches, MogBatch, MogParams, generate_mog_tasks
-from swarmctl.data.tasks import ClusteringParams, ClusteringTasks
 from swarmctl.errors import ConfigError, DataError
-from swarmctl.files import check_output_file, remove_orphan_temps
 from swarmctl.models.mog import mixture_parameters
-from swarmctl.tasks.base import DataProgress, Prepared, Task
+from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
+from swarmctl.training.checkpoint import Checkpoint
 
 TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED = 1000, 10, 0  # the fixed 10,000-task test set
 
@@ -72,21 +72,26 @@ class MogTask(Task):
     defaults = TrainConfig(lr=0.01, batch_size=10, max_epochs=100, steps_per_epoch=500, val_batches=100,
                            lr_decay_epoch=70, lr_decay=0.1, beta=1.0, alpha=0.8, minutes=300.0)
     default_split = "test"
+    eval_data_help = f"the fixed {TEST_BATCHES * TEST_BATCH_SIZE:,}-task test set"
     data_kind = "mog4"
+    data_kind_help = ("a fixed test set (split test) of 4-component mixtures for MoG-parameter models: 4 isotropic "
+                      "clusters (sigma 0.3), means uniform in (-4, 4)^2, Dirichlet(1) weights, N uniform in "
+                      "100..499 per batch of 10; it takes no generator options")
 
-    def generate_data(self, path: Path | None, seed: int, n_tasks: int, force: bool = False,
+    def data_file(self, seed: int | str) -> str:
+        return f"{DATA_DIR}/mog4-test-seed{seed}.h5"
+
+    def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
-        """A fixed test set (split ``test``) of 4-component mixtures; ``params`` do not apply."""
+        """A fixed test set (split ``test``) of 4-component mixtures; it has no generator parameters."""
+        check_generator_params(self, params)
+        n_tasks = self.default_tasks if n_tasks is None else n_tasks
         if n_tasks < 1:
             raise ConfigError(f"tasks must be >= 1, got {n_tasks}")
-        check_seed(seed)
         params = ClusteringParams(n_tasks=max(n_tasks, 2), k_min=MogParams.n_clusters, k_max=MogParams.n_clusters,
                                   n_min=MogParams.n_min, n_max=MogParams.n_max)
         check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower --tasks")
-        path = Path(path or mog_test_data_path(seed))
-        check_output_file(path)
-        ensure_writable(path, force)
-        remove_orphan_temps(path.parent, f".{path.name}.")  # left by a gen-data that was killed
+        path = prepare_output(self, path, seed, force)
         return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
@@ -103,8 +108,8 @@ class MogTask(Task):
         )
 
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, ckpt: dict[str, Any], data: Path | None, split: str,
-                 device: torch.device) -> dict[str, Any]:
+    def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
+              device: torch.device) -> dict[str, Any]:
         """Test LL per point (mean over tasks) next to the oracle LL of the true parameters."""
         if data is None:
             tasks = generate_mog_tasks(TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED)

@@ -1,11 +1,13 @@
-"""Checkpoints: model and optimizer state, training state, the full config and the package version,
-written atomically with a content digest, loaded with ``weights_only=True`` and validated in full."""
+"""Checkpoints: one frozen :class:`Checkpoint` (model and optimizer state, training state, the run's full
+config and its task), written atomically with a content digest, loaded with ``weights_only=True`` and
+validated in full; and :class:`RunWriter`, where the trainer writes a run's checkpoints and metrics."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,28 +16,63 @@ import torch
 from swarmctl import __version__
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, from_dict
 from swarmctl.errors import CheckpointError
-from swarmctl.files import atomic_write
+from swarmctl.files import atomic_write, atomic_write_text, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
 
-CHECKPOINT_FORMAT = 2  # 2: adds "digest", a SHA-256 over everything else
-READABLE_FORMATS = (1, 2)  # format 1 is format 2 without the digest
-REQUIRED = ("task", "config", "state", "model", "optimizer")
+CHECKPOINT_FORMAT = 2  # the file format: a dict with a "digest", a SHA-256 over everything else
+ENTRIES = ("task", "config", "state", "model", "optimizer", "digest")
 STATE_INTS = {"epoch": 0, "cursor": 0, "best_epoch": -1}  # training-state integers and their minimum
 STATE_FLOATS = ("lr", "best_val", "net_seconds")
 
 
-def save_checkpoint(path: Path, *, model_state: dict, optimizer_state: dict | None, state: dict,
-                    config: dict[str, Any], task: str) -> None:
-    """Write a checkpoint atomically. ``state`` and ``config`` must hold JSON types only."""
-    json.dumps(config)  # fail here, not at load time, if a config value is not a JSON type
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint: what crosses the boundary between the trainer and the runs.
+
+    ``config`` is the run's config.json (sections ``model``, ``train``, ``data`` and ``run``), ``state``
+    the trainer's training state (JSON types), ``model`` the weights, ``optimizer`` the Adam state (None
+    for shipped models, which hold weights only)."""
+
+    task: str
+    config: dict[str, Any]
+    state: dict[str, Any]
+    model: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None = None
+    swarmctl_version: str = __version__  # of the swarmctl that wrote it (read back from the file)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return from_dict(ModelConfig, self.config["model"])
+
+    @property
+    def train_config(self) -> TrainConfig:
+        return from_dict(TrainConfig, self.config["train"])
+
+    @property
+    def data_config(self) -> DataConfig:
+        return from_dict(DataConfig, self.config["data"])
+
+    def weights_only(self, data_path: str | None = None) -> Checkpoint:
+        """This checkpoint without its optimizer state and with float32 weights, as shipped models are;
+        ``data_path`` replaces the dataset path recorded in its config."""
+        config = self.config
+        if data_path is not None:
+            config = {**config, "data": {**config["data"], "path": data_path}}
+        weights = {k: v.float() if v.is_floating_point() else v for k, v in self.model.items()}
+        return Checkpoint(self.task, config, self.state, weights, None)
+
+
+def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
+    """Write ``ckpt`` atomically. Its ``state`` and ``config`` must hold JSON types only."""
+    json.dumps(ckpt.config)  # fail here, not at load time, if a config value is not a JSON type
     payload = {
         "format": CHECKPOINT_FORMAT,
         "swarmctl_version": __version__,
-        "task": task,
-        "config": config,
-        "state": state,
-        "model": model_state,
-        "optimizer": optimizer_state,
+        "task": ckpt.task,
+        "config": ckpt.config,
+        "state": ckpt.state,
+        "model": ckpt.model,
+        "optimizer": ckpt.optimizer,
     }
     payload["digest"] = content_digest(payload)
     atomic_write(path, lambda tmp: torch.save(payload, tmp))
@@ -69,61 +106,51 @@ def content_digest(payload: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def read_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint written by :func:`save_checkpoint` and check what any model's checkpoint must
-    hold: every entry, a training state of the right types, finite weights, an optimizer state and a
-    matching digest. :func:`load_checkpoint` also checks the config against the registered models."""
-    path = Path(path)
-    ckpt = _read(path, map_location)
-    _check_digest(ckpt, path)
-    return ckpt
-
-
 def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:
+    """The file's dict, with every entry present and of the right kind (config not yet checked)."""
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        raw = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many types for foreign or damaged files
         raise CheckpointError(f"{path} is not a readable swarmctl checkpoint ({type(exc).__name__})") from None
-    if not isinstance(ckpt, dict) or "format" not in ckpt or "config" not in ckpt:
+    if not isinstance(raw, dict) or "format" not in raw or "config" not in raw:
         raise CheckpointError(f"{path} is not a swarmctl checkpoint")
-    fmt = ckpt["format"]
-    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt not in READABLE_FORMATS:
+    fmt = raw["format"]
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt != CHECKPOINT_FORMAT:
         raise CheckpointError(
-            f"{path} has checkpoint format {fmt!r} (swarmctl {ckpt.get('swarmctl_version', '?')}); "
-            f"this swarmctl {__version__} reads formats {', '.join(map(str, READABLE_FORMATS))}"
+            f"{path} has checkpoint format {fmt!r} (swarmctl {raw.get('swarmctl_version', '?')}); "
+            f"this swarmctl {__version__} reads format {CHECKPOINT_FORMAT}"
         )
-    for key in REQUIRED + (("digest",) if fmt >= 2 else ()):
-        if key not in ckpt:
+    for key in ENTRIES:
+        if key not in raw:
             raise _damaged(path, f"lacks its {key!r} entry")
-    if not isinstance(ckpt["config"], dict) or not isinstance(ckpt["task"], str):
+    if not isinstance(raw["config"], dict) or not isinstance(raw["task"], str):
         raise _damaged(path, "has a malformed config or task")
-    _validate_state(ckpt["state"], path)
-    _validate_weights(ckpt["model"], path)
-    _validate_optimizer(ckpt["optimizer"], path)
-    return ckpt
+    _validate_state(raw["state"], path)
+    _validate_weights(raw["model"], path)
+    _validate_optimizer(raw["optimizer"], path)
+    return raw
 
 
-def _check_digest(ckpt: dict[str, Any], path: Path) -> None:
-    if ckpt["format"] >= 2 and ckpt["digest"] != content_digest(ckpt):
-        raise _damaged(path, "does not match its content digest (bytes were changed)")
-
-
-def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """:func:`read_checkpoint`, then the config: it must rebuild valid config objects and a registered
-    model of the checkpoint's task whose weights have the checkpoint's names and shapes. Every problem is
-    a one-line CheckpointError."""
+def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Checkpoint:
+    """Load a checkpoint written by :func:`save_checkpoint` and check everything: every entry, a training
+    state of the right types, finite weights, a config that rebuilds valid config objects and a registered
+    model of the checkpoint's task whose weights have the checkpoint's names, shapes and dtypes, and the
+    content digest. Every problem is a one-line CheckpointError."""
     path = Path(path)
-    ckpt = _read(path, map_location)
-    model_cfg = _validate_config(ckpt["config"], path)
+    raw = _read(path, map_location)
+    model_cfg = _validate_config(raw["config"], path)
     spec = get_spec(model_cfg.name)
-    if ckpt["task"] != spec.task:
-        raise CheckpointError(f"{path} is a {ckpt['task']!r} checkpoint but model {model_cfg.name!r} solves "
+    if raw["task"] != spec.task:
+        raise CheckpointError(f"{path} is a {raw['task']!r} checkpoint but model {model_cfg.name!r} solves "
                               f"{spec.task!r}; the checkpoint is damaged or foreign")
-    _validate_fit(ckpt["model"], model_cfg, path)
-    _check_digest(ckpt, path)  # last: a foreign checkpoint is better named by the checks above
-    return ckpt
+    _validate_fit(raw["model"], model_cfg, path)
+    if raw["digest"] != content_digest(raw):  # last: a foreign checkpoint is better named by the checks above
+        raise _damaged(path, "does not match its content digest (bytes were changed)")
+    version = raw.get("swarmctl_version")
+    return Checkpoint(raw["task"], raw["config"], raw["state"], raw["model"], raw["optimizer"],
+                      version if isinstance(version, str) else "?")
 
 
 def _damaged(path: Path, problem: str) -> CheckpointError:
@@ -137,8 +164,8 @@ def _validate_config(config: Any, path: Path) -> ModelConfig:
     for section in ("model", "train", "data"):
         if not isinstance(config.get(section), dict):
             raise _damaged(path, f"has no {section!r} section in its config")
-    data = {k: v for k, v in config["data"].items() if k != "checksum"}
-    for key in ("path", "dataset"):
+    data = config["data"]
+    for key in ("path", "dataset", "checksum"):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise _damaged(path, f"has a non-text data {key} {data[key]!r} in its config")
     try:
@@ -207,3 +234,36 @@ def _validate_fit(weights: dict[str, torch.Tensor], model_cfg: ModelConfig, path
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class RunWriter:
+    """Where :func:`swarmctl.training.loop.fit` writes one run: ``dir/last.pt`` and ``dir/best.pt``, each a
+    :class:`Checkpoint` with the run's ``config`` and ``task``, and ``dir/metrics.jsonl``, a line per epoch.
+    The trainer calls it on rank 0 only."""
+
+    dir: Path
+    config: dict[str, Any]
+    task: str
+
+    def save(self, name: str, model_state: dict, optimizer_state: dict | None, state: dict[str, Any]) -> None:
+        """Write checkpoint ``name`` (``last.pt`` or ``best.pt``) atomically."""
+        save_checkpoint(self.dir / name, Checkpoint(self.task, self.config, state, model_state, optimizer_state))
+
+    def load(self, name: str, map_location: str | torch.device = "cpu") -> Checkpoint | None:
+        """Checkpoint ``name`` of the run, validated; None when the run has none of that name."""
+        path = self.dir / name
+        return load_checkpoint(path, map_location) if path.is_file() else None
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        with open(self.dir / "metrics.jsonl", "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def keep_metrics_before(self, epoch: int) -> None:
+        """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and last.pt
+        logged an epoch it will now redo. A line cut short by a kill during the append goes too (with a
+        warning)."""
+        path = self.dir / "metrics.jsonl"
+        if path.is_file():
+            records = [r for r in read_metrics(path) if isinstance(r["epoch"], int) and r["epoch"] < epoch]
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
 import logging
 import math
 import signal
@@ -24,8 +23,8 @@ from torch import Tensor, nn
 
 from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
-from swarmctl.files import atomic_write_text, read_metrics
-from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
+from swarmctl.errors import CheckpointError
+from swarmctl.training.checkpoint import RunWriter
 from swarmctl.training.device import DistContext
 
 logger = logging.getLogger(__name__)
@@ -140,7 +139,7 @@ def should_backtrack(history: Sequence[float], v: float, epoch: int, beta: float
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, device: torch.device,
+def validation_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, device: torch.device,
              amp: bool = False) -> float:
     """Mean per-item loss over all batches (each task weighted equally), model in eval mode."""
     was_training = model.training
@@ -207,10 +206,8 @@ def fit(
     model: nn.Module,
     data: TrainingData,
     cfg: TrainConfig,
-    run_dir: Path,
+    writer: RunWriter,
     *,
-    config: dict[str, Any],
-    task: str,
     device: torch.device,
     resume: bool = False,
     ctx: DistContext = DistContext(),
@@ -221,21 +218,24 @@ def fit(
     """Train ``model`` until the net time budget (``cfg.minutes``) or ``cfg.max_epochs`` is spent.
 
     An epoch runs ``cfg.steps_per_epoch`` steps or one pass over ``data.train_batches(epoch)``, then
-    validates, backtracks when the rule says so, and saves. Writes (rank 0 only) ``metrics.jsonl`` (one
-    line per epoch), ``best.pt`` (best validation loss) and ``last.pt`` (after every epoch, and on
-    interruption with the position inside the epoch) into ``run_dir``. With ``resume`` the run continues
-    from ``last.pt``, budget included. ``progress`` only displays; it changes nothing. ``signals``: the
+    validates, backtracks when the rule says so, and saves. Writes through ``writer`` (rank 0 only) a
+    ``metrics.jsonl`` line per epoch, ``best.pt`` (best validation loss) and ``last.pt`` (after every
+    epoch, and on interruption with the position inside the epoch). With ``resume`` the run continues
+    from the writer's ``last.pt``, budget included. ``progress`` only displays; it changes nothing. ``signals``: the
     caller's installed :class:`StopSignals` (a signal received before fit starts stops it at once, with
     last.pt saved); None installs one for the duration of fit.
     """
-    run_dir = Path(run_dir)
     model.to(device)
     data = dataclasses.replace(data, train=on_device(data.train, device), val=on_device(data.val, device))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    state, best = _initial_state(model, opt, cfg, run_dir, resume, device)
+    state, best = _initial_state(model, opt, cfg, writer, resume, device)
     train_model = _training_model(model, cfg, ctx, device)
-    _drop_unsaved_epochs(run_dir / "metrics.jsonl", state.epoch, ctx)
-    checkpoint = _Checkpointer(run_dir, model, opt, config, task, ctx)
+    if ctx.is_main:
+        writer.keep_metrics_before(state.epoch)
+
+    def save_last() -> None:
+        if ctx.is_main:
+            writer.save("last.pt", model.state_dict(), opt.state_dict(), state.to_dict())
     budget = cfg.minutes * 60.0
     with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals:
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
@@ -253,12 +253,13 @@ def fit(
                                                signals, ctx, device, clock, progress)
             if stopped_by is not None:
                 state.stop_reason = f"interrupted ({stopped_by})"
-                checkpoint.save_last(state)
-                return _result(run_dir, state)
+                save_last()
+                return _result(writer.dir, state)
             time_up = time_up or any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
-            v = _broadcast(evaluate(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp), ctx, device)
+            v = _broadcast(validation_loss(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp), ctx,
+                           device)
             lr_used = state.lr
             backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
             if backtracked:
@@ -270,10 +271,10 @@ def fit(
             record.update(data.val_metrics(v))
             _close_epoch(state, time_up, cfg)
             if ctx.is_main:
-                _append_metrics(run_dir / "metrics.jsonl", record)
+                writer.append_metrics(record)
                 if improved:
-                    checkpoint.save_best(best, state)
-            checkpoint.save_last(state)
+                    writer.save("best.pt", best[0], best[1], state.to_dict())
+            save_last()
             state.eval_seconds += clock() - t_eval
             logger.info("epoch %d: train %.4f  val %.4f  best %.4f  lr %.3g  net %.1fs", record["epoch"],
                         record["train_loss"], v, state.best_val, lr_used, state.net_seconds)
@@ -281,26 +282,28 @@ def fit(
                 progress.epoch_end(record)
             if state.finished:
                 break
-    return _result(run_dir, state)
+    return _result(writer.dir, state)
 
 
 # ---- the steps of fit, in the order it calls them -------------------------------------------------------
 
-def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, run_dir: Path, resume: bool,
+def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfig, writer: RunWriter, resume: bool,
                    device: torch.device) -> tuple[TrainState, tuple[dict, dict]]:
     """A fresh state, or the one in ``last.pt`` (weights and optimizer loaded); and the best snapshot."""
     state = TrainState(lr=cfg.lr)
     best = None
     if resume:
-        last = load_checkpoint(run_dir / "last.pt", map_location=device)
-        model.load_state_dict(last["model"])
-        opt.load_state_dict(last["optimizer"])
-        state = TrainState.from_dict(last["state"])
+        last = writer.load("last.pt", map_location=device)
+        if last is None:
+            raise CheckpointError(f"{writer.dir / 'last.pt'}: no checkpoint to resume from")
+        model.load_state_dict(last.model)
+        opt.load_state_dict(last.optimizer)
+        state = TrainState.from_dict(last.state)
         state.finished = False
-        if (run_dir / "best.pt").is_file():
-            saved = load_checkpoint(run_dir / "best.pt", map_location=device)
-            best = saved["model"], saved["optimizer"]
-            state.best_val, state.best_epoch = saved["state"]["best_val"], saved["state"]["best_epoch"]
+        saved = writer.load("best.pt", map_location=device)
+        if saved is not None:
+            best = saved.model, saved.optimizer
+            state.best_val, state.best_epoch = saved.state["best_val"], saved.state["best_epoch"]
     if best is None:
         best = _snapshot(model, opt)
     _set_lr(opt, state.lr)
@@ -319,32 +322,6 @@ def _training_model(model: nn.Module, cfg: TrainConfig, ctx: DistContext, device
         ids = [device.index] if device.type == "cuda" else None
         train_model = nn.parallel.DistributedDataParallel(train_model, device_ids=ids)
     return train_model
-
-
-def _drop_unsaved_epochs(metrics_path: Path, epoch: int, ctx: DistContext) -> None:
-    """A run killed between its metrics line and last.pt logged an epoch it will now redo: drop it. A line
-    cut short by a kill during the append is dropped too (with a warning)."""
-    if ctx.is_main and metrics_path.is_file():
-        records = [r for r in read_metrics(metrics_path) if isinstance(r["epoch"], int) and r["epoch"] < epoch]
-        atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in records))
-
-
-class _Checkpointer:
-    """Writes last.pt and best.pt (rank 0 only) with the run's config and task."""
-
-    def __init__(self, run_dir: Path, model: nn.Module, opt: torch.optim.Optimizer, config: dict[str, Any],
-                 task: str, ctx: DistContext) -> None:
-        self.run_dir, self.model, self.opt, self.config, self.task, self.ctx = run_dir, model, opt, config, task, ctx
-
-    def save_last(self, state: TrainState) -> None:
-        if self.ctx.is_main:
-            save_checkpoint(self.run_dir / "last.pt", model_state=self.model.state_dict(),
-                            optimizer_state=self.opt.state_dict(), state=state.to_dict(), config=self.config,
-                            task=self.task)
-
-    def save_best(self, best: tuple[dict, dict], state: TrainState) -> None:
-        save_checkpoint(self.run_dir / "best.pt", model_state=best[0], optimizer_state=best[1],
-                        state=state.to_dict(), config=self.config, task=self.task)
 
 
 def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
@@ -476,11 +453,6 @@ def _close_epoch(state: TrainState, time_up: bool, cfg: TrainConfig) -> None:
     if time_up or state.epoch >= cfg.max_epochs:
         state.finished = True
         state.stop_reason = "time budget" if time_up else "max epochs"
-
-
-def _append_metrics(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(record) + "\n")
 
 
 def _result(run_dir: Path, state: TrainState) -> FitResult:

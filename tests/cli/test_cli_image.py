@@ -37,6 +37,6 @@ def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     r = cli("sample", "--dataset", "mnist", "--runs-dir", runs)
     assert r.exit_code == 1 and "train one with `swarmctl train swarm-image --dataset mnist`" in r.output
     r = cli("train", "swarm", "--dataset", "mnist", "--runs-dir", runs)
-    assert r.exit_code == 2 and "for image models" in r.output
+    assert r.exit_code == 2 and "do not apply to clustering models" in r.output
     r = cli("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs)
     assert r.exit_code == 2 and "dataset must be one of" in r.output

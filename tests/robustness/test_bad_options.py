@@ -16,8 +16,8 @@ import pytest
 from conftest import write_fake_mnist
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.runs import start_run
 
 DRAWS = 3  # values per (command, option); each command run in-process takes well under a second

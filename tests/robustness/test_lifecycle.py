@@ -12,8 +12,8 @@ import pytest
 
 from swarmctl import runs as runs_module
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.runs import resume_command, run_lock, start_run
 
 TINY = ["--hidden", "8", "--iters", "2", "--batch-size", "6", "--device", "cpu"]

@@ -205,7 +205,8 @@ def test_checkpoint_faults_fail_in_one_line_many(trained_runs, tmp_path, family,
 
 
 def test_checkpoint_round_trip_is_accepted_and_digest_covers_everything(trained_runs):
-    ckpt = load_checkpoint(trained_runs[0] / "swarm" / "best.pt")
+    load_checkpoint(trained_runs[0] / "swarm" / "best.pt")
+    ckpt = torch.load(trained_runs[0] / "swarm" / "best.pt", weights_only=True)
     assert ckpt["format"] == 2 and ckpt["digest"] == content_digest(ckpt)
     for key in ("task", "config", "state", "model", "optimizer"):
         changed = {**ckpt, key: None}

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from faults import BYTE_FAULTS, Fault, assert_clean_failure, cases, cli, snapshot
 
+from swarmctl.data.clustering_generator import MAX_SET_SIZE, ClusteringParams
 from swarmctl.data.hdf5 import ARRAYS, content_checksum, read_dataset
-from swarmctl.data.tasks import MAX_SET_SIZE, ClusteringParams
 from swarmctl.errors import DataError
 
 ATTRS = ("schema_version", "kind", "generator", "seed", "swarmctl_version", "splits", "checksum")

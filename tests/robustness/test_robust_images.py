@@ -194,9 +194,8 @@ def test_image_faults_fail_in_one_line(originals, tmp_path, family, seed):
 
 @pytest.fixture(scope="module")
 def image_run(originals, tmp_path_factory):
-    from swarmctl.runs import start_run
-
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.runs import start_run
 
     runs = tmp_path_factory.mktemp("image-runs")
     start_run(ModelConfig(name="swarm-image", dim_hidden=4, n_iter=1, dataset="mnist"),

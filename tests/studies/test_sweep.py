@@ -126,6 +126,44 @@ def test_dry_run_lists_configurations_and_budget_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_dry_run_table_fits_80_columns_with_its_headers_whole(tmp_path):
+    r = runner.invoke(app, ["sweep", str(REPO / "sweeps" / "paper.toml"), "--dry-run", "--runs-dir",
+                            str(tmp_path / "runs")], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    table = [line for line in r.output.splitlines() if line.startswith(("┃", "│", "┏", "┡", "└"))]
+    assert table and max(len(line) for line in table) <= 80
+    assert "…" not in r.output
+    header = next(line for line in table if line.startswith("┃"))
+    assert [h.strip() for h in header.strip("┃").split("┃")] == ["model", "code", "params", "seeds", "here", "done",
+                                                                  "partial"]
+
+
+def mog_spec(tmp_path):
+    spec = tmp_path / "mog.toml"
+    spec.write_text('seeds = [0]\nminutes = 0.002\nmax_epochs = 1\nbatch_size = 2\ndevice = "cpu"\n'
+                    '[[grid]]\nmodel = "swarm-mog"\nhidden = 4\niters = 1\n')
+    return spec
+
+
+def test_a_mog_sweep_dry_run_lists_its_runs(tmp_path):
+    r = cli("sweep", mog_spec(tmp_path), "--runs-dir", tmp_path / "runs", "--dry-run")
+    assert r.exit_code == 0, r.output
+    assert "swarm-mog" in r.output and "1 configurations x 1 seeds = 1 runs" in r.output
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_mog_sweep_runs_from_a_spec(tmp_path):
+    spec, runs = mog_spec(tmp_path), tmp_path / "runs"
+    r = cli("sweep", spec, "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    run = runs / "sweep-mog" / "swarm-mog-4-1-1-s0"
+    assert (run / "best.pt").is_file() and (run / "curves.png").is_file()
+    assert json.loads((run / "config.json").read_text())["data"]["path"] is None  # tasks drawn fresh
+    r = cli("sweep", spec, "--runs-dir", runs)
+    assert r.exit_code == 0 and "0 run(s) trained, 1 already finished" in r.output, r.output
+
+
 def test_sweep_is_idempotent_shards_cover_the_grid_and_report_reads_it(tmp_path, tiny_h5, monkeypatch):
     spec = tiny_spec(tmp_path, tiny_h5)
     runs = tmp_path / "runs"

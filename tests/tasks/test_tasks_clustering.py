@@ -1,8 +1,8 @@
 """The clustering task: the default dataset is generated once, before training reads it."""
 
 from swarmctl.config import ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import read_info
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.runs import start_run
 from swarmctl.tasks import clustering
 

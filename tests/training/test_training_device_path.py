@@ -24,8 +24,8 @@ def test_reading_the_loss_every_few_steps_trains_identically(tmp_path, tiny_h5, 
     lazy = _train(tiny_h5, tmp_path, "every-3")
     assert (lazy.epochs, lazy.best_epoch, lazy.best_val) == (step_by_step.epochs, step_by_step.best_epoch,
                                                              step_by_step.best_val)
-    a = load_checkpoint(tmp_path / "every-step" / "last.pt")["model"]
-    b = load_checkpoint(tmp_path / "every-3" / "last.pt")["model"]
+    a = load_checkpoint(tmp_path / "every-step" / "last.pt").model
+    b = load_checkpoint(tmp_path / "every-3" / "last.pt").model
     for k in a:
         assert torch.equal(a[k], b[k]), k
     ra, rb = ([json.loads(line) for line in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from swarmctl.data.tasks import ClusteringParams, generate_clustering
+from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering
 from swarmctl.errors import ConfigError
 
 

@@ -1,0 +1,25 @@
+"""What `train` and `sweep` do after the trainer returns: draw each finished run's curves.png, and for an
+interrupted run say where its last.pt is and how to continue, then exit 130."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import typer
+
+from swarmctl.cli._options import INTERRUPTED_EXIT, err_console
+from swarmctl.plots.curves import save_run_curves
+from swarmctl.runs import FitResult
+
+
+def after_fit(results: Sequence[FitResult | None], continue_with: str) -> None:
+    """Draw the curves of every run in ``results`` that was not interrupted (None: a run not trained);
+    when the last one was interrupted, print how to continue (``continue_with``, a command) and exit 130."""
+    for result in results:
+        if result is not None and not result.interrupted:
+            save_run_curves(result.run_dir)
+    last = results[-1] if results else None
+    if last is not None and last.interrupted:
+        err_console.print(f"{last.stop_reason}: saved {last.run_dir / 'last.pt'} after {last.epochs} epoch(s); "
+                          f"continue with: {continue_with}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(INTERRUPTED_EXIT)

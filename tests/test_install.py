@@ -1,0 +1,52 @@
+"""The package as a user gets it: installed non-editably (what a wheel gives), run from another folder,
+with no run named, the shipped models answer `sample` and `eval`."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_a_non_editable_install_samples_and_evaluates_with_the_shipped_models(tmp_path):
+    source = tmp_path / "source"  # a copy: the build writes build/ and *.egg-info beside the sources
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    shutil.copytree(REPO / "swarmctl", source / "swarmctl", ignore=shutil.ignore_patterns("__pycache__"))
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", str(site), str(source)], check=True, capture_output=True)
+    shutil.rmtree(source)  # nothing of the sources is left to fall back on
+    assert sorted(p.name for p in (site / "swarmctl" / "pretrained").glob("*.pt")) == [
+        "swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt"]
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SWARMCTL_PRETRAINED")}
+    env["PYTHONPATH"] = str(site)
+
+    def swarmctl(*args):
+        return subprocess.run([sys.executable, "-m", "swarmctl", *args], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    where = subprocess.run([sys.executable, "-c", "import swarmctl; print(swarmctl.__file__)"], cwd=work, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where).is_relative_to(site)  # the installed copy, not the checkout
+
+    r = swarmctl("sample", "--dataset", "mnist", "--per-class", "1", "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "shipped model" in r.stdout
+    assert (work / "runs" / "pretrained-swarm-image-256-10-1-mnist" / "samples-s0.png").is_file()
+
+    r = swarmctl("eval", "--device", "cpu")  # generates the seed-0 dataset the model was scored on, then scores it
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads((work / "runs" / "pretrained-swarm-192-10-1-clustering" / "eval-val.json").read_text())
+    record = json.loads((site / "swarmctl" / "pretrained" / "swarm-192-10-1-clustering.json").read_text())
+    assert res["loss"] == pytest.approx(record["eval"]["loss"], rel=2e-3)  # trained and scored on a GPU (TF32)
