@@ -9,8 +9,8 @@ import torch
 from conftest import write_fake_mnist
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset
-from swarmctl.data.tasks import ClusteringParams
 from swarmctl.errors import DataError
 from swarmctl.runs import resume_run, start_run
 from swarmctl.training.checkpoint import load_checkpoint
@@ -44,8 +44,8 @@ def _straight_and_resumed(tmp_path, model_cfg, train_cfg, data_cfg, step):
     resumed = resume_run("cut", tmp_path / "runs")
     assert not resumed.interrupted and resumed.epochs == straight.epochs
     for name in ("last.pt", "best.pt"):
-        a = load_checkpoint(straight.run_dir / name)["model"]
-        b = load_checkpoint(resumed.run_dir / name)["model"]
+        a = load_checkpoint(straight.run_dir / name).model
+        b = load_checkpoint(resumed.run_dir / name).model
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
 
 

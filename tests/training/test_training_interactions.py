@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from swarmctl.config import TrainConfig
-from swarmctl.training.checkpoint import read_checkpoint
+from swarmctl.training.checkpoint import Checkpoint, RunWriter
 from swarmctl.training.loop import StopSignals, TrainingData, fit
 
 N_BATCHES = 3
@@ -81,16 +81,23 @@ def _fit(run_dir, vals, resume=False, stop_after=None, **cfg):
     run_dir.mkdir(exist_ok=True)
     with StopSignals() as signals:
         progress = StopAt(signals, stop_after) if stop_after is not None else None
-        return fit(model, _data(vals), cfg, run_dir, config={}, task="toy", device=torch.device("cpu"),
+        return fit(model, _data(vals), cfg, ToyWriter(run_dir, {}, "toy"), device=torch.device("cpu"),
                    resume=resume, clock=Clock(), signals=signals, progress=progress)
 
 
-@pytest.fixture(autouse=True)
-def _toy_checkpoints(monkeypatch):
-    """The toy model is no registered model: a resume reads its last.pt without the config checks."""
-    import swarmctl.training.loop as loop
+class ToyWriter(RunWriter):
+    """The toy model is no registered model: its checkpoints are read back without the config checks."""
 
-    monkeypatch.setattr(loop, "load_checkpoint", lambda path, map_location=None: read_checkpoint(path))
+    def load(self, name, map_location="cpu"):
+        path = self.dir / name
+        if not path.is_file():
+            return None
+        raw = read_checkpoint(path)
+        return Checkpoint(raw["task"], raw["config"], raw["state"], raw["model"], raw["optimizer"])
+
+
+def read_checkpoint(path):
+    return torch.load(path, weights_only=True)
 
 
 def _records(run_dir):
