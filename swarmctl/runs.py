@@ -111,8 +111,11 @@ def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s exclusive lock (``fcntl.flock`` on ``run_dir/.lock``; the OS releases it when
     the process dies, however it dies) and remove temporary files that killed writers left behind.
-    A second writer gets a CheckpointError naming the holder's PID."""
+    A second writer gets a CheckpointError naming the holder's PID. When the block fails, the lock file and
+    the folders this call created are removed again (a failed command leaves nothing new behind)."""
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first
     run_dir.mkdir(parents=True, exist_ok=True)
+    lock_made = not (run_dir / LOCK).exists()
     fh = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held until the context ends)
     try:
         try:
@@ -127,9 +130,24 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         fh.write(f"{os.getpid()}\n")
         fh.flush()
         remove_orphan_temps(run_dir, held=True)
-        yield
+        try:
+            yield
+        except BaseException:
+            _remove_made(run_dir / LOCK if lock_made else None, made)
+            raise
     finally:
         fh.close()  # releases the lock; the file stays, so every writer locks the same file
+
+
+def _remove_made(lock: Path | None, folders: list[Path]) -> None:
+    """Remove a lock file and the (then empty) folders a failed command created, innermost first."""
+    if lock is not None:
+        lock.unlink(missing_ok=True)
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (something else lives there now) or already gone
+            break
 
 
 @contextmanager
@@ -206,8 +224,14 @@ def start_run(
                               "again from scratch", SwarmctlWarning, stacklevel=2)
             _clear_for_restart(run_dir)
             _write_config(run_dir, config)
-        return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
-                   progress=progress, signals=signals)
+        try:
+            return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
+                       progress=progress, signals=signals)
+        except BaseException:  # out of memory in the first steps, say: a run without a checkpoint goes
+            if ctx.is_main and not (run_dir / "last.pt").exists():
+                _clear_for_restart(run_dir)
+                (run_dir / "config.json").unlink(missing_ok=True)
+            raise
 
 
 RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
