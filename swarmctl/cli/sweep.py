@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -40,7 +41,10 @@ def sweep_cmd(
         index, count = parse_shard(shard_text)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc).removeprefix("--shard "), param_hint="--shard") from None
-    with user_errors():
+    with user_errors() as interruption:
+        interruption.hint = shlex.join(["swarmctl", "sweep", str(spec_file)]
+                                       + (["--shard", f"{index}/{count}"] if count > 1 else [])
+                                       + (["--runs-dir", str(runs_dir)] if runs_dir != RUNS_DIR else []))
         plan = plan_sweep(spec_file, runs_dir, index, count)
         where = f"shard {index}/{count}: " if count > 1 else ""
         if dry_run_only:
@@ -56,9 +60,8 @@ def sweep_cmd(
 
         with EpochProgress(get_task(spec.task)) as progress:
             results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress)
-        after_fit([result for _, _, result in results], f"swarmctl sweep {spec_file}"
-                  + (f" --shard {index}/{count}" if count > 1 else "")
-                  + (f" --runs-dir {runs_dir}" if runs_dir != RUNS_DIR else ""))
+        after_fit([result for _, _, result in results], interruption.hint,
+                  finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
     trained = sum(1 for _, status, _ in results if status != "done")
     say(f"sweep {spec.name}: {where}{trained} run(s) trained, {len(results) - trained} already finished "
         f"-> {plan.folder}; summarise with: swarmctl report {plan.folder}")
