@@ -156,17 +156,21 @@ def test_resume_errors(tiny_h5, tmp_path, cli):
                       "trains model 'swarm', not 'lstm'")
 
 
-def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, cli):
+def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a default output in the working folder would show too
     runs = tmp_path / "runs"
     assert cli("train", "swarm", *TINY_TRAIN, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
     best = runs / "swarm-8-3-1-s0" / "best.pt"
     ckpt = torch.load(best, weights_only=True)  # the file's dict, to damage
     other = dict(ckpt, format=99)
     torch.save(other, tmp_path / "future.pt")
-    assert_user_error(cli("eval", tmp_path / "future.pt"), "checkpoint format 99")
     wrong = dict(ckpt, config={**ckpt["config"], "model": {**ckpt["config"]["model"], "name": "set-linear"}})
     torch.save(wrong, tmp_path / "wrong.pt")
-    assert_user_error(cli("eval", tmp_path / "wrong.pt"), "belongs to another model")
     (tmp_path / "junk.pt").write_bytes(b"junk")
-    assert_user_error(cli("eval", tmp_path / "junk.pt"), "not a readable swarmctl checkpoint")
-    assert_user_error(cli("eval", "nothing-here", "--runs-dir", runs), "no run 'nothing-here'")
+    for args, message in (([tmp_path / "future.pt"], "checkpoint format 99"),
+                          ([tmp_path / "wrong.pt"], "belongs to another model"),
+                          ([tmp_path / "junk.pt"], "not a readable swarmctl checkpoint"),
+                          (["nothing-here", "--runs-dir", runs], "no run 'nothing-here'")):
+        before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+        assert_user_error(cli("eval", *args), message)
+        assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before, args
