@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.swarmctl-installed
 
-.PHONY: demo test test-all lint bench install clean
+.PHONY: demo test test-all lint bench install clean campaign-commit
 
 install: $(STAMP)
 
@@ -36,6 +36,14 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/layer_throughput.py
+
+# After a device session: FROM is the folder its returned files lie in (the run tool's files_at).
+# Unpacks them into campaigns/ (and swarmctl/pretrained/ when a campaign beat a shipped model), then commits.
+campaign-commit: $(STAMP)
+	test -n "$(FROM)" || (echo "usage: make campaign-commit FROM=<folder with session.json>"; exit 1)
+	$(PY) benchmarks/gpu/commit_session.py $(FROM)
+	git add campaigns swarmctl/pretrained
+	git commit -m "Campaigns: results of the device session in $(FROM)"
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -144,6 +144,7 @@ class TrainConfig:
     device: str = "auto"
     amp: bool = False
     compile: bool = False
+    cuda_graphs: bool = False  # on CUDA: each step shape captured once and replayed (training/steps.py)
     beta: float = 0.2
     alpha: float = 0.9
     steps_per_epoch: int | None = None  # None: one pass over the training batches

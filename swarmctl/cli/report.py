@@ -13,7 +13,15 @@ from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user
 from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
-from swarmctl.studies.report import frontiers, largest_explored, read_runs, report_folder, report_markdown, summarise
+from swarmctl.studies.report import (
+    frontiers,
+    largest_explored,
+    paper_text,
+    read_runs,
+    report_folder,
+    report_markdown,
+    summarise,
+)
 
 
 @app.command("report")
@@ -22,7 +30,8 @@ def report_cmd(
     out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
     title: Annotated[str | None, option(help="Title of the frontier figure.")] = None,
 ) -> None:
-    """Summarise all runs: best validation loss (mean ± std over seeds) and the frontier figure.
+    """Summarise all runs: best validation loss (mean ± std over seeds) next to the paper's number (its
+    Table 2 for direct clustering) and the frontier figure.
 
     RUNS_DIR may be a sweep's folder, e.g. `swarmctl report runs/sweep-paper` (or `sweep-paper`, looked up
     in runs/ when there is no such folder here).
@@ -35,11 +44,11 @@ def report_cmd(
         atomic_write_text(out_dir / "report.md", report_markdown(rows))
         fig = save_figure(plot_frontier(frontiers(rows), largest_explored(rows), title), out_dir / "frontier")
     table = Table(title=escape(f"runs in {runs_dir}"))
-    for col in ("model", "code", "parameters", "seeds", "best val loss", "epochs", "net min", "device"):
+    for col in ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min", "device"):
         table.add_column(col, justify="right" if col in ("parameters", "epochs", "net min") else "left")
     for r in rows:
         val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
         table.add_row(escape(r.model), escape(r.code), f"{r.parameters:,}", ",".join(map(str, r.seeds)), val,
-                      f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", escape(",".join(r.devices)))
+                      paper_text(r), f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", escape(",".join(r.devices)))
     console.print(table)
     say(f"-> {out_dir / 'report.md'}, {fig}")

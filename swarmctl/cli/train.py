@@ -112,6 +112,8 @@ def train_cmd(
     resume: Annotated[str | None, option(help="Continue the run with this name or folder.")] = None,
     compile: Annotated[bool, option("--compile", help="torch.compile the model (SWARM: its step).")] = False,
     amp: Annotated[bool, option("--amp", help="bfloat16 autocast.")] = False,
+    cuda_graphs: Annotated[bool, option("--cuda-graphs", help="CUDA: capture each step shape in a CUDA graph "
+                                                              "and replay it (ignored elsewhere).")] = False,
 ) -> None:
     """Train a registered model on its task until the time budget is spent.
 
@@ -134,7 +136,7 @@ def train_cmd(
                     dict(dim_hidden=hidden, n_iter=iters, n_layers=layers, n_inducing=inducing, n_heads=heads,
                          pooling=pooling, dropout=dropout),
                     dict(lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs, seed=seed,
-                         device=device, amp=amp, compile=compile, beta=beta, alpha=alpha,
+                         device=device, amp=amp, compile=compile, cuda_graphs=cuda_graphs, beta=beta, alpha=alpha,
                          steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
                     data, dataset, data_dir)
                 result = start_run(*configs, runs_dir, name, progress=progress)

@@ -251,13 +251,34 @@ class ImageBatches:
     def __len__(self) -> int:
         return -(-len(self.data) // self.batch_size)
 
+    def on(self, device: torch.device) -> ImageBatches:
+        """The same batches cut from a copy of the images on ``device`` (made once per image set), so a
+        training step on an accelerator waits for no host-to-device copy."""
+        if torch.device(device).type == "cpu":
+            return self
+        data = _device_copy(self.data, torch.device(device))
+        return ImageBatches(data, self.batch_size, None if self.perm is None else self.perm.to(device))
+
     def __getitem__(self, i: int) -> ImageBatch:
         if not 0 <= i < len(self):
             raise IndexError(i)
-        idx = torch.arange(i * self.batch_size, min((i + 1) * self.batch_size, len(self.data)))
+        idx = torch.arange(i * self.batch_size, min((i + 1) * self.batch_size, len(self.data)),
+                           device=self.data.images.device)
         if self.perm is not None:
             idx = self.perm[idx]
         return ImageBatch(self.data.images[idx].long(), self.data.labels[idx])
+
+
+_DEVICE_COPIES: dict[tuple[int, str], tuple[ImageSet, ImageSet]] = {}  # (id, device) -> (original, copy)
+
+
+def _device_copy(data: ImageSet, device: torch.device) -> ImageSet:
+    key = (id(data.images), str(device))
+    if key not in _DEVICE_COPIES or _DEVICE_COPIES[key][0] is not data:
+        if len(_DEVICE_COPIES) >= 4:
+            _DEVICE_COPIES.clear()
+        _DEVICE_COPIES[key] = (data, ImageSet(data.images.to(device), data.labels.to(device)))
+    return _DEVICE_COPIES[key][1]
 
 
 def shuffled_batches(data: ImageSet, batch_size: int, seed: int, epoch: int) -> ImageBatches:

@@ -72,22 +72,71 @@ def sample_mog_batch(rng: np.random.Generator, batch_size: int, params: MogParam
                     torch.full((batch_size,), params.sigma, dtype=torch.float64), torch.from_numpy(labels))
 
 
+N_BUCKET = 50  # on a device, N is padded up to a multiple of this: 9 step shapes for N in 100..499
+
+
+def padded_size(n: int, bucket: int = N_BUCKET) -> int:
+    """The bucket a set of ``n`` points is padded to (``n`` rounded up to a multiple of ``bucket``)."""
+    return -(-n // bucket) * bucket
+
+
+def sample_mog_batch_torch(rng: np.random.Generator, batch_size: int, params: MogParams = MogParams(),
+                           device: torch.device | str = "cpu", bucket: int = N_BUCKET) -> MogBatch:
+    """One batch drawn on ``device`` by a torch generator, with the paper's distribution.
+
+    ``rng`` (host) draws N, shared by the batch, and the torch generator's seed; nothing is read back
+    from the device. The points are padded to :func:`padded_size` (N) with the mask False there (x 0,
+    label 0), so a run has a few fixed step shapes. Means U(-r, r)^2 and weights Dirichlet(1, ..., 1)
+    (normalised Exp(1) draws) in float64 like the NumPy sampler; labels by inverse CDF of the weights;
+    noise N(0, sigma^2) in float32.
+    """
+    K, B = params.n_clusters, batch_size
+    N = int(rng.integers(params.n_min, params.n_max + 1))
+    gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**63)))
+    P = padded_size(N, bucket)
+    f64 = dict(dtype=torch.float64, device=device, generator=gen)
+    means = (torch.rand(B, K, 2, **f64) * 2 - 1) * params.mean_range  # (B, K, 2)
+    expo = torch.empty(B, K, dtype=torch.float64, device=device).exponential_(generator=gen)
+    weights = expo / expo.sum(1, keepdim=True)  # (B, K) Dirichlet(1, ..., 1)
+    u = torch.rand(B, P, **f64)
+    labels = (u.unsqueeze(-1) >= weights.cumsum(1)[:, None, : K - 1]).sum(-1)  # (B, P) in 0..K-1
+    noise = torch.randn(B, P, 2, dtype=torch.float32, device=device, generator=gen) * params.sigma
+    mask = (torch.arange(P, device=device) < N).expand(B, P)
+    centre = means.gather(1, labels.unsqueeze(-1).expand(-1, -1, 2)).float()  # (B, P, 2)
+    x = (centre + noise) * mask.unsqueeze(-1)
+    return MogBatch(x, mask, means, weights, torch.full((B,), params.sigma, dtype=torch.float64, device=device),
+                    labels * mask)
+
+
 class FreshBatches:
     """A sequence of ``n`` batches drawn on access from a generator seeded by (seed, stream, epoch, index):
-    every epoch sees new tasks, and a resumed run sees the same ones as an uninterrupted run."""
+    every epoch sees new tasks, and a resumed run sees the same ones as an uninterrupted run.
 
-    def __init__(self, n: int, batch_size: int, seed: int, stream: int, epoch: int, params: MogParams) -> None:
-        self.n, self.batch_size, self.params = n, batch_size, params
+    By default the NumPy sampler draws them on the host (unpadded). :meth:`on` an accelerator gives the
+    same sequence drawn there by :func:`sample_mog_batch_torch` (the same N per batch, padded to a bucket):
+    the training loop asks for it, so a GPU step neither waits for the host nor copies a batch.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, stream: int, epoch: int, params: MogParams,
+                 device: torch.device | None = None) -> None:
+        self.n, self.batch_size, self.params, self.device = n, batch_size, params, device
         self.key = (seed, stream, epoch)
 
     def __len__(self) -> int:
         return self.n
 
+    def on(self, device: torch.device) -> FreshBatches:
+        """The same batches, drawn on ``device`` (the CPU: the NumPy sampler, unchanged)."""
+        device = None if torch.device(device).type == "cpu" else torch.device(device)
+        return FreshBatches(self.n, self.batch_size, *self.key, self.params, device=device)
+
     def __getitem__(self, i: int) -> MogBatch:
         if not 0 <= i < self.n:
             raise IndexError(i)
         rng = np.random.default_rng([*self.key, i])
-        return sample_mog_batch(rng, self.batch_size, self.params)
+        if self.device is None:
+            return sample_mog_batch(rng, self.batch_size, self.params)
+        return sample_mog_batch_torch(rng, self.batch_size, self.params, self.device)
 
 
 def generate_mog_tasks(n_batches: int, batch_size: int, seed: int, params: MogParams = MogParams()) -> ClusteringTasks:

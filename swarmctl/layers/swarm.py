@@ -181,8 +181,9 @@ class SwarmLayer(nn.Module):
         return self.cell.pooling
 
     @property
-    def equivariant(self) -> bool:
-        return self.cell.pooling == "mean"
+    def symmetry(self) -> str:
+        """``"equivariant"`` with mean pooling, ``"causal"`` with causal pooling (the models' vocabulary)."""
+        return "equivariant" if self.cell.pooling == "mean" else "causal"
 
     def compile_step(self) -> None:
         """Compile the iteration body with ``torch.compile`` (kept out of the state dict)."""
@@ -194,7 +195,7 @@ class SwarmLayer(nn.Module):
             return None
         if (self.training and self.dropout > 0) or torch.compiler.is_compiling():
             return None
-        if _autocast_on() or self.cell.recurrent.weight.dtype != x.dtype:
+        if torch.is_autocast_enabled("cpu") or self.cell.recurrent.weight.dtype != x.dtype:
             return None
         return _ext.kernels()
 
@@ -258,13 +259,6 @@ class SwarmLayer(nn.Module):
         if hs[:-1]:
             sums += torch.stack(hs[:-1])
         return self.output(torch.cat([h, c], dim=-1))
-
-
-def _autocast_on() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")
-    except TypeError:  # torch < 2.4 takes no device argument
-        return torch.is_autocast_cpu_enabled()
 
 
 FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the kernels (never materialised)

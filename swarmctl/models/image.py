@@ -113,12 +113,8 @@ class SwarmTransformer(nn.Module):
         for t in range(T):
             if incremental:
                 prev = self.value_embed(seq[:, t - 1]) if t > 0 else cls.new_zeros(B, cls.shape[1])
-                h = prev + codes[t] + cls
-                for k, layer in enumerate(self.net.layers):
-                    if k > 0:
-                        h = self.net.act(h)
-                    h = layer.causal_step(h, t, sums[k])
-                logits = h
+                logits = self.net.through_layers(prev + codes[t] + cls,
+                                                 lambda k, layer, h, t=t: layer.causal_step(h, t, sums[k]))
             else:
                 logits = self.forward(self.from_sequence(seq), y)[:, t]
             u = torch.rand(B, N_VALUES, generator=generator, device=device, dtype=torch.float64)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import nn
 
 from swarmctl.config import ModelConfig
 from swarmctl.layers.set_linear import SetLinear
 from swarmctl.models.registry import register_model
+from swarmctl.models.stack import LayerStack
 
 
-class SetLinearNet(nn.Module):
+class SetLinearNet(LayerStack):
     """(n_layers - 1) x [SetLinear to dim_hidden, ReLU] + SetLinear to dim_out.
 
     x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
@@ -18,17 +19,8 @@ class SetLinearNet(nn.Module):
     symmetry = "equivariant"
 
     def __init__(self, dim_in: int, dim_out: int, dim_hidden: int, n_layers: int, pooling: str = "mean"):
-        super().__init__()
         widths = [dim_in] + [dim_hidden] * (n_layers - 1) + [dim_out]
-        self.layers = nn.ModuleList(SetLinear(widths[k], widths[k + 1], pooling) for k in range(n_layers))
-        self.act = nn.ReLU()
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.act(x)
-            x = layer(x, mask)
-        return x
+        super().__init__((SetLinear(widths[k], widths[k + 1], pooling) for k in range(n_layers)), nn.ReLU())
 
 
 @register_model(

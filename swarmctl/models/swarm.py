@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import nn
 
 from swarmctl.config import ACTIVATIONS, ModelConfig
 from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import register_model
+from swarmctl.models.stack import LayerStack
 
 _ACTIVATIONS = dict(zip(ACTIVATIONS, (nn.ReLU, nn.ELU, nn.LeakyReLU), strict=True))  # names: config.ACTIVATIONS
 
 
-class SwarmNet(nn.Module):
+class SwarmNet(LayerStack):
     """``n_layers`` SWARM layers; layers 1..L-1 map to ``dim_hidden`` features followed by a
     non-linearity, the last maps to ``dim_out``. Each layer runs its own ``n_iter`` iterations.
 
@@ -29,26 +30,18 @@ class SwarmNet(nn.Module):
         dropout: float = 0.0,
         activation: str = "relu",
     ) -> None:
-        super().__init__()
         widths = [dim_in] + [dim_hidden] * (n_layers - 1) + [dim_out]
-        self.layers = nn.ModuleList(
-            SwarmLayer(widths[k], dim_hidden, widths[k + 1], n_iter, pooling=pooling, dropout=dropout)
-            for k in range(n_layers)
+        super().__init__(
+            (SwarmLayer(widths[k], dim_hidden, widths[k + 1], n_iter, pooling=pooling, dropout=dropout)
+             for k in range(n_layers)),
+            _ACTIVATIONS[activation](),
         )
-        self.act = _ACTIVATIONS[activation]()
-        self.symmetry = "equivariant" if pooling == "mean" else "causal"
+        self.symmetry = self.layers[0].symmetry  # "equivariant" (mean pooling) or "causal"
 
     def compile_steps(self) -> None:
         """torch.compile the iteration body of every layer."""
         for layer in self.layers:
             layer.compile_step()
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        for k, layer in enumerate(self.layers):
-            if k > 0:
-                x = self.act(x)
-            x = layer(x, mask)
-        return x
 
 
 @register_model(

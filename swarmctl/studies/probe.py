@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from swarmctl.errors import ConfigError
 from swarmctl.layers.swarm import SwarmLayer, lstm_pointwise
+from swarmctl.models.stack import LayerStack
 
 METHODS = ("probe", "exact")
 # exact stays the default for every model: on the GPU-trained SWARM (192-10-1, val loss 0.4153) the probe's
@@ -34,13 +35,11 @@ DEFAULT_METHOD = "exact"
 
 
 def probe_supported(model: nn.Module) -> bool:
-    """True for a model made of SWARM layers with mean pooling (a ``layers`` list plus ``act``)."""
-    layers = getattr(model, "layers", None)
+    """True for a stack of SWARM layers with mean pooling (a :class:`LayerStack`)."""
     return (
-        isinstance(layers, nn.ModuleList)
-        and len(layers) > 0
-        and all(isinstance(layer, SwarmLayer) and layer.pooling == "mean" for layer in layers)
-        and hasattr(model, "act")
+        isinstance(model, LayerStack)
+        and len(model.layers) > 0
+        and all(isinstance(layer, SwarmLayer) and layer.pooling == "mean" for layer in model.layers)
     )
 
 
@@ -109,23 +108,20 @@ def probe_outputs(
         return _probe(model, x, stars, batch, progress)
 
 
-def _probe(model: nn.Module, x: Tensor, stars: Tensor, batch: int,
+def _probe(model: LayerStack, x: Tensor, stars: Tensor, batch: int,
            progress: Callable[[int, int], None] | None) -> Tensor:
     n = x.shape[0]
-    set_means = []  # per layer
-    u = x
-    for k, layer in enumerate(model.layers):
-        if k > 0:
-            u = model.act(u)
+    set_means: list[Tensor] = []  # per layer
+
+    def set_alone(k: int, layer: SwarmLayer, u: Tensor) -> Tensor:
         u, means = _set_trajectory(layer, u)
         set_means.append(means)
+        return u
+
+    model.through_layers(x, set_alone)
     out = []
     for s0 in range(0, len(stars), batch):
-        s = stars[s0 : s0 + batch]
-        for k, layer in enumerate(model.layers):
-            if k > 0:
-                s = model.act(s)
-            s = _probe_layer(layer, s, set_means[k], n)
+        s = model.through_layers(stars[s0 : s0 + batch], lambda k, layer, s: _probe_layer(layer, s, set_means[k], n))
         out.append(s)
         if progress is not None:
             progress(min(s0 + batch, len(stars)), len(stars))

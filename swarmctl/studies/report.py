@@ -1,13 +1,17 @@
-"""An overview over training runs: one row per configuration (mean ± std over seeds) and the paper's
-parameters-vs-loss frontier per model family. Reads run folders only (no torch)."""
+"""An overview over training runs: one row per configuration (mean ± std over seeds) next to the paper's
+number for that configuration, and the paper's parameters-vs-loss frontier per model family. Reads run
+folders only (no torch)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import statistics
 import warnings
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from swarmctl.errors import DataError, SwarmctlWarning
 from swarmctl.files import read_metrics
@@ -125,11 +129,42 @@ def largest_explored(rows: list[ConfigSummary]) -> dict[str, int]:
     return out
 
 
+@functools.cache
+def paper_results() -> dict[str, Any]:
+    """The paper's reported numbers (package data ``paper_results.json``): ``rows``, each with its task,
+    model, code (and dataset), the number as the paper reports it and as swarmctl's validation loss."""
+    return json.loads(resources.files("swarmctl.studies").joinpath("paper_results.json").read_text())
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    mean: float  # in the unit of swarmctl's validation loss for that model
+    std: float | None
+
+    def text(self) -> str:
+        return f"{self.mean:.3f} ± {self.std:.3f}" if self.std is not None else f"{self.mean:.3f}"
+
+
+def paper_number(model: str, code: str, dataset: str | None = None) -> PaperNumber | None:
+    """The paper's result for a configuration as a validation loss (Table 2's loss for direct clustering;
+    the negated log-likelihood per point, which swarm-mog trains on). None where the paper reports
+    nothing for it, or, for a number that depends on the data (images), when ``dataset`` is not given."""
+    for row in paper_results()["rows"]:
+        if (row["model"], row["code"], row.get("dataset")) == (model, code, dataset):
+            return PaperNumber(row["loss"], row["std"])
+    return None
+
+
+def paper_text(r: ConfigSummary) -> str:
+    number = paper_number(r.model, r.code)
+    return number.text() if number is not None else ""
+
+
 def report_markdown(rows: list[ConfigSummary]) -> str:
-    lines = ["| model | code | parameters | seeds | best val loss | epochs | net min | device |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | code | parameters | seeds | best val loss | paper | epochs | net min | device |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
         lines.append(f"| {r.model} | ({r.code}) | {r.parameters:,} | {', '.join(map(str, r.seeds))} | {val} | "
-                     f"{r.epochs:.0f} | {r.net_minutes:.1f} | {', '.join(r.devices)} |")
+                     f"{paper_text(r)} | {r.epochs:.0f} | {r.net_minutes:.1f} | {', '.join(r.devices)} |")
     return "\n".join(lines) + "\n"

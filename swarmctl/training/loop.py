@@ -26,6 +26,7 @@ from swarmctl.data.dataset import epoch_order
 from swarmctl.errors import CheckpointError
 from swarmctl.training.checkpoint import RunWriter
 from swarmctl.training.device import DistContext
+from swarmctl.training.steps import TrainStep
 
 logger = logging.getLogger(__name__)
 
@@ -69,16 +70,28 @@ class ProgressHook(Protocol):
 def host_sync_interval(device: torch.device) -> int:
     """Training steps between reads of the loss on the host. On the CPU a read costs nothing; on an
     accelerator each read stalls the host until the queued work is done, so the loss is summed on the
-    device and read every few steps (the Hungarian matching still reads its cost matrices each step)."""
-    return 1 if device.type == "cpu" else 25
+    device and read once, at the end of the epoch (nothing else in a step reads the device: the
+    Hungarian matching is solved there, MoG tasks are drawn there)."""
+    return 1 if device.type == "cpu" else EPOCH_END
+
+
+EPOCH_END = 2**62  # "never inside an epoch"
 
 
 def on_device(batches: Batches, device: torch.device) -> Batches:
     """A fixed list of batches copied to an accelerator once (the whole clustering dataset is ~90 MB), so
-    no step waits for a host-to-device copy; batches drawn per epoch are moved as they are used."""
-    if device.type == "cpu" or callable(batches):
+    no step waits for a host-to-device copy. Batches drawn per epoch are drawn on the accelerator when
+    their sequence can (it has ``on(device)``, e.g. fresh MoG tasks), else moved as they are used."""
+    if device.type == "cpu":
         return batches
+    if callable(batches):
+        return lambda epoch: _drawn_on(batches(epoch), device)
     return [batch.to(device) for batch in batches]
+
+
+def _drawn_on(batches: Sequence[Batch], device: torch.device) -> Sequence[Batch]:
+    on = getattr(batches, "on", None)
+    return on(device) if callable(on) else batches
 
 
 @dataclass
@@ -230,12 +243,14 @@ def fit(
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     state, best = _initial_state(model, opt, cfg, writer, resume, device)
     train_model = _training_model(model, cfg, ctx, device)
+    step = TrainStep(train_model, opt, data.loss_fn, device, amp=cfg.amp, graphs=cfg.cuda_graphs and not ctx.enabled)
     if ctx.is_main:
         writer.keep_metrics_before(state.epoch)
 
     def save_last() -> None:
         if ctx.is_main:
             writer.save("last.pt", model.state_dict(), opt.state_dict(), state.to_dict())
+
     budget = cfg.minutes * 60.0
     with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals:
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
@@ -249,8 +264,8 @@ def fit(
             order = _epoch_order(len(batches), state.epoch, cfg, ctx)
             if progress:
                 progress.epoch_start(state.epoch, len(order), state.cursor)
-            stopped_by, time_up = _train_epoch(train_model, opt, batches, order, data.loss_fn, state, cfg, budget,
-                                               signals, ctx, device, clock, progress)
+            stopped_by, time_up = _train_epoch(train_model, step, batches, order, state, budget, signals, ctx, device,
+                                               clock, progress)
             if stopped_by is not None:
                 state.stop_reason = f"interrupted ({stopped_by})"
                 save_last()
@@ -347,10 +362,9 @@ def _epoch_order(n_batches: int, epoch: int, cfg: TrainConfig, ctx: DistContext)
     return order
 
 
-def _train_epoch(train_model: nn.Module, opt: torch.optim.Optimizer, batches: Sequence[Batch], order: list[int],
-                 loss_fn: LossFn, state: TrainState, cfg: TrainConfig, budget: float, signals: StopSignals,
-                 ctx: DistContext, device: torch.device, clock: Callable[[], float],
-                 progress: ProgressHook | None) -> tuple[str | None, bool]:
+def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batch], order: list[int],
+                 state: TrainState, budget: float, signals: StopSignals, ctx: DistContext, device: torch.device,
+                 clock: Callable[[], float], progress: ProgressHook | None) -> tuple[str | None, bool]:
     """Optimisation steps from ``state.cursor`` to the end of ``order``.
 
     Returns (the signal that stopped it, or None; whether the budget ran out). Only the steps count
@@ -368,12 +382,7 @@ def _train_epoch(train_model: nn.Module, opt: torch.optim.Optimizer, batches: Se
         if time_up:
             break
         t0 = clock()  # drawing the batch and copying it count: on a GPU the copy waits for the queued steps
-        batch = batches[order[state.cursor]].to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-            loss = loss_fn(train_model, batch).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        loss = step(batches[order[state.cursor]].to(device))  # forward, loss, backward, Adam (maybe one graph)
         losses.add(loss)
         state.cursor += 1
         if losses.count >= losses.interval or state.cursor == len(order):

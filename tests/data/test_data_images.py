@@ -50,3 +50,15 @@ def test_epoch_batches_are_reshuffled_reproducibly(fake_mnist):
     assert len(a) == 3 and len(a[2]) == 8
     assert torch.equal(a[0].y, again[0].y) and not torch.equal(a.perm, other.perm)
     assert sorted(torch.cat([a[i].y for i in range(3)]).tolist()) == sorted(data.labels.tolist())
+
+
+def test_image_batches_on_a_device_keep_their_order_and_sizes():
+    from swarmctl.data.images import ImageBatches, ImageSet, shuffled_batches
+
+    data = ImageSet(torch.randint(0, 256, (120, 1, 28, 28), dtype=torch.uint8), torch.randint(0, 10, (120,)))
+    host = shuffled_batches(data, 50, seed=0, epoch=1)
+    assert host.on(torch.device("cpu")) is host  # the CPU path is unchanged
+    placed = host.on(torch.device("meta"))  # a device without values: shapes and placement only
+    assert isinstance(placed, ImageBatches) and len(placed) == len(host) == 3
+    assert [tuple(placed[i].x.shape) for i in range(3)] == [tuple(host[i].x.shape) for i in range(3)]
+    assert placed[0].x.device.type == "meta" and placed[0].y.device.type == "meta"

@@ -78,3 +78,132 @@ def test_training_on_cuda_writes_a_finite_resumable_run(tmp_path, tiny_h5):
     assert res.epochs == 2 and res.stop_reason == "max epochs"
     assert torch.isfinite(torch.tensor(res.best_val))
     assert (tmp_path / "gpu" / "best.pt").is_file()
+
+
+# ---- issue 16: no host sync in a step, device MoG sampler, device Hungarian, CUDA graphs ---------------
+
+def test_the_device_hungarian_loss_and_gradients_equal_scipys_on_the_cpu():
+    gen = torch.Generator().manual_seed(5)
+    labels = torch.randint(0, 6, (50, 80), generator=gen)
+    mask = torch.rand(50, 80, generator=gen) < 0.9
+    base = torch.randn(50, 80, 10, generator=gen) * 2
+    out = []
+    for device in ("cpu", CUDA):
+        logits = base.to(device).requires_grad_(True)
+        res = hungarian_ce(logits, labels.to(device), mask.to(device))
+        res.loss.backward()
+        out.append((res.per_task.detach().cpu(), logits.grad.cpu()))
+    torch.testing.assert_close(out[1][0], out[0][0], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out[1][1], out[0][1], rtol=1e-5, atol=1e-7)
+
+
+def _mog_batches(n, seed=0):
+    import numpy as np
+
+    from swarmctl.data.mog import sample_mog_batch_torch
+
+    return [sample_mog_batch_torch(np.random.default_rng([seed, i]), 10, device=CUDA) for i in range(n)]
+
+
+def test_mog_tasks_drawn_on_cuda_are_seeded_and_need_no_host_sync():
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any host sync in the draws raises
+    try:
+        a, again = _mog_batches(3), _mog_batches(3)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for x, y in zip(a, again, strict=True):
+        assert x.x.device.type == "cuda" and torch.equal(x.x, y.x) and torch.equal(x.labels, y.labels)
+
+
+def _graphed_against_eager(name, batches, loss_fn, lr_change_at=None, reload_at=None, **cfg):
+    from swarmctl.training.steps import TrainStep
+
+    torch.manual_seed(0)
+    models = [create_model(ModelConfig(name=name, **{**TINY, **cfg})).to(CUDA) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [torch.optim.Adam(m.parameters(), lr=0.01) for m in models]
+    steps = [TrainStep(m, o, loss_fn, CUDA, graphs=g) for m, o, g in zip(models, opts, (False, True), strict=True)]
+    assert steps[1].graphs and not steps[0].graphs
+    snapshot = None
+    losses = [[], []]
+    for i, b in enumerate(batches):
+        if i == lr_change_at:
+            for o in opts:
+                for g in o.param_groups:
+                    g["lr"] = 0.003
+        if i == 3:
+            snapshot = [o.state_dict() for o in opts]
+        if i == reload_at:  # what a backtrack does
+            import copy
+
+            for o, s in zip(opts, snapshot, strict=True):
+                o.load_state_dict(copy.deepcopy(s))
+        for k in range(2):
+            losses[k].append(steps[k](b).item())
+    assert len(steps[1]._graphs) >= 1  # the graphed path was used
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=1e-5)
+    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+
+
+def test_graphed_mog_steps_equal_eager_steps():
+    """Two bucket shapes, a learning-rate change and a reloaded optimizer state (backtracking) on the way."""
+    from swarmctl.tasks.mog import mog_loss
+
+    batches = _mog_batches(40)
+    shapes = {tuple(b.x.shape) for b in batches}
+    assert len(shapes) >= 2
+    _graphed_against_eager("swarm-mog", batches, mog_loss, lr_change_at=20, reload_at=30)
+
+
+def test_graphed_clustering_steps_equal_eager_steps():
+    from swarmctl.data.dataset import ClusteringBatch
+    from swarmctl.tasks.clustering import clustering_loss
+    gen = torch.Generator().manual_seed(0)
+    x, mask = random_sets(6, 40)
+    batches = [ClusteringBatch((x + 0.1 * torch.randn(x.shape, generator=gen)).to(CUDA),
+                               torch.randint(0, 4, (6, 40), generator=gen).to(CUDA), mask.to(CUDA),
+                               torch.arange(6).to(CUDA)) for _ in range(8)]
+    _graphed_against_eager("swarm", batches, clustering_loss)
+
+
+def test_a_clustering_step_on_cuda_needs_no_host_sync():
+    from swarmctl.tasks.clustering import clustering_loss
+    from swarmctl.training.steps import TrainStep
+
+    model = create_model(ModelConfig(name="swarm", **TINY)).to(CUDA)
+    step = TrainStep(model, torch.optim.Adam(model.parameters(), lr=0.01), clustering_loss, CUDA)
+    x, mask = random_sets(6, 40)
+    from swarmctl.data.dataset import ClusteringBatch
+    batch = ClusteringBatch(x.to(CUDA), torch.randint(0, 4, (6, 40)).to(CUDA), mask.to(CUDA), torch.arange(6).to(CUDA))
+    step(batch)  # first step: lazy initialisations
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = step(batch)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(loss)
+
+
+def test_a_mog_run_with_cuda_graphs_trains_and_resumes(tmp_path):
+    cfg = ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=3)
+    train = TrainConfig(lr=0.01, batch_size=10, max_epochs=2, steps_per_epoch=12, val_batches=2, device="cuda",
+                        cuda_graphs=True)
+    res = start_run(cfg, train, DataConfig(path=None), tmp_path, "g")
+    assert res.epochs == 2 and torch.isfinite(torch.tensor(res.best_val))
+    from swarmctl.runs import resume_run
+
+    again = resume_run("g", tmp_path, max_epochs=3)
+    assert again.epochs == 3
+
+
+def test_image_batches_cut_on_cuda_equal_the_host_batches():
+    from swarmctl.data.images import ImageSet, shuffled_batches
+
+    data = ImageSet(torch.randint(0, 256, (120, 1, 28, 28), dtype=torch.uint8), torch.randint(0, 10, (120,)))
+    host = shuffled_batches(data, 50, seed=0, epoch=1)
+    placed = host.on(CUDA)
+    for i in range(len(host)):
+        assert torch.equal(placed[i].x.cpu(), host[i].x) and torch.equal(placed[i].y.cpu(), host[i].y)

@@ -82,7 +82,7 @@ def test_swarm_layer_single_iteration_is_entitywise():
 
 def test_swarm_layer_causal_pooling_is_causal():
     layer = SwarmLayer(3, 8, 4, n_iter=3, pooling="causal").double()
-    assert not layer.equivariant
+    assert layer.symmetry == "causal" and SwarmLayer(3, 8, 4, n_iter=3).symmetry == "equivariant"
     x = torch.randn(1, 9, 3, dtype=torch.float64)
     assert_causal(lambda v: layer(v), x)
 

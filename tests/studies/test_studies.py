@@ -8,7 +8,16 @@ from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.runs import load_model
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
-from swarmctl.studies.report import ConfigSummary, RunSummary, frontiers, pareto_front, summarise
+from swarmctl.studies.report import (
+    ConfigSummary,
+    RunSummary,
+    frontiers,
+    paper_number,
+    paper_results,
+    pareto_front,
+    report_markdown,
+    summarise,
+)
 from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult, load_result, save_result
 from swarmctl.studies.shuffle_variance import measure_shuffle_variance, spread_task_indices
 
@@ -93,6 +102,31 @@ def test_summarise_mean_and_std_over_seeds():
     runs = [RunSummary(f"s{s}", "swarm", "8-3-1", 100, s, v, 3, 1.0, "cpu") for s, v in [(0, 1.0), (1, 2.0), (2, 3.0)]]
     (row,) = summarise(runs)
     assert row.seeds == (0, 1, 2) and row.val_mean == 2.0 and row.val_std == pytest.approx(1.0)
+
+
+def test_the_report_prints_the_papers_table_2_beside_each_configuration():
+    """The paper's numbers ship with the package (protocol sec. 2.8 and 4): every best.toml configuration
+    has its Table 2 entry, and the report puts it beside the run's mean ± std."""
+    from pathlib import Path
+
+    from swarmctl.studies.sweep import expand, load_spec
+
+    for run in expand(load_spec(Path(__file__).resolve().parents[2] / "sweeps" / "best.toml")):
+        code = run.name[len(run.model.name) + 1 : run.name.rindex("-s")]
+        assert paper_number(run.model.name, code) is not None, run.name
+    assert (paper_number("swarm", "192-10-1").mean, paper_number("swarm", "192-10-1").std) == (0.416, 0.004)
+    assert paper_number("set-linear-max", "96-6").text() == "0.793 ± 0.007"
+    assert paper_number("swarm-mog", "768-20-1").mean == 1.4986  # the loss is the negated log-likelihood
+    assert paper_number("swarm", "8-3-1") is None
+    assert paper_number("swarm-image", "256-10-1") is None  # images: the number depends on the dataset
+    assert paper_number("swarm-image", "256-10-1", "fashion-mnist").mean == pytest.approx(2.84 * math.log(2), abs=1e-4)
+    for row in paper_results()["rows"]:  # each row's loss is its reported number in the loss's unit
+        reported = {"test bits/dim": row["reported"] * math.log(2)}.get(row["metric"], abs(row["reported"]))
+        assert row["loss"] == pytest.approx(reported, abs=1e-4), row
+    runs = [RunSummary(f"s{s}", "swarm", "192-10-1", 301066, s, v, 90, 10.0, "cuda:0")
+            for s, v in [(0, 0.41), (1, 0.42), (2, 0.415)]]
+    md = report_markdown(summarise(runs))
+    assert "| 0.4150 ± 0.0050 | 0.416 ± 0.004 |" in md
 
 
 def test_cli_studies_and_replot(trained_runs, tmp_path, cli):

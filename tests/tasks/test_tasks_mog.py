@@ -80,3 +80,31 @@ def test_cli_mog_end_to_end(tmp_path, cli):
     # a clustering file is refused with one line
     r = cli("train", "swarm-mog", "--data", test_set, "--runs-dir", runs)
     assert r.exit_code == 1 and "drawn fresh" in r.output
+
+
+def test_a_padded_step_equals_the_unpadded_step():
+    """The device sampler pads N to a bucket: the loss, its gradients and the Adam update on the padded
+    batch equal those on the same tasks without padding, to float rounding."""
+    from swarmctl import ModelConfig, create_model
+    from swarmctl.data.mog import MogBatch, sample_mog_batch_torch
+    from swarmctl.tasks.mog import mog_loss
+
+    padded = sample_mog_batch_torch(np.random.default_rng([4, 1]), 6)
+    N = int(padded.mask[0].sum())
+    assert padded.x.shape[1] > N  # this key draws N off a bucket edge
+    plain = MogBatch(padded.x[:, :N].clone(), padded.mask[:, :N].clone(), padded.means, padded.weights, padded.sigma,
+                     padded.labels[:, :N].clone())
+    model = create_model(ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=3))
+    twin = create_model(ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=3))
+    twin.load_state_dict(model.state_dict())
+    losses = []
+    for m, batch in ((model, padded), (twin, plain)):
+        opt = torch.optim.Adam(m.parameters(), lr=0.01)
+        loss = mog_loss(m, batch)
+        loss.mean().backward()
+        opt.step()
+        losses.append(loss.detach())
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)

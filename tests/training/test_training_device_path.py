@@ -42,7 +42,16 @@ def test_fixed_batches_are_copied_to_the_device_once():
     assert isinstance(moved, list) and all(t.device.type == "meta" for b in moved for t in (b.x, b.labels, b.mask))
     assert loop.on_device([batch], torch.device("cpu"))[0] is batch  # nothing to copy on the CPU
     drawn = lambda epoch: [batch]  # noqa: E731 -- batches drawn per epoch are moved as they are used
-    assert loop.on_device(drawn, torch.device("meta")) is drawn
+    assert loop.on_device(drawn, torch.device("meta"))(0) == [batch]
+    assert loop.on_device(drawn, torch.device("cpu")) is drawn
+
+
+def test_batches_drawn_per_epoch_are_drawn_on_the_device_when_they_can():
+    """A sequence with ``on(device)`` (fresh MoG tasks) is asked for its device version each epoch."""
+    from swarmctl.data.mog import FreshBatches, MogParams
+
+    placed = loop.on_device(lambda epoch: FreshBatches(2, 3, 0, 0, epoch, MogParams()), torch.device("meta"))
+    assert placed(4).device == torch.device("meta") and placed(4).key == (0, 0, 4)
 
 
 def test_the_host_reads_the_loss_every_step_on_the_cpu_and_every_few_on_a_gpu():

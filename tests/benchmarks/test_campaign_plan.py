@@ -1,0 +1,46 @@
+"""Where a session's minutes go (benchmarks/gpu/campaign.py): largest gap to the paper first, shares in
+proportion to the gaps, a campaign at the paper stops, Fashion-MNIST waits for MNIST."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"))
+import campaign  # noqa: E402
+
+
+def _write(root, name, **progress):
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / "progress.json").write_text(json.dumps({"campaign": name, "sessions": [], **progress}))
+
+
+def test_the_committed_campaigns_start_with_the_clustering_table():
+    plan = campaign.plan(campaign.CAMPAIGNS)
+    assert [n for n, _ in plan][0] == "clustering" and "fashion-mnist" not in dict(plan)
+    assert {n for n, _ in plan} <= set(campaign.NAMES)
+
+
+def test_gaps_order_the_campaigns_and_met_ones_stop(tmp_path):
+    runs = {r["name"]: {"model": r["model"], "code": r["code"], "seed": r["seed"], "eval_loss": 0.4}
+            for r in campaign.table_runs()}
+    _write(tmp_path, "clustering", runs=runs)  # the whole table done: the campaign stops
+    _write(tmp_path, "mog", best_log_likelihood=-1.6)  # (1.6 - 1.4986) / 1.4986 = 0.068
+    _write(tmp_path, "mnist", best_bits_per_dim=0.89 * 1.5)  # 0.5
+    _write(tmp_path, "fashion-mnist")
+    plan = campaign.plan(tmp_path)
+    assert [n for n, _ in plan] == ["mnist", "mog"]
+    assert dict(plan)["mnist"] == pytest.approx(0.5) and dict(plan)["mog"] == pytest.approx(0.1014 / 1.4986)
+    assert campaign.share(plan, 0, 300) == pytest.approx(300 * 0.5 / (0.5 + 0.1014 / 1.4986))
+    assert campaign.share(plan, 1, 120) == pytest.approx(120)  # the last one gets what is left
+
+    _write(tmp_path, "mnist", best_bits_per_dim=0.88)  # MNIST reaches the paper: Fashion-MNIST starts
+    assert [n for n, _ in campaign.plan(tmp_path)] == ["fashion-mnist", "mog"]
+
+
+def test_a_clustering_configuration_without_runs_counts_as_far(tmp_path):
+    first = campaign.table_runs()[0]
+    _write(tmp_path, "clustering", runs={first["name"]: {"model": first["model"], "code": first["code"],
+                                                         "seed": 0, "eval_loss": 0.416}})
+    assert campaign.gap(tmp_path, "clustering") == pytest.approx(5 / 6)  # one configuration at the paper
