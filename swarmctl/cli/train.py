@@ -121,10 +121,10 @@ def train_cmd(
     task). Writes runs/NAME/: config.json, metrics.jsonl, best.pt, last.pt, curves.png. Launch with
     `torchrun --nproc_per_node=N -m swarmctl train ...` for several GPUs or processes.
     """
-    is_main = is_main_process()
     if resume is not None:
         _refuse_fixed_options(ctx)
     with user_errors() as interruption:
+        is_main = is_main_process()
         task = task_of(model)
         with EpochProgress(task) if is_main else contextlib.nullcontext() as progress:
             if resume is not None:

@@ -74,10 +74,15 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
     Uses NCCL for CUDA devices and gloo for the CPU.
     """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _env_int("WORLD_SIZE", 1, 1)
     if world <= 1:
         return DistContext()
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if "RANK" not in os.environ:
+        raise ResourceError("WORLD_SIZE is set in the environment but RANK is not; launch with torchrun, or unset "
+                            "WORLD_SIZE")
+    rank, local_rank = _env_int("RANK", 0, 0), _env_int("LOCAL_RANK", 0, 0)
+    if rank >= world:
+        raise ResourceError(f"RANK={rank} in the environment is not below WORLD_SIZE={world}; launch with torchrun")
     if not dist.is_initialized():
         use_cuda = device_name != "cpu" and torch.cuda.is_available()
         if use_cuda:
@@ -88,7 +93,22 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
 def is_main_process() -> bool:
     """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it)."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return _env_int("RANK", 0, 0) == 0
+
+
+def _env_int(name: str, default: int, minimum: int) -> int:
+    """An integer torchrun sets in the environment; ResourceError naming it when it is not one."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ResourceError(f"{name}={text!r} in the environment: need an integer >= {minimum} (torchrun sets it); "
+                            f"unset {name} or launch with torchrun")
+    return value
 
 
 def barrier(ctx: DistContext) -> None:
