@@ -535,13 +535,14 @@ class Run:
 
 
 def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
-             dataset: str | None = None, progress: DataProgress | None = None) -> Run:
+             dataset: str | None = None, progress: DataProgress | None = None, needs_data: bool = True) -> Run:
     """Open a run (name or folder: its best.pt, else last.pt) or a checkpoint file, on ``device``, for
     ``study`` (the command that will use it): a run of a task the study cannot use is refused.
 
     ``target`` None opens the shipped model of the first task (in registry order) that ``study`` can use
     and that has one (for ``dataset``, when given); the default dataset it was scored on is generated
-    first when missing (a fresh checkout has none).
+    first when missing (a fresh checkout has none), unless ``needs_data`` is False (a study that reads
+    none of it, such as `swarmctl cluster`).
     """
     dev = resolve_device(device)
     checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
@@ -550,7 +551,7 @@ def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *,
     shipped = is_shipped(checkpoint)
     folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
     run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
-    if shipped:
+    if shipped and needs_data:
         run.task.ensure_data(ckpt.data_config, progress)
     return run
 

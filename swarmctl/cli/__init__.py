@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # typer itself takes a while to import: after the handler
 
 def _load_app() -> Typer:
     from swarmctl.cli import (  # noqa: F401  (each module registers one command)
+        cluster,
         eval,
         gen_data,
         models,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -83,3 +84,34 @@ class EpochProgress:
             f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
             f"net {r['net_seconds'] / 60:.1f} min{note}", highlight=False, soft_wrap=True,
         )
+
+
+class DelayedBar:
+    """A bar for one long library call that reports ``progress(fraction_done)``: shown only once the call
+    has taken ``delay`` seconds, so that quick calls print nothing."""
+
+    def __init__(self, description: str, delay: float = 1.0) -> None:
+        self._description = description
+        self._delay = delay
+        self._start = time.monotonic()
+        self._progress: Progress | None = None
+        self._bar: Any = None
+
+    def __enter__(self) -> DelayedBar:
+        self._start = time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def __call__(self, fraction: float) -> None:
+        if self._progress is None:
+            if time.monotonic() - self._start < self._delay:
+                return
+            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                                      TimeRemainingColumn(), console=console, transient=True)
+            self._progress.__enter__()
+            self._bar = self._progress.add_task(escape(self._description), total=1.0)
+        self._progress.update(self._bar, completed=fraction)

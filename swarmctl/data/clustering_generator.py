@@ -51,6 +51,17 @@ class ClusteringParams:
         points = self.n_tasks * (self.n_min + self.n_max) / 2
         return 3 * 24 * points + 2 * 8 * 70 * self.n_tasks
 
+    def point_std(self) -> float:
+        """The typical standard deviation of a task's points along one axis: sqrt(E[(K - 1) / K] + E[Sigma_11]),
+        the spread of K equally weighted N(0, 1) means about their average plus one cluster's own variance
+        (the inverse-Wishart mean, scale / (df - 3); its mode, scale / (df + 3), where df <= 3 makes the
+        mean infinite). 0.93 for the paper's parameters."""
+        ks = np.arange(self.k_min, self.k_max + 1)
+        spread = float(np.mean((ks - 1) / ks))
+        within = self.wishart_scale / (self.wishart_df - 3) if self.wishart_df > 3 else \
+            self.wishart_scale / (self.wishart_df + 3)
+        return math.sqrt(spread + within)
+
     @property
     def n_val(self) -> int:
         return max(1, min(self.n_tasks - 1, round(self.n_tasks * self.val_fraction)))

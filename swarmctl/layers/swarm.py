@@ -10,6 +10,7 @@ compiler) it runs the PyTorch code below; both give the same results to float ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -231,6 +232,57 @@ class SwarmLayer(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         h, c = self.states(x, mask)
         return self.output(torch.cat([h, c], dim=-1))
+
+    @torch.no_grad()
+    def forward_chunked(self, x: Tensor, chunk_size: int, step: Callable[[], None] | None = None) -> Tensor:
+        """:meth:`forward` of one set ``x`` (N, D_in), all entities real, ``chunk_size`` entities at a time.
+
+        Mean pooling only. The pooled term of an iteration is the mean of the previous ``h`` over all N
+        entities, so each iteration first sums ``h`` chunk by chunk and then updates every chunk in place:
+        besides the final states (N, H) each, memory holds one chunk's gates, whatever N is. Equal to
+        ``forward(x[None])[0]`` to float rounding (eval mode). ``step()`` is called after every chunk of
+        every iteration, ``n_iter * ceil(N / chunk_size)`` times in all. Returns (N, D_out).
+        """
+        if self.cell.pooling != "mean":
+            raise ValueError("forward_chunked needs pooling='mean'")
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        cell = self.cell
+        N, D = x.shape
+        H = cell.dim_hidden
+        h, c = x.new_empty(N, H), x.new_empty(N, H)  # the states of all entities, updated in place
+        out = x.new_empty(N, self.output.out_features)
+        kernels = self._kernels(x.unsqueeze(0))
+        w_rec_t, w_pop = cell.recurrent.weight.t(), cell.population.weight
+        if kernels is not None and D <= FUSED_INPUT_MAX:  # the kernels add Wx x + b themselves
+            wx_t, bias = cell.input.weight.t().contiguous(), cell.input.bias.contiguous()
+        gates = x.new_empty(min(chunk_size, N), 4 * H)
+        h_sum = torch.zeros(H, dtype=torch.float64, device=x.device)
+        for t in range(self.n_iter):
+            p = None if t == 0 else F.linear((h_sum / N).to(x.dtype), w_pop)  # (4H,): one term for the set
+            h_sum = torch.zeros_like(h_sum)
+            for start in range(0, N, chunk_size):
+                rows = slice(start, min(start + chunk_size, N))
+                xs, hs, cs = x[rows], h[rows], c[rows]
+                if kernels is not None:
+                    g = gates[: len(xs)]
+                    terms = {"x": xs.contiguous(), "wxT": wx_t, "bias": bias} if D <= FUSED_INPUT_MAX else \
+                        {"b": cell.project_input(xs).contiguous()}
+                    if t == 0:
+                        kernels.forward(g, hs, cs, **terms)
+                    else:
+                        torch.mm(hs, w_rec_t, out=g)
+                        kernels.forward(g, hs, cs, a=g, p=p.view(1, -1), rows_per_set=len(xs), c_prev=cs, **terms)
+                elif t == 0:
+                    hs[:], cs[:] = lstm_pointwise(cell.project_input(xs), None)
+                else:
+                    hs[:], cs[:] = lstm_pointwise(torch.addmm(cell.project_input(xs) + p, hs, w_rec_t), cs)
+                h_sum += hs.sum(dim=0)  # summed in float32 per chunk, accumulated in float64
+                if t == self.n_iter - 1:
+                    out[rows] = self.output(torch.cat([hs, cs], dim=-1))
+                if step is not None:
+                    step()
+        return out
 
     def causal_sums(self, batch: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """Zero running sums for :meth:`causal_step`: (n_iter - 1, B, H)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from torch import nn
+from collections.abc import Callable
+
+from torch import Tensor, nn
 
 from swarmctl.config import ACTIVATIONS, ModelConfig
 from swarmctl.layers.swarm import SwarmLayer
@@ -42,6 +44,21 @@ class SwarmNet(LayerStack):
         """torch.compile the iteration body of every layer."""
         for layer in self.layers:
             layer.compile_step()
+
+    def forward_chunked(self, x: Tensor, chunk_size: int, progress: Callable[[float], None] | None = None) -> Tensor:
+        """:meth:`forward` of one large set ``x`` (N, D_in), all entities real, run ``chunk_size`` entities at
+        a time (mean pooling only: see :meth:`SwarmLayer.forward_chunked`); ``progress(fraction_done)``
+        after every chunk. Returns (N, D_out)."""
+        total = len(self.layers) * self.layers[0].n_iter * -(-x.shape[0] // chunk_size)
+        done = 0
+
+        def step() -> None:
+            nonlocal done
+            done += 1
+            if progress is not None:
+                progress(done / total)
+
+        return self.through_layers(x, lambda k, layer, u: layer.forward_chunked(u, chunk_size, step))
 
 
 @register_model(

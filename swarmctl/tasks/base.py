@@ -6,10 +6,12 @@ Code outside ``tasks/`` asks a Task what it can do (its attributes below), never
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -86,6 +88,12 @@ class Task:
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         """Column headers and rows (first column: what is scored) of `swarmctl eval`'s table."""
+        raise NotImplementedError
+
+    def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
+                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
+                       per_coordinate: bool = False) -> Any:
+        """Cluster one set of a user's points: tasks whose ``studies`` hold `cluster` implement it."""
         raise NotImplementedError
 
     def progress_note(self, record: dict[str, Any]) -> str:

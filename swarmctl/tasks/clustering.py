@@ -1,13 +1,16 @@
 """Direct amortized clustering (protocol sec. 2): batches from an HDF5 dataset, the Hungarian-matched
-loss, and evaluation with matched accuracy and the true mixture's oracle."""
+loss, evaluation with matched accuracy and the true mixture's oracle, and the clustering of a user's
+own points (any N: a SWARM with mean pooling runs the entity axis in chunks)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -18,6 +21,7 @@ from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError
 from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
+from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_logits
 from swarmctl.training.checkpoint import Checkpoint
 
 EVAL_BATCH = 100
@@ -50,7 +54,7 @@ class ClusteringTask(Task):
     train_data_help = f"{default_data}, generated when missing"
     default_split = "val"
     eval_data_help = "the run's"
-    studies = Task.studies | {"shuffle-variance", "plot-entropy"}
+    studies = Task.studies | {"shuffle-variance", "plot-entropy", "cluster"}
     data_kind = "clustering"
     data_kind_help = ("train/val splits; per task K clusters uniform in k-min..k-max, N points uniform in "
                       "n-min..n-max, equal-weight multinomial counts, inverse-Wishart covariances, N(0, I) means, "
@@ -122,6 +126,35 @@ class ClusteringTask(Task):
         n = len(tasks)
         return {"data": str(data_path), "split": split, "tasks": n, "loss": loss_sum / n, "accuracy": acc_sum / n,
                 "oracle_loss": oracle_sum / n, "oracle_accuracy": oracle_acc_sum / n}
+
+    def point_std(self) -> float:
+        """The standard deviation per coordinate of the points the models were trained on (the paper's
+        generator): where :meth:`cluster_points` maps a user's points to."""
+        return ClusteringParams().point_std()
+
+    @torch.no_grad()
+    def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
+                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
+                       per_coordinate: bool = False) -> PointClusters:
+        """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``.
+
+        With ``standardize`` the points are first mapped affinely to the training scale
+        (:func:`standardization`: one factor for all coordinates or, ``per_coordinate``, one each). A
+        model with ``forward_chunked`` and mean pooling (SWARM) runs the entity axis ``chunk_size``
+        entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
+        model runs all N at once. ``progress(fraction_done)``.
+        """
+        transform = standardization(values, self.point_std(), per_coordinate) if standardize else None
+        x = torch.from_numpy(transform.apply(values) if transform else values).to(device, torch.float32)
+        model.eval()
+        chunked = getattr(model, "symmetry", None) == "equivariant" and hasattr(model, "forward_chunked")
+        if chunked:
+            logits = model.forward_chunked(x, chunk_size or CHUNK_SIZE, progress)
+        else:
+            logits = model(x[None], torch.ones(1, len(x), dtype=torch.bool, device=device))[0]
+            if progress is not None:
+                progress(1.0)
+        return summarize_logits(logits, transform, chunked)
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         return (["", "loss (nats/entity)", "matched accuracy"],

@@ -1,0 +1,41 @@
+"""The points of `swarmctl cluster`, coloured by cluster, faint where the model is unsure."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import to_rgba_array
+from matplotlib.figure import Figure
+
+from swarmctl.plots.style import new_figure
+
+MAX_DRAWN = 200_000  # points drawn at most (a seeded random subset beyond): a scatter of millions says no more
+
+
+def plot_clusters(values: np.ndarray, names: tuple[str, ...], cluster: np.ndarray, probability: np.ndarray,
+                  title: str) -> Figure:
+    """The first two coordinates of ``values`` (N, D) in the user's units (one coordinate: against the
+    probability), each point in its cluster's colour with alpha = its probability."""
+    n = len(values)
+    idx = np.arange(n) if n <= MAX_DRAWN else np.sort(np.random.default_rng(0).choice(n, MAX_DRAWN, replace=False))
+    palette = to_rgba_array([f"C{k % 10}" for k in range(int(cluster.max()) + 1)])
+    colors = palette[cluster[idx]]
+    colors[:, 3] = np.clip(probability[idx], 0.05, 1.0)
+    fig = new_figure(6.4, 5.6)
+    ax = fig.subplots()
+    x = values[idx, 0]
+    y = values[idx, 1] if values.shape[1] > 1 else probability[idx]
+    size = float(np.clip(2e4 / max(len(idx), 1), 0.5, 16.0))
+    ax.scatter(x, y, c=colors, s=size, linewidths=0, rasterized=len(idx) > 5000)
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1] if values.shape[1] > 1 else "probability of its cluster")
+    if values.shape[1] == 2:
+        ax.set_aspect("equal", adjustable="datalim")
+    sizes = np.bincount(cluster)
+    for k, count in enumerate(sizes[:10]):
+        ax.scatter([], [], color=palette[k], s=20, label=f"{k}: {count:,}")
+    ax.legend(title="cluster: points", fontsize="small", title_fontsize="small", loc="best", markerscale=1.0)
+    drawn = "" if len(idx) == n else f", {len(idx):,} drawn"
+    extra = f", first 2 of {values.shape[1]} coordinates" if values.shape[1] > 2 else ""
+    ax.set_title(f"{title}\n{n:,} points{drawn}, {len(sizes)} clusters{extra}; alpha = probability",
+                 fontsize="medium")
+    return fig

@@ -1,0 +1,74 @@
+"""Clustering one set of a user's points, whatever the task that does it: the affine map to the training
+scale, and the clusters, probabilities and entropies from a model's per-point logits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+CHUNK_SIZE = 16_384  # entities per chunk when a model runs a large set in chunks (gates: 48 KiB per entity)
+
+
+@dataclass(frozen=True)
+class AffineMap:
+    """x' = (x - shift) * scale, per coordinate: the user's units to the scale the model was trained on."""
+
+    shift: np.ndarray  # (D,)
+    scale: np.ndarray  # (D,)
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return (x - self.shift) * self.scale
+
+
+def standardization(values: np.ndarray, target_std: float, per_coordinate: bool = False) -> AffineMap:
+    """The map that centres ``values`` (N, D) and scales them to the spread ``target_std``.
+
+    By default one factor for all coordinates, so that the root mean square of the coordinates' standard
+    deviations becomes ``target_std``: a similarity map, which keeps the clusters' shapes; shifting the
+    points or scaling all coordinates by one positive factor leaves the mapped points unchanged (to float
+    rounding). ``per_coordinate``: every coordinate gets the standard deviation ``target_std`` on its own
+    (for coordinates in different units; it also undoes a positive scale per coordinate, but stretches
+    sets that are long in one direction). A constant coordinate (or set) is only centred."""
+    std = values.std(axis=0)
+    if not per_coordinate:
+        std = np.full_like(std, np.sqrt(np.mean(std**2)))
+    scale = np.where(std > 0, target_std / np.where(std > 0, std, 1.0), 1.0)
+    return AffineMap(values.mean(axis=0), scale)
+
+
+@dataclass(frozen=True)
+class PointClusters:
+    """One set's clustering. Per point (N,): ``cluster`` (numbered 0.. from the largest cluster down),
+    ``probability`` of that cluster and the ``entropy`` (nats) of the class distribution. Per cluster (K,):
+    ``sizes`` and ``mean_confidence`` (the mean probability of its points). ``transform``: the map applied
+    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks."""
+
+    cluster: np.ndarray
+    probability: np.ndarray
+    entropy: np.ndarray
+    sizes: np.ndarray
+    mean_confidence: np.ndarray
+    transform: AffineMap | None
+    chunked: bool
+
+
+def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
+    """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
+    with each point's probability of its cluster and the entropy of its class distribution."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    best, label = logp.max(dim=-1)
+    entropy = -(logp.exp() * logp).sum(dim=-1)
+    label = label.cpu().numpy()
+    counts = np.bincount(label, minlength=logits.shape[-1])
+    order = np.argsort(-counts, kind="stable")  # class of the k-th largest cluster
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cluster = rank[label]
+    K = int(np.count_nonzero(counts))
+    probability = best.exp().cpu().numpy()
+    sizes = counts[order[:K]]
+    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
+    return PointClusters(cluster.astype(np.int64), probability, entropy.cpu().numpy(), sizes.astype(np.int64),
+                         confidence, transform, chunked)

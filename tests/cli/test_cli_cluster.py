@@ -1,0 +1,220 @@
+"""`swarmctl cluster` end to end: every input form, the shipped model and a run, the CSV, table and figure,
+and the bad inputs and options, each refused in one line with nothing written and the input unchanged."""
+
+import csv
+import hashlib
+
+import h5py
+import numpy as np
+import pytest
+
+from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering
+from swarmctl.runs import export_weights
+
+
+@pytest.fixture(scope="module")
+def values():
+    tasks = generate_clustering(ClusteringParams(n_tasks=2, k_min=3, k_max=3, n_min=300, n_max=300), seed=2)
+    return tasks.task(0)[0].astype(np.float64) * 50 + [200.0, -10.0]  # user units, far from the training scale
+
+
+def _csv(path, values, header=("lon", "lat")):
+    np.savetxt(path, values, delimiter=",", header=",".join(header) if header else "", comments="")
+    return path
+
+
+def _read(path):
+    with open(path) as fh:
+        rows = list(csv.reader(fh))
+    return rows[0], np.array(rows[1:], dtype=np.float64)
+
+
+def _run_args(trained_runs):
+    runs, _ = trained_runs
+    return ["swarm", "--runs-dir", runs, "--device", "cpu"]
+
+
+def test_cluster_writes_the_csv_beside_the_input_prints_the_table_and_draws(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--plot", tmp_path / "pts.png")
+    assert r.exit_code == 0, r.output
+    header, table = _read(tmp_path / "pts-clusters.csv")
+    assert header == ["lon", "lat", "cluster", "probability", "entropy"] and len(table) == len(values)
+    assert np.array_equal(table[:, :2], values)  # the user's coordinates, exactly
+    cluster = table[:, 2].astype(int)
+    sizes = np.bincount(cluster)
+    assert cluster.min() == 0 and np.all(sizes > 0) and np.all(np.diff(sizes) <= 0)  # 0 = the largest
+    assert np.all((table[:, 3] > 0) & (table[:, 3] <= 1)) and np.all(table[:, 4] >= 0)
+    assert "standardized to the training scale: x' = (x - [" in r.output and "mean confidence" in r.output
+    assert f"{len(sizes)} clusters in {len(values)} points" in r.output
+    assert (tmp_path / "pts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_per_coordinate_prints_one_factor_per_coordinate(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "a.csv")
+    assert r.exit_code == 0 and "x' = (x - [" in r.output and "]) * [" not in r.output, r.output
+    r = cli("cluster", points, *_run_args(trained_runs), "--per-coordinate", "--out", tmp_path / "b.csv")
+    assert r.exit_code == 0 and "]) * [" in r.output, r.output
+
+
+def test_no_standardize_uses_the_points_as_given(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--no-standardize", "--out", tmp_path / "raw.csv")
+    assert r.exit_code == 0 and "points used as given" in r.output, r.output
+    assert _read(tmp_path / "raw.csv")[1].shape == (len(values), 5)
+
+
+@pytest.mark.parametrize("form", ["npy", "npz", "h5", "stdin", "whitespace", "columns"])
+def test_every_input_form_gives_the_same_clusters(cli, trained_runs, values, tmp_path, form):
+    ref = _csv(tmp_path / "ref.csv", values)
+    assert cli("cluster", ref, *_run_args(trained_runs)).exit_code == 0
+    expected = _read(tmp_path / "ref-clusters.csv")[1]
+    out = tmp_path / "out.csv"
+    extra, stdin = [], None
+    if form == "npy":
+        np.save(tmp_path / "p.npy", values)
+        source = tmp_path / "p.npy"
+    elif form == "npz":
+        np.savez(tmp_path / "p.npz", other=values[:5], pts=values)
+        source, extra = tmp_path / "p.npz", ["--key", "pts"]
+    elif form == "h5":
+        with h5py.File(tmp_path / "p.h5", "w") as f:
+            f["a/b"], f["c"] = values, values[:3]
+        source, extra = tmp_path / "p.h5", ["--key", "a/b"]
+    elif form == "stdin":
+        source, stdin = "-", ref.read_text()
+    elif form == "whitespace":
+        source = tmp_path / "p.txt"
+        np.savetxt(source, values, delimiter=" ")
+    else:
+        source = _csv(tmp_path / "wide.csv", np.column_stack([values[:, 1] * 0 + 1, values]), ("id", "lon", "lat"))
+        extra = ["--columns", "lon,lat"]
+    from typer.testing import CliRunner
+
+    from swarmctl.cli import app
+
+    args = ["cluster", str(source), *map(str, _run_args(trained_runs)), "--out", str(out), *extra]
+    r = CliRunner().invoke(app, args, input=stdin, env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    assert np.array_equal(_read(out)[1], expected)
+
+
+def test_the_shipped_model_is_used_without_generating_its_dataset(cli, trained_runs, values, tmp_path, monkeypatch):
+    runs, _ = trained_runs
+    shipped = tmp_path / "pretrained"
+    export_weights(runs / "swarm" / "best.pt", shipped / "swarm-tiny.pt", data_path="data/clustering-seed0.h5")
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    monkeypatch.chdir(tmp_path)
+    _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", "pts.csv", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "the shipped swarm" in r.output and "swarm-tiny.pt" in r.output
+    assert (tmp_path / "pts-clusters.csv").is_file()
+    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()  # nothing else written
+
+
+def _snapshot(root):
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def test_an_existing_output_is_overwritten_only_with_force(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    (tmp_path / "pts-clusters.csv").write_text("keep me\n")
+    (tmp_path / "fig.png").write_text("keep me too\n")
+    before = _snapshot(tmp_path)
+    for extra in ([], ["--plot", tmp_path / "fig.png", "--out", tmp_path / "new.csv"]):
+        r = cli("cluster", points, *_run_args(trained_runs), *extra)
+        assert r.exit_code == 1 and "exists; pass --force" in r.output, r.output
+        assert _snapshot(tmp_path) == before
+    r = cli("cluster", points, *_run_args(trained_runs), "--force", "--out", points)
+    assert r.exit_code == 1 and "is the input file" in r.output and _snapshot(tmp_path) == before
+    r = cli("cluster", points, *_run_args(trained_runs), "--force")
+    assert r.exit_code == 0, r.output
+    assert _read(tmp_path / "pts-clusters.csv")[1].shape == (len(values), 5)
+
+
+BAD_FILES = {
+    "nan": ("x,y\n1,2\n3,nan\n5,6\n", "row 2, column 2 is nan"),
+    "inf": ("1 2\n3 4\ninf 6\n", "is inf"),
+    "ragged": ("1,2\n3,4,5\n6,7\n", "line 2: 3 values"),
+    "text": ("x,y\n1,2\n3,abc\n", "'abc' is not a number"),
+    "one-point": ("x,y\n1,2\n", "holds 1 point"),
+    "three-columns": ("1,2,3\n4,5,6\n7,8,9\n", "has 3 column(s)"),
+    "one-column": ("1\n2\n3\n", "has 1 column(s)"),
+    "empty": ("", "is empty"),
+    "binary": (b"\x00\xff\xfe\x81", "neither text nor"),
+    "missing": (None, "does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES))
+def test_bad_input_fails_in_one_line_with_nothing_written(cli, trained_runs, tmp_path, case):
+    content, message = BAD_FILES[case]
+    points = tmp_path / "in.csv"
+    if isinstance(content, bytes):
+        points.write_bytes(content)
+    elif content is not None:
+        points.write_text(content)
+    before = _snapshot(tmp_path)
+    r = cli("cluster", points, *_run_args(trained_runs), "--plot", tmp_path / "fig.png")
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 1, r.output
+    assert message in " ".join(r.output.split()) and "Traceback" not in r.output and len(lines) <= 3, r.output
+    assert _snapshot(tmp_path) == before  # no output, no temporary file, the input unchanged
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--columns", "a,,b"], "comma-separated"),
+    (["--columns", "x,x"], "repeat"),
+    (["--plot", "fig.jpg"], "PNG"),
+    (["--chunk-size", "0"], "chunk-size"),
+    (["--device", "tpu"], "device"),
+])
+def test_bad_options_exit_2_with_nothing_written(cli, trained_runs, values, tmp_path, args, message):
+    points = _csv(tmp_path / "pts.csv", values)
+    before = _snapshot(tmp_path)
+    r = cli("cluster", points, *_run_args(trained_runs)[:3], *args)
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) <= 3, r.output
+    assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--key", "x"], "leave --key out"),
+    (["--columns", "lon,height"], "no column 'height'"),
+    (["--columns", "0,5"], "out of range"),
+])
+def test_options_that_do_not_fit_the_file_fail_in_one_line(cli, trained_runs, values, tmp_path, extra, message):
+    points = _csv(tmp_path / "pts.csv", values)
+    before = _snapshot(tmp_path)
+    r = cli("cluster", points, *_run_args(trained_runs), *extra)
+    assert r.exit_code == 1 and message in r.output and len(r.output.strip().splitlines()) <= 3, r.output
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_run_that_does_not_exist_is_named(cli, trained_runs, values, tmp_path):
+    runs, _ = trained_runs
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, "nope", "--runs-dir", runs)
+    assert r.exit_code == 1 and "no run 'nope'" in r.output
+
+
+@pytest.mark.parametrize(("elapsed", "shown"), [(0.5, False), (1.5, True)])
+def test_the_progress_bar_appears_only_for_calls_longer_than_a_second(monkeypatch, elapsed, shown):
+    import io
+
+    from rich.console import Console
+
+    from swarmctl.cli import _progress
+
+    out = io.StringIO()
+    monkeypatch.setattr(_progress, "console", Console(file=out, force_terminal=True, width=100))
+    now = [100.0]
+    monkeypatch.setattr(_progress.time, "monotonic", lambda: now[0])
+    with _progress.DelayedBar("clustering the points") as bar:
+        now[0] += elapsed
+        bar(0.5)
+        now[0] += 0.1
+        bar(1.0)
+    assert ("clustering the points" in out.getvalue()) == shown

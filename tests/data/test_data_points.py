@@ -1,0 +1,222 @@
+"""Point files for `swarmctl cluster`: every format reads to the same numbers, and every kind of bad file
+is refused with a message that names the problem and the place."""
+
+import io
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from swarmctl.data.points import parse_columns, read_points, write_cluster_csv
+from swarmctl.errors import ConfigError, DataError
+
+POINTS = np.array([[0.5, -1.25, 3.0], [2.0, 4.5, -0.125], [1e-3, 7.0, 2.5], [-3.5, 0.0, 1e6]])
+
+
+def _text(rows, sep=",", header=None):
+    lines = [sep.join(header)] if header else []
+    lines += [sep.join(repr(float(v)) for v in row) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("form", ["csv", "csv-header", "whitespace", "tabs-header", "comments", "npy", "npz",
+                                  "h5"])
+def test_every_format_reads_the_same_points(tmp_path, form):
+    path = tmp_path / f"p.{form.split('-')[0]}"
+    names = ("x0", "x1", "x2")
+    if form == "csv":
+        path.write_text(_text(POINTS))
+    elif form == "csv-header":
+        names = ("a", "b", "c")
+        path.write_text(_text(POINTS, header=names))
+    elif form == "whitespace":
+        path.write_text(_text(POINTS, sep="   "))
+    elif form == "tabs-header":
+        names = ("lon", "lat", "depth")
+        path.write_text(_text(POINTS, sep="\t", header=names))
+    elif form == "comments":
+        path.write_text("# exported points\n\n" + _text(POINTS[:2]) + "# more\n\n" + _text(POINTS[2:]))
+    elif form == "npy":
+        np.save(path, POINTS)
+    elif form == "npz":
+        np.savez(path, pts=POINTS)
+        path = tmp_path / "p.npz"
+    else:
+        with h5py.File(path, "w") as f:
+            f["group/pts"] = POINTS
+    got = read_points(path)
+    assert np.array_equal(got.values, POINTS) and got.values.dtype == np.float64
+    assert got.names == names
+
+
+def test_standard_input_is_read(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(_text(POINTS, header=("a", "b", "c")).encode())))
+    got = read_points("-")
+    assert np.array_equal(got.values, POINTS) and got.names == ("a", "b", "c") and got.source == "-"
+
+
+def test_standard_input_takes_npy_but_names_the_fix_for_hdf5(monkeypatch, tmp_path):
+    buf = io.BytesIO()
+    np.save(buf, POINTS)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buf.getvalue())))
+    assert np.array_equal(read_points("-").values, POINTS)
+    with h5py.File(tmp_path / "p.h5", "w") as f:
+        f["x"] = POINTS
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO((tmp_path / "p.h5").read_bytes())))
+    with pytest.raises(DataError, match="give its path"):
+        read_points("-")
+
+
+def test_keys_pick_an_array_or_dataset(tmp_path):
+    np.savez(tmp_path / "two.npz", a=POINTS, b=POINTS[:, :2])
+    assert read_points(tmp_path / "two.npz", key="b").values.shape == (4, 2)
+    with h5py.File(tmp_path / "two.h5", "w") as f:
+        f["x"], f["g/y"] = POINTS, POINTS[:, :1]
+    assert read_points(tmp_path / "two.h5", key="/g/y").values.shape == (4, 1)
+    for name in ("two.npz", "two.h5"):
+        with pytest.raises(ConfigError, match="--key"):
+            read_points(tmp_path / name)  # two to choose from
+        with pytest.raises(ConfigError, match="no (array|dataset) 'zz'"):
+            read_points(tmp_path / name, key="zz")
+
+
+def test_columns_by_name_or_index(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text(_text(POINTS, header=("a", "b", "c")))
+    got = read_points(path, columns=("c", "a"))
+    assert np.array_equal(got.values, POINTS[:, [2, 0]]) and got.names == ("c", "a")
+    assert np.array_equal(read_points(path, columns=("1", "2")).values, POINTS[:, 1:])
+    with pytest.raises(ConfigError, match="no column 'z'.*a, b, c"):
+        read_points(path, columns=("a", "z"))
+    with pytest.raises(ConfigError, match="out of range"):
+        read_points(path, columns=("3",))
+    path.write_text(_text(POINTS))  # no header: the columns are x0, x1, x2
+    assert read_points(path, columns=("2", "0")).names == ("x2", "x0")
+
+
+@pytest.mark.parametrize("text", ["", "a,,b", "0,0,", " , "])
+def test_columns_option_syntax(text):
+    with pytest.raises(ConfigError, match="columns must be comma-separated"):
+        parse_columns(text)
+
+
+def test_columns_option_refuses_repeats():
+    with pytest.raises(ConfigError, match="repeat"):
+        parse_columns("x,y,x")
+    assert parse_columns(" x , y ") == ("x", "y")
+
+
+BAD_TEXT = {
+    "nan": ("1,2\n3,nan\n", "row 2, column 2 is nan"),
+    "inf": ("x y\n1 2\n-inf 4\n", "row 2, column 1 is -inf"),
+    "ragged": ("1,2\n3,4\n5\n", "line 3: 1 values where the first row has 2"),
+    "ragged-long": ("1 2\n3 4 5\n", "line 2: 3 values where the first row has 2"),
+    "text": ("a,b\n1,2\n3,hello\n", "line 3, column 2: 'hello' is not a number"),
+    "empty-value": ("1,2\n,4\n", "line 2, column 1: 'an empty value' is not a number"),
+    "one-point": ("x,y\n1,2\n", "holds 1 point"),
+    "header-only": ("x,y\n", "a header but no data rows"),
+    "empty": ("", "is empty"),
+    "blank": ("\n  \n\n", "is empty"),
+    "comments-only": ("# nothing\n# here\n", "no data rows"),
+    "empty-name": ("x,,z\n1,2,3\n4,5,6\n", "empty column name"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TEXT))
+def test_bad_text_files_are_refused_with_the_place(tmp_path, case):
+    text, message = BAD_TEXT[case]
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(DataError) as err:
+        read_points(path)
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize(("array", "message"), [
+    (np.array([[1.0, np.nan], [2.0, 3.0]]), "is nan"),
+    (np.array([[1.0, 2.0]]), "holds 1 point"),
+    (np.zeros((0, 2)), "holds 0 point"),
+    (np.zeros((3, 2, 2)), "shape (3, 2, 2)"),
+    (np.array([["a", "b"], ["c", "d"]]), "not numbers"),
+    (np.zeros((3, 0)), "no columns"),
+])
+def test_bad_arrays_are_refused(tmp_path, array, message):
+    np.save(tmp_path / "bad.npy", array)
+    with pytest.raises(DataError, match=None) as err:
+        read_points(tmp_path / "bad.npy")
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("content", [b"\x93NUMPY\x01\x00garbage", b"PK\x03\x04garbage", b"\x89HDF\r\n\x1a\ngarbage",
+                                     b"\xff\xfe\x00\x81binary"])
+def test_damaged_or_binary_files_are_refused(tmp_path, content):
+    path = tmp_path / "bad.dat"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match="bad.dat"):
+        read_points(path)
+
+
+def test_missing_unreadable_and_folder_paths_are_refused(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        read_points(tmp_path / "nope.csv")
+    with pytest.raises(DataError, match="is a folder"):
+        read_points(tmp_path)
+    locked = tmp_path / "locked.csv"
+    locked.write_text(_text(POINTS))
+    locked.chmod(0)
+    try:
+        if locked.stat().st_mode and _can_read(locked):
+            pytest.skip("running as a user who can read any file (root)")
+        with pytest.raises(DataError, match="not readable"):
+            read_points(locked)
+    finally:
+        locked.chmod(0o644)
+
+
+def _can_read(path):
+    try:
+        path.read_bytes()
+    except PermissionError:
+        return False
+    return True
+
+
+def test_key_on_a_text_or_npy_file_is_refused(tmp_path):
+    (tmp_path / "p.csv").write_text(_text(POINTS))
+    np.save(tmp_path / "p.npy", POINTS)
+    for name in ("p.csv", "p.npy"):
+        with pytest.raises(ConfigError, match="leave --key out"):
+            read_points(tmp_path / name, key="x")
+
+
+def test_written_csv_reads_back_exactly(tmp_path):
+    points = read_points(_write(tmp_path / "in.csv", _text(POINTS, header=("a", '"b,c"', "d"))))
+    write_cluster_csv(tmp_path / "out.csv", points, np.array([1, 0, 0, 2]), np.array([0.5, 0.25, 1.0, 0.75]),
+                      np.array([0.1, 0.2, 0.0, 1.5]))
+    back = read_points(tmp_path / "out.csv")
+    assert back.names == ("a", "b,c", "d", "cluster", "probability", "entropy") and back.values.shape == (4, 6)
+    assert np.array_equal(back.values[:, :3], POINTS)
+    assert np.array_equal(back.values[:, 3], [1, 0, 0, 2])
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_columns_not_picked_may_hold_text(tmp_path):
+    path = tmp_path / "iris.csv"
+    path.write_text("a,b,species\n1,2,setosa\n3,4,virginica\n5,6,setosa\n")
+    got = read_points(path, columns=("b", "a"))
+    assert np.array_equal(got.values, [[2, 1], [4, 3], [6, 5]]) and got.names == ("b", "a")
+    path.write_text("a,b,species\n1,2,setosa\n3,x,virginica\n")
+    with pytest.raises(DataError, match="line 3, column 2: 'x' is not a number"):
+        read_points(path, columns=("a", "b"))
+    path.write_text("1 2 z\n3 4\n5 6 z\n")
+    with pytest.raises(DataError, match="line 2: 2 values where the first row has 3"):
+        read_points(path, columns=("0", "1"))
+    path.write_text("a b c\n1 2 z\n3 4 5\n")
+    with pytest.raises(DataError, match="line 2, column 3: 'z' is not a number"):
+        read_points(path)
+    assert np.array_equal(read_points(path, columns=("a", "b")).values, [[1, 2], [3, 4]])
