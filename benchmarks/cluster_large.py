@@ -28,8 +28,8 @@ def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run_cluster(points: Path, out: Path, extra: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS in bytes, output) of one `swarmctl cluster` process."""
+def run_cluster(points: Path, out: Path, extra: list[str]) -> tuple[float, float, str, float]:
+    """(wall seconds, peak RSS in bytes, output, CPU seconds) of one `swarmctl cluster` process."""
     cmd = [sys.executable, "-m", "swarmctl", "cluster", str(points), "--out", str(out), "--force", "--device", "cpu",
            *extra]
     start = time.perf_counter()
@@ -41,7 +41,7 @@ def run_cluster(points: Path, out: Path, extra: list[str]) -> tuple[float, float
         text = log.read()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"swarmctl cluster failed:\n{text}")
-    return wall, usage.ru_maxrss * 1024, text  # ru_maxrss is in KiB on Linux
+    return wall, usage.ru_maxrss * 1024, text, usage.ru_utime + usage.ru_stime  # ru_maxrss is in KiB on Linux
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
     points, labels, _, _ = draw_task(args.n, np.random.RandomState(args.seed))
     print(f"N = {args.n:,}, K = {labels.max() + 1}; cpu threads {os.cpu_count()}; before: {_uptime()}", flush=True)
     np.save(folder / "tiny.npy", points[:100].astype(np.float64))
-    _, base, _ = run_cluster(folder / "tiny.npy", folder / "tiny-clusters.csv", args.extra)
+    _, base, _, _ = run_cluster(folder / "tiny.npy", folder / "tiny-clusters.csv", args.extra)
     print(f"the command on 100 points (imports, model): peak RSS {base / 1e9:.2f} GB", flush=True)
     for fmt in args.formats:
         path = folder / f"points.{fmt}"
@@ -65,12 +65,12 @@ def main() -> None:
             np.savetxt(path, points, delimiter=",", header="x,y", comments="", fmt="%.7g")
         else:
             np.save(path, points.astype(np.float64))
-        wall, rss, text = run_cluster(path, folder / f"clusters-{fmt}.csv", args.extra)
+        wall, rss, text, cpu = run_cluster(path, folder / f"clusters-{fmt}.csv", args.extra)
         forward = re.search(r"clustered in ([\d.]+) s", text)
         pred = np.loadtxt(folder / f"clusters-{fmt}.csv", delimiter=",", skiprows=1, usecols=2, dtype=np.int64)
         agree = _matched(pred, labels)
-        print(f"{fmt}: wall {wall:.1f} s (forward pass {forward.group(1) if forward else '?'} s), peak RSS "
-              f"{rss / 1e9:.2f} GB ({rss / 2**30:.2f} GiB), matched accuracy {agree:.1%}; after: {_uptime()}",
+        print(f"{fmt}: wall {wall:.1f} s (forward pass {forward.group(1) if forward else '?'} s; {cpu:.0f} CPU s), "
+              f"peak RSS {rss / 1e9:.2f} GB ({rss / 2**30:.2f} GiB), matched accuracy {agree:.1%}; after: {_uptime()}",
               flush=True)
 
 

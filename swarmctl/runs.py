@@ -5,9 +5,10 @@ drawn from metrics.jsonl by :func:`swarmctl.plots.curves.save_run_curves`).
 Every command that reads a run goes through :func:`open_run`.
 
 Shipped models: checkpoints trained on a GPU, weights only (float32) with their config and training
-state, in the repository's ``pretrained/`` folder (or the folder SWARMCTL_PRETRAINED names).
-:func:`open_run` opens one when no run is named, so eval, plot-entropy and sample work on a fresh
-checkout; what is computed from it goes to ``runs/pretrained-NAME/``, never into ``pretrained/``.
+state, each with a JSON record, in the package's ``pretrained/`` folder (package data, so every install
+has them; SWARMCTL_PRETRAINED names another folder). They are found by their records. :func:`open_run`
+opens one when no run is named, so eval, plot-entropy and sample work on a fresh install; what is
+computed from it goes to ``runs/pretrained-NAME/``, never into the package.
 """
 
 from __future__ import annotations
@@ -535,14 +536,15 @@ class Run:
 
 
 def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
-             dataset: str | None = None, progress: DataProgress | None = None, needs_data: bool = True) -> Run:
+             dataset: str | None = None, data: Path | None = None, progress: DataProgress | None = None,
+             needs_data: bool = True) -> Run:
     """Open a run (name or folder: its best.pt, else last.pt) or a checkpoint file, on ``device``, for
     ``study`` (the command that will use it): a run of a task the study cannot use is refused.
 
     ``target`` None opens the shipped model of the first task (in registry order) that ``study`` can use
     and that has one (for ``dataset``, when given); the default dataset it was scored on is generated
-    first when missing (a fresh checkout has none), unless ``needs_data`` is False (a study that reads
-    none of it, such as `swarmctl cluster`).
+    first when missing (a fresh install has none), unless the caller names its own ``data`` or
+    ``needs_data`` is False (a study that reads none of it, such as `swarmctl cluster`).
     """
     dev = resolve_device(device)
     checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
@@ -551,7 +553,7 @@ def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *,
     shipped = is_shipped(checkpoint)
     folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
     run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
-    if shipped and needs_data:
+    if shipped and needs_data and data is None:
         run.task.ensure_data(ckpt.data_config, progress)
     return run
 

@@ -62,7 +62,7 @@ def test_without_a_shipped_model_the_commands_name_the_fix(tmp_path):
     assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
 
 
-def test_a_shipped_model_gets_its_data_ensured_and_a_local_run_does_not(tmp_path, trained_runs, monkeypatch):
+def test_a_shipped_model_gets_its_data_ensured_unless_data_is_named(tmp_path, trained_runs, monkeypatch):
     runs, _ = trained_runs
     monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path / "p"))
     export_weights(runs / "swarm" / "best.pt", tmp_path / "p" / "m.pt", data_path=str(tmp_path / "gone.h5"))
@@ -72,6 +72,7 @@ def test_a_shipped_model_gets_its_data_ensured_and_a_local_run_does_not(tmp_path
     opened = open_run(None, tmp_path / "runs", "cpu")
     assert opened.shipped and opened.dir == tmp_path / "runs" / "pretrained-m" and asked == [str(tmp_path / "gone.h5")]
     assert not open_run("swarm", runs, "cpu").shipped and len(asked) == 1
+    assert open_run(None, tmp_path / "runs", "cpu", data=tmp_path / "mine.h5").shipped and len(asked) == 1
     r = cli("eval", "--runs-dir", tmp_path / "runs")  # not the default file: nothing generated, one line
     assert r.exit_code == 1 and "gone.h5" in r.output and "Traceback" not in r.output
 

@@ -33,7 +33,7 @@ def main() -> int:
     facts["train_exit"] = finish(train, deadline.left() - EVAL_RESERVE_S + 20)
     test = ["--data", str(work / "test.h5")] if a.smoke else []  # the 10,000 fixed tasks are the default
     if a.smoke:
-        facts["gen_exit"] = finish(start(["gen-data", "--task", "mog4", "--tasks", "20", "--out",
+        facts["gen_exit"] = finish(start(["gen-data", "--kind", "mog4", "--tasks", "20", "--out",
                                           str(work / "test.h5")], out / "log.txt"), 60)
     facts["eval_exit"] = finish(start(["eval", "swarm-mog", "--runs-dir", str(work / "runs"), *test],
                                       out / "eval-swarm-mog.txt"), deadline.left() - 10)

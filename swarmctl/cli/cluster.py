@@ -72,7 +72,7 @@ def cluster_cmd(
 
     Writes a CSV with your coordinates, each point's cluster (0 = the largest), the probability of that
     cluster and the entropy of its class distribution (nats), and prints the clusters found. A SWARM
-    model runs a large set in chunks of points: a million points fit in about 2 GB.
+    model runs a large set in chunks of points: a million points take about 2.4 GB.
     """
     with user_errors():
         with DelayedBar("clustering the points") as bar:

@@ -22,7 +22,8 @@ def _per_task(attribute: str) -> str:
     return "; ".join(f"{t.name}: {getattr(t, attribute)}" for t in TASKS.values())
 
 
-@app.command("eval")
+@app.command("eval", help="Evaluate a checkpoint with its task's metric (the paper's).\n\n" + "\n\n".join(
+    f"{t.name}: {t.metric_help}." for t in TASKS.values() if t.metric_help))
 def eval_cmd(
     target: Annotated[str | None, argument(metavar="RUN_OR_CHECKPOINT",
                                            help="Run name, run folder (uses best.pt) or checkpoint file "
@@ -37,17 +38,12 @@ def eval_cmd(
                                             "runs/pretrained-NAME/ for a shipped model].")]
     = None,
 ) -> None:
-    """Evaluate a checkpoint with its task's metric (the paper's), next to an oracle where the task has one.
-
-    Clustering: Hungarian-matched loss and matched accuracy. MoG parameters: log-likelihood per point.
-    Images: bits per dimension on the test split.
-    """
     with user_errors():
         if out is not None:
             check_output_file(out)
         elif target is None:
             check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
-        opened = open_run(target, runs_dir, device, progress=DataGenerationProgress())
+        opened = open_run(target, runs_dir, device, data=data, progress=DataGenerationProgress())
         if opened.shipped:
             say(f"scoring the shipped model {opened.checkpoint}")
         if out is None:

@@ -23,6 +23,8 @@ def _param_help(text: str, name: str) -> str:
     return f"{text} [{', '.join(kinds)} only; default: {default:g}]."
 
 
+_TASKS_DEFAULT = (f"{_KINDS[0].default_tasks:,}" if len({t.default_tasks for t in _KINDS}) == 1
+                  else "; ".join(f"{t.data_kind}: {t.default_tasks:,}" for t in _KINDS))
 _HELP = ("Generate seeded tasks of one kind and write them to HDF5.\n\n"
          + "\n\n".join(f"{t.data_kind}: {t.data_kind_help}." for t in _KINDS)
          + "\n\nSame seed, same arrays.")
@@ -35,8 +37,7 @@ def gen_data_cmd(
     old_kind: Annotated[str | None, option("--task", hidden=True, help="Old spelling of --kind.")] = None,
     out: Annotated[Path | None, option(help="Output file [default: " + " or ".join(
         t.data_file("{SEED}") for t in _KINDS) + "].")] = None,
-    tasks: Annotated[int | None, option(help="Number of tasks (train + validation) [default: "
-                                        + "; ".join(f"{t.data_kind}: {t.default_tasks:,}" for t in _KINDS) + "].")]
+    tasks: Annotated[int | None, option(help=f"Number of tasks (train + validation) [default: {_TASKS_DEFAULT}].")]
     = None,
     val_fraction: Annotated[float | None, float_option(help=_param_help(
         "Fraction of tasks, taken from the end, for validation", "val_fraction"))] = None,

@@ -65,7 +65,7 @@ def plot_entropy_cmd(
             if out is None and run is None:
                 check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
             opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
-                              study=STUDY, progress=DataGenerationProgress())
+                              study=STUDY, data=data, progress=DataGenerationProgress())
             if opened.shipped:
                 say(f"using the shipped model {opened.checkpoint}")
             out_dir = out or opened.dir / "entropy"

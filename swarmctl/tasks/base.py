@@ -19,6 +19,7 @@ from swarmctl.config import DataConfig, TrainConfig, check_seed
 from swarmctl.data.hdf5 import ensure_writable
 from swarmctl.errors import ConfigError
 from swarmctl.files import check_output_file, remove_orphan_temps
+from swarmctl.testing import random_sets
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
 
@@ -41,6 +42,7 @@ class Task:
     train_data_help: str = "none: tasks are drawn fresh"  # what train's --data means for it (help text)
     default_split: str = "val"  # what eval scores by default
     eval_data_help: str = "the run's"  # what eval scores without --data (help text)
+    metric_help: str = ""  # what eval reports (help text)
     sweepable = True  # whether `swarmctl sweep` can train it (a spec names one data file or none)
     unit: str = "tasks"  # what eval counts
     studies: frozenset[str] = frozenset({"eval"})  # the commands that can study its runs (and its shipped model)
@@ -89,6 +91,12 @@ class Task:
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         """Column headers and rows (first column: what is scored) of `swarmctl eval`'s table."""
         raise NotImplementedError
+
+    def example_inputs(self, batch: int, size: int, dtype: torch.dtype = torch.float32,
+                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+        """Random inputs of the kind this task's models take (``model(*inputs)``), for the generic model
+        tests: ``batch`` padded sets of up to ``size`` 2-D points and their mask."""
+        return random_sets(batch, size, dtype=dtype, generator=generator)
 
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
                        chunk_size: int | None = None, progress: Callable[[float], None] | None = None,

@@ -54,6 +54,7 @@ class ClusteringTask(Task):
     train_data_help = f"{default_data}, generated when missing"
     default_split = "val"
     eval_data_help = "the run's"
+    metric_help = "Hungarian-matched loss and matched accuracy, next to the true mixture's oracle"
     studies = Task.studies | {"shuffle-variance", "plot-entropy", "cluster"}
     data_kind = "clustering"
     data_kind_help = ("train/val splits; per task K clusters uniform in k-min..k-max, N points uniform in "

@@ -13,7 +13,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from swarmctl.config import DATA_DIR, DataConfig, TrainConfig
-from swarmctl.data.images import DATASETS, ImageBatch, ImageBatches, ImageSet, load_images, shuffled_batches
+from swarmctl.data.images import (
+    DATASETS,
+    ImageBatch,
+    ImageBatches,
+    ImageSet,
+    image_shape,
+    load_images,
+    shuffled_batches,
+)
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.models.image import DEFAULT_DATASET, scan_order
 from swarmctl.tasks.base import Prepared, Task
@@ -52,6 +60,7 @@ class ImageTask(Task):
     default_data = DATA_DIR  # torchvision root
     train_data_help = "none: --dataset and --data-dir name their images"
     eval_data_help = "the run's --data-dir"
+    metric_help = "cross-entropy per sub-pixel and bits per dimension"
     studies = Task.studies | {"sample"}
     datasets = tuple(DATASETS)
     default_dataset = DEFAULT_DATASET
@@ -91,6 +100,14 @@ class ImageTask(Task):
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         return (["", "cross-entropy (nats/sub-pixel)", "bits/dim"],
                 [["model (class-conditional)", f"{res['loss']:.4f}", f"{res['bits_per_dim']:.4f}"]])
+
+    def example_inputs(self, batch: int, size: int, dtype: torch.dtype = torch.float32,
+                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+        """``batch`` random images of the default dataset's shape (integer sub-pixel values, as batches hold
+        them) and their class labels; ``size`` and ``dtype`` do not apply."""
+        shape = image_shape(self.default_dataset)
+        images = torch.randint(0, 256, (batch, *shape), generator=generator)
+        return images, torch.randint(0, 10, (batch,), generator=generator)
 
     def progress_note(self, record: dict[str, Any]) -> str:
         return f" ({record['val_bits_per_dim']:.3f} bits/dim)" if "val_bits_per_dim" in record else ""

@@ -72,6 +72,7 @@ class MogTask(Task):
     defaults = TrainConfig(lr=0.01, batch_size=10, max_epochs=100, steps_per_epoch=500, val_batches=100,
                            lr_decay_epoch=70, lr_decay=0.1, beta=1.0, alpha=0.8, minutes=300.0)
     default_split = "test"
+    metric_help = "log-likelihood per point, next to the oracle's with the true parameters"
     eval_data_help = f"the fixed {TEST_BATCHES * TEST_BATCH_SIZE:,}-task test set"
     data_kind = "mog4"
     data_kind_help = ("a fixed test set (split test) of 4-component mixtures for MoG-parameter models: 4 isotropic "

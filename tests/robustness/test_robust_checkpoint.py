@@ -171,16 +171,17 @@ def _check(trained_runs, tmp_path, family, seed, every_command):
     run = root / "swarm"
     shutil.copytree(runs / "swarm", run)
     target = run / rng.choice(["best.pt", "last.pt"])
-    original = load_checkpoint(target)
+    original = torch.load(target, weights_only=True)["digest"]
     fault = {**SEMANTIC, **BYTES}[family](rng)
     fault.apply(target)
     try:
-        ckpt = load_checkpoint(target)
+        load_checkpoint(target)
     except CheckpointError as exc:
         assert "\n" not in str(exc)
     else:
         assert family in BYTES, f"{fault.name}: accepted"
-        assert ckpt["digest"] == original["digest"] == content_digest(ckpt), fault.name  # nothing it reads changed
+        ckpt = torch.load(target, weights_only=True)
+        assert ckpt["digest"] == original == content_digest(ckpt), fault.name  # nothing it reads changed
         return
     commands = [["train", "swarm", "--resume", run, "--device", "cpu"]]  # reads last.pt, then best.pt
     if target.name == "best.pt":  # the other commands read best.pt

@@ -125,17 +125,17 @@ def cli(*args):
 
 def test_cli_method_defaults_and_errors(trained_runs, tmp_path):
     runs, _ = trained_runs
-    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--out", tmp_path / "a")
+    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--index", 0, "--grid", 4, "--out", tmp_path / "a")
     assert r.exit_code == 0, r.output
     assert ", exact," in r.output  # the default for every model: the probe is an approximation
-    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--method", "probe",
+    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--index", 0, "--grid", 4, "--method", "probe",
             "--out", tmp_path / "a2")
     assert r.exit_code == 0, r.output
     assert ", probe," in r.output
-    r = cli("plot-entropy", "lstm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--out", tmp_path / "b")
+    r = cli("plot-entropy", "lstm", "--runs-dir", runs, "--index", 0, "--grid", 4, "--out", tmp_path / "b")
     assert r.exit_code == 0, r.output
     assert ", exact," in r.output
-    r = cli("plot-entropy", "lstm", "--runs-dir", runs, "--task", 0, "--grid", 4, "--method", "probe",
+    r = cli("plot-entropy", "lstm", "--runs-dir", runs, "--index", 0, "--grid", 4, "--method", "probe",
             "--out", tmp_path / "c")
     assert r.exit_code == 2 and "--method exact" in r.output and not (tmp_path / "c").exists()
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--grid", 4, "--method", "fast", "--out", tmp_path / "d")

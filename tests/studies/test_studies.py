@@ -140,7 +140,7 @@ def test_cli_studies_and_replot(trained_runs, tmp_path, cli):
     assert cli("shuffle-variance", "swarm", "lstm", "--runs-dir", runs, "--out", out, "--replot").exit_code == 0
     assert (out / "shuffle-variance.png").is_file()
 
-    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--task", 0, "--grid", 5, "--out", tmp_path / "ent")
+    r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--index", 0, "--grid", 5, "--out", tmp_path / "ent")
     assert r.exit_code == 0, r.output
     assert {p.name for p in (tmp_path / "ent").iterdir()} >= {"entropy.npz", "entropy.png", "classes.png"}
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--out", tmp_path / "none", "--replot")

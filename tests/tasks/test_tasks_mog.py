@@ -61,7 +61,7 @@ def test_oracle_log_likelihood_is_about_minus_1_4755():
 
 def test_cli_mog_end_to_end(tmp_path, cli):
     test_set = tmp_path / "mog.h5"
-    assert cli("gen-data", "--task", "mog4", "--tasks", 30, "--out", test_set).exit_code == 0
+    assert cli("gen-data", "--kind", "mog4", "--tasks", 30, "--out", test_set).exit_code == 0
     splits, info = read_dataset(test_set)
     assert info["kind"] == "mog" and len(splits["test"]) == 30
     runs = tmp_path / "runs"
