@@ -1,42 +1,328 @@
-"""Atomic file writes: write beside the target, then rename, so no reader sees a half-written file."""
+"""Every file swarmctl writes or reads back goes through here: atomic writes (beside the target, then a
+rename) that never follow a link or replace a special file or an input, all-or-nothing groups of
+outputs, log appends, the run lock, and reads that refuse a FIFO or folder instead of hanging."""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
 import glob
+import io
 import json
 import os
 import re
+import stat
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from swarmctl.errors import ResourceError, SwarmctlWarning
 
+# ---- what may be written, and how it is read --------------------------------------------------------
 
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` on a temporary file in ``path``'s folder, then rename it to ``path``.
+RUN_FILES = ("config.json", "metrics.jsonl", "best.pt", "last.pt")  # a run's own files: only its writer writes them
+_held: set[Path] = set()  # run folders whose lock this process holds (see :func:`holding`)
 
-    On any error (or interruption) the temporary file is removed and ``path`` is left untouched.
+
+@contextlib.contextmanager
+def holding(folder: Path) -> Iterator[None]:
+    """Mark ``folder`` (a run folder) as held by this process for the block: only then may its own files
+    (:data:`RUN_FILES`) be written. runs.run_lock wraps its critical section in this."""
+    folder = Path(folder).resolve()
+    _held.add(folder)
+    try:
+        yield
+    finally:
+        _held.discard(folder)
+
+
+def _kind(mode: int) -> str | None:
+    """None for a regular file, else what the file is, for a message."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def check_regular_file(path: Path) -> None:
+    """Refuse to read ``path`` when it exists but is not a regular file (a folder, a FIFO, a device):
+    opening a FIFO blocks for ever. Links are followed (data may be linked in). A missing file passes:
+    the reader says what to do about it."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    what = _kind(mode)
+    if what is not None:
+        raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
+
+
+def check_plain_file(path: Path) -> None:
+    """Refuse a link, a folder, a FIFO or another special file at ``path`` (a run's own file, which only
+    swarmctl writes and never through a link); a regular file or nothing passes. The link itself is
+    looked at, never followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    what = _kind(mode)
+    if what is not None:
+        raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The content of the regular file ``path`` (a link is followed). A folder, a FIFO or a device is
+    refused at once, without blocking (ResourceError); a missing file is FileNotFoundError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as fh:
+        what = _kind(os.fstat(fd).st_mode)
+        if what is not None:
+            raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
+        os.set_blocking(fd, True)
+        return fh.read()
+
+
+def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
+    """Refuse a file ``path`` that a command would replace, before any work: a symbolic link (swarmctl
+    never writes through a link), a folder, a FIFO or other special file in its place, one of the
+    command's ``inputs`` (compared as resolved paths), or a run's own file (:data:`RUN_FILES` in a folder
+    holding config.json) while this process does not hold that run's lock."""
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    what = None if mode is None else _kind(mode)
+    if what == "a folder":
+        raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
+    if what is not None:
+        raise ResourceError(f"cannot write {path}: it is {what}, which swarmctl never writes through or replaces; "
+                          "remove it or choose another path")
+    target = _resolved(path)
+    for source in inputs:
+        if source is not None and _resolved(Path(source)) == target:
+            raise ResourceError(f"cannot write {path}: it is an input of this command ({source}); choose another "
+                              "output path")
+    if target.name in RUN_FILES and (target.parent / "config.json").exists() and target.parent not in _held:
+        raise ResourceError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
+                          "writes; choose another output path")
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):  # a link loop: compare as given
+        return Path(os.path.abspath(path))
+
+
+_OS_FIXES = {
+    errno.EACCES: "choose a folder you can write to",
+    errno.EPERM: "choose a folder you can write to",
+    errno.EROFS: "the file system is read-only; choose another folder",
+    errno.EISDIR: "it is a folder; give a file path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.ENOSPC: "the disk is full; free space or choose another folder",
+    errno.EDQUOT: "the disk quota is used up; free space or choose another folder",
+    errno.EFBIG: "the file-size limit (ulimit -f) was reached; raise it or choose a smaller output",
+    errno.ENOENT: "check the path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.ELOOP: "a link points in a circle or swarmctl refused to follow it; remove it",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An OSError as one line: the file, the cause and a fix."""
+    if exc.strerror is None:  # h5py and others raise OSError with only a message
+        return " ".join(str(exc).split())[:300] + "; check the path"
+    what = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"{what}{exc.strerror.lower()}; {_OS_FIXES.get(exc.errno or 0, 'check the path')}"
+
+
+# ---- atomic writes --------------------------------------------------------------------------------------
+
+class _Staging:
+    """The writes of one :func:`staged_writes` block: temporary files to rename, folders created."""
+
+    def __init__(self, inputs: tuple[Path, ...]) -> None:
+        self.inputs = inputs
+        self.pending: list[tuple[str, Path]] = []
+        self.created: list[Path] = []
+
+
+_staging: contextvars.ContextVar[_Staging | None] = contextvars.ContextVar("swarmctl_staging", default=None)
+
+
+@contextlib.contextmanager
+def staged_writes(inputs: Iterable[Path | None] = ()) -> Iterator[None]:
+    """Make the files a command writes in this block appear together, or not at all: every
+    :func:`atomic_write` inside it writes its temporary file at once (so a full disk is found there)
+    but renames it only when the block ends without error. On any error every temporary file, and
+    every folder the block created, is removed: a failed command leaves nothing new and changes no
+    file. No file of ``inputs`` may be written."""
+    stage = _Staging(tuple(Path(p) for p in inputs if p is not None))
+    token = _staging.set(stage)
+    done = False
+    try:
+        yield
+        for _, path in stage.pending:
+            check_writable_target(path, stage.inputs)  # nothing was put in its place meanwhile
+        for tmp, path in stage.pending:
+            os.replace(tmp, path)
+        done = True
+    finally:
+        _staging.reset(token)
+        if not done:
+            for tmp, _ in stage.pending:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            _remove_folders(stage.created)
+
+
+def _make_folder(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; the folders it created, outermost first."""
+    missing = []
+    for parent in [folder, *folder.parents]:
+        if parent.exists():
+            break
+        missing.append(parent)
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing[::-1]
+
+
+def _remove_folders(created: list[Path]) -> None:
+    for folder in reversed(created):  # innermost first; only when empty
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+    """Write ``path`` atomically: ``write(buffer)`` fills an in-memory buffer, whose bytes go to a new
+    temporary file beside ``path`` (created exclusively: never a link) that is then renamed to ``path``.
+
+    The target is checked first (:func:`check_writable_target`). Any error leaves ``path`` as it was
+    and removes the temporary file and the folders this call created; a failed write (a full disk, a
+    file-size limit) is an OSError naming ``path``. Inside :func:`staged_writes` the rename waits for
+    the end of the block.
     """
     path = Path(path)
-    check_output_file(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:  # the writer's PID in the name: remove_orphan_temps leaves a live writer's file alone
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
-    except OSError as exc:  # name the file asked for, not the temporary one
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    os.close(fd)
+    _check_target(path)
+    buffer = io.BytesIO()
+    write(buffer)
+
+    def fill(fd: int, tmp: str) -> None:
+        data = buffer.getbuffer()
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError as exc:  # name the file asked for, not the temporary one
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+    _write_beside(path, fill)
+
+
+def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
+    """:func:`atomic_write` for a writer that needs a file name (a compiler): ``write(tmp)`` writes the
+    temporary file, created exclusively beside ``path``, which is then renamed to ``path``. Its errors
+    are its own; the target is checked as for :func:`atomic_write`."""
+    path = Path(path)
+    _check_target(path)
+    _write_beside(path, lambda fd, tmp: write(tmp))
+
+
+def _check_target(path: Path) -> None:
+    stage = _staging.get()
+    check_writable_target(path, stage.inputs if stage else ())
+    check_output_folder(path.parent, path)
+
+
+def _write_beside(path: Path, fill: Callable[[int, str], None]) -> None:
+    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then rename it to ``path`` (or
+    stage the rename); on any error remove it and the folders made for it."""
+    stage = _staging.get()
+    created = _make_folder(path.parent)
+    if stage is not None:
+        stage.created.extend(created)
+    tmp = None
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
-        os.replace(tmp, path)
+        try:  # the writer's PID in the name: remove_orphan_temps leaves a live writer's file alone
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        try:
+            fill(fd, tmp)
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
+        finally:
+            os.close(fd)
+        if stage is not None:
+            stage.pending.append((tmp, path))
+        else:
+            os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp is not None and (stage is None or (tmp, path) not in stage.pending):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if stage is None:
+            _remove_folders(created)
         raise
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append ``line`` (a newline is added) to the log ``path`` in one write, without following a link
+    and refusing a special file in its place. A failed write (a full disk) truncates the file back to
+    its old length, so no partial line is left, and is an OSError naming ``path``."""
+    path = Path(path)
+    check_writable_target(path)
+    data = (line + "\n").encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o666)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    try:
+        what = _kind(os.fstat(fd).st_mode)
+        if what is not None:
+            raise ResourceError(f"cannot write {path}: it is {what}; remove it")
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def open_lock_file(path: Path) -> BinaryIO:
+    """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
+    folder, a FIFO or another special file in its place is refused (ResourceError)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            what = _kind(os.lstat(path).st_mode) or "not a regular file"
+            raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again") \
+                from None
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    what = _kind(os.fstat(fd).st_mode)
+    if what is not None:
+        os.close(fd)
+        raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "r+b")
 
 
 def check_output_folder(folder: Path, target: Path | None = None) -> None:
@@ -54,16 +340,16 @@ def check_output_folder(folder: Path, target: Path | None = None) -> None:
             return
 
 
-def check_output_file(path: Path) -> None:
-    """Refuse, before any work, an output file path that is a folder or whose folder cannot be written."""
+def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
+    """Refuse, before any work, an output file path that is a folder, a link or special file, one of
+    ``inputs`` or a run's own file, or whose folder cannot be written."""
     path = Path(path)
-    if path.is_dir():
-        raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
+    check_writable_target(path, [p for p in inputs if p is not None])
     check_output_folder(path.parent, path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+    atomic_write(path, lambda fh: fh.write(text.encode()))
 
 
 def _umask() -> int:
@@ -104,7 +390,7 @@ METRICS_KEYS = ("epoch", "train_loss", "val_loss", "best_val", "lr", "net_second
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`read_jsonl`)."""
-    return read_jsonl(path, METRICS_KEYS) if Path(path).is_file() else []
+    return read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
 
 
 def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
@@ -112,7 +398,7 @@ def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     last line left by a process killed while appending, a damaged byte) is skipped with a
     :class:`SwarmctlWarning`."""
     records, bad = [], []
-    for number, line in enumerate(Path(path).read_bytes().splitlines(), start=1):
+    for number, line in enumerate(read_bytes(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -31,7 +31,17 @@ from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
-from swarmctl.files import atomic_write_text, check_output_folder, remove_orphan_temps
+from swarmctl.files import (
+    atomic_write_text,
+    check_output_folder,
+    check_plain_file,
+    check_regular_file,
+    describe_os_error,
+    holding,
+    open_lock_file,
+    read_bytes,
+    remove_orphan_temps,
+)
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, require_study, task_of, tasks_for
 from swarmctl.training.checkpoint import Checkpoint, RunWriter, load_checkpoint, save_checkpoint
@@ -117,22 +127,23 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first
     run_dir.mkdir(parents=True, exist_ok=True)
     lock_made = not (run_dir / LOCK).exists()
-    fh = open(run_dir / LOCK, "a+")  # noqa: SIM115 (held until the context ends)
+    fh = open_lock_file(run_dir / LOCK)  # never through a link, never a FIFO or folder
     try:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
-            holder = fh.read().strip() or "another process"
+            holder = fh.read(64).decode(errors="replace").strip() or "another process"
             raise CheckpointError(f"run {run_dir} is being written by process {holder}; wait for it to end "
                                   f"or stop it (kill {holder}) first") from None
         fh.seek(0)
         fh.truncate()
-        fh.write(f"{os.getpid()}\n")
+        fh.write(f"{os.getpid()}\n".encode())
         fh.flush()
         remove_orphan_temps(run_dir, held=True)
         try:
-            yield
+            with holding(run_dir):
+                yield
         except BaseException:
             _remove_made(run_dir / LOCK if lock_made else None, made)
             raise
@@ -167,6 +178,13 @@ def _agree(error: SwarmctlError | None, ctx: DistContext, device: torch.device) 
 def _is_dead(run_dir: Path) -> bool:
     """A run folder with a config but no checkpoint: killed or failed in its first epoch."""
     return (run_dir / "config.json").is_file() and not (run_dir / "last.pt").is_file()
+
+
+def _check_run_files(run_dir: Path) -> None:
+    """Refuse a run whose own files are links, folders, FIFOs or other special files (planted, or left by
+    another tool), before anything in it is read, removed or written."""
+    for name in ("config.json", *RESTARTABLE):
+        check_plain_file(run_dir / name)
 
 
 def _clear_for_restart(run_dir: Path) -> None:
@@ -215,7 +233,11 @@ def start_run(
     }
     with StopSignals() as signals, _writing(run_dir, ctx):
         error = None
-        if (run_dir / "config.json").exists() and not _is_dead(run_dir):
+        try:
+            _check_run_files(run_dir)
+        except SwarmctlError as exc:
+            error = exc
+        if error is None and (run_dir / "config.json").exists() and not _is_dead(run_dir):
             error = CheckpointError(f"run {run_dir} exists; continue it with "
                                     f"{resume_command(model_cfg.name, run_dir, runs_dir)} or pick another --name")
         _agree(error, ctx, device)
@@ -226,8 +248,11 @@ def start_run(
             _clear_for_restart(run_dir)
             _write_config(run_dir, config)
         try:
-            return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
-                       progress=progress, signals=signals)
+            with _write_failures_keep_the_run(run_dir, model_cfg.name, runs_dir):
+                return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
+                           progress=progress, signals=signals)
+        except CheckpointError:  # a file that could not be written: the run stays, with how to continue
+            raise
         except BaseException:  # out of memory in the first steps, say: a run without a checkpoint goes
             if ctx.is_main and not (run_dir / "last.pt").exists():
                 _clear_for_restart(run_dir)
@@ -236,6 +261,19 @@ def start_run(
 
 
 RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
+
+
+@contextmanager
+def _write_failures_keep_the_run(run_dir: Path, model: str, runs_dir: Path) -> Iterator[None]:
+    """A checkpoint or metrics line that cannot be written (a full disk, a file-size limit) ends training
+    with one line: the file and the cause, and how to continue. The atomic writes keep the previous
+    last.pt, so the run loses at most the epoch in progress."""
+    try:
+        yield
+    except OSError as exc:
+        kept = "its last.pt from before is kept" if (run_dir / "last.pt").is_file() else "no epoch was saved yet"
+        raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
+                              f"{resume_command(model, run_dir, runs_dir)}") from None
 
 
 def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: Path = Path("runs")) -> str:
@@ -294,8 +332,9 @@ def resume_run(
                                   "training it from scratch", SwarmctlWarning, stacklevel=2)
                     _clear_for_restart(run_dir)
                 _write_config(run_dir, config)
-            return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=dev,
-                       resume=not from_scratch, ctx=ctx, progress=progress, signals=signals)
+            with _write_failures_keep_the_run(run_dir, model_cfg.name, runs_dir):
+                return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=dev,
+                           resume=not from_scratch, ctx=ctx, progress=progress, signals=signals)
 
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -310,7 +349,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     """``run_dir/config.json``; CheckpointError when it is damaged."""
     path = Path(run_dir) / "config.json"
     try:
-        config = json.loads(path.read_bytes())
+        config = json.loads(read_bytes(path))
         from_dict(ModelConfig, config["model"])  # every field known and in range
         from_dict(TrainConfig, config["train"])
         from_dict(DataConfig, config["data"])
@@ -322,6 +361,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
 def _resume_config(run_dir: Path) -> tuple[dict[str, Any], bool]:
     """The config a resume continues with, and whether it starts from scratch (no last.pt). last.pt and
     best.pt must belong to the run: a checkpoint copied in from another run is refused."""
+    _check_run_files(run_dir)
     if _is_dead(run_dir):
         return read_run_config(run_dir), True
     config = load_checkpoint(run_dir / "last.pt").config
@@ -392,6 +432,7 @@ def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
         return path
     run_dir = resolve_run(target, runs_dir)
     for name in ("best.pt", "last.pt"):
+        check_regular_file(run_dir / name)  # a FIFO or folder in its place is an error, not a missing file
         if (run_dir / name).is_file():
             check_belongs(run_dir / name, load_checkpoint(run_dir / name).config, run_dir)
             return run_dir / name
@@ -436,14 +477,14 @@ def shipped_models() -> list[ShippedModel]:
     folder, found, recorded = pretrained_dir(), [], set()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            record = json.loads(path.read_bytes())
+            record = json.loads(read_bytes(path))
             checkpoint = folder / record["file"]
             task, model = record["task"], record["config"]["model"]
             if not (isinstance(record["file"], str) and Path(record["file"]).name == record["file"]
                     and isinstance(task, str) and isinstance(model, dict)):
                 raise TypeError("malformed record")
             dataset = model.get("dataset")
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError):
             warnings.warn(f"skipped shipped model record {path}: not a readable record", SwarmctlWarning,
                           stacklevel=2)
             continue

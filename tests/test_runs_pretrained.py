@@ -60,6 +60,7 @@ def test_without_a_shipped_model_the_commands_name_the_fix(tmp_path):
     assert r.exit_code == 1 and "no shipped clustering or" in r.output and "Traceback" not in r.output
     r = cli("plot-entropy", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
+    assert list(tmp_path.iterdir()) == []  # no runs folder, no dataset generated for a model that is not there
 
 
 def test_a_shipped_model_gets_its_data_ensured_unless_data_is_named(tmp_path, trained_runs, monkeypatch):

@@ -58,7 +58,8 @@ def _replace_shipped(info_path: Path, weights_from: Path, new_eval: dict, metric
     from swarmctl.runs import export_weights
 
     keep = {k: info[k] for k in ("paper",) if k in info}
-    export_weights(weights_from, info_path.with_name(info["file"]), record={**keep, **source, "eval": new_eval})
+    scored = {k: v for k, v in new_eval.items() if k != "checkpoint"}  # a path on the device machine
+    export_weights(weights_from, info_path.with_name(info["file"]), record={**keep, **source, "eval": scored})
     return f"{info['file']}: {metric} {old} -> {new}"
 
 

@@ -3,7 +3,6 @@ the options several commands share."""
 
 from __future__ import annotations
 
-import errno
 import signal
 import sys
 import threading
@@ -20,6 +19,7 @@ from rich.markup import escape
 
 from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
 from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning
+from swarmctl.files import describe_os_error
 
 console = Console()
 err_console = Console(stderr=True)
@@ -125,24 +125,9 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
                       soft_wrap=True)
 
 
-_OS_FIXES = {
-    errno.EACCES: "choose a folder you can write to",
-    errno.EPERM: "choose a folder you can write to",
-    errno.EROFS: "the file system is read-only; choose another folder",
-    errno.EISDIR: "it is a folder; give a file path",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
-    errno.ENOSPC: "the disk is full; free space or choose another folder",
-    errno.ENOENT: "check the path",
-    errno.ENAMETOOLONG: "choose a shorter path",
-}
-
-
 def os_error_line(exc: OSError) -> str:
-    """An OSError (a read-only folder, a file where a folder should be, ...) as one line with a fix."""
-    if exc.strerror is None:  # h5py and others raise OSError with only a message
-        return " ".join(str(exc).split())[:300] + "; check the path"
-    what = f"{exc.filename}: " if exc.filename is not None else ""
-    return f"{what}{exc.strerror.lower()}; {_OS_FIXES.get(exc.errno or 0, 'check the path')}"
+    """An OSError (a read-only folder, a full disk, ...) as one line naming the file, the cause and a fix."""
+    return describe_os_error(exc)
 
 
 @contextmanager

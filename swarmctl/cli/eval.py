@@ -12,7 +12,7 @@ from rich.table import Table
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress
-from swarmctl.files import atomic_write_text, check_output_file, check_output_folder
+from swarmctl.files import atomic_write_text, check_output_file, check_output_folder, staged_writes
 from swarmctl.runs import evaluate_run, open_run
 from swarmctl.tasks import TASKS, get_task
 
@@ -40,7 +40,7 @@ def eval_cmd(
 ) -> None:
     with user_errors():
         if out is not None:
-            check_output_file(out)
+            check_output_file(out, inputs=[data])
         elif target is None:
             check_output_folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
         opened = open_run(target, runs_dir, device, data=data, progress=DataGenerationProgress())
@@ -48,9 +48,13 @@ def eval_cmd(
             say(f"scoring the shipped model {opened.checkpoint}")
         if out is None:
             check_output_folder(opened.dir)
+        inputs = [opened.checkpoint, data]
+        if out is not None:
+            check_output_file(out, inputs)  # never over the checkpoint it reads, nor a run's own files
         res = evaluate_run(opened, data, split)
         out_path = out or opened.dir / f"eval-{res['split']}.json"
-        atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
+        with staged_writes(inputs):
+            atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
     task = get_task(res["task"])
     columns, rows = task.eval_table(res)
     table = Table(title=escape(f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], "

@@ -10,7 +10,7 @@ import typer
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress, task_progress
-from swarmctl.files import check_output_folder
+from swarmctl.files import check_output_file, check_output_folder, staged_writes
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.style import save_figure
 from swarmctl.runs import open_run, resolve_run, shipped_for, shipped_results_dir
@@ -55,11 +55,13 @@ def plot_entropy_cmd(
     with user_errors():
         if out is not None:
             check_output_folder(out)
+        inputs: list[Path | None] = [data]
         if replot:
             run_dir = resolve_run(run, runs_dir) if run is not None else \
                 shipped_results_dir(shipped_for(STUDY), runs_dir)
             out_dir = out or run_dir / "entropy"
             res = load_result(EntropyMapResult, out_dir / "entropy.npz")
+            inputs.append(out_dir / "entropy.npz")
         else:
             check_grid(grid)
             if out is None and run is None:
@@ -70,13 +72,18 @@ def plot_entropy_cmd(
                 say(f"using the shipped model {opened.checkpoint}")
             out_dir = out or opened.dir / "entropy"
             check_output_folder(out_dir)
+            inputs.append(opened.checkpoint)
+            for name in ("entropy.npz", "entropy.png", "classes.png"):
+                check_output_file(out_dir / name, inputs)
             with task_progress("grid") as progress:
                 bar = progress.add_task(f"x* grid {grid}x{grid}", total=grid * grid)
                 res = entropy_map_of_run(opened, data, index if index is not None else old_index, clusters, size,
                                          grid, method,
                                          progress=lambda k, n: progress.update(bar, completed=k))
-            save_result(res, out_dir / "entropy.npz")
-        p1 = save_figure(plot_entropy_map(res), out_dir / "entropy")
-        p2 = save_figure(plot_class_maps(res), out_dir / "classes")
+        with staged_writes(inputs):  # every file, or none (and no new folder)
+            if not replot:
+                save_result(res, out_dir / "entropy.npz")
+            p1 = save_figure(plot_entropy_map(res), out_dir / "entropy")
+            p2 = save_figure(plot_class_maps(res), out_dir / "classes")
     say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
         f"{len(res.grid_x)}x{len(res.grid_y)}, {res.method}, computed in {res.seconds:.1f} s -> {p1}, {p2}")

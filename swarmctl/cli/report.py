@@ -10,7 +10,7 @@ from rich.table import Table
 
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user_errors
-from swarmctl.files import atomic_write_text, check_output_folder
+from swarmctl.files import atomic_write_text, check_output_folder, staged_writes
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.report import (
@@ -41,8 +41,9 @@ def report_cmd(
         out_dir = out or runs_dir
         check_output_folder(out_dir)
         rows = summarise(read_runs(runs_dir))
-        atomic_write_text(out_dir / "report.md", report_markdown(rows))
-        fig = save_figure(plot_frontier(frontiers(rows), largest_explored(rows), title), out_dir / "frontier")
+        with staged_writes():  # both files, or neither
+            atomic_write_text(out_dir / "report.md", report_markdown(rows))
+            fig = save_figure(plot_frontier(frontiers(rows), largest_explored(rows), title), out_dir / "frontier")
     table = Table(title=escape(f"runs in {runs_dir}"))
     for col in ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min", "device"):
         table.add_column(col, justify="right" if col in ("parameters", "epochs", "net min") else "left")

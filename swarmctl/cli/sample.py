@@ -20,7 +20,7 @@ from swarmctl.cli._options import (
     seed_option,
     user_errors,
 )
-from swarmctl.files import atomic_write, check_output_file, check_output_folder
+from swarmctl.files import atomic_write, check_output_file, staged_writes
 from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.sampling import open_sample_run, sample_run
@@ -30,14 +30,16 @@ _SAMPLED = tasks_for("sample")
 DATASETS = [d for t in _SAMPLED for d in t.datasets]
 
 
-def _save_npy(path: str, array: np.ndarray) -> None:
-    with open(path, "wb") as fh:
-        np.save(fh, array)
-
-
 def _known_dataset(value: str) -> str:
     if value not in DATASETS:
         raise typer.BadParameter(f"unknown dataset {value!r}; choose one of {', '.join(DATASETS)}")
+    return value
+
+
+def _png_path(value: Path | None) -> Path | None:
+    if value is not None and value.suffix.lower() != ".png":
+        raise typer.BadParameter(f"{value} does not end in .png; sample writes PNG images (and a .npy array "
+                                 "beside them): give a name such as samples.png")
     return value
 
 
@@ -50,8 +52,10 @@ def sample_cmd(
     per_class: Annotated[int, option(help="Images per class (one row per class).", min=1)] = 2,
     temperature: Annotated[float, option(help="Softmax temperature (> 0).", callback=positive)] = 1.0,
     seed: Annotated[int, seed_option(help="Seed of the sampling noise.")] = 0,
-    out: Annotated[Path | None, option(help="PNG file [default: RUN/samples-sSEED.png; "
-                                            "runs/pretrained-NAME/ for a shipped model].")] = None,
+    out: Annotated[Path | None, option(help="PNG file, ending in .png (the images also go to the same name "
+                                            "ending in .npy) [default: RUN/samples-sSEED.png; "
+                                            "runs/pretrained-NAME/ for a shipped model].",
+                                       callback=_png_path)] = None,
     full: Annotated[bool, option("--full", help="Use the full-recompute reference sampler "
                                                      "(one forward pass per sub-pixel; slow).")] = False,
     runs_dir: RunsDir = RUNS_DIR,
@@ -61,13 +65,16 @@ def sample_cmd(
     with user_errors():
         if out is not None:
             check_output_file(out)
+            check_output_file(out.with_suffix(".npy"))
         opened, chosen = open_sample_run(run, runs_dir, dataset, device)
         if chosen:
             say(chosen)
-        check_output_folder(Path(out).parent if out is not None else opened.dir)
+        path = Path(out or opened.dir / f"samples-s{seed}.png")
+        for written in (path, path.with_suffix(".npy")):  # never over the checkpoint it reads
+            check_output_file(written, [opened.checkpoint])
         with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"):
             grid = sample_run(opened, per_class, temperature, seed, incremental=not full)
-        path = Path(out or opened.dir / f"samples-s{seed}.png")
-        path = save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), path)
-        atomic_write(path.with_suffix(".npy"), lambda tmp: _save_npy(tmp, grid.images))
+        with staged_writes([opened.checkpoint]):  # both files, or neither
+            save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), path)
+            atomic_write(path.with_suffix(".npy"), lambda fh: np.save(fh, grid.images))
     say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {path}")

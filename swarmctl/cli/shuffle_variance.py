@@ -12,6 +12,7 @@ from rich.markup import escape
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, seed_option, user_errors
 from swarmctl.cli._progress import task_progress
+from swarmctl.files import staged_writes
 from swarmctl.plots.shuffle import plot_shuffle_variance
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.shuffle_variance import shuffle_variance_study
@@ -36,9 +37,10 @@ def shuffle_variance_cmd(
     orderings. Equivariant models give float-rounding values; the unsorted BiLSTM does not.
     """
     with user_errors():
-        study = shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
-                                       progress=_progress)
-        fig_path = save_figure(plot_shuffle_variance(study.results), study.out_dir / "shuffle-variance")
+        with staged_writes([data]):  # every file (results, figure, summary), or none
+            study = shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
+                                           progress=_progress)
+            fig_path = save_figure(plot_shuffle_variance(study.results), study.out_dir / "shuffle-variance")
     for label, s in study.summary.items():
         say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
             f"over {s['tasks']} tasks x {s['shuffles']} orderings")

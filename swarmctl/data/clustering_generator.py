@@ -104,6 +104,14 @@ class ClusteringTasks:
                                self.covs[idx], self.weights[idx])
 
 
+def _extreme(params: ClusteringParams, problem: str) -> ConfigError:
+    defaults = ClusteringParams()
+    return ConfigError(f"the inverse-Wishart parameters (df {params.wishart_df:.10g}, scale "
+                       f"{params.wishart_scale:.10g}) give {problem}, which no model can train on; choose values "
+                       f"nearer the defaults (df "
+                       f"{defaults.wishart_df:g}, scale {defaults.wishart_scale:g})")
+
+
 def generate_clustering(
     params: ClusteringParams, seed: int, progress: Callable[[int], None] | None = None
 ) -> ClusteringTasks:
@@ -131,8 +139,12 @@ def generate_clustering(
             mu = rs.randn(2)
             means[t, j], covs[t, j] = mu, cov
             if counts[j] > 0:
-                x = multivariate_normal.rvs(mu, cov, size=counts[j], random_state=rs)
-                pts.append(np.asarray(x, dtype=np.float32).reshape(-1, 2))
+                try:
+                    x = multivariate_normal.rvs(mu, cov, size=counts[j], random_state=rs)
+                except (ValueError, np.linalg.LinAlgError):  # a covariance with inf or NaN entries
+                    raise _extreme(params, "covariances that are not finite") from None
+                with np.errstate(over="ignore"):  # an overflow gives inf points, which the caller refuses
+                    pts.append(np.asarray(x, dtype=np.float32).reshape(-1, 2))
                 lab.append(np.full(counts[j], j, dtype=np.int64))
         perm = rs.permutation(N)
         all_points.append(np.concatenate(pts)[perm])

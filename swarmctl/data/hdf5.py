@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import h5py
 import numpy as np
@@ -33,7 +33,7 @@ from swarmctl.data.clustering_generator import (
     generate_clustering,
 )
 from swarmctl.data.mog import MogParams, generate_mog_tasks
-from swarmctl.errors import DataError
+from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import atomic_write
 
 SCHEMA_VERSION = 2
@@ -74,8 +74,8 @@ def write_dataset(
     path = Path(path)
     ensure_writable(path, force)
 
-    def write(tmp: str) -> None:
-        with h5py.File(tmp, "w") as f:
+    def write(fh: BinaryIO) -> None:
+        with h5py.File(fh, "w") as f:
             f.attrs["schema_version"] = SCHEMA_VERSION
             f.attrs["kind"] = kind
             f.attrs["generator"] = json.dumps(generator, sort_keys=True)
@@ -339,6 +339,15 @@ def generate_dataset(
     tasks = generate_clustering(params, seed, progress)
     n_train = params.n_tasks - params.n_val
     splits = {"train": tasks.select(slice(0, n_train)), "val": tasks.select(slice(n_train, None))}
+    for name, split in splits.items():  # what the reader would refuse is never written
+        try:
+            check_tasks(split, f"split {name!r}", (params.k_min, params.k_max))
+        except DataError as exc:
+            problem = str(exc).split(";")[0]
+            raise ConfigError(f"the generated tasks fail the dataset checks ({problem}): the inverse-Wishart "
+                              f"parameters (df {params.wishart_df:.10g}, scale {params.wishart_scale:.10g}) are too "
+                              f"extreme; choose values nearer the defaults (df {ClusteringParams.wishart_df:g}, "
+                              f"scale {ClusteringParams.wishart_scale:g})") from None
     write_dataset(path, splits, kind="clustering", seed=seed, generator={"name": "clustering", **asdict(params)},
                   force=force)
     return read_info(path)
@@ -350,8 +359,9 @@ def generate_mog_dataset(path: Path, n_tasks: int, seed: int, force: bool = Fals
     path = Path(path)
     ensure_writable(path, force)
     n_batches = max(1, -(-n_tasks // 10))
-    tasks = generate_mog_tasks(n_batches, 10, seed)
+    tasks = generate_mog_tasks(n_batches, 10, seed).select(slice(0, n_tasks))  # batches of 10: keep n_tasks
     write_dataset(path, {"test": tasks}, kind="mog", seed=seed,
-                  generator={"name": "mog4", "batches": n_batches, "batch_size": 10, **asdict(MogParams())},
+                  generator={"name": "mog4", "batches": n_batches, "batch_size": 10, "tasks": n_tasks,
+                             **asdict(MogParams())},
                   force=force)
     return read_info(path)

@@ -12,6 +12,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import h5py
 import numpy as np
@@ -286,12 +287,11 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
     row = ",".join(["{!r}"] * D + ["{}", "{:.6g}", "{:.6g}"])
     columns = [*points.values.T.tolist(), cluster.tolist(), probability.tolist(), entropy.tolist()]
 
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as fh:
-            fh.write(line.getvalue() + "\n")
-            rows = zip(*columns, strict=True)
-            while block := [row.format(*r) for _, r in zip(range(100_000), rows, strict=False)]:
-                fh.write("\n".join(block) + "\n")
+    def write(fh: BinaryIO) -> None:
+        fh.write((line.getvalue() + "\n").encode())
+        rows = zip(*columns, strict=True)
+        while block := [row.format(*r) for _, r in zip(range(100_000), rows, strict=False)]:
+            fh.write(("\n".join(block) + "\n").encode())
 
     atomic_write(path, write)
 

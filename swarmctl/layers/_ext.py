@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from swarmctl.errors import SwarmctlError
-from swarmctl.files import atomic_write, atomic_write_text, remove_orphan_temps
+from swarmctl.files import atomic_write_file, atomic_write_text, remove_orphan_temps
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ def _compile(cxx: str, flags: list[str], target: Path) -> ctypes.CDLL:
             raise BuildFailed(f"{cxx} exited 0 without a usable library ({why})") from None
         atomic_write_text(_digest_file(target), _digest(tmp) + "\n")  # before the library takes its name
 
-    atomic_write(target, write)
+    atomic_write_file(target, write)
     return loaded[0]
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from matplotlib.colors import to_rgba_array
 from matplotlib.figure import Figure
 
-from swarmctl.plots.style import new_figure
+from swarmctl.plots.style import literal, new_figure
 
 MAX_DRAWN = 200_000  # points drawn at most (a seeded random subset beyond): a scatter of millions says no more
 
@@ -26,8 +26,8 @@ def plot_clusters(values: np.ndarray, names: tuple[str, ...], cluster: np.ndarra
     y = values[idx, 1] if values.shape[1] > 1 else probability[idx]
     size = float(np.clip(2e4 / max(len(idx), 1), 0.5, 16.0))
     ax.scatter(x, y, c=colors, s=size, linewidths=0, rasterized=len(idx) > 5000)
-    ax.set_xlabel(names[0])
-    ax.set_ylabel(names[1] if values.shape[1] > 1 else "probability of its cluster")
+    ax.set_xlabel(literal(names[0]))  # column names and file names are drawn as written
+    ax.set_ylabel(literal(names[1]) if values.shape[1] > 1 else "probability of its cluster")
     if values.shape[1] == 2:
         ax.set_aspect("equal", adjustable="datalim")
     sizes = np.bincount(cluster)
@@ -36,6 +36,6 @@ def plot_clusters(values: np.ndarray, names: tuple[str, ...], cluster: np.ndarra
     ax.legend(title="cluster: points", fontsize="small", title_fontsize="small", loc="best", markerscale=1.0)
     drawn = "" if len(idx) == n else f", {len(idx):,} drawn"
     extra = f", first 2 of {values.shape[1]} coordinates" if values.shape[1] > 2 else ""
-    ax.set_title(f"{title}\n{n:,} points{drawn}, {len(sizes)} clusters{extra}; alpha = probability",
+    ax.set_title(f"{literal(title)}\n{n:,} points{drawn}, {len(sizes)} clusters{extra}; alpha = probability",
                  fontsize="medium")
     return fig

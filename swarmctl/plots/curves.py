@@ -8,7 +8,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from swarmctl.files import read_metrics
-from swarmctl.plots.style import new_figure, save_figure
+from swarmctl.plots.style import literal, new_figure, save_figure
 
 
 def save_run_curves(run_dir: Path) -> Path | None:
@@ -38,7 +38,7 @@ def plot_curves(records: list[dict[str, Any]], title: str = "") -> Figure:
     ax.legend(loc="upper right", fontsize="small")
     ax.grid(alpha=0.3)
     if title:
-        ax.set_title(title)
+        ax.set_title(literal(title))
     ax_lr.plot(epochs, [r["lr"] for r in records], color="tab:gray")
     ax_lr.set_yscale("log")
     ax_lr.set_ylabel("lr")

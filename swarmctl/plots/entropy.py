@@ -7,7 +7,7 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse
 
-from swarmctl.plots.style import new_figure
+from swarmctl.plots.style import literal, new_figure
 from swarmctl.studies.results import EntropyMapResult
 
 PALETTE = [f"C{k}" for k in range(10)]  # tab10
@@ -36,7 +36,7 @@ def plot_entropy_map(r: EntropyMapResult) -> Figure:
     im = right.imshow(r.entropy, origin="lower", extent=_extent(r), cmap="Greys", vmin=0, vmax=np.log(10),
                       aspect="auto", interpolation="nearest")
     right.scatter(r.points[:, 0], r.points[:, 1], c=[PALETTE[k] for k in r.assignment], s=6)
-    right.set_title(f"{r.label}: assignment and entropy of x* ({r.method})", fontsize="medium")
+    right.set_title(literal(f"{r.label}: assignment and entropy of x* ({r.method})"), fontsize="medium")
     fig.colorbar(im, ax=right, label="entropy (nats)")
     for ax in (left, right):
         ax.set_xlim(r.grid_x[0], r.grid_x[-1])
@@ -63,5 +63,5 @@ def plot_class_maps(r: EntropyMapResult) -> Figure:
         _ellipses(ax, r.means, r.covs, "white")
         ax.set_title(f"class {k}", fontsize="small")
         ax.tick_params(labelsize="x-small")
-    fig.suptitle(f"{r.label}: class probabilities of x* ({r.method})", fontsize="medium")
+    fig.suptitle(literal(f"{r.label}: class probabilities of x* ({r.method})"), fontsize="medium")
     return fig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from swarmctl.plots.style import new_figure
+from swarmctl.plots.style import literal, new_figure
 
 
 def plot_samples(images: np.ndarray, title: str = "") -> Figure:
@@ -23,5 +23,5 @@ def plot_samples(images: np.ndarray, title: str = "") -> Figure:
     ax.set_yticks([r * (H + 2) + H / 2 for r in range(rows)], [str(r) for r in range(rows)], fontsize="x-small")
     ax.set_xticks([])
     if title:
-        ax.set_title(title, fontsize="x-small", wrap=True)
+        ax.set_title(literal(title), fontsize="x-small", wrap=True)
     return fig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from swarmctl.plots.style import new_figure
+from swarmctl.plots.style import literal, new_figure
 from swarmctl.studies.results import ShuffleVarianceResult
 
 FLOOR = 1e-12  # relative spreads below this (exact zeros included) are drawn at the floor
@@ -25,7 +25,7 @@ def plot_shuffle_variance(results: list[ShuffleVarianceResult]) -> Figure:
         ax.scatter(k + rng.uniform(-0.08, 0.08, len(d)), d, s=6, color="black", alpha=0.5, zorder=3)
         ax.annotate(f"median {np.median(r.rel_std):.2g}", (k, d.max()), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize="x-small")
-    ax.set_xticks(range(1, len(results) + 1), [r.label for r in results])
+    ax.set_xticks(range(1, len(results) + 1), [literal(r.label) for r in results])
     lo, hi = np.floor(min(d.min() for d in data)) - 0.5, np.ceil(max(d.max() for d in data)) + 0.5
     ax.set_ylim(lo, hi)
     ticks = np.arange(np.ceil(lo), hi, 2 if hi - lo > 8 else 1)

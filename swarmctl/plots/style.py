@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from typing import BinaryIO
 
 import matplotlib
 
@@ -17,8 +19,22 @@ def new_figure(width: float = 6.0, height: float = 4.0, **kwargs) -> Figure:
     return Figure(figsize=(width, height), layout="constrained", **kwargs)
 
 
+def literal(text: object) -> str:
+    """``text`` (a run name, a title, a label read from a file) as matplotlib draws it literally: every
+    ``$`` escaped, so no part of it is read as mathtext (which could fail to parse, or render as math)."""
+    return str(text).replace("$", r"\$")
+
+
 def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
-    """Save as PNG atomically (temporary file, then rename); returns the path written."""
+    """Save as PNG atomically (:func:`swarmctl.files.atomic_write`); returns the path written. Characters
+    the font lacks (a CJK run name) are drawn as boxes without a warning per glyph."""
     path = Path(path).with_suffix(".png")
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png"))
+
+    def write(fh: BinaryIO) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+            warnings.filterwarnings("ignore", message=r"Matplotlib currently does not support", category=UserWarning)
+            fig.savefig(fh, dpi=dpi, format="png")
+
+    atomic_write(path, write)
     return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import statistics
 import warnings
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from swarmctl.errors import DataError, SwarmctlWarning
-from swarmctl.files import read_metrics
+from swarmctl.errors import ConfigError, DataError, SwarmctlWarning
+from swarmctl.files import read_bytes, read_metrics
 
 
 def report_folder(runs_dir: Path, default_runs_dir: Path = Path("runs")) -> Path:
@@ -61,21 +62,26 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
         raise DataError(f"{runs_dir}: no such runs folder; train a model with `swarmctl train` first")
     out = []
     for cfg_path in sorted(runs_dir.glob("*/config.json")):
-        records = read_metrics(cfg_path.with_name("metrics.jsonl"))
-        vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
-        if not vals:
-            continue
         try:
-            cfg = json.loads(cfg_path.read_bytes())
+            records = read_metrics(cfg_path.with_name("metrics.jsonl"))
+            vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
+            if not vals:
+                continue
+            cfg = json.loads(read_bytes(cfg_path))
             summary = RunSummary(
                 name=cfg_path.parent.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
                 parameters=int(cfg["run"]["parameters"]), seed=int(cfg["train"]["seed"]),
                 best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
                 epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60,
                 device=str(cfg["run"].get("device", "?")))
-        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
-            warnings.warn(f"skipped run {cfg_path.parent}: its config.json or metrics.jsonl is damaged",
-                          SwarmctlWarning, stacklevel=2)
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError) as exc:
+            why = str(exc) if isinstance(exc, ConfigError) else "its config.json or metrics.jsonl is damaged"
+            warnings.warn(f"skipped run {cfg_path.parent}: {why}", SwarmctlWarning, stacklevel=2)
+            continue
+        if not math.isfinite(summary.best_val) or not math.isfinite(summary.net_minutes):
+            warnings.warn(f"skipped run {cfg_path.parent}: its best validation loss is {summary.best_val} (not a "
+                          "finite number); its metrics.jsonl is damaged or the run diverged", SwarmctlWarning,
+                          stacklevel=2)
             continue
         out.append(summary)
     if not out:

@@ -10,10 +10,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from swarmctl.config import check_memory
 from swarmctl.errors import CheckpointError, ConfigError
 from swarmctl.models import list_models
 from swarmctl.runs import Run, list_runs, open_run
 from swarmctl.tasks import require_study, tasks_for
+from swarmctl.training.device import memory_limit
 
 STUDY = "sample"
 
@@ -35,6 +37,8 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
     """``per_class`` images for each class, drawn together in one batch."""
     if per_class < 1:
         raise ConfigError(f"per_class must be >= 1, got {per_class}")
+    check_memory(_sampling_bytes(model, n_classes * per_class, incremental), memory_limit(torch.device(device)),
+                 f"sampling {n_classes * per_class:,} images", "lower --per-class")
     y = torch.arange(n_classes, device=device).repeat_interleave(per_class)
     gen = torch.Generator(device=device).manual_seed(seed)
     start = time.perf_counter()
@@ -42,6 +46,18 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
     C, H, W = images.shape[1:]
     return SampleGrid(images.reshape(n_classes, per_class, C, H, W), label, temperature, seed,
                       time.perf_counter() - start)
+
+
+def _sampling_bytes(model: nn.Module, n_images: int, incremental: bool) -> float:
+    """A lower bound of the memory drawing ``n_images`` at once takes: the canvas (int64 per sub-pixel),
+    the noise and logits of a step, and per layer a few float32 states of the hidden size (incremental),
+    or the hidden states of every sub-pixel (full recompute)."""
+    positions = getattr(model, "n_positions", 1)
+    hidden = max((p.shape[-1] for p in model.parameters()), default=1)  # at least the hidden size
+    per_image = 8 * positions + 4 * 8 * 256 + 4 * 4 * hidden
+    if not incremental:
+        per_image += 4 * positions * hidden
+    return float(n_images) * per_image
 
 
 def newest_sample_run(runs_dir: Path, dataset: str) -> Path:

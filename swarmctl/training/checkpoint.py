@@ -16,7 +16,7 @@ import torch
 from swarmctl import __version__
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, from_dict
 from swarmctl.errors import CheckpointError
-from swarmctl.files import atomic_write, atomic_write_text, read_metrics
+from swarmctl.files import append_line, atomic_write, atomic_write_text, check_regular_file, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
 
 CHECKPOINT_FORMAT = 2  # the file format: a dict with a "digest", a SHA-256 over everything else
@@ -75,7 +75,7 @@ def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
         "optimizer": ckpt.optimizer,
     }
     payload["digest"] = content_digest(payload)
-    atomic_write(path, lambda tmp: torch.save(payload, tmp))
+    atomic_write(path, lambda fh: torch.save(payload, fh))
 
 
 def content_digest(payload: dict[str, Any]) -> str:
@@ -108,6 +108,7 @@ def content_digest(payload: dict[str, Any]) -> str:
 
 def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:
     """The file's dict, with every entry present and of the right kind (config not yet checked)."""
+    check_regular_file(path)  # a FIFO would block torch.load for ever
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
@@ -256,8 +257,7 @@ class RunWriter:
         return load_checkpoint(path, map_location) if path.is_file() else None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        with open(self.dir / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(record) + "\n")
+        append_line(self.dir / "metrics.jsonl", json.dumps(record))
 
     def keep_metrics_before(self, epoch: int) -> None:
         """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and last.pt

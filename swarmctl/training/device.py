@@ -74,15 +74,17 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
     Uses NCCL for CUDA devices and gloo for the CPU.
     """
-    world = _env_int("WORLD_SIZE", 1, 1)
+    world = _env_int("WORLD_SIZE", 1, low=1)
     if world <= 1:
         return DistContext()
-    if "RANK" not in os.environ:
-        raise ResourceError("WORLD_SIZE is set in the environment but RANK is not; launch with torchrun, or unset "
-                            "WORLD_SIZE")
-    rank, local_rank = _env_int("RANK", 0, 0), _env_int("LOCAL_RANK", 0, 0)
+    missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
+    if missing:
+        raise ResourceError(f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                          "not; launch with `torchrun --nproc_per_node=N -m swarmctl ...`, which sets them all, or "
+                          "unset WORLD_SIZE")
+    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     if rank >= world:
-        raise ResourceError(f"RANK={rank} in the environment is not below WORLD_SIZE={world}; launch with torchrun")
+        raise ResourceError(f"RANK={rank} is not below WORLD_SIZE={world}; launch with torchrun, or unset both")
     if not dist.is_initialized():
         use_cuda = device_name != "cpu" and torch.cuda.is_available()
         if use_cuda:
@@ -92,22 +94,24 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
 
 def is_main_process() -> bool:
-    """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it)."""
-    return _env_int("RANK", 0, 0) == 0
+    """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it).
+    A RANK that is not an integer >= 0 is a ResourceError (exit 1: the environment is no option)."""
+    return _env_int("RANK", 0) == 0
 
 
-def _env_int(name: str, default: int, minimum: int) -> int:
-    """An integer torchrun sets in the environment; ResourceError naming it when it is not one."""
-    text = os.environ.get(name)
-    if text is None:
+def _env_int(name: str, default: int, low: int = 0) -> int:
+    """The integer environment variable ``name`` (``default`` when unset); ResourceError when it is not an
+    integer >= ``low``."""
+    raw = os.environ.get(name)
+    if raw is None:
         return default
     try:
-        value = int(text)
+        value = int(raw)
     except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        raise ResourceError(f"{name}={text!r} in the environment: need an integer >= {minimum} (torchrun sets it); "
-                            f"unset {name} or launch with torchrun")
+        value = None
+    if value is None or value < low:
+        raise ResourceError(f"the environment variable {name}={raw!r} is not an integer >= {low}; unset it, or launch "
+                          "with torchrun, which sets it")
     return value
 
 

@@ -29,14 +29,36 @@ def test_train_eval_and_sample_an_image_model(fake_mnist, tmp_path, cli):
     grid = np.load(run / "samples-s3.npy")
     assert grid.shape == (10, 1, 1, 28, 28) and grid.dtype == np.uint8
 
+    # refused before any work, nothing written: an output that is not a PNG (it used to write x.png), and
+    # more images than memory holds (it used to try an 8 TB allocation)
+    before = snapshot(tmp_path)
+    r = cli("sample", "--dataset", "mnist", "--runs-dir", runs, "--out", tmp_path / "x.jpg")
+    assert r.exit_code == 2 and "does not end in .png" in r.output and snapshot(tmp_path) == before
+    r = cli("sample", "--dataset", "mnist", "--runs-dir", runs, "--per-class", 10**14)
+    assert r.exit_code == 1 and "lower --per-class" in r.output and "Traceback" not in r.output
+    assert snapshot(tmp_path) == before
+
 
 def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     runs = tmp_path / "runs"
-    r = cli("train", "swarm-image", "--dataset", "mnist", "--data-dir", tmp_path / "nowhere", "--runs-dir", runs)
-    assert r.exit_code == 1 and "put the four IDX files" in r.output and not runs.exists()
-    r = cli("sample", "--dataset", "mnist", "--runs-dir", runs)
-    assert r.exit_code == 1 and "train one with `swarmctl train swarm-image --dataset mnist`" in r.output
-    r = cli("train", "swarm", "--dataset", "mnist", "--runs-dir", runs)
-    assert r.exit_code == 2 and "do not apply to clustering models" in r.output
-    r = cli("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs)
-    assert r.exit_code == 2 and "dataset must be one of" in r.output
+    before = snapshot(tmp_path)
+
+    def fails(*args, code=1):
+        r = cli(*args)
+        assert r.exit_code == code and "Traceback" not in r.output, r.output
+        assert snapshot(tmp_path) == before  # nothing left behind, no input changed
+        return r.output
+
+    out = fails("train", "swarm-image", "--dataset", "mnist", "--data-dir", tmp_path / "nowhere", "--runs-dir", runs)
+    assert "put the four IDX files" in out
+    out = fails("sample", "--dataset", "mnist", "--runs-dir", runs)
+    assert "train one with `swarmctl train swarm-image --dataset mnist`" in out
+    assert "do not apply to clustering models" in fails("train", "swarm", "--dataset", "mnist", "--runs-dir", runs,
+                                                                    code=2)
+    out = fails("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs, code=2)
+    assert "dataset must be one of" in out
+
+
+def snapshot(root):
+    """Every path under ``root`` with the bytes of each file (folders: None)."""
+    return {str(p): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}

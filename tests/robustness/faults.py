@@ -1,9 +1,14 @@
-"""Fault injection shared by the robustness tests: byte-level faults, the CLI runner, and the contract
-every failing command must keep (exit 1 or 2, no traceback, at most 3 lines, no new or changed file)."""
+"""Fault injection shared by the robustness tests: byte-level faults, special files (links, FIFOs,
+folders) in place of a file, failing writes (EFBIG, ENOSPC), the CLI runner, and the contract every
+failing command must keep (its one exit code, no traceback, at most 3 lines, no new or changed file)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import random
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +37,12 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(Path(root).rglob("*")) if p.is_file()}
 
 
-def assert_clean_failure(result, root: Path, before: dict[str, bytes]) -> None:
-    """The promise for bad input: exit 1 (2 for bad options), no traceback, a message of at most 3
-    lines, and every file under ``root`` as it was (no file added, removed or changed)."""
+def assert_clean_failure(result, root: Path, before: dict[str, bytes], code: int = 1) -> None:
+    """The promise for bad input: exit ``code`` (1 for a bad file or value, 2 for a bad option), no
+    traceback, a message of at most 3 lines, and every file under ``root`` as it was (no file added,
+    removed or changed)."""
     out = result.output
-    assert result.exit_code in (1, 2), f"exit {result.exit_code}: {out}"
+    assert result.exit_code == code, f"exit {result.exit_code}, expected {code}: {out}"
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in out, out
     lines = [ln for ln in out.splitlines() if ln.strip()]
@@ -87,3 +93,80 @@ BYTE_FAULTS = (truncate, flip_bits, overwrite_block)
 def cases(families: dict[str, Callable[[random.Random], Fault]], seeds: range) -> list[tuple[str, int]]:
     """(family, seed) pairs for pytest.mark.parametrize."""
     return [(name, seed) for name in families for seed in seeds]
+
+
+# ---- special files in place of a file a command reads or writes ----------------------------------------
+
+PLANTED = ("symlink", "fifo", "folder")
+
+
+def plant(path: Path, kind: str, outside: Path) -> None:
+    """Put ``kind`` in place of the file ``path`` (removed first): a symbolic link to ``outside`` (a file
+    outside the command's folders, whose bytes must never change), a FIFO (opening it blocks for ever),
+    or a folder."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "symlink":
+        path.symlink_to(outside)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+def file_state(path: Path) -> tuple[bytes, int]:
+    """Bytes and modification time of ``path``: a file that must be left alone."""
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def assert_no_traceback(result, code: int | None = None) -> None:
+    """No traceback, at most 3 lines of output, and exit ``code`` (any of 0 and 1 when None)."""
+    out = result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in out, out
+    expected = (0, 1) if code is None else (code,)
+    assert result.exit_code in expected, f"exit {result.exit_code}: {out}"
+    if result.exit_code:
+        assert 1 <= len([ln for ln in out.splitlines() if ln.strip()]) <= 3, out
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = 120):
+    """Fail (instead of hanging for ever) when the block runs longer than ``seconds``: a command that
+    opens a FIFO blocks until a writer comes."""
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s: blocked on a FIFO?")
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def failing_writes(name: str, err: int = errno.EFBIG, nth: int = 1):
+    """Make the ``nth`` and every later write to a file called ``name`` (or to its temporary sibling
+    ``.name.*.tmp``) fail with ``err``, as a full disk (ENOSPC) or a file-size limit (EFBIG, ``ulimit
+    -f``) does: the OS's write call itself fails, under every writer swarmctl has."""
+    real = os.write
+    seen = {"n": 0}
+
+    def write(fd, data):
+        try:
+            target = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            target = ""
+        if target == name or (target.startswith(f".{name}.") and target.endswith(".tmp")):
+            seen["n"] += 1
+            if seen["n"] >= nth:
+                raise OSError(err, os.strerror(err))
+        return real(fd, data)
+
+    os.write = write
+    try:
+        yield seen
+    finally:
+        os.write = real

@@ -7,15 +7,16 @@ from typer.testing import CliRunner
 
 from swarmctl.cli import app
 
-UNSET = {"WORLD_SIZE": None, "RANK": None, "LOCAL_RANK": None}
+UNSET = {"WORLD_SIZE": None, "RANK": None, "LOCAL_RANK": None, "MASTER_ADDR": None, "MASTER_PORT": None}
 CASES = [
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
     ({"WORLD_SIZE": "-2", "RANK": "0"}, "WORLD_SIZE"),
-    ({"WORLD_SIZE": "2"}, "RANK is not"),
-    ({"WORLD_SIZE": "2", "RANK": "x"}, "RANK"),
-    ({"WORLD_SIZE": "2", "RANK": "2"}, "not below WORLD_SIZE"),
-    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1"}, "LOCAL_RANK"),
+    ({"WORLD_SIZE": "2"}, "RANK"),
+    ({"WORLD_SIZE": "2", "RANK": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}, "RANK"),
+    ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}, "not below WORLD_SIZE"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"},
+     "LOCAL_RANK"),
     ({"RANK": "abc"}, "RANK"),
 ]
 

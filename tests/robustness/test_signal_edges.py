@@ -89,7 +89,7 @@ def test_a_signal_while_drawing_after_the_last_run_and_the_rerun(tmp_path, tiny_
     spec, runs = _spec(tmp_path, tiny_h5), tmp_path / "runs"
     r = cli("sweep", spec, "--runs-dir", runs)
     assert r.exit_code == 130, r.output
-    assert "interrupted (SIGTERM)" in r.output and f"continue with: swarmctl sweep {spec} --runs-dir {runs}" in \
+    assert "interrupted (SIGTERM)" in r.output and f" with: swarmctl sweep {spec} --runs-dir {runs}" in \
         r.output.replace("\n", "")
     folder = runs / "sweep-t"
     assert sorted(p.name for p in folder.glob("*/curves.png")) == ["curves.png"]  # the second was stopped

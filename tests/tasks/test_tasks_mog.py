@@ -77,9 +77,11 @@ def test_cli_mog_end_to_end(tmp_path, cli):
     res = json.loads((run / "eval-test.json").read_text())
     assert res["tasks"] == 30 and math.isfinite(res["log_likelihood"])
     assert res["log_likelihood"] < res["oracle_log_likelihood"] < -1.0
-    # a clustering file is refused with one line
+    # a clustering file is refused with one line, leaving nothing behind
+    before = sorted(p for p in tmp_path.rglob("*"))
     r = cli("train", "swarm-mog", "--data", test_set, "--runs-dir", runs)
     assert r.exit_code == 1 and "drawn fresh" in r.output
+    assert sorted(p for p in tmp_path.rglob("*")) == before
 
 
 def test_a_padded_step_equals_the_unpadded_step():

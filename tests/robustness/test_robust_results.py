@@ -1,0 +1,279 @@
+"""Generated faults in what commands read back besides datasets and checkpoints: malformed study results
+for every --replot, damaged or special run files for report, mathtext and non-Latin text on its way to a
+figure, and the environment variables swarmctl reads. Each ends in one line (or a warning and a result
+without the bad part), with its exit code and no file left or changed."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+from faults import assert_clean_failure, assert_no_traceback, cli, deadline, plant, snapshot
+
+from swarmctl.plots.curves import plot_curves
+from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
+from swarmctl.plots.frontier import plot_frontier
+from swarmctl.plots.shuffle import plot_shuffle_variance
+from swarmctl.plots.style import save_figure
+from swarmctl.studies.report import ConfigSummary
+from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult, save_result
+
+NAMES = [r"$\frac{", r"$\frac{$", "$x$", "a$b$c", r"\$5", "运行-名前", "καλό $\\alpha$"]  # mathtext, CJK, Greek
+
+
+def _entropy_result(label="swarm (8-3-1)"):
+    rng = np.random.default_rng(0)
+    g = np.linspace(-3, 3, 5)
+    probs = rng.dirichlet(np.ones(10), size=(5, 5))
+    return EntropyMapResult(label=label, task_index=0, points=rng.normal(size=(6, 2)), labels=np.array([0, 1, 2] * 2),
+                            means=rng.normal(size=(3, 2)), covs=np.stack([np.eye(2)] * 3),
+                            assignment=np.array([0, 1, 2, 2, 1, 0]), grid_x=g, grid_y=g, probs=probs, seconds=1.0)
+
+
+def _shuffle_result(label="swarm (8-3-1)"):
+    return ShuffleVarianceResult(label=label, task_index=np.arange(3), sizes=np.array([10, 20, 30]),
+                                 mean=np.array([1.0, 1.1, 1.2]), std=np.array([0.01, 0.02, 0.0]), n_shuffles=5)
+
+
+# ---- malformed result files for every --replot -----------------------------------------------------------
+
+def _fields(result):
+    arrays = {k: v for k, v in vars(result).items() if isinstance(v, np.ndarray)}
+    meta = {"type": type(result).__name__, **{k: v for k, v in vars(result).items() if k not in arrays}}
+    return arrays, meta
+
+
+def wrong_shape(arrays, meta, rng):
+    key = rng.choice(sorted(arrays))
+    a = arrays[key]
+    arrays[key] = rng.choice([a[..., None], a.reshape(-1), a[:-1], np.concatenate([a, a[:1]])])
+
+
+def zero_d(arrays, meta, rng):
+    arrays[rng.choice(sorted(arrays))] = np.array(rng.choice([1.5, 3, 0]))
+
+
+def empty(arrays, meta, rng):
+    key = rng.choice(sorted(arrays))
+    arrays[key] = arrays[key][:0]
+
+
+def text(arrays, meta, rng):
+    key = rng.choice(sorted(arrays))
+    arrays[key] = np.full(arrays[key].shape, rng.choice(["a", "1.0", "nan"]))
+
+
+def not_finite(arrays, meta, rng):
+    key = rng.choice(sorted(k for k, v in arrays.items() if v.dtype.kind == "f"))
+    a = arrays[key].copy()
+    a.flat[rng.randrange(a.size)] = rng.choice([np.nan, np.inf, -np.inf])
+    arrays[key] = a
+
+
+def missing_field(arrays, meta, rng):
+    required = {"EntropyMapResult": ("label", "task_index", *arrays), "ShuffleVarianceResult": ("label", "n_shuffles",
+                                                                                               *arrays)}
+    key = rng.choice(sorted(required[meta["type"]]))
+    arrays.pop(key, None)
+    meta.pop(key, None)
+
+
+def extra_field(arrays, meta, rng):
+    arrays["unexpected"] = np.zeros(3)
+
+
+def bad_meta(arrays, meta, rng):
+    key = rng.choice(sorted(k for k in meta if k != "type"))
+    meta[key] = rng.choice([None, [1, 2], "three", -1, True, float("nan")] if key != "label" else [None, 3, [1]])
+
+
+def other_study(arrays, meta, rng):
+    meta["type"] = rng.choice(["EntropyMapResult", "ShuffleVarianceResult", "Nothing", 3])
+    if meta["type"] == "EntropyMapResult" and "probs" in arrays:
+        meta["type"] = "ShuffleVarianceResult"
+    if meta["type"] == "ShuffleVarianceResult" and "n_shuffles" in meta:
+        meta["type"] = "EntropyMapResult"
+
+
+def meta_not_json(arrays, meta, rng):
+    meta.clear()
+    meta["__raw__"] = rng.choice(["not json", "[1, 2]", "3", ""])
+
+
+FAMILIES = {fn.__name__: fn for fn in (wrong_shape, zero_d, empty, text, not_finite, missing_field, extra_field,
+                                       bad_meta, other_study, meta_not_json)}
+
+
+def _write_npz(path, arrays, meta):
+    raw = meta.pop("__raw__", None)
+    np.savez(path, **arrays, __meta__=np.array(raw if raw is not None else json.dumps(meta)))
+
+
+@pytest.fixture
+def replot(trained_runs, tmp_path):
+    """A run to name, and the two --replot commands with the result file each reads."""
+    runs, _ = trained_runs
+    root = tmp_path / "case"
+    shutil.copytree(runs / "swarm", root / "runs" / "x")
+    run = root / "runs" / "x"
+    return root, {
+        "plot-entropy": (["plot-entropy", run, "--replot", "--out", root / "ent"], root / "ent" / "entropy.npz",
+                         _entropy_result()),
+        "shuffle-variance": (["shuffle-variance", run, "--replot", "--out", root / "sv"], root / "sv" / "x.npz",
+                             _shuffle_result()),
+    }
+
+
+@pytest.mark.parametrize("command", ["plot-entropy", "shuffle-variance"])
+def test_a_valid_result_replots(replot, command):
+    root, commands = replot
+    args, path, result = commands[command]
+    save_result(result, path)
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+
+
+def _check_replot(replot, command, family, seed):
+    root, commands = replot
+    args, path, result = commands[command]
+    arrays, meta = _fields(result)
+    FAMILIES[family](arrays, meta, random.Random(f"{command}-{family}-{seed}"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_npz(path, arrays, meta)
+    before = snapshot(root)
+    assert_clean_failure(cli(*args), root, before)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("command", ["plot-entropy", "shuffle-variance"])
+def test_a_malformed_result_file_fails_in_one_line(replot, command, family):
+    _check_replot(replot, command, family, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1, 8))
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("command", ["plot-entropy", "shuffle-variance"])
+def test_malformed_result_files_many(replot, command, family, seed):
+    _check_replot(replot, command, family, seed)
+
+
+# ---- report: damaged, special and diverged runs are skipped with a warning ------------------------------
+
+@pytest.fixture
+def two_runs(trained_runs, tmp_path):
+    runs, _ = trained_runs
+    root = tmp_path / "runs"
+    for name in ("swarm", "lstm"):
+        shutil.copytree(runs / name, root / name)
+    return root
+
+
+def _set_best(run, value):
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for x in lines:
+        x["best_val"] = value
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+@pytest.mark.parametrize("fault", ["nan", "-inf", "fifo config.json", "folder config.json", "fifo metrics.jsonl",
+                                   "folder metrics.jsonl"])
+def test_report_skips_a_bad_run_with_a_warning(two_runs, fault):
+    lstm = two_runs / "lstm"
+    if fault in ("nan", "-inf"):
+        _set_best(lstm, float(fault))
+    else:
+        kind, name = fault.split()
+        plant(lstm / name, kind, lstm / "best.pt")
+    with deadline():
+        r = cli("report", two_runs)
+    assert_no_traceback(r, code=0)
+    assert "warning: skipped run" in r.output and "lstm" in r.output.split("warning:")[1], r.output
+    report = (two_runs / "report.md").read_text()
+    assert "| swarm |" in report and "| lstm |" not in report
+
+
+@pytest.mark.parametrize("title", NAMES)
+def test_report_draws_any_title_literally(two_runs, title):
+    r = cli("report", two_runs, "--title", title)
+    assert_no_traceback(r, code=0)
+    assert (two_runs / "frontier.png").is_file() and "warning" not in r.output
+
+
+# ---- text that reaches matplotlib -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_figure_draws_names_literally_and_quietly(tmp_path, name):
+    """Mathtext that does not parse used to crash the figure; a CJK name printed a warning per glyph
+    (pytest turns warnings into errors)."""
+    records = [{"epoch": 0, "train_loss": 1.0, "val_loss": 0.9, "best_val": 0.9, "lr": 1e-3, "net_seconds": 1.0,
+                "backtracked": False}]
+    row = ConfigSummary(model=name, code=name, parameters=10, seeds=(0,), val_mean=1.0, val_std=0.0, epochs=1.0,
+                        net_minutes=0.1, devices=("cpu",))
+    figures = [plot_curves(records, title=name), plot_entropy_map(_entropy_result(name)),
+               plot_class_maps(_entropy_result(name)), plot_shuffle_variance([_shuffle_result(name)]),
+               plot_frontier({name: [row]}, {name: 10}, name)]
+    for k, fig in enumerate(figures):
+        assert save_figure(fig, tmp_path / f"f{k}").is_file()
+    title = figures[0].axes[0].title
+    assert title._preprocess_math(title.get_text()) == (name, False)  # drawn as written, not as mathtext
+
+
+def test_a_run_named_with_mathtext_and_cjk_trains_and_draws_its_curves(trained_runs, tmp_path):
+    _, data = trained_runs
+    name = "运行$\\frac{x"
+    r = cli("train", "swarm", "--hidden", 4, "--iters", 2, "--batch-size", 8, "--max-epochs", 1, "--device", "cpu",
+            "--data", data, "--runs-dir", tmp_path / "runs", "--name", name)
+    assert r.exit_code == 0, r.output
+    assert "warning" not in r.output and "Glyph" not in r.output
+    assert (tmp_path / "runs" / name / "curves.png").is_file()
+
+
+# ---- environment variables ----------------------------------------------------------------------------
+
+ENVIRONMENTS = [{"WORLD_SIZE": "abc"}, {"WORLD_SIZE": "2"}, {"WORLD_SIZE": "0"}, {"WORLD_SIZE": "-3"},
+                {"RANK": "x"}, {"RANK": "-1"},
+                {"WORLD_SIZE": "2", "RANK": "5", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"},
+                {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "zero", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29555"}]
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()))
+def test_a_bad_launch_environment_fails_in_one_line(trained_runs, tmp_path, monkeypatch, env):
+    _, data = trained_runs
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    before = snapshot(tmp_path)
+    r = cli("train", "swarm", "--hidden", 4, "--max-epochs", 1, "--device", "cpu", "--data", data,
+            "--runs-dir", tmp_path / "runs")
+    assert_clean_failure(r, tmp_path, before)
+    assert next(iter(env)) in r.output or "RANK" in r.output
+
+
+@pytest.mark.parametrize("where", ["a file", "a fifo", "missing"])
+def test_a_shipped_models_folder_that_is_no_folder_names_the_fix(tmp_path, monkeypatch, where):
+    target = tmp_path / "pretrained"
+    if where == "a file":
+        target.write_bytes(b"x")
+    elif where == "a fifo":
+        plant(target, "fifo", target)
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(target))
+    before = snapshot(tmp_path)
+    with deadline():
+        r = cli("eval", "--runs-dir", tmp_path / "runs", "--device", "cpu")
+    assert_clean_failure(r, tmp_path, before)
+    assert "no shipped" in r.output and str(target) in r.output
+
+
+# ---- option values that used to end in a traceback -----------------------------------------------------
+
+@pytest.mark.parametrize("size", [10**30, -(10**30), 2**63])
+def test_plot_entropy_takes_any_size(trained_runs, tmp_path, size):
+    runs, _ = trained_runs
+    r = cli("plot-entropy", runs / "swarm", "--grid", 4, "--clusters", 3, "--size", size, "--device", "cpu",
+            "--out", tmp_path / "ent")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "ent" / "entropy.png").is_file()
