@@ -353,7 +353,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         from_dict(ModelConfig, config["model"])  # every field known and in range
         from_dict(TrainConfig, config["train"])
         from_dict(DataConfig, config["data"])
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError):
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError, ResourceError):
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
     return config
 
@@ -484,7 +484,7 @@ def shipped_models() -> list[ShippedModel]:
                     and isinstance(task, str) and isinstance(model, dict)):
                 raise TypeError("malformed record")
             dataset = model.get("dataset")
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError, ResourceError):
             warnings.warn(f"skipped shipped model record {path}: not a readable record", SwarmctlWarning,
                           stacklevel=2)
             continue

@@ -79,7 +79,8 @@ def init_distributed(device_name: str = "auto") -> DistContext:
         return DistContext()
     missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if missing:
-        raise ResourceError(f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+        verb = "is" if len(missing) == 1 else "are"
+        raise ResourceError(f"WORLD_SIZE={world} is set but {', '.join(missing)} {verb} "
                           "not; launch with `torchrun --nproc_per_node=N -m swarmctl ...`, which sets them all, or "
                           "unset WORLD_SIZE")
     rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)

@@ -84,6 +84,7 @@ EXIT = {"nonpositive": 2, "huge": 1, "negative": 2, "seed": 2, "word": 2, "devic
 # (command, option, kind) whose code differs: refused by range before any memory estimate (2), or
 # valid in itself but absent from the file it names (1)
 EXIT_OVERRIDE = {("eval", "--split", "word"): 1,  # a split the data file does not have
+                 ("sample", "--out", "out_file"): 2,  # not a .png name: wrong in itself
                  ("gen-data", "--n-max", "huge"): 2, ("plot-entropy", "--task", "huge"): 2,
                  ("plot-entropy", "--grid", "huge"): 2}
 
