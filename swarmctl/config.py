@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, ResourceError
 
 T = TypeVar("T")
 
@@ -102,11 +102,18 @@ def check_finite(name: str, value: float | None) -> None:
         raise ConfigError(f"{name} must be a finite number, got {value}")
 
 
+def check_positive(name: str, value: float) -> None:
+    """A finite number > 0."""
+    check_finite(name, value)
+    if not value > 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+
+
 def check_memory(needed: float, limit: float, what: str, fix: str) -> None:
     """Refuse work whose estimated memory ``needed`` (bytes) exceeds ``limit`` (bytes), before any
     allocation, naming both and the fix."""
     if needed > limit:
-        raise ConfigError(f"{what} needs about {_gib(needed)} of memory, more than the {_gib(limit)} available; "
+        raise ResourceError(f"{what} needs about {_gib(needed)} of memory, more than the {_gib(limit)} available; "
                           f"{fix}")
 
 

@@ -1,12 +1,27 @@
-"""User-facing errors: the CLI turns these into a one-line message and exit code 1."""
+"""User-facing errors: the CLI turns these into a one-line message and an exit code.
+
+One rule decides the code: a value (or combination of values) given as an option that is wrong in itself,
+whatever the files and the machine, is a :class:`ConfigError` and exits 2, like a value Typer refuses; a
+problem with a file, a run, a sweep spec or the machine (memory, a missing CUDA device, an output path that
+cannot be written) exits 1.
+"""
 
 
 class SwarmctlError(Exception):
-    """A problem the user can fix (bad option, bad file); never a bug."""
+    """A problem the user can fix (bad option, bad file); never a bug. Exit code 1 unless a subclass says."""
 
 
 class ConfigError(SwarmctlError):
-    """A configuration value is out of range or inconsistent."""
+    """A configuration value is out of range, of the wrong kind, or inconsistent with another: exit 2."""
+
+
+class ResourceError(SwarmctlError):
+    """The machine or the file system cannot do what was asked with valid values: the estimated memory
+    exceeds the machine's, CUDA is not available, an output path cannot be written. Exit 1."""
+
+
+class SpecError(SwarmctlError):
+    """A sweep spec file is missing or malformed (an input file, not an option): exit 1."""
 
 
 class DataError(SwarmctlError):

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from swarmctl.errors import ConfigError, SwarmctlWarning
+from swarmctl.errors import ResourceError, SwarmctlWarning
 
 # ---- what may be written, and how it is read --------------------------------------------------------
 
@@ -64,7 +64,7 @@ def check_regular_file(path: Path) -> None:
         return
     what = _kind(mode)
     if what is not None:
-        raise ConfigError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
+        raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
 
 
 def check_plain_file(path: Path) -> None:
@@ -77,17 +77,17 @@ def check_plain_file(path: Path) -> None:
         return
     what = _kind(mode)
     if what is not None:
-        raise ConfigError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
+        raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
 
 
 def read_bytes(path: Path) -> bytes:
     """The content of the regular file ``path`` (a link is followed). A folder, a FIFO or a device is
-    refused at once, without blocking (ConfigError); a missing file is FileNotFoundError."""
+    refused at once, without blocking (ResourceError); a missing file is FileNotFoundError."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as fh:
         what = _kind(os.fstat(fd).st_mode)
         if what is not None:
-            raise ConfigError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
+            raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
         os.set_blocking(fd, True)
         return fh.read()
 
@@ -104,17 +104,17 @@ def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
         mode = None
     what = None if mode is None else _kind(mode)
     if what == "a folder":
-        raise ConfigError(f"cannot write {path}: it is a folder; give a file path")
+        raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
     if what is not None:
-        raise ConfigError(f"cannot write {path}: it is {what}, which swarmctl never writes through or replaces; "
+        raise ResourceError(f"cannot write {path}: it is {what}, which swarmctl never writes through or replaces; "
                           "remove it or choose another path")
     target = _resolved(path)
     for source in inputs:
         if source is not None and _resolved(Path(source)) == target:
-            raise ConfigError(f"cannot write {path}: it is an input of this command ({source}); choose another "
+            raise ResourceError(f"cannot write {path}: it is an input of this command ({source}); choose another "
                               "output path")
     if target.name in RUN_FILES and (target.parent / "config.json").exists() and target.parent not in _held:
-        raise ConfigError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
+        raise ResourceError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
                           "writes; choose another output path")
 
 
@@ -291,7 +291,7 @@ def append_line(path: Path, line: str) -> None:
     try:
         what = _kind(os.fstat(fd).st_mode)
         if what is not None:
-            raise ConfigError(f"cannot write {path}: it is {what}; remove it")
+            raise ResourceError(f"cannot write {path}: it is {what}; remove it")
         size = os.fstat(fd).st_size
         try:
             view = memoryview(data)
@@ -307,20 +307,20 @@ def append_line(path: Path, line: str) -> None:
 
 def open_lock_file(path: Path) -> BinaryIO:
     """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
-    folder, a FIFO or another special file in its place is refused (ConfigError)."""
+    folder, a FIFO or another special file in its place is refused (ResourceError)."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             what = _kind(os.lstat(path).st_mode) or "not a regular file"
-            raise ConfigError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again") \
+            raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again") \
                 from None
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     what = _kind(os.fstat(fd).st_mode)
     if what is not None:
         os.close(fd)
-        raise ConfigError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again")
+        raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "r+b")
 
@@ -333,9 +333,9 @@ def check_output_folder(folder: Path, target: Path | None = None) -> None:
     for parent in [folder, *folder.parents]:
         if parent.exists():
             if not parent.is_dir():
-                raise ConfigError(f"cannot write {target}: {parent} is a file, not a folder; choose another path")
+                raise ResourceError(f"cannot write {target}: {parent} is a file, not a folder; choose another path")
             if not os.access(parent, os.W_OK | os.X_OK):
-                raise ConfigError(f"cannot write {target}: {parent} is not writable; choose a folder you can "
+                raise ResourceError(f"cannot write {target}: {parent} is not writable; choose a folder you can "
                                   "write to")
             return
 

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
-from swarmctl.errors import CheckpointError, ConfigError, DataError, SwarmctlError, SwarmctlWarning
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import (
     atomic_write_text,
     check_output_folder,
@@ -42,7 +42,7 @@ from swarmctl.files import (
     read_bytes,
     remove_orphan_temps,
 )
-from swarmctl.models import complete_config, count_parameters, create_model, paper_code
+from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, require_study, task_of, tasks_for
 from swarmctl.training.checkpoint import Checkpoint, RunWriter, load_checkpoint, save_checkpoint
 from swarmctl.training.device import (
@@ -79,6 +79,7 @@ def configs_from_options(model: str, model_options: dict[str, Any], train_option
                          data_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, DataConfig]:
     """The three configs of a new run from the train command's options (None: the task's default)."""
     task = task_of(model)
+    check_fields(model, {k for k, v in model_options.items() if v is not None and not (k == "dropout" and v == 0)})
     data_cfg = task.data_config(data, dataset, data_dir)
     model_cfg = ModelConfig(name=model, dataset=data_cfg.dataset, **model_options)
     return model_cfg, task.train_config(**train_options), data_cfg
@@ -88,6 +89,9 @@ LOCK = ".lock"  # runs/NAME/.lock: flock-ed by the process writing the run, hold
 RESTARTABLE = ("metrics.jsonl", "best.pt", "last.pt", "curves.png")  # what a restart from scratch clears
 
 
+MAX_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+
+
 def run_path(name: str, runs_dir: Path) -> Path:
     """``runs_dir/name`` for a run name that stays inside ``runs_dir`` (sub-folders allowed)."""
     parts = name.replace("\\", "/").split("/")
@@ -95,6 +99,9 @@ def run_path(name: str, runs_dir: Path) -> Path:
             or any(not c.isprintable() for c in name):
         raise ConfigError(f"run name {name!r} must stay inside --runs-dir: plain names such as exp1 or "
                           "group/exp1, without '..', '.', a leading '/' or control characters")
+    if any(len(os.fsencode(p)) > MAX_NAME_BYTES for p in parts):
+        raise ConfigError(f"run name {name[:40]!r}... has a part longer than {MAX_NAME_BYTES} bytes, more than a "
+                          "file system allows; choose a shorter name")
     return Path(runs_dir) / name
 
 
@@ -105,7 +112,7 @@ def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
         with torch.device("meta"):
             n = count_parameters(create_model(model_cfg))
     except RuntimeError:  # a size whose byte count overflows even on the meta device
-        raise ConfigError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
+        raise ResourceError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
                           "lower --hidden, --layers or --inducing") from None
     check_memory(16 * n, memory_limit(device), f"model {model_cfg.name} ({paper_code(model_cfg)}) with "
                  f"{n:,} parameters (weights, gradients and Adam state)", "lower --hidden, --layers or --inducing")
@@ -115,8 +122,11 @@ def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
 def run_lock(run_dir: Path) -> Iterator[None]:
     """Hold ``run_dir``'s exclusive lock (``fcntl.flock`` on ``run_dir/.lock``; the OS releases it when
     the process dies, however it dies) and remove temporary files that killed writers left behind.
-    A second writer gets a CheckpointError naming the holder's PID."""
+    A second writer gets a CheckpointError naming the holder's PID. When the block fails, the lock file and
+    the folders this call created are removed again (a failed command leaves nothing new behind)."""
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first
     run_dir.mkdir(parents=True, exist_ok=True)
+    lock_made = not (run_dir / LOCK).exists()
     fh = open_lock_file(run_dir / LOCK)  # never through a link, never a FIFO or folder
     try:
         try:
@@ -131,10 +141,25 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         fh.write(f"{os.getpid()}\n".encode())
         fh.flush()
         remove_orphan_temps(run_dir, held=True)
-        with holding(run_dir):
-            yield
+        try:
+            with holding(run_dir):
+                yield
+        except BaseException:
+            _remove_made(run_dir / LOCK if lock_made else None, made)
+            raise
     finally:
         fh.close()  # releases the lock; the file stays, so every writer locks the same file
+
+
+def _remove_made(lock: Path | None, folders: list[Path]) -> None:
+    """Remove a lock file and the (then empty) folders a failed command created, innermost first."""
+    if lock is not None:
+        lock.unlink(missing_ok=True)
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (something else lives there now) or already gone
+            break
 
 
 @contextmanager
@@ -222,9 +247,17 @@ def start_run(
                               "again from scratch", SwarmctlWarning, stacklevel=2)
             _clear_for_restart(run_dir)
             _write_config(run_dir, config)
-        with _write_failures_keep_the_run(run_dir, model_cfg.name, runs_dir):
-            return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
-                       progress=progress, signals=signals)
+        try:
+            with _write_failures_keep_the_run(run_dir, model_cfg.name, runs_dir):
+                return fit(model, prepared, train_cfg, RunWriter(run_dir, config, task.name), device=device, ctx=ctx,
+                           progress=progress, signals=signals)
+        except CheckpointError:  # a file that could not be written: the run stays, with how to continue
+            raise
+        except BaseException:  # out of memory in the first steps, say: a run without a checkpoint goes
+            if ctx.is_main and not (run_dir / "last.pt").exists():
+                _clear_for_restart(run_dir)
+                (run_dir / "config.json").unlink(missing_ok=True)
+            raise
 
 
 RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
@@ -320,7 +353,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         from_dict(ModelConfig, config["model"])  # every field known and in range
         from_dict(TrainConfig, config["train"])
         from_dict(DataConfig, config["data"])
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError):
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError, ResourceError):
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
     return config
 
@@ -451,7 +484,7 @@ def shipped_models() -> list[ShippedModel]:
                     and isinstance(task, str) and isinstance(model, dict)):
                 raise TypeError("malformed record")
             dataset = model.get("dataset")
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError, ResourceError):
             warnings.warn(f"skipped shipped model record {path}: not a readable record", SwarmctlWarning,
                           stacklevel=2)
             continue

@@ -1,23 +1,64 @@
-"""The swarmctl command line: one module per command, each a thin wrapper over a library function."""
+"""The swarmctl command line: one module per command, each a thin wrapper over a library function.
 
-from swarmctl.cli import (  # noqa: F401  (each module registers one command)
-    cluster,
-    eval,
-    gen_data,
-    models,
-    plot_entropy,
-    report,
-    sample,
-    shuffle_variance,
-    sweep,
-    train,
-)
-from swarmctl.cli import main as _main  # noqa: F401  (registers --version)
-from swarmctl.cli._app import app
+:func:`main` is the `swarmctl` program. Loading the commands imports PyTorch, which takes seconds; main
+installs its SIGINT/SIGTERM handler first, so that a signal during start-up ends with the same one-line
+message and exit code 130 as one during a command (not a bare exit 143, or a traceback from inside an
+import). ``app``, the Typer application with every command, is loaded on first use.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typer itself takes a while to import: after the handler
+    from typer.main import Typer
+
+
+def _load_app() -> Typer:
+    from swarmctl.cli import (  # noqa: F401  (each module registers one command)
+        cluster,
+        eval,
+        gen_data,
+        models,
+        plot_entropy,
+        report,
+        root,  # --version
+        sample,
+        shuffle_variance,
+        sweep,
+        train,
+    )
+    from swarmctl.cli._app import app
+
+    return app
+
+
+def _stopped_while_loading(signum: int, frame: Any) -> None:
+    """Nothing is written while the commands load: say so and end the process at once."""
+    sys.stderr.write(f"error: interrupted ({signal.Signals(signum).name}) while starting; nothing was written\n")
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def main() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stopped_while_loading)
+    app = _load_app()
+    from swarmctl.cli._options import Interruption
+
+    outside = Interruption()  # parsing the options, or printing a result: nothing half-written either
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, outside.handle)
     app()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _load_app()
+    raise AttributeError(f"module 'swarmctl.cli' has no attribute {name!r}")
 
 
 __all__ = ["app", "main"]

@@ -30,7 +30,11 @@ class _OneLineErrors(TyperGroup):
             message = " ".join(exc.format_message().split())
             typer.echo(f"error: {message}{hint}", err=True)
             sys.exit(exc.exit_code)
-        except typer.Abort:
+        except typer.Abort as exc:
+            if isinstance(exc.__cause__, KeyboardInterrupt):  # a signal outside a command's work
+                name = exc.__cause__.args[0] if exc.__cause__.args else "SIGINT"
+                typer.echo(f"error: interrupted ({name}); nothing half-written was left behind", err=True)
+                sys.exit(130)
             typer.echo("aborted", err=True)
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)

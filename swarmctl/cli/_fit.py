@@ -13,12 +13,17 @@ from swarmctl.plots.curves import save_run_curves
 from swarmctl.runs import FitResult
 
 
-def after_fit(results: Sequence[FitResult | None], continue_with: str) -> None:
-    """Draw the curves of every run in ``results`` that was not interrupted (None: a run not trained);
-    when the last one was interrupted, print how to continue (``continue_with``, a command) and exit 130."""
+def after_fit(results: Sequence[FitResult | None], continue_with: str, finished: Sequence[Path] = ()) -> None:
+    """Draw the curves of every run in ``results`` that was not interrupted (None: a run not trained), and
+    of the ``finished`` runs not trained now that lack their curves.png (a signal stopped the drawing the
+    last time); when the last result was interrupted, print how to continue (``continue_with``, a command)
+    and exit 130."""
     for result in results:
         if result is not None and not result.interrupted:
             _draw_curves(result.run_dir, continue_with)
+    for run_dir in finished:
+        if not (Path(run_dir) / "curves.png").exists():
+            _draw_curves(run_dir, continue_with)
     last = results[-1] if results else None
     if last is not None and last.interrupted:
         err_console.print(f"{last.stop_reason}: saved {last.run_dir / 'last.pt'} after {last.epochs} epoch(s); "

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from swarmctl.cli._app import app
 from swarmctl.cli._fit import after_fit
@@ -42,42 +41,51 @@ def sweep_cmd(
         index, count = parse_shard(shard_text)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc).removeprefix("--shard "), param_hint="--shard") from None
-    with user_errors():
+    with user_errors() as interruption:
+        interruption.hint = shlex.join(["swarmctl", "sweep", str(spec_file)]
+                                       + (["--shard", f"{index}/{count}"] if count > 1 else [])
+                                       + (["--runs-dir", str(runs_dir)] if runs_dir != RUNS_DIR else []))
         plan = plan_sweep(spec_file, runs_dir, index, count)
         where = f"shard {index}/{count}: " if count > 1 else ""
         if dry_run_only:
             _print_dry_run(plan, where)
             return
         spec = plan.spec
-        say(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs, "
-            f"{format_minutes(spec.minutes)} each -> {plan.folder}")
 
         def on_run(k: int, total: int, run, status: str) -> None:
+            if k == 0:  # every check passed
+                say(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs, "
+                    f"{format_minutes(spec.minutes)} each -> {plan.folder}")
             say(f"[{k + 1}/{total}] {run.name}: {ACTIONS[status]}")
 
         with EpochProgress(get_task(spec.task)) as progress:
             results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress)
-        after_fit([result for _, _, result in results], f"swarmctl sweep {spec_file}"
-                  + (f" --shard {index}/{count}" if count > 1 else "")
-                  + (f" --runs-dir {runs_dir}" if runs_dir != RUNS_DIR else ""))
+        after_fit([result for _, _, result in results], interruption.hint,
+                  finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
     trained = sum(1 for _, status, _ in results if status != "done")
     say(f"sweep {spec.name}: {where}{trained} run(s) trained, {len(results) - trained} already finished "
         f"-> {plan.folder}; summarise with: swarmctl report {plan.folder}")
 
 
+_PLAIN = dict(markup=False, highlight=False, soft_wrap=True)
+
+
 def _print_dry_run(plan: SweepPlan, where: str) -> None:
+    """One line per configuration, in plain aligned columns (a grid may have 10,000 configurations)."""
     spec = plan.spec
     rows, left = dry_run(plan)
-    table = Table(title=escape(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs -> "
-                               f"{plan.folder}"))
-    for col in ("model", "code", "params", "seeds", "here", "done", "partial"):
-        table.add_column(col, justify="left" if col in ("model", "code", "seeds") else "right", no_wrap=True)
-    for r in rows:
-        table.add_row(escape(r.config.name), f"({paper_code(r.config)})", f"{r.parameters:,}",
-                      ",".join(map(str, r.seeds)), str(r.here), str(r.done), str(r.partial))
-    console.print(table)
+    table = [("model", "code", "params", "seeds", "here", "done", "partial")]
+    table += [(r.config.name, f"({paper_code(r.config)})", f"{r.parameters:,}", ",".join(map(str, r.seeds)),
+               str(r.here), str(r.done), str(r.partial)) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    left_aligned = {0, 1, 3}
+    console.print(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs -> {plan.folder}",
+                  **_PLAIN)
+    console.print("\n".join("  ".join(cell.ljust(w) if i in left_aligned else cell.rjust(w)
+                                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+                            for row in table), **_PLAIN)
     n_all, n_here = len(plan.all_runs), len(plan.runs)
     console.print(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds = {n_all} runs; budget {n_all} x "
-        f"{spec.minutes:g} min = {format_minutes(n_all * spec.minutes)} net (validation and checkpoints extra); "
-        f"{where}{n_here} runs, {format_minutes(n_here * spec.minutes)}, {left} not finished; data "
-        f"{data_path(spec)}, device {spec.device}", markup=False, highlight=False, soft_wrap=True)
+                  f"{spec.minutes:g} min = {format_minutes(n_all * spec.minutes)} net (validation and checkpoints "
+                  f"extra); {where}{n_here} runs, {format_minutes(n_here * spec.minutes)}, {left} not finished; data "
+                  f"{data_path(spec) or 'drawn fresh'}, device {spec.device}", **_PLAIN)

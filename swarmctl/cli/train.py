@@ -123,7 +123,7 @@ def train_cmd(
     """
     if resume is not None:
         _refuse_fixed_options(ctx)
-    with user_errors():
+    with user_errors() as interruption:
         is_main = is_main_process()
         task = task_of(model)
         with EpochProgress(task) if is_main else contextlib.nullcontext() as progress:
@@ -140,9 +140,10 @@ def train_cmd(
                          steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
                     data, dataset, data_dir)
                 result = start_run(*configs, runs_dir, name, progress=progress)
-    if not is_main:
-        return
-    after_fit([result], resume_command(model, result.run_dir, runs_dir, RUNS_DIR))
+        if not is_main:
+            return
+        interruption.hint = resume_command(model, result.run_dir, runs_dir, RUNS_DIR)  # a signal while drawing
+        after_fit([result], interruption.hint)
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "
         f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}")

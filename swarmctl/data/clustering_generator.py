@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import invwishart, multinomial, multivariate_normal
 
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, DataError
 
 MAX_CLUSTERS = 10
 MAX_SET_SIZE = 100_000  # entities per set that readers accept (the paper's sets hold at most 1,000)
@@ -104,9 +104,9 @@ class ClusteringTasks:
                                self.covs[idx], self.weights[idx])
 
 
-def _extreme(params: ClusteringParams, problem: str) -> ConfigError:
+def _extreme(params: ClusteringParams, problem: str) -> DataError:
     defaults = ClusteringParams()
-    return ConfigError(f"the inverse-Wishart parameters (df {params.wishart_df:.10g}, scale "
+    return DataError(f"the inverse-Wishart parameters (df {params.wishart_df:.10g}, scale "
                        f"{params.wishart_scale:.10g}) give {problem}, which no model can train on; choose values "
                        f"nearer the defaults (df "
                        f"{defaults.wishart_df:g}, scale {defaults.wishart_scale:g})")

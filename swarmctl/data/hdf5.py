@@ -33,7 +33,7 @@ from swarmctl.data.clustering_generator import (
     generate_clustering,
 )
 from swarmctl.data.mog import MogParams, generate_mog_tasks
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import DataError
 from swarmctl.files import atomic_write
 
 SCHEMA_VERSION = 2
@@ -344,7 +344,7 @@ def generate_dataset(
             check_tasks(split, f"split {name!r}", (params.k_min, params.k_max))
         except DataError as exc:
             problem = str(exc).split(";")[0]
-            raise ConfigError(f"the generated tasks fail the dataset checks ({problem}): the inverse-Wishart "
+            raise DataError(f"the generated tasks fail the dataset checks ({problem}): the inverse-Wishart "
                               f"parameters (df {params.wishart_df:.10g}, scale {params.wishart_scale:.10g}) are too "
                               f"extreme; choose values nearer the defaults (df {ClusteringParams.wishart_df:g}, "
                               f"scale {ClusteringParams.wishart_scale:g})") from None

@@ -116,7 +116,7 @@ def _read_once(file: Path) -> bytes | None:
 
 def _no_key(key: str | None, where: str, kind: str) -> None:
     if key is not None:
-        raise ConfigError(f"--key is for .npz and HDF5 files; {where} is a {kind} file: leave --key out")
+        raise DataError(f"--key is for .npz and HDF5 files; {where} is a {kind} file: leave --key out")
 
 
 def _check_values(values: np.ndarray, where: str) -> None:
@@ -137,9 +137,9 @@ def _column_index(column: str, names: tuple[str, ...], where: str) -> int:
     if re.fullmatch(r"\d+", column):
         if int(column) < len(names):
             return int(column)
-        raise ConfigError(f"--columns: column {column} is out of range; {where} has {len(names)} columns (0.."
+        raise DataError(f"--columns: column {column} is out of range; {where} has {len(names)} columns (0.."
                           f"{len(names) - 1})")
-    raise ConfigError(f"--columns: {where} has no column {column!r}; its columns are {', '.join(names)} (or give "
+    raise DataError(f"--columns: {where} has no column {column!r}; its columns are {', '.join(names)} (or give "
                       "0-based indices)")
 
 
@@ -167,11 +167,11 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None
             keys = list(npz.files)
             if key is None:
                 if len(keys) != 1:
-                    raise ConfigError(f"{where} holds {len(keys)} arrays ({', '.join(keys) or 'none'}); pick one "
+                    raise DataError(f"{where} holds {len(keys)} arrays ({', '.join(keys) or 'none'}); pick one "
                                       "with --key")
                 key = keys[0]
             elif key not in keys:
-                raise ConfigError(f"--key: {where} has no array {key!r}; it has {', '.join(keys) or 'none'}")
+                raise DataError(f"--key: {where} has no array {key!r}; it has {', '.join(keys) or 'none'}")
             arr = npz[key]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
@@ -186,12 +186,12 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
             if key is None:
                 if len(datasets) != 1:
                     shown = ", ".join(datasets[:8]) + (" ..." if len(datasets) > 8 else "")
-                    raise ConfigError(f"{file} holds {len(datasets)} datasets ({shown or 'none'}); pick one with "
+                    raise DataError(f"{file} holds {len(datasets)} datasets ({shown or 'none'}); pick one with "
                                       "--key PATH")
                 key = datasets[0]
             obj = f.get(key.strip("/"))
             if not isinstance(obj, h5py.Dataset):
-                raise ConfigError(f"--key: {file} has no dataset {key!r}; its datasets are "
+                raise DataError(f"--key: {file} has no dataset {key!r}; its datasets are "
                                   f"{', '.join(datasets[:8]) or 'none'}")
             arr = obj[()]
     except OSError as exc:

@@ -3,6 +3,7 @@
 from swarmctl.models import bilstm, image, mog, set_linear, set_transformer, swarm  # noqa: F401  (registration)
 from swarmctl.models.registry import (
     ModelSpec,
+    check_fields,
     complete_config,
     count_parameters,
     create_model,
@@ -14,6 +15,7 @@ from swarmctl.models.registry import (
 
 __all__ = [
     "ModelSpec",
+    "check_fields",
     "complete_config",
     "count_parameters",
     "create_model",

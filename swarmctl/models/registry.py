@@ -30,6 +30,12 @@ class ModelSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     summary: str = ""
     task: str = "clustering"  # what the model is trained on: "clustering", "mog", ...
+    extra_fields: tuple[str, ...] = ()  # hyper-parameters it reads beyond its code and defaults (dropout)
+
+    @property
+    def fields(self) -> frozenset[str]:
+        """The ModelConfig hyper-parameters this model reads (those a user may set)."""
+        return frozenset(self.code_fields) | (frozenset(self.defaults) - {"dataset"}) | frozenset(self.extra_fields)
 
     @property
     def code_format(self) -> str:
@@ -41,14 +47,17 @@ _REGISTRY: dict[str, ModelSpec] = {}
 
 
 def register_model(
-    name: str, *, code: tuple[str, ...], defaults: dict[str, Any], summary: str = "", task: str = "clustering"
+    name: str, *, code: tuple[str, ...], defaults: dict[str, Any], summary: str = "", task: str = "clustering",
+    extra_fields: tuple[str, ...] = (),
 ) -> Callable[[Builder], Builder]:
-    """Register ``build(cfg) -> nn.Module`` under ``name`` (a kebab-case CLI name) for ``task``."""
+    """Register ``build(cfg) -> nn.Module`` under ``name`` (a kebab-case CLI name) for ``task``; the model
+    reads the fields of ``code``, of ``defaults`` and ``extra_fields``, and no other hyper-parameter."""
 
     def add(build: Builder) -> Builder:
         if name in _REGISTRY:
             raise ValueError(f"model {name!r} is registered twice")
-        _REGISTRY[name] = ModelSpec(name, build, code, dict(defaults), summary or (build.__doc__ or "").strip(), task)
+        _REGISTRY[name] = ModelSpec(name, build, code, dict(defaults), summary or (build.__doc__ or "").strip(), task,
+                                    tuple(extra_fields))
         return build
 
     return add
@@ -64,6 +73,22 @@ def get_spec(name: str) -> ModelSpec:
         return _REGISTRY[name]
     except KeyError:
         raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(list_models())}") from None
+
+
+# ModelConfig field -> the name users give it (train's option --NAME, a sweep spec's key)
+OPTION_NAMES = {"dim_hidden": "hidden", "n_iter": "iters", "n_layers": "layers", "n_inducing": "inducing",
+                "n_heads": "heads", "pooling": "pooling", "dropout": "dropout"}
+
+
+def check_fields(name: str, given: set[str] | frozenset[str]) -> None:
+    """Refuse hyper-parameters (ModelConfig field names) that model ``name`` does not read: a value it
+    would ignore, yet record in its config, is a mistake."""
+    spec = get_spec(name)
+    bad = sorted(set(given) - spec.fields, key=list(OPTION_NAMES).index)
+    if bad:
+        takes = [OPTION_NAMES[f] for f in OPTION_NAMES if f in spec.fields]
+        raise ConfigError(f"model {name} has no {', '.join(OPTION_NAMES[f] for f in bad)}; it takes "
+                          f"{', '.join(takes)}")
 
 
 def complete_config(cfg: ModelConfig) -> ModelConfig:

@@ -66,6 +66,7 @@ class SwarmNet(LayerStack):
     code=("dim_hidden", "n_iter", "n_layers"),
     defaults={"dim_hidden": 192, "n_iter": 10, "n_layers": 1, "pooling": "mean"},
     summary="SWARM layers, mean pooling",
+    extra_fields=("dropout",),
 )
 def build_swarm(cfg: ModelConfig) -> SwarmNet:
     return SwarmNet(

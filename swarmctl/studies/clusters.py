@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.data.points import STDIN, PointSet, read_points, write_cluster_csv
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import DataError, ResourceError
 from swarmctl.files import check_output_file
 from swarmctl.runs import open_run
 from swarmctl.tasks.point_clusters import PointClusters
@@ -38,9 +38,9 @@ def check_new_file(path: Path, force: bool, option: str, points: str) -> None:
     """Refuse, before any work, an output that would overwrite a file without ``force``, or the input."""
     check_output_file(path)
     if points != STDIN and Path(points).exists() and path.exists() and path.resolve() == Path(points).resolve():
-        raise ConfigError(f"{option} {path} is the input file; choose another output path")
+        raise ResourceError(f"{option} {path} is the input file; choose another output path")
     if path.exists() and not force:
-        raise ConfigError(f"{path} exists; pass --force to overwrite it or choose another {option}")
+        raise ResourceError(f"{path} exists; pass --force to overwrite it or choose another {option}")
 
 
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,

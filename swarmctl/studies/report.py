@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from swarmctl.errors import ConfigError, DataError, SwarmctlWarning
+from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning
 from swarmctl.files import read_bytes, read_metrics
 
 
@@ -74,8 +74,10 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
                 best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
                 epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60,
                 device=str(cfg["run"].get("device", "?")))
-        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError) as exc:
-            why = str(exc) if isinstance(exc, ConfigError) else "its config.json or metrics.jsonl is damaged"
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError,
+                ResourceError) as exc:
+            why = (str(exc) if isinstance(exc, ConfigError | ResourceError)
+                   else "its config.json or metrics.jsonl is damaged")
             warnings.warn(f"skipped run {cfg_path.parent}: {why}", SwarmctlWarning, stacklevel=2)
             continue
         if not math.isfinite(summary.best_val) or not math.isfinite(summary.net_minutes):

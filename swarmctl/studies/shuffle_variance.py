@@ -5,9 +5,11 @@ violin plot shows."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,24 +119,65 @@ def shuffle_variance_study(
     several). Every run is opened and checked before any is measured. ``replot``: read the saved results
     instead of measuring. ``progress(label, tasks)`` gives the update function of one run's measurement."""
     run_dirs = [resolve_run(r, runs_dir) for r in runs]
+    keys = _result_keys(run_dirs, runs_dir)
     out_dir = Path(out or (run_dirs[0] / STUDY if len(run_dirs) == 1 else Path(runs_dir) / STUDY))
     check_output_folder(out_dir)
-    opened = [] if replot else [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
-    results = []
-    for k, run_dir in enumerate(run_dirs):
-        npz = out_dir / f"{run_dir.name}.npz"
-        if replot:
-            results.append(load_result(ShuffleVarianceResult, npz))
-            continue
-        if progress is None:
-            res = shuffle_variance_of_run(opened[k], data, tasks, shuffles, seed)
-        else:
-            with progress(opened[k].label, tasks) as update:
-                res = shuffle_variance_of_run(opened[k], data, tasks, shuffles, seed, progress=update)
-        save_result(res, npz)
-        results.append(res)
+    if replot:
+        results = [load_result(ShuffleVarianceResult, out_dir / f"{key}.npz") for key in keys]
+    else:  # every run is opened and measured before anything is written
+        opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
+        results = []
+        for run in opened:
+            if progress is None:
+                results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed))
+            else:
+                with progress(run.label, tasks) as update:
+                    results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed, progress=update))
+        if len({r.label for r in results}) < len(results):  # two runs of one configuration: name each
+            results = [dataclasses.replace(r, label=f"{key}: {r.label}") for key, r in zip(keys, results, strict=True)]
     summary = {r.label: {"median_rel_std": float(np.median(r.rel_std)), "max_rel_std": float(r.rel_std.max()),
                          "tasks": len(r.sizes), "shuffles": r.n_shuffles} for r in results}
     study = ShuffleVarianceStudy(out_dir, results, summary)
-    atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
+    if not replot:
+        with _new_files_removed_on_failure(out_dir):
+            for key, res in zip(keys, results, strict=True):
+                save_result(res, out_dir / f"{key}.npz")
+            atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
     return study
+
+
+def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
+    """The file name (without .npz) of each run's result: its path inside ``runs_dir`` with '/' as '__'
+    (``g1/x`` and ``g2/x`` differ), or its folder's name for a run outside it. Two runs with one key (the
+    same run twice, say) are refused: their results would overwrite each other."""
+    keys = []
+    for run_dir in run_dirs:
+        try:
+            rel = Path(run_dir).resolve().relative_to(Path(runs_dir).resolve())
+        except ValueError:
+            rel = Path(Path(run_dir).resolve().name)
+        keys.append("__".join(rel.parts))
+    for k, key in enumerate(keys):
+        if key in keys[:k]:
+            raise ConfigError(f"runs {run_dirs[keys.index(key)]} and {run_dirs[k]} would both save their result as "
+                              f"{key}.npz; name each run once, or study them with separate --out folders")
+    return keys
+
+
+@contextmanager
+def _new_files_removed_on_failure(folder: Path) -> Iterator[None]:
+    """When the block fails, remove the files it added to ``folder`` (and ``folder`` if it made it): a failed
+    study leaves no partial set of results behind. Files that were there before are kept."""
+    folder = Path(folder)
+    existed = folder.exists()
+    before = set(folder.iterdir()) if existed else set()
+    try:
+        yield
+    except BaseException:
+        if folder.is_dir():
+            for path in set(folder.iterdir()) - before:
+                path.unlink(missing_ok=True)
+            if not existed:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        raise

@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmctl.config import DataConfig, ModelConfig, check_device
-from swarmctl.errors import ConfigError, DataError
+import torch
+
+from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
 from swarmctl.models import complete_config, count_parameters, create_model, get_spec, list_models, paper_code
 from swarmctl.runs import resume_run, run_progress, start_run
 from swarmctl.tasks import get_task
+from swarmctl.training.device import memory_limit, resolve_device
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,7 +55,8 @@ TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_s
 class SweepSpec:
     name: str
     task: str  # the task of every model in the spec (one whose data is one file or drawn fresh)
-    configs: tuple[ModelConfig, ...]  # complete, distinct, in file order
+    configs: tuple[ModelConfig, ...]  # complete, distinct, in file order; each builds a model
+    parameters: tuple[int, ...]  # of each configuration, counted on the meta device
     seeds: tuple[int, ...]
     minutes: float
     data: str | None
@@ -93,14 +97,16 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         raise ConfigError(f"name {name!r}: use letters, digits, '-', '_' and '.' only")
     seeds = raw.get("seeds", [0])
     seeds = seeds if isinstance(seeds, list) else [seeds]
-    if not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds must be distinct integers >= 0, got {raw.get('seeds')!r}")
+    if not seeds or not all(_is_int(s) and SEED_RANGE[0] <= s <= SEED_RANGE[1] for s in seeds) \
+            or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct integers in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got "
+                          f"{raw.get('seeds')!r}")
     minutes = raw.get("minutes")
     if not isinstance(minutes, int | float) or isinstance(minutes, bool) or not math.isfinite(minutes) or minutes <= 0:
         raise ConfigError(f"minutes (net budget per run) must be a number > 0, got {minutes!r}")
     for key in ("max_epochs", "batch_size"):
         v = raw.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        if v is not None and (not _is_int(v) or v < 1):
             raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
     grids = raw.get("grid")
     if not isinstance(grids, list) or not grids:
@@ -109,7 +115,13 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
     seen: set[tuple[str, str]] = set()
     task = None
     for g_no, grid in enumerate(grids, 1):
+        if not isinstance(grid, dict):
+            raise ConfigError(f"grid {g_no} is {grid!r}, not a table; write each grid as a [[grid]] table with "
+                              "model = \"...\" and its hyper-parameters")
         model = grid.get("model")
+        if not isinstance(model, str):
+            raise ConfigError(f"grid {g_no}: model must be a name, got {model!r}; choose from "
+                              f"{', '.join(list_models())}")
         if model not in list_models():
             raise ConfigError(f"grid {g_no}: model {model!r} is not registered; choose from {', '.join(list_models())}")
         spec = get_spec(model)
@@ -128,7 +140,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
             fields = {}
             for k, v in zip(keys, combo, strict=True):
-                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                if not _is_int(v) or v < 1:
                     raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
                 fields[GRID_KEYS[k]] = v
             cfg = complete_config(ModelConfig(name=model, **fields))
@@ -137,14 +149,31 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
                 seen.add(key)
                 configs.append(cfg)
     data = raw.get("data")
-    if data is not None and not isinstance(data, str):
-        raise ConfigError(f"data must be a path string, got {data!r}")
+    if data is not None and (not isinstance(data, str) or not data.strip()):
+        raise ConfigError(f"data must name a file, got {data!r}; leave it out for the task's default")
+    if data is not None and get_task(task).default_data is None:
+        raise ConfigError(f"data: {task} models draw their tasks fresh and take no data file; remove data")
     device = raw.get("device", "auto")
     if not isinstance(device, str):
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
     check_device(device)
-    return SweepSpec(name=name, task=task, configs=tuple(configs), seeds=tuple(seeds), minutes=float(minutes),
-                     data=data, device=device, max_epochs=raw.get("max_epochs"), batch_size=raw.get("batch_size"))
+    spec = SweepSpec(name=name, task=task, configs=tuple(configs),
+                     parameters=tuple(parameter_count(cfg) for cfg in configs), seeds=tuple(seeds),
+                     minutes=float(minutes), data=data, device=device, max_epochs=raw.get("max_epochs"),
+                     batch_size=raw.get("batch_size"))
+    for seed in spec.seeds:  # every run's TrainConfig is valid
+        train_config(spec, seed)
+    return spec
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def train_config(spec: SweepSpec, seed: int) -> TrainConfig:
+    """The TrainConfig of the spec's runs of ``seed`` (the task's defaults, the spec's budget and sizes)."""
+    return get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
+                                            batch_size=spec.batch_size, seed=seed, device=spec.device)
 
 
 def _code(cfg: ModelConfig) -> str:
@@ -154,11 +183,15 @@ def _code(cfg: ModelConfig) -> str:
 def load_spec(path: Path) -> SweepSpec:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
+        raise SpecError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
     try:
-        return parse_spec(path.read_text(), path.stem)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the spec as UTF-8") from None
+    try:
+        return parse_spec(text, path.stem)
+    except (ConfigError, ResourceError) as exc:
+        raise SpecError(f"{path}: {exc}") from None
 
 
 def expand(spec: SweepSpec) -> list[SweepRun]:
@@ -186,7 +219,10 @@ def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
 def run_status(run_dir: Path, spec: SweepSpec) -> str:
     """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
     ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
-    progress = run_progress(run_dir)
+    try:
+        progress = run_progress(run_dir)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{exc}; move {run_dir} away and run the sweep again to train it anew") from None
     if progress.status in ("new", "empty"):
         return progress.status
     want_data = data_path(spec)
@@ -200,7 +236,13 @@ def run_status(run_dir: Path, spec: SweepSpec) -> str:
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    return count_parameters(create_model(cfg))
+    """The parameters of ``cfg``'s model, built on the meta device: nothing is allocated, whatever the size,
+    and every hyper-parameter the model checks is checked."""
+    try:
+        with torch.device("meta"):
+            return count_parameters(create_model(cfg))
+    except RuntimeError:  # a size whose byte count overflows even on the meta device
+        raise ResourceError(f"model {cfg.name} ({paper_code(cfg)}) is too large to build on any machine") from None
 
 
 def format_minutes(minutes: float) -> str:
@@ -218,6 +260,26 @@ def check_data(spec: SweepSpec) -> None:
     if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
         raise DataError(f"{data}: no such data file; create it with `swarmctl gen-data --out {data}` or fix "
                         "the spec's data")
+
+
+def check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
+    """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
+    every value, configuration and TrainConfig): the data file exists (the task's default is generated when
+    missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
+    Returns each run's :func:`run_status` by name; a problem raises a one-line error naming the run."""
+    check_data(spec)
+    folder = Path(runs_dir) / spec.folder
+    return {run.name: run_status(folder / run.name, spec) for run in runs}
+
+
+def check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
+    """Refuse, before the first run trains, a configuration of ``runs`` whose weights, gradients and Adam
+    state alone exceed the memory of the spec's device on this machine."""
+    limit = memory_limit(resolve_device(spec.device))
+    params = dict(zip(spec.configs, spec.parameters, strict=True))
+    for cfg in dict.fromkeys(run.model for run in runs):
+        check_memory(16 * params[cfg], limit, f"model {cfg.name} ({paper_code(cfg)}) with {params[cfg]:,} parameters "
+                     "(weights, gradients and Adam state)", "remove it from the spec or use a larger device")
 
 
 @dataclass(frozen=True)
@@ -252,15 +314,20 @@ class DryRunRow:
 
 
 def dry_run(plan: SweepPlan) -> tuple[list[DryRunRow], int]:
-    """The dry-run table's rows, and how many of this shard's runs are not finished."""
-    mine = {r.name for r in plan.runs}
-    status = {r.name: run_status(plan.folder / r.name, plan.spec) for r in plan.runs}
-    rows = []
-    for cfg in plan.spec.configs:
-        cfg_runs = [r for r in plan.all_runs if r.model == cfg]
-        states = [status[r.name] for r in cfg_runs if r.name in mine]
-        rows.append(DryRunRow(cfg, parameter_count(cfg), tuple(r.seed for r in cfg_runs), len(states),
-                              states.count("done"), states.count("partial")))
+    """The dry-run table's rows, and how many of this shard's runs are not finished, after the checks the
+    sweep makes before its first run (:func:`check_runs`; the spec was checked when read), except that each
+    model fits the training device's memory, which the sweep checks on the machine it trains on. One pass
+    over the runs: a grid may have 10,000 configurations."""
+    status = check_runs(plan.spec, plan.runs, plan.folder.parent)
+    by_config: dict[ModelConfig, tuple[list[int], list[str]]] = {cfg: ([], []) for cfg in plan.spec.configs}
+    for r in plan.all_runs:
+        seeds, states = by_config[r.model]
+        seeds.append(r.seed)
+        if r.name in status:
+            states.append(status[r.name])
+    rows = [DryRunRow(cfg, n, tuple(by_config[cfg][0]), len(by_config[cfg][1]), by_config[cfg][1].count("done"),
+                      by_config[cfg][1].count("partial"))
+            for cfg, n in zip(plan.spec.configs, plan.spec.parameters, strict=True)]
     return rows, sum(1 for s in status.values() if s != "done")
 
 
@@ -272,10 +339,14 @@ def train_sweep(
     progress: Any = None,
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
-    one resumed (budget included), one killed before its first checkpoint started again. Stops at the first
+    one resumed (budget included), one killed before its first checkpoint started again. Everything that
+    can be checked is checked before the first run trains (:func:`check_runs`, :func:`check_memory_fits`).
+    A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
+    once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
     interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
     before each run. Returns (run, status, FitResult or None) for every run looked at."""
-    check_data(spec)
+    check_runs(spec, runs, runs_dir)
+    check_memory_fits(spec, runs)
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
     done = []
@@ -291,9 +362,7 @@ def train_sweep(
             result = resume_run(run_dir, folder, model_name=run.model.name, minutes=spec.minutes,
                                 max_epochs=spec.max_epochs, device=spec.device, progress=progress)
         else:  # new, or empty: start_run starts a run that never saved a checkpoint again from scratch
-            train_cfg = get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
-                                                         batch_size=spec.batch_size, seed=run.seed, device=spec.device)
-            result = start_run(run.model, train_cfg, data_cfg, folder, run.name, progress=progress)
+            result = start_run(run.model, train_config(spec, run.seed), data_cfg, folder, run.name, progress=progress)
         done.append((run, status, result))
         if result.interrupted:
             break

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from swarmctl.config import check_device, host_memory
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ResourceError
 
 
 def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
@@ -25,7 +25,7 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError("device cuda requested but CUDA is not available; use --device cpu or auto")
+            raise ResourceError("device cuda requested but CUDA is not available; use --device cpu or auto")
         if name == "cuda":
             name = f"cuda:{local_rank}"
         use_tf32(os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes"))
@@ -79,12 +79,13 @@ def init_distributed(device_name: str = "auto") -> DistContext:
         return DistContext()
     missing = [name for name in ("RANK", "MASTER_ADDR", "MASTER_PORT") if name not in os.environ]
     if missing:
-        raise ConfigError(f"WORLD_SIZE={world} is set but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+        verb = "is" if len(missing) == 1 else "are"
+        raise ResourceError(f"WORLD_SIZE={world} is set but {', '.join(missing)} {verb} "
                           "not; launch with `torchrun --nproc_per_node=N -m swarmctl ...`, which sets them all, or "
                           "unset WORLD_SIZE")
     rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     if rank >= world:
-        raise ConfigError(f"RANK={rank} is not below WORLD_SIZE={world}; launch with torchrun, or unset both")
+        raise ResourceError(f"RANK={rank} is not below WORLD_SIZE={world}; launch with torchrun, or unset both")
     if not dist.is_initialized():
         use_cuda = device_name != "cpu" and torch.cuda.is_available()
         if use_cuda:
@@ -95,12 +96,12 @@ def init_distributed(device_name: str = "auto") -> DistContext:
 
 def is_main_process() -> bool:
     """Rank 0 of a torchrun launch, or a process not launched by torchrun (reads RANK, as torchrun sets it).
-    A RANK that is not an integer >= 0 is a ConfigError."""
+    A RANK that is not an integer >= 0 is a ResourceError (exit 1: the environment is no option)."""
     return _env_int("RANK", 0) == 0
 
 
 def _env_int(name: str, default: int, low: int = 0) -> int:
-    """The integer environment variable ``name`` (``default`` when unset); ConfigError when it is not an
+    """The integer environment variable ``name`` (``default`` when unset); ResourceError when it is not an
     integer >= ``low``."""
     raw = os.environ.get(name)
     if raw is None:
@@ -110,7 +111,7 @@ def _env_int(name: str, default: int, low: int = 0) -> int:
     except ValueError:
         value = None
     if value is None or value < low:
-        raise ConfigError(f"the environment variable {name}={raw!r} is not an integer >= {low}; unset it, or launch "
+        raise ResourceError(f"the environment variable {name}={raw!r} is not an integer >= {low}; unset it, or launch "
                           "with torchrun, which sets it")
     return value
 

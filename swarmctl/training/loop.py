@@ -420,7 +420,9 @@ def _backtrack(model: nn.Module, opt: torch.optim.Optimizer, best: tuple[dict, d
                cfg: TrainConfig, v: float) -> None:
     """Back to the best weights and optimizer state, with the learning rate times alpha."""
     model.load_state_dict(best[0])
-    opt.load_state_dict(best[1])
+    # a copy: load_state_dict keeps tensors of the right dtype and device as they are, and Adam then updates
+    # them in place, which changed the snapshot a second backtrack restores
+    opt.load_state_dict(copy.deepcopy(best[1]))
     state.lr = cfg.alpha * state.lr
     _set_lr(opt, state.lr)
     state.backtracks += 1

@@ -43,9 +43,9 @@ def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     runs = tmp_path / "runs"
     before = snapshot(tmp_path)
 
-    def fails(*args):
+    def fails(*args, code=1):
         r = cli(*args)
-        assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+        assert r.exit_code == code and "Traceback" not in r.output, r.output
         assert snapshot(tmp_path) == before  # nothing left behind, no input changed
         return r.output
 
@@ -53,8 +53,9 @@ def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     assert "put the four IDX files" in out
     out = fails("sample", "--dataset", "mnist", "--runs-dir", runs)
     assert "train one with `swarmctl train swarm-image --dataset mnist`" in out
-    assert "do not apply to clustering models" in fails("train", "swarm", "--dataset", "mnist", "--runs-dir", runs)
-    out = fails("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs)
+    assert "do not apply to clustering models" in fails("train", "swarm", "--dataset", "mnist", "--runs-dir", runs,
+                                                                    code=2)
+    out = fails("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs, code=2)
     assert "dataset must be one of" in out
 
 

@@ -1,4 +1,5 @@
-"""gen-data -> train -> eval through the CLI, and every bad input as a one-line error with exit 1."""
+"""gen-data -> train -> eval through the CLI, and every bad input as a one-line error: exit 2 for an option
+value wrong in itself, 1 for a bad file or run."""
 
 import json
 
@@ -13,8 +14,8 @@ from swarmctl.training.checkpoint import load_checkpoint
 TINY_TRAIN = ["--hidden", "8", "--iters", "3", "--batch-size", "6", "--max-epochs", "2"]
 
 
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 1, result.output
+def assert_user_error(result, *fragments, code=1):
+    assert result.exit_code == code, result.output
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), result.output
     for frag in fragments:
@@ -34,7 +35,7 @@ def test_gen_data_writes_and_refuses_to_overwrite(tmp_path, cli):
 
 
 def test_gen_data_bad_parameters(tmp_path, cli):
-    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "k_max")
+    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "k_max", code=2)
     assert not (tmp_path / "x.h5").exists()
     assert cli("gen-data", "--tasks", "many").exit_code == 2
 
@@ -139,7 +140,7 @@ def test_train_rejects_bad_data_and_writes_nothing(kind, tiny_h5, tmp_path, cli)
 )
 def test_train_rejects_bad_hyper_parameters_and_writes_nothing(args, message, tiny_h5, tmp_path, cli):
     runs = tmp_path / "runs"
-    assert_user_error(cli("train", *args, "--data", tiny_h5, "--runs-dir", runs), message)
+    assert_user_error(cli("train", *args, "--data", tiny_h5, "--runs-dir", runs), message, code=2)
     assert not runs.exists()
 
 
@@ -155,17 +156,21 @@ def test_resume_errors(tiny_h5, tmp_path, cli):
                       "trains model 'swarm', not 'lstm'")
 
 
-def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, cli):
+def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a default output in the working folder would show too
     runs = tmp_path / "runs"
     assert cli("train", "swarm", *TINY_TRAIN, "--max-epochs", 1, "--data", tiny_h5, "--runs-dir", runs).exit_code == 0
     best = runs / "swarm-8-3-1-s0" / "best.pt"
     ckpt = torch.load(best, weights_only=True)  # the file's dict, to damage
     other = dict(ckpt, format=99)
     torch.save(other, tmp_path / "future.pt")
-    assert_user_error(cli("eval", tmp_path / "future.pt"), "checkpoint format 99")
     wrong = dict(ckpt, config={**ckpt["config"], "model": {**ckpt["config"]["model"], "name": "set-linear"}})
     torch.save(wrong, tmp_path / "wrong.pt")
-    assert_user_error(cli("eval", tmp_path / "wrong.pt"), "belongs to another model")
     (tmp_path / "junk.pt").write_bytes(b"junk")
-    assert_user_error(cli("eval", tmp_path / "junk.pt"), "not a readable swarmctl checkpoint")
-    assert_user_error(cli("eval", "nothing-here", "--runs-dir", runs), "no run 'nothing-here'")
+    for args, message in (([tmp_path / "future.pt"], "checkpoint format 99"),
+                          ([tmp_path / "wrong.pt"], "belongs to another model"),
+                          ([tmp_path / "junk.pt"], "not a readable swarmctl checkpoint"),
+                          (["nothing-here", "--runs-dir", runs], "no run 'nothing-here'")):
+        before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+        assert_user_error(cli("eval", *args), message)
+        assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before, args

@@ -112,9 +112,9 @@ def test_keys_pick_an_array_or_dataset(tmp_path):
         f["x"], f["g/y"] = POINTS, POINTS[:, :1]
     assert read_points(tmp_path / "two.h5", key="/g/y").values.shape == (4, 1)
     for name in ("two.npz", "two.h5"):
-        with pytest.raises(ConfigError, match="--key"):
+        with pytest.raises(DataError, match="--key"):
             read_points(tmp_path / name)  # two to choose from
-        with pytest.raises(ConfigError, match="no (array|dataset) 'zz'"):
+        with pytest.raises(DataError, match="no (array|dataset) 'zz'"):
             read_points(tmp_path / name, key="zz")
 
 
@@ -124,9 +124,9 @@ def test_columns_by_name_or_index(tmp_path):
     got = read_points(path, columns=("c", "a"))
     assert np.array_equal(got.values, POINTS[:, [2, 0]]) and got.names == ("c", "a")
     assert np.array_equal(read_points(path, columns=("1", "2")).values, POINTS[:, 1:])
-    with pytest.raises(ConfigError, match="no column 'z'.*a, b, c"):
+    with pytest.raises(DataError, match="no column 'z'.*a, b, c"):
         read_points(path, columns=("a", "z"))
-    with pytest.raises(ConfigError, match="out of range"):
+    with pytest.raises(DataError, match="out of range"):
         read_points(path, columns=("3",))
     path.write_text(_text(POINTS))  # no header: the columns are x0, x1, x2
     assert read_points(path, columns=("2", "0")).names == ("x2", "x0")
@@ -223,7 +223,7 @@ def test_key_on_a_text_or_npy_file_is_refused(tmp_path):
     (tmp_path / "p.csv").write_text(_text(POINTS))
     np.save(tmp_path / "p.npy", POINTS)
     for name in ("p.csv", "p.npy"):
-        with pytest.raises(ConfigError, match="leave --key out"):
+        with pytest.raises(DataError, match="leave --key out"):
             read_points(tmp_path / name, key="x")
 
 

@@ -137,7 +137,7 @@ def test_cli_method_defaults_and_errors(trained_runs, tmp_path):
     assert ", exact," in r.output
     r = cli("plot-entropy", "lstm", "--runs-dir", runs, "--index", 0, "--grid", 4, "--method", "probe",
             "--out", tmp_path / "c")
-    assert r.exit_code == 1 and "--method exact" in r.output and not (tmp_path / "c").exists()
+    assert r.exit_code == 2 and "--method exact" in r.output and not (tmp_path / "c").exists()
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--grid", 4, "--method", "fast", "--out", tmp_path / "d")
     assert r.exit_code == 2 and not (tmp_path / "d").exists()
 

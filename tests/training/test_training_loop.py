@@ -69,7 +69,7 @@ def scripted_loss(val_losses):
 
 
 def test_fit_backtracks_by_the_rule_restores_best_weights_and_decays_lr(tmp_path):
-    vals = [1.0, 0.9] + [0.95] * 7  # epochs 7 and 8 must backtrack (r = 6, then 7)
+    vals = [1.0, 0.9] + [0.95] * 7  # epoch 7 backtracks (r = 6); two in a row: test_training_interactions.py
     cfg = TrainConfig(lr=0.1, minutes=100, max_epochs=8, beta=0.2, alpha=0.5)
     model = nn.Linear(3, 1)
     res = fit(model, TrainingData(toy_batches(), [toy_batches(1)[0]], scripted_loss(vals)), cfg,

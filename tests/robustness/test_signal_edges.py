@@ -1,0 +1,100 @@
+"""Signals at the edges of a command: while it starts (PyTorch loading), while the figures are drawn after
+training, and inside code Python cannot raise from (a weakref callback). Each ends with exit 130, one line
+naming the signal (with how to continue when there is something to continue) and nothing half-written;
+a re-run draws the figures the signal stopped."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import typer
+from faults import cli
+
+from swarmctl.cli._options import user_errors
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sigcgt(pid):
+    """The signals process ``pid`` catches (a bit mask), from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see the handler installed")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_commands_load_is_one_line_and_130(tmp_path, sig):
+    """Synchronised on the handler itself: the signal is sent as soon as the process catches SIGTERM, which
+    swarmctl's start-up does before it loads the commands (loading PyTorch takes a second or more)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "swarmctl", "models"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and not _sigcgt(proc.pid) & (1 << (signal.SIGTERM - 1)):
+        time.sleep(0.001)  # a poll interval, not a wait for an event
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, out, err)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and f"interrupted ({sig.name}) while starting" in lines[0] and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+class _SignalsInDel:
+    """Sends SIGTERM to this process while Python runs its __del__, where an exception cannot propagate."""
+
+    def __del__(self):
+        signal.raise_signal(signal.SIGTERM)
+
+
+def test_a_signal_python_has_to_drop_still_stops_the_command(capfd):
+    done, hook, handler = [], sys.unraisablehook, signal.getsignal(signal.SIGTERM)
+    with pytest.raises(typer.Exit) as stop, user_errors() as interruption:
+        interruption.hint = "swarmctl again"
+        obj = _SignalsInDel()
+        del obj  # the handler's Interrupted is raised inside __del__ and dropped by Python
+        done.append("the work went on")
+    assert done == ["the work went on"]
+    assert stop.value.exit_code == 130
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+    assert "interrupted (SIGTERM)" in err and "continue with: swarmctl again" in err
+    assert signal.getsignal(signal.SIGTERM) is handler and sys.unraisablehook is hook  # restored
+
+
+def _spec(tmp_path, data):
+    spec = tmp_path / "t.toml"
+    spec.write_text(f'name = "t"\nseeds = [0]\nminutes = 5\nmax_epochs = 1\nbatch_size = 6\ndata = "{data}"\n'
+                    'device = "cpu"\n[[grid]]\nmodel = "set-linear"\nhidden = [4, 8]\nlayers = 1\n')
+    return spec
+
+
+def test_a_signal_while_drawing_after_the_last_run_and_the_rerun(tmp_path, tiny_h5, monkeypatch):
+    import swarmctl.cli._fit as fit_cli
+
+    real, drawn = fit_cli.save_run_curves, []
+
+    def stopped_at_the_second(run_dir):
+        drawn.append(run_dir)
+        if len(drawn) == 2:
+            signal.raise_signal(signal.SIGTERM)
+        return real(run_dir)
+
+    monkeypatch.setattr(fit_cli, "save_run_curves", stopped_at_the_second)
+    spec, runs = _spec(tmp_path, tiny_h5), tmp_path / "runs"
+    r = cli("sweep", spec, "--runs-dir", runs)
+    assert r.exit_code == 130, r.output
+    assert "interrupted (SIGTERM)" in r.output and f" with: swarmctl sweep {spec} --runs-dir {runs}" in \
+        r.output.replace("\n", "")
+    folder = runs / "sweep-t"
+    assert sorted(p.name for p in folder.glob("*/curves.png")) == ["curves.png"]  # the second was stopped
+    assert not list(folder.rglob("*.tmp"))
+    monkeypatch.setattr(fit_cli, "save_run_curves", real)
+    r = cli("sweep", spec, "--runs-dir", runs)
+    assert r.exit_code == 0 and "0 run(s) trained" in r.output, r.output
+    assert len(list(folder.glob("*/curves.png"))) == 2  # the re-run drew the missing one
