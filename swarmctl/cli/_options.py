@@ -37,7 +37,7 @@ def argument(*, help: str | None = None, **kwargs: Any) -> Any:
     return typer.Argument(help=None if help is None else escape(help), **kwargs)
 
 
-def _checked(check: Any) -> Any:
+def checked(check: Any) -> Any:
     """An option callback running ``check(value)``; a ConfigError becomes a usage error (exit 2)."""
     def callback(value: Any) -> Any:
         if value is not None:
@@ -49,9 +49,9 @@ def _checked(check: Any) -> Any:
     return callback
 
 
-finite = _checked(lambda v: check_finite("the value", v))  # floats: no nan or inf
-positive = _checked(lambda v: check_positive("the value", v))  # finite floats > 0
-device_name = _checked(check_device)
+finite = checked(lambda v: check_finite("the value", v))  # floats: no nan or inf
+positive = checked(lambda v: check_positive("the value", v))  # finite floats > 0
+device_name = checked(check_device)
 
 
 def seed_option(help: str, **kwargs: Any) -> Any:

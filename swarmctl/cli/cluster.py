@@ -11,23 +11,23 @@ from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
+from swarmctl.cli._options import (
+    RUNS_DIR,
+    Device,
+    RunsDir,
+    argument,
+    checked,
+    console,
+    option,
+    say,
+    user_errors,
+)
 from swarmctl.cli._progress import DelayedBar
 from swarmctl.data.points import parse_columns
-from swarmctl.errors import ConfigError
 from swarmctl.plots.clusters import plot_clusters
 from swarmctl.plots.style import save_figure
 from swarmctl.studies.clusters import cluster_file
 from swarmctl.tasks.point_clusters import CHUNK_SIZE
-
-
-def _columns(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            parse_columns(value)
-        except ConfigError as exc:
-            raise typer.BadParameter(str(exc)) from None
-    return value
 
 
 def _png(value: Path | None) -> Path | None:
@@ -50,7 +50,7 @@ def cluster_cmd(
     key: Annotated[str | None, option(help=".npz: the array; HDF5: the dataset path [default: the only one].")]
     = None,
     columns: Annotated[str | None, option(help="Columns to cluster on, by header name or 0-based index, e.g. "
-                                               "x,y or 0,2 [default: all].", callback=_columns)] = None,
+                                               "x,y or 0,2 [default: all].", callback=checked(parse_columns))] = None,
     out: Annotated[Path | None, option(help="Output CSV [default: POINTS-clusters.csv beside the input; "
                                             "clusters.csv for standard input].")] = None,
     plot: Annotated[Path | None, option(help="Also draw the points coloured by cluster, alpha by confidence, "
