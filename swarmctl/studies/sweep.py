@@ -36,6 +36,7 @@ import torch
 
 from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
+from swarmctl.files import read_bytes
 from swarmctl.models import complete_config, count_parameters, create_model, get_spec, list_models, paper_code
 from swarmctl.runs import resume_run, run_progress, start_run
 from swarmctl.tasks import get_task
@@ -182,10 +183,12 @@ def _code(cfg: ModelConfig) -> str:
 
 def load_spec(path: Path) -> SweepSpec:
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"{path}: no such sweep spec; see sweeps/*.toml for examples")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_bytes(path).decode("utf-8")  # a folder or a FIFO is refused at once, never waited on
+    except (FileNotFoundError, NotADirectoryError):
+        raise SpecError(f"{path}: no such sweep spec; see sweeps/*.toml for examples") from None
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
     except UnicodeDecodeError as exc:
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the spec as UTF-8") from None
     try:

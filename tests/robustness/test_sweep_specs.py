@@ -141,3 +141,16 @@ def test_a_second_sweep_never_touches_a_live_run(tmp_path, data):
         r = cli("sweep", spec, "--runs-dir", tmp_path / "runs")
         assert r.exit_code == 1 and "being written by process" in r.output, r.output
         assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_spec_that_is_not_a_file_is_named_for_what_it_is(tmp_path, kind):
+    import os
+
+    spec = tmp_path / "t.toml"
+    os.mkfifo(spec) if kind == "fifo" else spec.mkdir()
+    before = snapshot(tmp_path)
+    for extra in (["--dry-run"], []):
+        r = cli("sweep", spec, "--runs-dir", tmp_path / "runs", *extra)
+        _assert_refused(r, tmp_path, before, f"{kind} {extra}")
+        assert ("FIFO" if kind == "fifo" else "folder") in r.output, r.output
