@@ -34,7 +34,7 @@ from swarmctl.data.clustering_generator import (
 )
 from swarmctl.data.mog import MogParams, generate_mog_tasks
 from swarmctl.errors import DataError
-from swarmctl.files import atomic_write
+from swarmctl.files import atomic_write, check_regular_file
 
 SCHEMA_VERSION = 2
 ARRAYS = ("points", "labels", "offsets", "n_clusters", "means", "covs", "weights")
@@ -93,6 +93,7 @@ def write_dataset(
 
 def _open(path: Path) -> h5py.File:
     path = Path(path)
+    check_regular_file(path)  # a folder or a FIFO is named for what it is (and never waited on)
     if not path.is_file():
         raise DataError(f"{path}: no such dataset file; create one with `swarmctl gen-data --out {path}`")
     try:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.data.points import STDIN, PointSet, read_points, write_cluster_csv
-from swarmctl.errors import DataError, ResourceError
+from swarmctl.errors import ConfigError, DataError, ResourceError
 from swarmctl.files import check_output_file
 from swarmctl.runs import open_run
 from swarmctl.tasks.point_clusters import PointClusters
@@ -56,8 +56,14 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     with ``out`` before anything is read, so a bad path fails with nothing written.
     """
     out = Path(out) if out is not None else default_output(points)
-    for option, path in {"--out": out, **(also_writes or {})}.items():
+    outputs = {"--out": out, **(also_writes or {})}
+    for option, path in outputs.items():
         check_new_file(path, force, option, points)
+    seen: dict[Path, str] = {}
+    for option, path in outputs.items():
+        same = seen.setdefault(path.resolve(), option)
+        if same != option:
+            raise ConfigError(f"{same} and {option} name the same file {path}; give each its own path")
     opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses a run of another task
     dim_in = opened.model_cfg.dim_in
     pts = read_points(points, key, columns)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from swarmctl.errors import DataError
+
 CHUNK_SIZE = 16_384  # entities per chunk when a model runs a large set in chunks (gates: 48 KiB per entity)
 
 
@@ -31,11 +33,22 @@ def standardization(values: np.ndarray, target_std: float, per_coordinate: bool 
     rounding). ``per_coordinate``: every coordinate gets the standard deviation ``target_std`` on its own
     (for coordinates in different units; it also undoes a positive scale per coordinate, but stretches
     sets that are long in one direction). A constant coordinate (or set) is only centred."""
-    std = values.std(axis=0)
-    if not per_coordinate:
-        std = np.full_like(std, np.sqrt(np.mean(std**2)))
-    scale = np.where(std > 0, target_std / np.where(std > 0, std, 1.0), 1.0)
-    return AffineMap(values.mean(axis=0), scale)
+    # Each coordinate is first rescaled by an exact power of two, so that the sums below neither overflow
+    # (coordinates near 1e300) nor underflow (near 1e-300); the map is scaled back by the same powers.
+    largest = np.max(np.abs(values), axis=0) if len(values) else np.zeros(values.shape[1])
+    power = np.where(largest > 0, np.frexp(largest)[1], 0)
+    unit = np.ldexp(values, -power)
+    std, std_power = unit.std(axis=0), power
+    if not per_coordinate:  # the root mean square of the spreads, in the largest coordinate's power
+        top = power.max() if power.size else 0
+        std = np.full_like(std, np.sqrt(np.mean(np.ldexp(std, power - top) ** 2)))
+        std_power = np.full_like(power, top)
+    with np.errstate(over="ignore"):
+        scale = np.where(std > 0, np.ldexp(target_std / np.where(std > 0, std, 1.0), -std_power), 1.0)
+    if not np.all(np.isfinite(scale)):
+        raise DataError("the points are spread too little to be scaled in float64 (a spread below about 1e-308); "
+                        "rescale them, or pass --no-standardize")
+    return AffineMap(np.ldexp(unit.mean(axis=0), power), scale)
 
 
 @dataclass(frozen=True)

@@ -218,3 +218,12 @@ def test_the_progress_bar_appears_only_for_calls_longer_than_a_second(monkeypatc
         now[0] += 0.1
         bar(1.0)
     assert ("clustering the points" in out.getvalue()) == shown
+
+
+def test_out_and_plot_naming_one_file_is_refused(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    before = _snapshot(tmp_path)
+    same = tmp_path / "o.png"
+    r = cli("cluster", points, *_run_args(trained_runs), "--out", same, "--plot", tmp_path / "." / "o.png")
+    assert r.exit_code == 2 and "same file" in r.output and len(r.output.strip().splitlines()) <= 3, r.output
+    assert _snapshot(tmp_path) == before

@@ -86,3 +86,17 @@ def test_one_entity_sets_are_rejected(tiny_h5):
 def test_unknown_split(tiny_h5):
     with pytest.raises(DataError, match="no split 'test'"):
         read_split(tiny_h5, "test")
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_data_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path, kind):
+    """`train --data DIR` used to say "no such dataset file; create one with gen-data --out DIR", a fix
+    that gen-data refuses; a FIFO must not be waited on."""
+    import os
+
+    from swarmctl.errors import SwarmctlError
+
+    path = tmp_path / "d.h5"
+    path.mkdir() if kind == "folder" else os.mkfifo(path)
+    with pytest.raises(SwarmctlError, match="folder" if kind == "folder" else "FIFO"):
+        read_info(path)

@@ -28,7 +28,8 @@ def model(trained_runs):
 
 @pytest.mark.parametrize(("scale", "shift", "per_coordinate"), [
     (1000.0, 5e4, False), (1e-3, -2.0, False), (np.array([3.0, 0.02]), np.array([-7.0, 1e3]), True),
-    (250.0, np.array([1e4, -3.0]), True)])
+    (250.0, np.array([1e4, -3.0]), True),
+    (1e300, 0.0, False), (1e-300, 0.0, False), (np.array([1e300, 1e-300]), np.array([1e301, 0.0]), True)])
 def test_scaling_and_shifting_the_points_leaves_the_labels_unchanged(model, points, scale, shift, per_coordinate):
     task = ClusteringTask()
     base = task.cluster_points(model, points, CPU, per_coordinate=per_coordinate)
