@@ -54,15 +54,20 @@ def _kind(mode: int) -> str | None:
     return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
+def _existing_kind(path: Path, stat_call: Callable[[Path], os.stat_result]) -> str | None:
+    """What ``path`` is when it exists and is not a regular file (``stat_call``: os.stat follows a link,
+    os.lstat looks at the link itself); None for a regular file or nothing."""
+    try:
+        return _kind(stat_call(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def check_regular_file(path: Path) -> None:
     """Refuse to read ``path`` when it exists but is not a regular file (a folder, a FIFO, a device):
     opening a FIFO blocks for ever. Links are followed (data may be linked in). A missing file passes:
     the reader says what to do about it."""
-    try:
-        mode = os.stat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    what = _kind(mode)
+    what = _existing_kind(path, os.stat)
     if what is not None:
         raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
 
@@ -71,11 +76,7 @@ def check_plain_file(path: Path) -> None:
     """Refuse a link, a folder, a FIFO or another special file at ``path`` (a run's own file, which only
     swarmctl writes and never through a link); a regular file or nothing passes. The link itself is
     looked at, never followed."""
-    try:
-        mode = os.lstat(path).st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    what = _kind(mode)
+    what = _existing_kind(path, os.lstat)
     if what is not None:
         raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
 
