@@ -28,10 +28,10 @@ class ClusteringBatch:
         return self.x.shape[0]
 
 
-def collate(tasks: ClusteringTasks, index: np.ndarray) -> ClusteringBatch:
-    """Pad the tasks at ``index`` to the largest of them."""
+def collate(tasks: ClusteringTasks, index: np.ndarray, pad_to: int = 1) -> ClusteringBatch:
+    """Pad the tasks at ``index`` to the largest of them, rounded up to a multiple of ``pad_to``."""
     sizes = tasks.sizes[index]
-    B, N = len(index), int(sizes.max())
+    B, N = len(index), -(-int(sizes.max()) // pad_to) * pad_to
     x = np.zeros((B, N, 2), dtype=np.float32)
     labels = np.zeros((B, N), dtype=np.int64)
     for b, t in enumerate(index):
@@ -43,11 +43,13 @@ def collate(tasks: ClusteringTasks, index: np.ndarray) -> ClusteringBatch:
                            torch.from_numpy(np.asarray(index, dtype=np.int64)))
 
 
-def bucketed_batches(tasks: ClusteringTasks, batch_size: int) -> list[ClusteringBatch]:
+def bucketed_batches(tasks: ClusteringTasks, batch_size: int, pad_to: int = 1) -> list[ClusteringBatch]:
     """Sort tasks by size (stable), cut into consecutive chunks of ``batch_size`` (the last may be
-    smaller) and pad each chunk. Composition is fixed; only the order of batches changes per epoch."""
+    smaller) and pad each chunk (to a multiple of ``pad_to`` points: with 100, the paper's sizes 100..1000
+    give 10 batch shapes instead of one per batch, which is what CUDA graphs need). Composition is fixed;
+    only the order of batches changes per epoch."""
     order = np.argsort(tasks.sizes, kind="stable")
-    return [collate(tasks, order[i : i + batch_size]) for i in range(0, len(order), batch_size)]
+    return [collate(tasks, order[i : i + batch_size], pad_to) for i in range(0, len(order), batch_size)]
 
 
 def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:

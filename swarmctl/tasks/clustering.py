@@ -46,6 +46,9 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
 _GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
 
 
+GRAPH_N_BUCKET = 100  # with CUDA graphs, training sets are padded to a multiple of this many points
+
+
 class ClusteringTask(Task):
     name = "clustering"
     summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
@@ -93,7 +96,8 @@ class ClusteringTask(Task):
             raise DataError("clustering needs a dataset; pass --data FILE (create one with `swarmctl gen-data`)")
         splits, info = load_clustering_data(Path(data_cfg.path), data_cfg.train_split, data_cfg.val_split)
         # lambdas keep the loss looked up at call time (tests patch it)
-        return Prepared(train=bucketed_batches(splits[data_cfg.train_split], train_cfg.batch_size),
+        pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
+        return Prepared(train=bucketed_batches(splits[data_cfg.train_split], train_cfg.batch_size, pad_to),
                         val=bucketed_batches(splits[data_cfg.val_split], EVAL_BATCH),
                         loss_fn=lambda model, batch: clustering_loss(model, batch), checksum=info["checksum"])
 

@@ -19,15 +19,18 @@ ABSENT_LOGIT = -1e4  # logit of a class the oracle knows is absent (finite: keep
 def matching_matrices(logits: Tensor, labels: Tensor, mask: Tensor) -> Tensor:
     """M[b, a, k] = (1 / n_b) * sum over real entities i with label a of log_softmax(z_i)[k].
 
-    logits (B, N, C), labels (B, N) int, mask (B, N) bool (True = real) -> (B, C, C), rows = true
-    clusters, columns = output classes; one batched product for the whole batch.
+    logits (B, N, C), labels (B, N) int, mask (B, N) bool (True = real) -> (B, C, C) float32, rows = true
+    clusters, columns = output classes. The sums are plain float32 additions (a scatter-add), not a matrix
+    product: under autocast a product would run in bfloat16, and on a GPU with TF32 on it would round its
+    inputs to 10 mantissa bits; the matched loss is read off M, so either would bias the loss itself.
     """
-    C = logits.shape[-1]
+    B, N, C = logits.shape
     m = mask.unsqueeze(-1).to(torch.float32)
     logp = F.log_softmax(logits.float(), dim=-1) * m  # (B, N, C), zero at padding
-    onehot = F.one_hot(labels, C).to(torch.float32) * m  # (B, N, C)
+    rows = labels.unsqueeze(-1).expand(B, N, C)
+    M = torch.zeros(B, C, C, dtype=torch.float32, device=logits.device).scatter_add(1, rows, logp)
     n_real = mask.sum(dim=1).clamp_min(1).to(torch.float32)
-    return torch.bmm(onehot.transpose(1, 2), logp) / n_real.view(-1, 1, 1)
+    return M / n_real.view(-1, 1, 1)
 
 
 def optimal_assignments(M: Tensor) -> Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,8 +19,7 @@ from swarmctl.errors import ResourceError
 def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
     """``auto`` picks CUDA (this process's local rank) when available, else the CPU.
 
-    On CUDA, float32 matrix products use TF32 tensor cores (10-bit mantissa, float32 range and storage)
-    unless the environment sets SWARMCTL_NO_TF32=1; see :func:`use_tf32`.
+    Changes no global setting: training turns TF32 on for its own duration (:func:`tf32_scope`).
     """
     check_device(name)
     if name == "auto":
@@ -28,7 +29,6 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
             raise ResourceError("device cuda requested but CUDA is not available; use --device cpu or auto")
         if name == "cuda":
             name = f"cuda:{local_rank}"
-        use_tf32(os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes"))
     return torch.device(name)
 
 
@@ -44,6 +44,23 @@ def use_tf32(enabled: bool) -> None:
     H200 it keeps the loss within noise of strict float32 (benchmarks/RESULTS.md), so it is the default."""
     torch.backends.cuda.matmul.allow_tf32 = enabled
     torch.backends.cudnn.allow_tf32 = enabled
+
+
+@contextmanager
+def tf32_scope(device: torch.device) -> Iterator[None]:
+    """On CUDA, float32 matrix products use TF32 tensor cores (10-bit mantissa, float32 range and storage)
+    inside this block unless the environment sets SWARMCTL_NO_TF32=1; the settings from before are restored
+    on leaving, so a training run in a longer process (a notebook, a test session) leaves them as it found
+    them. Nothing changes on other devices."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    use_tf32(os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes"))
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def seed_everything(seed: int) -> None:

@@ -25,7 +25,7 @@ from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
 from swarmctl.errors import CheckpointError
 from swarmctl.training.checkpoint import RunWriter
-from swarmctl.training.device import DistContext
+from swarmctl.training.device import DistContext, tf32_scope
 from swarmctl.training.steps import TrainStep
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,11 @@ def host_sync_interval(device: torch.device) -> int:
 
 
 EPOCH_END = 2**62  # "never inside an epoch"
+
+# Under torchrun the ranks agree on stopping (a signal, the time budget) in a collective call that the
+# host waits for; once every this many steps (at the same steps on every rank) instead of every step, so a
+# rank overruns its budget or answers a signal by at most this many steps.
+DIST_CHECK_STEPS = 32
 
 
 def on_device(batches: Batches, device: torch.device) -> Batches:
@@ -252,7 +257,7 @@ def fit(
             writer.save("last.pt", model.state_dict(), opt.state_dict(), state.to_dict())
 
     budget = cfg.minutes * 60.0
-    with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals:
+    with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device):
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
             state.finished, state.stop_reason = True, "max epochs"
         while state.epoch < cfg.max_epochs:
@@ -375,7 +380,11 @@ def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batc
     time_up = False
     losses = _UnreadLosses(state, device)
     while state.cursor < len(order):
-        stop_signal, time_up = any_rank((signals.received is not None, state.net_seconds >= budget), ctx, device)
+        if ctx.enabled and state.cursor % DIST_CHECK_STEPS:  # ranks agree on stopping every few steps only
+            stop_signal = time_up = False
+        else:
+            stop_signal, time_up = any_rank((signals.received is not None, state.net_seconds >= budget), ctx,
+                                            device)
         if stop_signal:
             losses.read()
             return signals.received or "signal on another rank", time_up

@@ -5,8 +5,8 @@ A step of a small model (swarm-mog: 10 tasks of ~300 points, 20 iterations) is h
 launching them costs more than running them. A CUDA graph records the whole step once and replays it with
 one launch. What a graph needs, and how this module gives it:
 
-- fixed shapes: one graph per batch shape (the MoG sampler pads N to a few buckets), at most
-  ``max_graphs`` of them; other shapes run eagerly;
+- fixed shapes: one graph per batch shape (the MoG sampler pads N to a few buckets, and so does the
+  clustering task when graphs are asked for), at most ``max_graphs`` of them; other shapes run eagerly;
 - fixed memory: the batch is copied into the graph's own input tensors; gradients are zeroed in place
   (never set to None), so every graph and every eager step use the same gradient tensors; the graphs
   share one memory pool (a step's activations are dead once it ends; only each graph's loss stays);
@@ -15,27 +15,120 @@ one launch. What a graph needs, and how this module gives it:
 - values baked in at capture: the learning rate. A new learning rate (decay, backtracking) or a reloaded
   optimizer state (backtracking, resume) drops the graphs; they are captured again after a warm-up.
 
+Every call is exactly one optimisation step on its batch, whichever path it takes: an eager step, the
+capture of a new graph (recorded, then replayed once: the capture itself computes nothing), or a replay.
 Graphs are used on CUDA only and only when asked for (``TrainConfig.cuda_graphs``); elsewhere the step is
 the plain eager step, unchanged. Each new shape first runs ``WARMUP_STEPS`` eager steps on a side stream
-(as PyTorch requires before a capture); they are real steps of the run, and so is the capturing step,
-whose graph is replayed at once.
+(as PyTorch requires before a capture); they are real steps of the run.
+
+The graph machinery sits behind a small backend (:class:`CudaGraphs`); :class:`HostGraphs` stands in for it
+on any device (its capture runs the step once, its replay runs it again), so the bookkeeping above is
+testable without a card.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 WARMUP_STEPS = 2  # eager steps of a shape before its capture
-MAX_GRAPHS = 12  # the MoG buckets (9) fit; beyond, steps run eagerly
+MAX_GRAPHS = 12  # the MoG buckets (9) and the clustering buckets (10) fit; beyond, steps run eagerly
+
+# PyTorch warns once per optimizer when a capturable Adam steps outside a capture; the warm-up steps before
+# each capture (and the shapes beyond max_graphs) are such steps by design
+_UNCAPTURED_ADAM = r".*capturable=True.*running without \w+ graph capture"
+
+
+@contextlib.contextmanager
+def uncaptured_adam_ok() -> Iterator[None]:
+    """Silence PyTorch's warning that a capturable optimizer steps outside a graph capture (and only it)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_UNCAPTURED_ADAM, category=UserWarning)
+        yield
 
 
 def graphs_available(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.is_available()
+
+
+def place_optimizer_state(opt: torch.optim.Optimizer, capturable: bool) -> None:
+    """Set every group's ``capturable`` flag and move each state's step count where that mode wants it.
+
+    A checkpoint keeps the flag of the run that saved it, and a checkpoint loaded with ``map_location`` on a
+    device puts the step counts there too. Capturable Adam needs its step counts on the parameters' device
+    (no host read inside a graph); plain Adam reads them on the host every step, so a step count left on a
+    GPU costs a device-to-host sync per parameter per step. Float32 steps, as Adam keeps them.
+    """
+    for group in opt.param_groups:
+        group["capturable"] = capturable
+        for p in group["params"]:
+            state = opt.state.get(p)
+            step = state.get("step") if state else None
+            if isinstance(step, Tensor):
+                where = p.device if capturable else torch.device("cpu")
+                if step.device != where:
+                    state["step"] = step.to(device=where, dtype=torch.float32)
+
+
+class CudaGraphs:
+    """The CUDA graph backend: side streams, capture, replay."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def side_stream(self, fn: Callable[[], Tensor]) -> Tensor:
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            out = fn()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        return out
+
+    def capture(self, fn: Callable[[], Tensor], pool: Any) -> tuple[Any, Tensor, Any]:
+        """Record ``fn`` (which computes nothing while recorded) into a new graph sharing ``pool``; returns
+        (graph, the output tensor the graph writes, the pool)."""
+        torch.cuda.synchronize(self.device)  # once per shape: capture needs an idle stream
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            out = fn()
+        return graph, out, graph.pool() if pool is None else pool
+
+
+class HostGraphs:
+    """A stand-in for :class:`CudaGraphs` on any device: capturing runs the step once and keeps it, a replay
+    runs it again and writes its loss into the captured output, as a graph would. It differs from a real
+    capture in one way, which :class:`TrainStep` accounts for through ``capture_runs``: its capture computes.
+    """
+
+    capture_runs = True
+
+    def __init__(self) -> None:
+        self.captures = self.replays = 0
+
+    def side_stream(self, fn: Callable[[], Tensor]) -> Tensor:
+        return fn()
+
+    def capture(self, fn: Callable[[], Tensor], pool: Any) -> tuple[Any, Tensor, Any]:
+        self.captures += 1
+        out = fn()
+        return _HostGraph(self, fn, out), out, pool
+
+
+@dataclasses.dataclass
+class _HostGraph:
+    owner: HostGraphs
+    fn: Callable[[], Tensor]
+    out: Tensor
+
+    def replay(self) -> None:
+        self.owner.replays += 1
+        self.out.copy_(self.fn())
 
 
 def _tensors(batch: Any) -> dict[str, Tensor]:
@@ -49,7 +142,7 @@ def _shape_key(batch: Any) -> tuple:
 
 @dataclasses.dataclass
 class _Graph:
-    graph: Any  # torch.cuda.CUDAGraph
+    graph: Any  # torch.cuda.CUDAGraph (or a stand-in)
     inputs: Any  # the batch the graph reads: its tensors are filled before each replay
     loss: Tensor  # the mean loss the graph writes
 
@@ -59,14 +152,19 @@ class TrainStep:
     graphs the loss tensor belongs to the graph and is overwritten by a later step: use it (e.g. add it to
     a running sum) before the next step.
 
-    ``graphs`` asks for CUDA graphs; it is ignored off CUDA (``self.graphs`` says what is used).
-    Call :meth:`optimizer_changed` after loading a state dict into ``opt``.
+    ``graphs`` asks for CUDA graphs; it is ignored off CUDA (``self.graphs`` says what is used) unless a
+    ``backend`` is given (tests pass :class:`HostGraphs`). The optimizer's state is placed for the mode at
+    construction and whenever it was replaced (a reloaded state dict or a new learning rate is noticed by
+    the next call; :meth:`optimizer_changed` says so at once).
     """
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[nn.Module, Any], Tensor],
-                 device: torch.device, amp: bool = False, graphs: bool = False, max_graphs: int = MAX_GRAPHS) -> None:
+                 device: torch.device, amp: bool = False, graphs: bool = False, max_graphs: int = MAX_GRAPHS,
+                 backend: Any = None) -> None:
         self.model, self.opt, self.loss_fn, self.device, self.amp = model, opt, loss_fn, device, amp
-        self.graphs = graphs and graphs_available(device)
+        self.graphs = graphs and (backend is not None or graphs_available(device))
+        self.backend = backend if backend is not None else CudaGraphs(device) if self.graphs else None
+        self.capturable = self.graphs and graphs_available(device)  # capturable Adam: CUDA tensors only
         self.max_graphs = max_graphs
         self._graphs: dict[tuple, _Graph] = {}
         self._pool: Any = None  # one memory pool for all graphs: only one step's activations live at a time
@@ -75,9 +173,9 @@ class TrainStep:
         self.optimizer_changed()
 
     def optimizer_changed(self) -> None:
-        """The optimizer's state or learning rate was replaced: graphs captured before are dropped."""
-        for group in self.opt.param_groups:  # a checkpoint's param groups carry the flag of the run that saved it
-            group["capturable"] = self.graphs
+        """The optimizer's state or learning rate was replaced: its state is placed for the mode again and
+        the graphs captured before are dropped."""
+        place_optimizer_state(self.opt, self.capturable)
         self._graphs.clear()
         self._pool = None
         self._seen.clear()
@@ -89,18 +187,23 @@ class TrainStep:
         return groups, states
 
     def __call__(self, batch: Any) -> Tensor:
-        if not self.graphs:
-            return self._eager(batch, set_to_none=True)
-        if self._optimizer_key() != self._valid_for:
+        if self._optimizer_key() != self._valid_for:  # a backtrack or resume loaded another state
             self.optimizer_changed()
+        if not self.graphs:
+            loss = self._eager(batch, set_to_none=True)
+            self._valid_for = self._optimizer_key()  # a first step creates Adam's state
+            return loss
         key = _shape_key(batch)
         graph = self._graphs.get(key)
         if graph is None:
             self._seen[key] = self._seen.get(key, 0) + 1
             if self._seen[key] <= WARMUP_STEPS or len(self._graphs) >= self.max_graphs:
-                return self._side_stream(lambda: self._eager(batch, set_to_none=False))
+                loss = self.backend.side_stream(lambda: self._eager(batch, set_to_none=False))
+                self._valid_for = self._optimizer_key()
+                return loss
             graph = self._graphs[key] = self._capture(batch)
-            self._valid_for = self._optimizer_key()  # the capture created Adam's state on a first step
+            self._valid_for = self._optimizer_key()
+            return graph.loss  # the capture's step was this batch's step
         for name, t in _tensors(batch).items():
             getattr(graph.inputs, name).copy_(t, non_blocking=True)
         graph.graph.replay()
@@ -111,23 +214,15 @@ class TrainStep:
             loss = self.loss_fn(self.model, batch).mean()
         self.opt.zero_grad(set_to_none=set_to_none)
         loss.backward()
-        self.opt.step()
+        with uncaptured_adam_ok():
+            self.opt.step()
         return loss.detach()
 
-    def _side_stream(self, fn: Callable[[], Tensor]) -> Tensor:
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
-            out = fn()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        return out
-
     def _capture(self, batch: Any) -> _Graph:
+        """A graph of one step on a copy of ``batch``, and that step done once (by replaying the graph once,
+        since recording computes nothing; a backend whose capture computes has done it already)."""
         inputs = dataclasses.replace(batch, **{k: t.clone() for k, t in _tensors(batch).items()})
-        torch.cuda.synchronize(self.device)  # once per shape: capture needs an idle stream
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            loss = self._eager(inputs, set_to_none=False)
-        self._pool = graph.pool() if self._pool is None else self._pool
-        graph.replay()  # the capture recorded the step without running it
+        graph, loss, self._pool = self.backend.capture(lambda: self._eager(inputs, set_to_none=False), self._pool)
+        if not getattr(self.backend, "capture_runs", False):
+            graph.replay()
         return _Graph(graph, inputs, loss)

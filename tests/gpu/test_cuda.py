@@ -207,3 +207,62 @@ def test_image_batches_cut_on_cuda_equal_the_host_batches():
     placed = host.on(CUDA)
     for i in range(len(host)):
         assert torch.equal(placed[i].x.cpu(), host[i].x) and torch.equal(placed[i].y.cpu(), host[i].y)
+
+
+# ---- issue 22: what the first card found (or would have) ---------------------------------------------------
+
+def test_a_training_run_on_cuda_leaves_the_tf32_setting_as_it_found_it(tmp_path, tiny_h5):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    cfg = ModelConfig(name="swarm", dim_hidden=16, n_iter=3)
+    start_run(cfg, TrainConfig(batch_size=4, max_epochs=1, device="cuda"), DataConfig(path=str(tiny_h5)), tmp_path,
+              "tf32")
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+
+
+def test_a_resumed_eager_run_keeps_adams_step_counts_on_the_host(tmp_path):
+    """A checkpoint loaded onto the GPU puts Adam's step counts there; plain Adam then reads each one from the
+    device every step (a host sync per parameter). A resumed eager run must have them on the host, and a
+    graphed one on the device."""
+    from swarmctl.training.steps import TrainStep
+
+    model = create_model(ModelConfig(name="swarm-mog", **TINY)).to(CUDA)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    from swarmctl.tasks.mog import mog_loss
+
+    batch = _mog_batches(1)[0]
+    TrainStep(model, opt, mog_loss, CUDA)(batch)
+    path = tmp_path / "opt.pt"
+    torch.save(opt.state_dict(), path)
+    for graphs, where in ((False, "cpu"), (True, "cuda")):
+        fresh = torch.optim.Adam(model.parameters(), lr=0.01)
+        fresh.load_state_dict(torch.load(path, map_location=CUDA, weights_only=True))
+        step = TrainStep(model, fresh, mog_loss, CUDA, graphs=graphs)
+        step(batch)
+        assert {s["step"].device.type for s in fresh.state.values()} == {where}, graphs
+
+
+def test_every_graphed_call_is_one_adam_update_on_cuda():
+    from swarmctl.tasks.mog import mog_loss
+    from swarmctl.training.steps import TrainStep
+
+    model = create_model(ModelConfig(name="swarm-mog", **TINY)).to(CUDA)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    step = TrainStep(model, opt, mog_loss, CUDA, graphs=True)
+    batch = _mog_batches(1)[0]
+    for i in range(6):  # two warm-up steps, the capture, three replays
+        step(batch)
+        counts = {s["step"].item() for s in opt.state.values()}
+        assert counts == {float(i + 1)}, (i, counts)
+    assert len(step._graphs) == 1
+
+
+def test_graphed_clustering_training_captures_its_padded_shapes(tmp_path):
+    from swarmctl.data.clustering_generator import ClusteringParams
+    from swarmctl.data.hdf5 import generate_dataset
+
+    path = tmp_path / "d.h5"
+    generate_dataset(path, ClusteringParams(n_tasks=300, n_min=100, n_max=1000), seed=0)
+    cfg = ModelConfig(name="swarm", dim_hidden=16, n_iter=3)
+    res = start_run(cfg, TrainConfig(batch_size=10, max_epochs=2, device="cuda", cuda_graphs=True),
+                    DataConfig(path=str(path)), tmp_path, "graphed")
+    assert res.epochs == 2 and torch.isfinite(torch.tensor(res.best_val))

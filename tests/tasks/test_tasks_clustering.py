@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from swarmctl import create_model
 from swarmctl.config import ModelConfig, TrainConfig
 from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.dataset import bucketed_batches
@@ -63,3 +64,25 @@ def test_the_true_mixtures_oracle_scores_0118_on_the_seed0_validation_split(tmp_
         accuracy += matched_accuracy(logits, batch.labels, batch.mask, matched.assignment).sum().item()
     assert loss / len(tasks) == pytest.approx(0.1180, abs=5e-5)
     assert accuracy / len(tasks) == pytest.approx(0.949, abs=5e-4)
+
+
+def test_with_cuda_graphs_the_training_batches_come_in_a_few_shapes_and_lose_nothing(tmp_path):
+    """CUDA graphs capture one graph per batch shape after a few visits: padded to multiples of 100 points,
+    the paper's sizes 100..1000 give at most 10 shapes (not one per batch); the tasks and their losses stay."""
+    from swarmctl.config import DataConfig
+    from swarmctl.data.hdf5 import generate_dataset
+    from swarmctl.tasks import get_task
+
+    path = tmp_path / "d.h5"
+    generate_dataset(path, ClusteringParams(n_tasks=400, n_min=100, n_max=1000), seed=0)
+    task, data = get_task("clustering"), DataConfig(path=str(path))
+    plain = task.prepare(TrainConfig(batch_size=10), data)
+    graphed = task.prepare(TrainConfig(batch_size=10, cuda_graphs=True), data)
+    shapes = {tuple(b.x.shape) for b in graphed.train}
+    assert len({tuple(b.x.shape) for b in plain.train}) > 20 and len(shapes) <= 10
+    assert all(b.x.shape[1] % 100 == 0 for b in graphed.train)
+    torch.manual_seed(0)
+    model = create_model(ModelConfig(name="swarm", dim_hidden=8, n_iter=2))
+    for a, b in zip(plain.train, graphed.train, strict=True):
+        assert torch.equal(a.index, b.index) and torch.equal(a.mask.sum(1), b.mask.sum(1))
+        torch.testing.assert_close(graphed.loss_fn(model, b), plain.loss_fn(model, a), rtol=1e-5, atol=1e-6)

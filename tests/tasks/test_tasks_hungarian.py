@@ -154,3 +154,17 @@ def test_the_loss_and_its_gradients_equal_with_either_solver(monkeypatch):
     dev_loss, dev_grad = loss_and_grad()
     torch.testing.assert_close(dev_loss, scipy_loss, rtol=0, atol=0)
     torch.testing.assert_close(dev_grad, scipy_grad, rtol=0, atol=0)
+
+
+def test_the_matched_loss_is_computed_in_float32_under_bf16_autocast():
+    """Autocast (bf16 training) must not round the matched loss: only the model's own products run in bf16.
+    The matching sums were a batched matrix product, which autocast ran in bf16 (loss off by ~1e-3)."""
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(16, 300, 10, generator=gen) * 3
+    labels = torch.randint(0, 10, (16, 300), generator=gen)
+    mask = torch.rand(16, 300, generator=gen) < 0.8
+    want = hungarian_ce(logits, labels, mask).per_task
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = hungarian_ce(logits, labels, mask).per_task
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)

@@ -57,3 +57,20 @@ def test_batches_drawn_per_epoch_are_drawn_on_the_device_when_they_can():
 def test_the_host_reads_the_loss_every_step_on_the_cpu_and_every_few_on_a_gpu():
     assert loop.host_sync_interval(torch.device("cpu")) == 1
     assert loop.host_sync_interval(torch.device("meta")) > 1
+
+
+def test_under_torchrun_the_ranks_agree_on_stopping_every_few_steps_not_every_step(monkeypatch):
+    """The collective that agrees on a signal or the budget makes the host wait for the device: once per
+    DIST_CHECK_STEPS steps under torchrun (at the same cursors on every rank), never per step."""
+    from swarmctl.training.device import DistContext
+
+    calls = []
+    monkeypatch.setattr(loop, "any_rank", lambda flags, ctx, device: (calls.append(ctx.enabled), flags)[1])
+    steps = []
+    state = loop.TrainState(lr=0.01)
+    n = 3 * loop.DIST_CHECK_STEPS + 5
+    batches = [torch.zeros(1) for _ in range(n)]
+    loop._train_epoch(torch.nn.Linear(1, 1), lambda batch: (steps.append(batch), torch.zeros(()))[1], batches,
+                      list(range(n)), state, 1e9, loop.StopSignals(), DistContext(rank=0, world_size=2),
+                      torch.device("cpu"), lambda: 0.0, None)
+    assert len(steps) == n and calls == [True] * 4  # cursors 0, 32, 64, 96
