@@ -21,14 +21,35 @@ REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
 
 
+STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
+LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for
+
+
 class Deadline:
-    """Seconds left of the call's wall budget, counted from construction."""
+    """Seconds left of the call's wall budget, counted from construction; none once the job was asked to
+    stop (:func:`stop_on_signals`)."""
 
     def __init__(self, seconds: float) -> None:
         self.end = time.monotonic() + seconds
 
     def left(self) -> float:
-        return self.end - time.monotonic()
+        return 0.0 if STOPPING else self.end - time.monotonic()
+
+
+def stop_on_signals() -> None:
+    """SIGTERM or SIGINT (a batch scheduler's notice, a preemption) stops the job the graceful way: every
+    running command gets SIGTERM (a trainer then saves its last.pt), every deadline reads zero, and the
+    script goes on through its quick steps (copies, packing, the record) with nothing left to wait for."""
+
+    def handle(signum: int, frame: object) -> None:
+        STOPPING.append(signal.Signals(signum).name)
+        log(f"{STOPPING[0]}: stopping; the running commands get SIGTERM")
+        for proc in list(LIVE):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
 
 
 def log(msg: str) -> None:
@@ -47,21 +68,29 @@ def start(args: list[str], logfile: Path) -> subprocess.Popen:
     cmd = [PY, *args] if args[0].endswith(".py") or args[0] == "-m" else [PY, "-m", "swarmctl", *args]
     log(" ".join(cmd[1:]) + f"  > {logfile.name}")
     fh = open(logfile, "a")
-    return subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=fh, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=fh, stderr=subprocess.STDOUT)
+    LIVE.add(proc)
+    return proc
 
 
 def finish(proc: subprocess.Popen, timeout: float, grace: float = 30.0) -> int:
     """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL."""
+    LIVE.add(proc)
+    if STOPPING:  # asked to stop before this wait began
+        timeout = min(timeout, 1.0)
     try:
-        return proc.wait(timeout=max(timeout, 1.0))
-    except subprocess.TimeoutExpired:
-        log(f"pid {proc.pid}: out of time, SIGTERM")
-        proc.send_signal(signal.SIGTERM)
         try:
-            return proc.wait(timeout=grace)
+            return proc.wait(timeout=max(timeout, 1.0))
         except subprocess.TimeoutExpired:
-            proc.kill()
-            return proc.wait()
+            log(f"pid {proc.pid}: out of time, SIGTERM")
+            proc.send_signal(signal.SIGTERM)
+            try:
+                return proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait()
+    finally:
+        LIVE.discard(proc)
 
 
 def run(args: list[str], logfile: Path, timeout: float) -> int:

@@ -88,8 +88,10 @@ def table_runs(smoke: bool = False) -> list[dict]:
 
 
 def clustering_gap(progress: dict) -> float | None:
-    """Mean over the table's configurations of the relative gap of the mean over finished seeds (1.0 for a
-    configuration with none); None once every run is finished."""
+    """Mean over the table's configurations of the relative gap of the mean over finished seeds; a
+    configuration with no finished run counts as none (its gap is not known yet), so the table fills what
+    the campaigns with a measured gap leave (at least 0.01 while runs are left). None once every run is
+    finished."""
     runs = progress.get("runs", {})
     rows = table_runs()
     if all(r["name"] in runs for r in rows):
@@ -98,7 +100,7 @@ def clustering_gap(progress: dict) -> float | None:
     gaps = []
     for key, target in papers.items():
         done = [v["eval_loss"] for v in runs.values() if (v["model"], v["code"]) == key and v.get("eval_loss")]
-        gaps.append(max(0.0, sum(done) / len(done) / target - 1) if done else 1.0)
+        gaps.append(max(0.0, sum(done) / len(done) / target - 1) if done else 0.0)
     return max(sum(gaps) / len(gaps), 0.01)  # runs left: never nothing
 
 
@@ -125,10 +127,32 @@ def plan(root: Path) -> list[tuple[str, float]]:
     return sorted(gaps, key=lambda t: -t[1])
 
 
-def share(gaps: list[tuple[str, float]], i: int, seconds: float) -> float:
-    """Campaign i's part of ``seconds`` (what is left for campaigns i, i+1, ...): in proportion to its gap."""
+def share(gaps: list[tuple[str, float]], i: int, seconds: float, smoke: bool = False) -> float:
+    """Campaign i's part of ``seconds`` (what is left for campaigns i, i+1, ...): in proportion to its gap,
+    but leaving the later campaigns their minimum (:func:`minimum`; the clustering table, last, reserves
+    nothing: it runs only when a whole group fits)."""
     rest = sum(g for _, g in gaps[i:])
-    return seconds * gaps[i][1] / rest if rest > 0 else seconds
+    part = seconds * gaps[i][1] / rest if rest > 0 else seconds
+    later = sum(minimum(n, smoke) for n, _ in gaps[i + 1 :] if n != "clustering")
+    return max(min(part, seconds - later), 0.0)
+
+
+IMAGE_RESERVE = 60.0  # after an image campaign's training: the 10,000 test images, the samples, the copies
+IMAGE_MIN_TRAIN = 120.0  # seconds of training an image campaign gets at least (net of validation)
+MOG_RESERVE = 45.0  # around a MoG run: start-up, the 10,000 fixed test tasks, the copies
+MOG_MIN_EPOCHS = 5
+
+
+def minimum(name: str, smoke: bool = False) -> float:
+    """Seconds below which campaign ``name`` does not start (its start-up and scoring, plus a first unit of
+    work: two minutes of image training, five MoG epochs at the eager speed of an earlier H200)."""
+    if smoke:
+        return 30.0
+    if name in IMAGES:
+        return IMAGE_RESERVE + 20 + IMAGE_MIN_TRAIN * 1.2
+    if name == "mog":
+        return MOG_RESERVE + MOG_MIN_EPOCHS * 550 * 0.0164
+    return 0.0
 
 
 # ---- the runners: each trains within its budget and leaves what to keep in PARTS/NAME -------------------
@@ -156,8 +180,8 @@ def _session_record(ctx: Context, seconds: float, **facts) -> dict:
 def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
     """Continue (or start) the image campaign ``name`` for about ``budget`` seconds."""
     t0 = time.monotonic()
-    reserve = 20.0 if ctx.smoke else 100.0  # the 10,000 test images, the samples, the copies
-    budget = min(max(budget, reserve + (10 if ctx.smoke else 120)), left)
+    reserve = 20.0 if ctx.smoke else IMAGE_RESERVE
+    budget = min(max(budget, minimum(name, ctx.smoke)), left)
     if budget <= reserve + 5:
         log(f"{name}: no time left")
         return 0.0
@@ -213,19 +237,20 @@ def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
     return used
 
 
-def run_mog(ctx: Context, budget: float, left: float, ms_per_step: float | None) -> float:
-    """As many epochs of the paper's MoG schedule as ``budget`` allows (all 100 when it does)."""
+def run_mog(ctx: Context, budget: float, left: float, step_seconds: float | None) -> float:
+    """As many epochs of the paper's MoG schedule as ``budget`` allows (all 100 when it does);
+    ``step_seconds``: the measured step of the mode it trains in."""
     t0 = time.monotonic()
     steps, val = (3, 2) if ctx.smoke else (500, 100)
-    reserve = 60.0 if ctx.smoke else 90.0  # start-up, the 10,000 test tasks (smoke: generating 20), the copies
-    step_s = (ms_per_step or 16.4) / 1e3  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
+    reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
+    step_s = step_seconds or 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
     fit = lambda seconds: int((seconds - reserve) / per_epoch)  # noqa: E731
     epochs = 2 if ctx.smoke else min(100, fit(budget))
-    if not ctx.smoke and epochs < 10:
-        epochs = min(10, fit(left))
-        if epochs < 10:
-            log(f"mog: {left:.0f} s hold fewer than 10 epochs at {step_s * 1e3:.1f} ms/step; skipped")
+    if not ctx.smoke and epochs < MOG_MIN_EPOCHS:
+        epochs = min(MOG_MIN_EPOCHS, fit(left))
+        if epochs < MOG_MIN_EPOCHS:
+            log(f"mog: {left:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
             return 0.0
     wall = min(left, reserve + epochs * per_epoch * 1.15)
     deadline = Deadline(wall)

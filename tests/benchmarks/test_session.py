@@ -1,0 +1,130 @@
+"""The GPU job (benchmarks/gpu/session.py) on the CPU: its mode choice, its wall, and what a kill leaves.
+
+A GPU job is rare and short; whatever stops it (its wall, a scheduler's SIGTERM, a SIGKILL) must leave in
+OUT everything finished by then, readable, and within what a job may return (8 files of at most 16 MiB)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_fake_mnist
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "benchmarks" / "gpu"
+sys.path.insert(0, str(SCRIPTS))
+import session  # noqa: E402
+
+EAGER_MOG = {"mog_ms_per_step": {"eager": 16.0, "graphs": 5.0}, "warmup_s": {"mog/graphs": 2.0},
+             "compile_probe": {"task": "mog", "compile_s": 200.0, "steady_ms_per_step": 3.0, "finished": True}}
+
+
+def test_the_mode_choice_counts_compile_time_against_the_share():
+    """Compiled MoG steps are fastest (3 ms) but cost 200 s to compile: graphs (5 ms, 2 s to capture) win a
+    300 s share; a share long enough to repay the compile picks it; eager when graphs failed their tests."""
+    assert session.choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--cuda-graphs"]}
+    assert session.choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--compile"]}
+    assert session.choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": []}  # 150 s: no time to compile
+    unfinished = {**EAGER_MOG, "compile_probe": {"task": "mog", "compile_s": ">60", "finished": False}}
+    assert session.choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--cuda-graphs"]}
+    assert session.choose_flags({}, True, {"mog": 300}) == {}  # nothing measured: the trainer's default
+
+
+def test_a_compile_probe_for_another_task_does_not_count():
+    timing = {**EAGER_MOG, "image_s_per_epoch": {"eager": 12.0}}
+    assert session.choose_flags(timing, True, {"image": 10**6}) == {"image": []}
+
+
+def _files_are_returnable(out: Path) -> dict | None:
+    """What a job may return, readable: at most 8 files of at most 16 MiB, names of the allowed characters,
+    session.json valid JSON, every archive complete. Returns session.json's content (None if not yet written)."""
+    files = [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".part")]
+    assert len(files) <= 8, sorted(p.name for p in files)
+    for p in files:
+        assert p.stat().st_size < 16 * 2**20 and all(c.isalnum() or c in "._-" for c in p.name), p.name
+        if p.suffix == ".tgz":
+            with tarfile.open(p) as tar:
+                assert tar.getmembers()
+    path = out / "session.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _session(tmp_path, wall, *extra, images=None):
+    root = tmp_path / "campaigns"
+    if not root.exists():
+        subprocess.run(["cp", "-r", str(REPO / "campaigns"), str(root)], check=True)
+    images = images or write_fake_mnist(tmp_path / "images", gz=True)
+    cmd = [sys.executable, str(SCRIPTS / "session.py"), str(tmp_path / "out"), "--wall", str(wall), "--campaigns",
+           str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def test_without_a_gpu_the_job_stops_after_its_first_phase_and_says_so(tmp_path):
+    """A job sent to a machine without CUDA (a wrong partition, a broken driver) ends in seconds, not after
+    its wall, with the machine's facts and the inputs checked written down."""
+    t0 = time.monotonic()
+    proc = _session(tmp_path, 30)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 30, output
+    assert "no CUDA" in output
+    facts = _files_are_returnable(tmp_path / "out")
+    assert facts["card"] == "cpu (no CUDA)" and "0-inputs" in facts["phases"] and facts["missing"]["mnist"] == []
+    assert facts["imports"]["torch"] and not str(facts["imports"]["h5py"]).startswith("FAILED")
+
+
+def test_phase_0_names_the_missing_image_files_and_that_campaign_is_skipped(tmp_path):
+    empty = tmp_path / "no-images"
+    empty.mkdir()
+    proc = _session(tmp_path, 30, images=empty)
+    output, _ = proc.communicate(timeout=60)
+    facts = _files_are_returnable(tmp_path / "out")
+    assert any("train-images-idx3-ubyte" in m for m in facts["missing"]["mnist"]), facts["missing"]
+    assert "mnist: missing" in output and "skipped" in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_job_killed_at_any_moment_leaves_what_it_finished(tmp_path, how):
+    """Smoke size on the CPU: kill the job at seeded random moments; OUT is always returnable, and after
+    SIGTERM the job ends within seconds with session.json saying where it stopped and every campaign
+    that finished packed."""
+    images = write_fake_mnist(tmp_path / "images", gz=True)
+    rng = random.Random(22 if how == "SIGTERM" else 23)
+    for k, at in enumerate(sorted(rng.uniform(2, 45) for _ in range(4))):
+        run = tmp_path / f"k{k}"
+        run.mkdir()
+        proc = _session(run, 400, "--smoke", images=images)
+        time.sleep(at)
+        if how == "SIGKILL":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            output, _ = proc.communicate(timeout=90)
+        finally:
+            if how == "SIGTERM":  # the job's commands end with it; nothing of theirs runs on
+                time.sleep(1)
+                with pytest.raises(ProcessLookupError):
+                    os.killpg(proc.pid, 0)
+        facts = _files_are_returnable(run / "out")
+        if how == "SIGTERM" and proc.returncode == 1:  # stopped (not already done at that moment)
+            assert facts and "stopped" in facts, (at, output[-2000:])
+            assert set(facts.get("packed", [])) == {p.name[:-4] for p in (run / "out").glob("*.tgz")}
+
+
+@pytest.mark.slow
+def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
+    proc = _session(tmp_path, 400, "--smoke")
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-3000:]
+    facts = _files_are_returnable(tmp_path / "out")
+    assert list(facts["phases"]) == ["0-inputs", "1-gpu-tests", "2-timings", "3-campaigns"]
+    assert facts["packed"] == ["mog", "mnist", "clustering"]
+    assert (tmp_path / "out" / "gpu-tests.txt").is_file() and (tmp_path / "out" / "bench.txt").is_file()
