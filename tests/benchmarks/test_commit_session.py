@@ -605,6 +605,36 @@ def test_commit_keeps_a_shipped_model_that_scores_better_on_the_same_subset(asse
     assert (repo / "campaigns" / "mnist" / "best.pt").read_bytes() == assets.mnist_noisy.read_bytes()
 
 
+def _other_data(pretrained, loss=0.0):
+    """The shipped clustering record as if trained on an older generator's data: another data checksum
+    and a number from that data (better than anything here)."""
+    path = pretrained / "swarm-8-2-1-clustering.json"
+    record = json.loads(path.read_text())
+    record["config"]["data"]["checksum"] = "0" * 64
+    record["eval"]["loss"] = loss
+    path.write_text(json.dumps(record))
+
+
+def test_commit_compares_with_a_shipped_model_of_other_data_on_the_same_items(assets, repo, commit):
+    _other_data(repo / "pretrained")
+    rc, stdout, err = commit(write_out(good_spec(assets), repo.parent / "out"))
+    assert rc == 0, err
+    assert "swarm-8-2-1-clustering.pt: loss 0.0, on other data ->" in stdout
+    record = json.loads((repo / "pretrained" / "swarm-8-2-1-clustering.json").read_text())
+    assert record["config"]["data"]["checksum"] == json.loads((assets.cluster / "config.json").read_text())[
+        "data"]["checksum"]
+
+
+def test_commit_keeps_a_shipped_model_of_other_data_without_its_weights(assets, repo, commit):
+    _other_data(repo / "pretrained")
+    (repo / "pretrained" / "swarm-8-2-1-clustering.pt").unlink()
+    before = (repo / "pretrained" / "swarm-8-2-1-clustering.json").read_bytes()
+    rc, stdout, err = commit(write_out(good_spec(assets), repo.parent / "out"))
+    assert rc == 0, err
+    assert "swarm-8-2-1-clustering.pt kept: it was trained on other data" in stdout
+    assert (repo / "pretrained" / "swarm-8-2-1-clustering.json").read_bytes() == before
+
+
 def _move_images(spec, assets, where):
     """The returned image run re-saved as if it had trained on files in ``where`` (absent here)."""
     from swarmctl.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
