@@ -607,8 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(a.device)
     print(f"device: {device_info(device)['name']}; torch {torch.__version__}", flush=True)
     report = Report(a.json, ("compile_probe",) if a.compile_probe else TIMING_KEYS)
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    handlers = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if a.compile_probe:
             run_probe(a, device, report, budget)
@@ -618,7 +617,9 @@ def main(argv: list[str] | None = None) -> int:
         why = str(stop)
         print(f"stopped by {why}: {a.json or 'nothing'} holds every unit finished before", flush=True)
         if report.data:
-            report.commit(lambda d: (d["compile_probe"] if a.compile_probe else d).update(stopped=why))
+            elapsed = round(budget.elapsed(), 3)
+            report.commit(lambda d: d["compile_probe"].update(stopped=why) if a.compile_probe
+                          else d.update(stopped=why, elapsed_s=elapsed))
         sys.stdout.flush()
         return 143
     except Exception as exc:
@@ -628,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
         report.commit(lambda d: d["compile_probe"].update(failed=error))
         return 1
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     return 0
 
 
