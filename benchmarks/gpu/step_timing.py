@@ -1,6 +1,8 @@
-"""Seconds per training epoch and per step on the device, measured with swarmctl's own trainer pieces
-(the training loop's step, swarmctl.training.steps.TrainStep, in each mode), without a whole-model
-torch.compile anywhere in the timing modes; the compile cost is measured apart by --compile-probe.
+"""Step timings of each training mode on the device; the JSON is rewritten atomically after every mode.
+
+Seconds per training epoch and per step, measured with swarmctl's own trainer pieces (the training
+loop's step, swarmctl.training.steps.TrainStep, in each mode), without a whole-model torch.compile
+anywhere in the timing modes; the compile cost is measured apart by --compile-probe.
 
 Timing modes (the default invocation), in this order, each one a unit of the JSON:
 
@@ -37,7 +39,11 @@ torch.compile(model, dynamic=True)), then times the steps as the timing mode eag
     {"compile_probe": {"task", "device", "torch", "cache_dir", "cold_cache", "compile_s", "warmup_s",
                        "steady_ms_per_step" (mog, image) / "steady_s_per_epoch" (image, clustering),
                        "finished": bool, "stopped"/"failed" (when so)}}
-after each number, compile_s first (seconds from before the compile to the end of the first step).
+after each number, compile_s first (seconds from before the compile to the end of the first step;
+the first step's one-time CUDA set-up, which an eager run pays too, is in it). warmup_s: the steps after
+it that bring the other batch shapes (recompiles, where any); then the steady steps as in the timing
+modes. --budget bounds the steady part only (an unfinished probe says "stopped": "budget"); the compile
+itself is bounded by the caller's subprocess timeout.
 
     PYTHONPATH=. python3 benchmarks/gpu/step_timing.py DATA.h5 [--json PATH] [--budget S] [--only PART]...
                                                        [--device cuda] [--smoke]
@@ -580,16 +586,18 @@ def _stop(signum, frame) -> None:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="?", help="the seed-0 clustering file (needed by the clustering part and probe)")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="cuda (the default where there is one) or cpu")
     ap.add_argument("--only", choices=PARTS, action="append", help="measure only this part (repeatable)")
     ap.add_argument("--smoke", action="store_true", help="tiny models: seconds on a CPU")
-    ap.add_argument("--json", type=Path, help="write the numbers here (atomically, after every mode)")
-    ap.add_argument("--budget", type=float, help="seconds for the whole script: no mode is started that would "
-                                                 "not end in time, and one still running at the end is stopped")
+    ap.add_argument("--json", type=Path, metavar="PATH", help="write the numbers here (atomically, after every mode)")
+    ap.add_argument("--budget", type=float, metavar="SECONDS",
+                    help="seconds for the whole script: no mode is started that would not end in time, and one "
+                         "still running at the end is stopped")
     ap.add_argument("--compile-probe", choices=PARTS, metavar="TASK",
                     help="instead of the timing modes: seconds from a cold compile cache to the first compiled "
                          "step of TASK (mog, image or clustering), then its steady step time")
-    ap.add_argument("--compile-cache", help="with --compile-probe: the inductor cache folder to use "
+    ap.add_argument("--compile-cache", metavar="DIR", help="with --compile-probe: the inductor cache folder to use "
                                             "(default: a fresh temporary one, i.e. a cold cache)")
     a = ap.parse_args(argv)
     if a.compile_probe and a.only:
