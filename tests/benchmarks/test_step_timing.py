@@ -199,7 +199,7 @@ def test_a_kill_at_any_moment_leaves_no_json_or_a_valid_one_with_every_finished_
     was announced, or inside the next write (slowed down by STEP_TIMING_WRITE_PAUSE): PATH is absent only
     when no mode had been announced; else it parses and holds every announced mode, complete; no
     temporary file is left under any name a reader would open (after SIGTERM: none at all)."""
-    env = {**_env(), "STEP_TIMING_WRITE_PAUSE": "0.15"}
+    env = {**_env(), "STEP_TIMING_WRITE_PAUSE": "0.25"}
     ref_dir = tmp_path / "ref"
     ref_dir.mkdir()
     t = time.monotonic()
