@@ -247,11 +247,9 @@ def run_mog(ctx: Context, budget: float, left: float, step_seconds: float | None
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
     fit = lambda seconds: int((seconds - reserve) / per_epoch)  # noqa: E731
     epochs = 2 if ctx.smoke else min(100, fit(budget))
-    if not ctx.smoke and epochs < MOG_MIN_EPOCHS:
-        epochs = min(MOG_MIN_EPOCHS, fit(left))
-        if epochs < MOG_MIN_EPOCHS:
-            log(f"mog: {left:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
-            return 0.0
+    if not ctx.smoke and epochs < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
+        log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
+        return 0.0
     wall = min(left, reserve + epochs * per_epoch * 1.15)
     deadline = Deadline(wall)
     runs, parts = ctx.work / "runs", ctx.parts("mog")

@@ -153,20 +153,30 @@ def step_seconds(timing: dict, task: str) -> dict[str, float]:
     key = KEYS[task]
     out = {m: t * SCALE[task] / STEPS[task] for m, t in (timing.get(key) or {}).items()
            if m in OPTIONS and isinstance(t, (int, float)) and t > 0}
-    probe = timing.get("compile_probe") or {}
+    probe = compile_probe(timing, task)
     steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
-    if probe.get("task") == task and probe.get("finished") and isinstance(steady, (int, float)) and steady > 0:
+    if probe.get("finished") and isinstance(steady, (int, float)) and steady > 0:
         unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
         out["compile"] = steady * unit
     return out
+
+
+def compile_probe(timing: dict, task: str) -> dict:
+    """The cold-compile probe of ``task``: this job's (``compile_probe``) or an earlier job's, kept per task
+    in ``compile_probes``; empty when none was measured."""
+    probe = timing.get("compile_probe")
+    if isinstance(probe, dict) and probe.get("task") == task:
+        return probe
+    probe = (timing.get("compile_probes") or {}).get(task)
+    return probe if isinstance(probe, dict) else {}
 
 
 def start_cost(timing: dict, task: str, mode: str) -> float:
     """Seconds a fresh job spends before ``mode`` reaches its steady step: the compile probe's compile time,
     or the warm-up and capture time the step timing measured; 0 when not measured (eager)."""
     if "compile" in mode:
-        probe = timing.get("compile_probe") or {}
-        return float(probe.get("compile_s") or float("inf")) if probe.get("task") == task else float("inf")
+        seconds = compile_probe(timing, task).get("compile_s")
+        return float(seconds) if isinstance(seconds, (int, float)) else float("inf")
     warm = timing.get("warmup_s") or {}
     value = warm.get(f"{task}/{mode}")
     return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
@@ -253,6 +263,7 @@ def main() -> int:
     ap.add_argument("--retime", action="store_true", help="measure the step modes again")
     ap.add_argument("--probe", default="mog", choices=["mog", "image", "clustering", "none"],
                     help="the task whose cold compile is probed in phase 2")
+    ap.add_argument("--only", action="append", choices=campaign.NAMES, help="run only this campaign (repeatable)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: the whole script in minutes on a CPU")
     a = ap.parse_args()
     stop_on_signals()
@@ -273,7 +284,7 @@ def main() -> int:
     # phase 0
     t0 = time.monotonic()
     facts.update(versions())
-    order = campaign.plan(root)
+    order = [(n, g) for n, g in campaign.plan(root) if not a.only or n in a.only]
     facts["plan"] = [{"campaign": n, "gap": round(g, 4)} for n, g in order]
     log("plan: " + ", ".join(f"{n} {g:.3f}" for n, g in order))
     facts["missing"] = missing_inputs(order, root, a.data_dir)
