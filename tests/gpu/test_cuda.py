@@ -1,5 +1,8 @@
 """The CUDA path against the CPU: run on a GPU machine with `pytest -m gpu` (skipped without CUDA)."""
 
+import contextlib
+import warnings
+
 import pytest
 import torch
 
@@ -10,6 +13,24 @@ from swarmctl.tasks.hungarian import hungarian_ce
 from swarmctl.testing import random_sets
 
 pytestmark = pytest.mark.gpu
+
+
+@contextlib.contextmanager
+def no_host_sync():
+    """Inside, any operation that makes the host wait for the device raises. PyTorch warns that this
+    checking is a prototype; the warning is no failure (the suite turns warnings into errors), and the mode
+    is reset however the block ends."""
+    torch.cuda.synchronize()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
+            torch.cuda.set_sync_debug_mode("error")
+        yield
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.cuda.set_sync_debug_mode("default")
+
 
 CUDA = torch.device("cuda")
 SET_MODELS = list_models("clustering") + list_models("mog")
@@ -89,7 +110,7 @@ def test_the_device_hungarian_loss_and_gradients_equal_scipys_on_the_cpu():
     base = torch.randn(50, 80, 10, generator=gen) * 2
     out = []
     for device in ("cpu", CUDA):
-        logits = base.to(device).requires_grad_(True)
+        logits = base.detach().clone().to(device).requires_grad_(True)  # a leaf on each device
         res = hungarian_ce(logits, labels.to(device), mask.to(device))
         res.loss.backward()
         out.append((res.per_task.detach().cpu(), logits.grad.cpu()))
@@ -106,12 +127,8 @@ def _mog_batches(n, seed=0):
 
 
 def test_mog_tasks_drawn_on_cuda_are_seeded_and_need_no_host_sync():
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")  # any host sync in the draws raises
-    try:
+    with no_host_sync():  # any host sync in the draws raises
         a, again = _mog_batches(3), _mog_batches(3)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     for x, y in zip(a, again, strict=True):
         assert x.x.device.type == "cuda" and torch.equal(x.x, y.x) and torch.equal(x.labels, y.labels)
 
@@ -178,12 +195,8 @@ def test_a_clustering_step_on_cuda_needs_no_host_sync():
     from swarmctl.data.dataset import ClusteringBatch
     batch = ClusteringBatch(x.to(CUDA), torch.randint(0, 4, (6, 40)).to(CUDA), mask.to(CUDA), torch.arange(6).to(CUDA))
     step(batch)  # first step: lazy initialisations
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_host_sync():
         loss = step(batch)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(loss)
 
 
