@@ -6,8 +6,9 @@ projection cached after the first iteration, the zero-state first iteration with
 population terms, the masked mean of h broadcast to every entity *before* its projection (one Wp
 product per entity), and the LSTM gates as plain autograd ops on slices.
 
-``PerEntitySwarmLayer`` is a cruder naive layer: channels-last linear maps with every projection,
-the input one included, recomputed per entity in every iteration (from zero states).
+``PerEntitySwarmLayer`` is a cruder naive layer: the reference formulation of swarmctl's tests
+(``swarmctl.testing.reference_swarm_states``), channels-last linear maps with every projection, the input
+one included, recomputed per entity in every iteration (from zero states).
 
 ``load_from`` copies a swarmctl ``SwarmLayer``'s weights, so that outputs can be compared.
 """
@@ -16,6 +17,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+from swarmctl.layers.swarm import SwarmLayer
+from swarmctl.testing import reference_swarm_states
 
 
 class AuthorsSwarmLayer(nn.Module):
@@ -65,35 +69,19 @@ class AuthorsSwarmLayer(nn.Module):
 
 
 class PerEntitySwarmLayer(nn.Module):
+    """A swarmctl layer's weights run through ``swarmctl.testing.reference_swarm_states``, the reference
+    the layer's tests use."""
+
     def __init__(self, dim_in: int, dim_hidden: int, dim_out: int, n_iter: int) -> None:
         super().__init__()
-        self.n_iter = n_iter
-        self.dim_hidden = dim_hidden
-        self.wx = nn.Linear(dim_in, 4 * dim_hidden)
-        self.wh = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False)
-        self.wp = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False)
-        self.out = nn.Linear(2 * dim_hidden, dim_out)
+        self.layer = SwarmLayer(dim_in, dim_hidden, dim_out, n_iter)
 
     def load_from(self, layer: nn.Module) -> PerEntitySwarmLayer:
-        cell = layer.cell
-        self.load_state_dict({"wx.weight": cell.input.weight, "wx.bias": cell.input.bias,
-                              "wh.weight": cell.recurrent.weight, "wp.weight": cell.population.weight,
-                              "out.weight": layer.output.weight, "out.bias": layer.output.bias})
+        self.layer.load_state_dict(layer.state_dict())
         return self
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        B, N, _ = x.shape
-        H = self.dim_hidden
-        m = (torch.ones(B, N, dtype=torch.bool, device=x.device) if mask is None else mask).unsqueeze(-1).to(x.dtype)
-        h = x.new_zeros(B, N, H)
-        c = x.new_zeros(B, N, H)
-        for _ in range(self.n_iter):
-            p = (h * m).sum(1, keepdim=True) / m.sum(1, keepdim=True)  # (B, 1, H)
-            a = self.wx(x) + self.wh(h) + self.wp(p.expand(B, N, H))  # (B, N, 4H)
-            i, f, o, g = a.chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-        return self.out(torch.cat([h, c], -1))
+        return self.layer.output(torch.cat(reference_swarm_states(self.layer, x, mask), -1))
 
 
 BASELINES = {"authors": AuthorsSwarmLayer, "per-entity": PerEntitySwarmLayer}

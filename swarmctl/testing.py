@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 SetFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -27,6 +27,37 @@ def random_sets(
     sizes[0] = n_max
     mask = torch.arange(n_max).unsqueeze(0) < sizes.unsqueeze(1)
     return x * mask.unsqueeze(-1).to(dtype), mask
+
+
+def reference_swarm_states(layer: nn.Module, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """A SWARM layer's final states (h, c), each (B, N, H), written out from protocol sec. 1.1 with plain
+    autograd ops and the layer's own weights (``layer.cell.input``, ``.recurrent``, ``.population``): from
+    zero states, ``layer.n_iter`` times, every entity i of every set gets
+
+        a_i = Wx x_i + b + Wh h_i + Wp p_i,   (i, f, o, g) = (sigmoid, sigmoid, sigmoid, tanh) of a_i's blocks,
+        c_i = f c_i + i g,   h_i = o tanh(c_i),
+
+    where p_i is the mean of h over the real entities of the set (``mask`` (B, N) bool, True = present; None
+    = all; an empty set pools to zero) for mean pooling, and over entities 0..i for causal pooling. Every
+    projection is recomputed per entity in every iteration. The layer's output is
+    ``layer.output(torch.cat([h, c], -1))``. The reference of the layer's tests and the naive baseline of
+    ``benchmarks/layer_throughput.py``."""
+    cell = layer.cell
+    B, N, _ = x.shape
+    h = x.new_zeros(B, N, cell.dim_hidden)
+    c = torch.zeros_like(h)
+    real = x.new_ones(B, N, 1) if mask is None else mask.to(x.dtype).unsqueeze(-1)
+    steps = torch.arange(1, N + 1, dtype=x.dtype, device=x.device).view(1, N, 1)
+    for _ in range(layer.n_iter):
+        if cell.pooling == "mean":
+            p = ((h * real).sum(1, keepdim=True) / real.sum(1, keepdim=True).clamp_min(1)).expand(B, N, -1)
+        else:
+            p = h.cumsum(1) / steps
+        a = cell.input(x) + cell.recurrent(h) + cell.population(p)
+        gi, gf, go, gg = a.chunk(4, dim=-1)
+        c = torch.sigmoid(gf) * c + torch.sigmoid(gi) * torch.tanh(gg)
+        h = torch.sigmoid(go) * torch.tanh(c)
+    return h, c
 
 
 def _random_permutations(n_sets: int, n: int, generator: torch.Generator | None) -> Tensor:

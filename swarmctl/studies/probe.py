@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from swarmctl.errors import ConfigError
-from swarmctl.layers.swarm import SwarmLayer, lstm_pointwise
+from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.stack import LayerStack
 
 METHODS = ("probe", "exact")
@@ -47,14 +48,13 @@ def _set_trajectory(layer: SwarmLayer, u: Tensor) -> tuple[Tensor, Tensor]:
     """The set alone through one layer: its outputs (N, D_out) and the pooled means (T - 1, H) of its hidden
     states after iterations 1..T-1 (the population inputs of iterations 2..T)."""
     cell = layer.cell
-    w_h, w_p = cell.recurrent.weight.t(), cell.population.weight.t()
     x_proj = cell.project_input(u)  # (N, 4H)
-    h, c = lstm_pointwise(x_proj, None)
+    h, c = cell.step(None, None, None, x_proj)
     means = []
     for _ in range(layer.n_iter - 1):
         m = h.mean(0, keepdim=True)  # (1, H)
         means.append(m)
-        h, c = lstm_pointwise(torch.addmm(x_proj, h, w_h) + m @ w_p, c)
+        h, c = cell.step(h, c, m, x_proj)
     means_t = torch.cat(means) if means else u.new_zeros(0, cell.dim_hidden)
     return layer.output(torch.cat([h, c], dim=-1)), means_t
 
@@ -62,14 +62,14 @@ def _set_trajectory(layer: SwarmLayer, u: Tensor) -> tuple[Tensor, Tensor]:
 def _probe_layer(layer: SwarmLayer, s: Tensor, means: Tensor, n: int) -> Tensor:
     """x* (M, D_in), each alone, through one layer with population input (n m_k + h*_k) / (n + 1)."""
     cell = layer.cell
-    # Wh h* + Wp (h* + n m_k) / (n + 1) = (Wh + Wp / (n + 1)) h* + Wp m_k n / (n + 1): one matmul per iteration
+    # Wh h* + Wp (h* + n m_k) / (n + 1) = (Wh + Wp / (n + 1)) h* + (n / (n + 1)) Wp m_k: the cell's step with
+    # these two weights and m_k as the pooled state, one product with h* per iteration
     w_p = cell.population.weight
-    w_eff = (cell.recurrent.weight + w_p / (n + 1)).t()
-    pulls = (means @ w_p.t()) * (n / (n + 1))  # (T - 1, 4H)
+    folded = {"recurrent.weight": cell.recurrent.weight + w_p / (n + 1), "population.weight": w_p * (n / (n + 1))}
     x_proj = cell.project_input(s)  # (M, 4H)
-    h, c = lstm_pointwise(x_proj, None)
+    h, c = cell.step(None, None, None, x_proj)
     for k in range(layer.n_iter - 1):
-        h, c = lstm_pointwise(torch.addmm(x_proj, h, w_eff).add_(pulls[k]), c)
+        h, c = functional_call(cell, folded, (h, c, means[k : k + 1], x_proj))
     return layer.output(torch.cat([h, c], dim=-1))
 
 

@@ -1,4 +1,4 @@
-"""The SWARM layer against a naive per-entity formulation, and its contracts."""
+"""The SWARM layer against the reference formulation (``swarmctl.testing``), and its contracts."""
 
 import pytest
 import torch
@@ -9,47 +9,19 @@ from swarmctl.testing import (
     assert_padding_invariant,
     assert_permutation_equivariant,
     random_sets,
+    reference_swarm_states,
 )
 
 
-def naive_swarm(layer: SwarmLayer, x: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
-    """Protocol sec. 1.1 written out entity by entity: three projections per entity per iteration."""
-    cell = layer.cell
-    Wx, b = cell.input.weight, cell.input.bias
-    Wh, Wp = cell.recurrent.weight, cell.population.weight
-    B, N, _ = x.shape
-    H = cell.dim_hidden
-    out = torch.zeros(B, N, layer.output.out_features, dtype=x.dtype)
-    for s in range(B):
-        h = torch.zeros(N, H, dtype=x.dtype)
-        c = torch.zeros(N, H, dtype=x.dtype)
-        real = [i for i in range(N) if mask[s, i]]
-        for _ in range(layer.n_iter):
-            h_new, c_new = torch.empty_like(h), torch.empty_like(c)
-            for i in range(N):
-                if pooling == "mean":
-                    p = torch.stack([h[j] for j in real]).mean(0)
-                else:
-                    p = h[: i + 1].mean(0)
-                a = Wx @ x[s, i] + b + Wh @ h[i] + Wp @ p
-                gi, gf, go = (torch.sigmoid(a[k * H : (k + 1) * H]) for k in range(3))
-                gg = torch.tanh(a[3 * H :])
-                c_new[i] = gf * c[i] + gi * gg
-                h_new[i] = go * torch.tanh(c_new[i])
-            h, c = h_new, c_new
-        out[s] = layer.output(torch.cat([h, c], -1))
-    return out
-
-
 @pytest.mark.parametrize("pooling", ["mean", "causal"])
-def test_swarm_layer_matches_naive_formulation(pooling):
+def test_swarm_layer_matches_reference_formulation(pooling):
     layer = SwarmLayer(3, 6, 4, n_iter=4, pooling=pooling).double()
     x, mask = random_sets(3, 7, 3, dtype=torch.float64)
     if pooling == "causal":
         mask = torch.ones_like(mask)
     with torch.no_grad():
         got = layer(x, mask)
-        want = naive_swarm(layer, x, mask, pooling)
+        want = layer.output(torch.cat(reference_swarm_states(layer, x, mask), -1))
     torch.testing.assert_close(got[mask], want[mask], atol=1e-6, rtol=0)
 
 
@@ -132,12 +104,13 @@ def test_swarm_layer_compiled_step_matches_eager():
 
 @pytest.mark.parametrize("p_entities", [1, 5])
 def test_fused_pointwise_matches_autograd_reference(p_entities):
-    from swarmctl.layers.swarm import _FusedLSTMPointwise, lstm_pointwise
+    from swarmctl.layers._fused import FusedLSTMPointwise
+    from swarmctl.layers.swarm import lstm_pointwise
 
     a = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
     p = torch.randn(2, p_entities, 16, dtype=torch.float64, requires_grad=True)
     c = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(_FusedLSTMPointwise.apply, (a, p, c))
-    h1, c1 = _FusedLSTMPointwise.apply(a, p, c)
+    assert torch.autograd.gradcheck(FusedLSTMPointwise.apply, (a, p, c))
+    h1, c1 = FusedLSTMPointwise.apply(a, p, c)
     h2, c2 = lstm_pointwise(a + p, c)
     torch.testing.assert_close((h1, c1), (h2, c2))

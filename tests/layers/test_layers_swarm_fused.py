@@ -6,10 +6,9 @@ import logging
 import pytest
 import torch
 
-from swarmctl.layers import _ext
-from swarmctl.layers.pooling import causal_mean, masked_mean
-from swarmctl.layers.swarm import SwarmLayer, lstm_pointwise
-from swarmctl.testing import random_sets
+from swarmctl.layers import _ext, _fused
+from swarmctl.layers.swarm import SwarmCell, SwarmLayer
+from swarmctl.testing import random_sets, reference_swarm_states
 
 needs_kernels = pytest.mark.skipif(_ext.disabled(), reason="SWARMCTL_NO_EXT is set")
 
@@ -25,26 +24,14 @@ def kernels():
     return k
 
 
-def reference_states(layer: SwarmLayer, x, mask):
-    """The layer written with the reference ``lstm_pointwise`` and plain autograd ops."""
-    cell = layer.cell
-    x_proj = cell.input(x)
-    h, c = lstm_pointwise(x_proj, None)  # zero state: no recurrent or population term
-    weights = None
-    if mask is not None and cell.pooling == "mean":
-        weights = mask.to(x.dtype) / mask.sum(1, keepdim=True).clamp_min(1).to(x.dtype)
-    for _ in range(layer.n_iter - 1):
-        pool = masked_mean(h, weights=weights).unsqueeze(1) if cell.pooling == "mean" else causal_mean(h)
-        h, c = lstm_pointwise(x_proj + cell.recurrent(h) + cell.population(pool), c)
-    return h, c
-
-
 def outputs_and_grads(layer, x, mask, states, w_h, w_c):
     layer.zero_grad()
     x = x.detach().requires_grad_()
     h, c = states(x, mask)
     ((h * w_h).sum() + (c * w_c).sum()).backward()
-    return [h.detach(), c.detach(), x.grad] + [p.grad for p in layer.parameters() if p.grad is not None]
+    # an unused weight (Wh and Wp with one iteration) has no gradient here and a zero one in the reference
+    return [h.detach(), c.detach(), x.grad] + [torch.zeros_like(p) if p.grad is None else p.grad
+                                               for p in layer.cell.parameters()]
 
 
 @needs_kernels
@@ -58,8 +45,8 @@ def test_fused_layer_matches_reference_in_values_and_gradients(kernels, pooling,
     mask = mask if pooling == "mean" else None
     w_h, w_c = torch.randn(4, 9, 8, dtype=torch.float64), torch.randn(4, 9, 8, dtype=torch.float64)
     got = outputs_and_grads(layer, x, mask, layer.states, w_h, w_c)
-    want = outputs_and_grads(layer, x, mask, lambda v, m: reference_states(layer, v, m), w_h, w_c)
-    assert len(got) == len(want) == 3 + (2 if n_iter == 1 else 4)  # h, c, x; Wx, b (Wh, Wp from iteration 2)
+    want = outputs_and_grads(layer, x, mask, lambda v, m: reference_swarm_states(layer, v, m), w_h, w_c)
+    assert len(got) == len(want) == 3 + 4  # h, c, x; Wx, b, Wh, Wp
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10)
 
@@ -111,6 +98,29 @@ def test_fused_backward_can_run_twice(kernels):
     second = torch.autograd.grad(y, list(layer.parameters()))
     for a, b in zip(first, second, strict=True):
         assert torch.equal(a, b)
+
+
+@needs_kernels
+@pytest.mark.parametrize("step_rows", [4, _fused.STEP_ROWS])  # 4: blocks of whole sets, of parts of one set
+@pytest.mark.parametrize("per_set", [1, 3, 10])  # entities per set
+@pytest.mark.parametrize("pooled", ["set", "entity"])  # one pooled h per set (mean), one per entity (causal)
+@pytest.mark.parametrize("dim_in", [2, 12])  # projected inside the kernels / by a product beforehand
+def test_step_without_gradients_equals_its_pytorch_code(kernels, monkeypatch, step_rows, per_set, pooled, dim_in):
+    monkeypatch.setattr(_fused, "STEP_ROWS", step_rows)
+    cell = SwarmCell(dim_in, 8).double()
+    x = torch.randn(5, per_set, dim_in, dtype=torch.float64)
+    h, c = torch.randn(2, 5, per_set, 8, dtype=torch.float64)
+    pool = torch.randn(5, 1 if pooled == "set" else per_set, 8, dtype=torch.float64)
+
+    def steps():
+        with torch.no_grad():
+            return [*cell.step(None, None, None, x=x), *cell.step(h, c, pool, x=x),
+                    *cell.step(h, c, pool, cell.project_input(x))]
+
+    fused = steps()
+    monkeypatch.setenv("SWARMCTL_NO_EXT", "1")
+    for a, b in zip(fused, steps(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-13, rtol=1e-12)
 
 
 def test_environment_variable_switches_kernels_off(monkeypatch):
@@ -179,7 +189,7 @@ def test_fused_layer_gradients_when_one_state_is_unused(kernels, used):
     layer = SwarmLayer(2, 4, 3, 3).double()
     x, mask = random_sets(2, 5, 2, dtype=torch.float64)
     got, want = [], []
-    for states, out in ((layer.states, got), (lambda v, m: reference_states(layer, v, m), want)):
+    for states, out in ((layer.states, got), (lambda v, m: reference_swarm_states(layer, v, m), want)):
         layer.zero_grad()
         states(x, mask)[used].sum().backward()
         out += [p.grad.clone() for p in layer.cell.parameters()]

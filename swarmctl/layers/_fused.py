@@ -1,0 +1,267 @@
+"""Fused implementations of the SWARM iteration that :meth:`swarmctl.layers.swarm.SwarmCell.step` defines:
+an autograd Function for its LSTM non-linearities (any device), and on the CPU the C++ kernels
+(``_swarm_kernels.cpp``, loaded by ``_ext.py``) for one iteration without gradients and for all iterations
+of a layer with a hand-written backward. Tests hold each equal to the plain PyTorch ops.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from swarmctl.layers import _ext
+from swarmctl.layers.pooling import causal_mean, masked_mean
+
+FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the kernels (never materialised)
+
+
+class FusedLSTMPointwise(torch.autograd.Function):
+    """(a + p, c) -> (h, c') with a hand-written backward.
+
+    Autograd of the reference slices the 4H gate block into four views, and each slice's backward
+    materialises a zero-filled (B, N, 4H) tensor; here the gate gradient is written into one tensor,
+    and only the activated gates, the previous cell state and tanh(c') are kept for backward.
+    ``p`` broadcasts against ``a`` (one population term per set for mean pooling).
+    """
+
+    @staticmethod
+    def forward(ctx, a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        H = a.shape[-1] // 4
+        gates = a + p  # (B, N, 4H), activated in place below
+        gates[..., : 3 * H].sigmoid_()
+        gates[..., 3 * H :].tanh_()
+        i, f, o, g = gates.split(H, dim=-1)
+        c_new = i * g
+        c_new.addcmul_(f, c)
+        tc = torch.tanh(c_new)
+        h = o * tc
+        ctx.save_for_backward(gates, c, tc)
+        ctx.p_shape = p.shape
+        return h, c_new
+
+    @staticmethod
+    def backward(ctx, dh: Tensor | None, dc: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
+        gates, c, tc = ctx.saved_tensors
+        H = gates.shape[-1] // 4
+        i, f, o, g = gates.split(H, dim=-1)
+        da = torch.empty_like(gates)
+        di, df, do, dg = da.split(H, dim=-1)
+        if dh is None:  # only c' is used downstream
+            dct = dc.clone() if dc is not None else torch.zeros_like(tc)
+            do.zero_()
+        else:
+            # dc' = dc + dh * o * (1 - tanh(c')^2)
+            dct = torch.mul(dh, o)
+            dct.addcmul_(dct, tc.square(), value=-1)
+            if dc is not None:
+                dct.add_(dc)
+            torch.mul(dh, tc, out=do)
+        torch.mul(dct, g, out=di)
+        torch.mul(dct, c, out=df)
+        torch.mul(dct, i, out=dg)
+        sig = gates[..., : 3 * H]
+        dsig = da[..., : 3 * H].mul_(sig)
+        dsig.addcmul_(dsig, sig, value=-1)  # sigmoid' = s (1 - s), without a (1 - s) temporary
+        dg.addcmul_(dg.mul(g), g, value=-1)  # tanh' = 1 - g^2
+        dp = da if ctx.p_shape == da.shape else da.sum_to_size(ctx.p_shape)
+        return da, dp, dct.mul_(f)
+
+
+def usable_kernels(x: Tensor, weight: Tensor) -> _ext.Kernels | None:
+    """The C++ kernels where they can run a call on ``x`` with weights like ``weight``: a non-empty CPU
+    float32 or float64 input of the weights' dtype, outside ``torch.compile`` and autocast. None elsewhere, and
+    where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
+    if torch.compiler.is_compiling() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
+        return None
+    if x.shape[:-1].numel() == 0 or weight.dtype != x.dtype:
+        return None
+    return _ext.kernels()
+
+
+def input_terms(x_proj: Tensor | None, x: Tensor | None, w_in: Tensor | None, b_in: Tensor | None,
+                rows: int) -> dict[str, Tensor | None]:
+    """The input term Wx x + b as the kernels take it, for ``rows`` rows: the projection ``x_proj`` itself,
+    or the input ``x`` with its weights (the kernels project an input of up to ``FUSED_INPUT_MAX`` features
+    themselves; a wider one is projected here)."""
+    if x_proj is None and x.shape[-1] > FUSED_INPUT_MAX:
+        x_proj = torch.nn.functional.linear(x, w_in, b_in)
+    if x_proj is not None:
+        return {"b": x_proj.detach().reshape(rows, -1).contiguous()}
+    return {"x": x.detach().reshape(rows, -1).contiguous(), "wxT": w_in.detach().t().contiguous(),
+            "bias": None if b_in is None else b_in.detach().contiguous()}
+
+
+def kernel_step(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, pooled: Tensor | None, w_rec: Tensor,
+                w_pop: Tensor, terms: dict[str, Tensor | None], gates: Tensor, h_out: Tensor, c_out: Tensor) -> None:
+    """One iteration of ``SwarmCell.step`` through the kernels, on R rows: writes the activated gates (R, 4H),
+    h (R, H) and c (R, H) into ``gates``, ``h_out`` and ``c_out``.
+
+    ``h``, ``c``: the previous states (R, H), None for the zero state; ``pooled``: (R, H) one per row, or
+    (S, H) one per set of R / S consecutive rows; ``terms``: :func:`input_terms`. ``c_out`` may be ``c``.
+    """
+    if h is None:
+        kernels.forward(gates, h_out, c_out, **terms)
+        return
+    torch.mm(h, w_rec.t(), out=gates)  # (R, 4H)
+    p, rows_per_set = None, 1
+    if pooled.shape[0] == h.shape[0]:
+        gates.addmm_(pooled, w_pop.t())
+    else:
+        p, rows_per_set = pooled @ w_pop.t(), h.shape[0] // pooled.shape[0]  # (S, 4H): once per set
+    kernels.forward(gates, h_out, c_out, a=gates, p=p, rows_per_set=rows_per_set, c_prev=c, **terms)
+
+
+STEP_ROWS = 2048  # rows per kernel call in a step without gradients: the gate scratch stays small and reused
+
+
+def kernel_step_rows(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, pooled: Tensor | None,
+                     w_rec: Tensor, w_pop: Tensor, terms: dict[str, Tensor | None], h_out: Tensor,
+                     c_out: Tensor) -> None:
+    """:func:`kernel_step` without gradients (the activated gates are not kept), ``STEP_ROWS`` rows at a time:
+    a large set's step needs no (R, 4H) gate tensor, whose fresh allocation every step costs more than the
+    step's element-wise work. Blocks never cut a set whose pooled h is shared, except into blocks of that set
+    alone."""
+    R = h_out.shape[0]
+    per_row = pooled is None or pooled.shape[0] == R
+    per_set = 1 if per_row else R // pooled.shape[0]  # rows per pooled h
+    gates = h_out.new_empty(min(R, STEP_ROWS), w_rec.shape[0])
+    start = 0
+    while start < R:
+        if per_row:
+            end = min(R, start + STEP_ROWS)
+            pool = None if pooled is None else pooled[start:end]
+        elif per_set >= STEP_ROWS:  # a part of one set
+            end = min(start + STEP_ROWS, (start // per_set + 1) * per_set)
+            pool = pooled[start // per_set : start // per_set + 1]
+        else:  # whole sets
+            end = min(R, start + STEP_ROWS // per_set * per_set)
+            pool = pooled[start // per_set : end // per_set]
+        rows = slice(start, end)
+        part = {k: v[rows] if k in ("b", "x") else v for k, v in terms.items()}
+        kernel_step(kernels, None if h is None else h[rows], None if c is None else c[rows], pool, w_rec, w_pop,
+                    part, gates[: end - start], h_out[rows], c_out[rows])
+        start = end
+
+
+def _rows(t: Tensor | None, R: int, H: int) -> tuple[Tensor, int] | None:
+    """(B, N, H) gradient as rows for the kernels: the tensor and its row stride (copied only if needed)."""
+    if t is None:
+        return None
+    B, N, _ = t.shape
+    if t.stride(2) == 1 and t.stride(0) == N * t.stride(1):
+        return t, t.stride(1)
+    return t.reshape(R, H).contiguous(), H
+
+
+def iterate(
+    kernels: _ext.Kernels, inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_rec: Tensor, w_pop: Tensor,
+    weights: Tensor | None, n_iter: int, pooling: str, keep: bool
+) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
+    """All iterations of the layer with the fused kernels (:func:`kernel_step` each); with ``keep`` the
+    tensors for the backward.
+
+    ``inp`` is the input x (B, N, D) with its projection ``w_in``, ``b_in``, or the input projection
+    (B, N, 4H) itself with ``w_in`` None. Kept: the activated gates (n_iter, R, 4H), h and c of every
+    iteration (n_iter, R, H), and for mean pooling the pooled h of iterations 1..n_iter-1 (n_iter - 1, B, H).
+    R = B * N rows.
+    """
+    B, N, _ = inp.shape
+    G = w_rec.shape[0]
+    H, R = G // 4, B * N
+    w_rec, w_pop = w_rec.detach(), w_pop.detach()
+    terms = input_terms(inp, None, None, None, R) if w_in is None else input_terms(None, inp, w_in, b_in, R)
+    if weights is not None:
+        weights = weights.contiguous()
+    gates = inp.new_empty(n_iter if keep else 1, R, G)
+    hs = inp.new_empty(n_iter if keep else 2, R, H)
+    cs = inp.new_empty(n_iter if keep else 2, R, H)
+    pooled = inp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
+    kernel_step(kernels, None, None, None, w_rec, w_pop, terms, gates[0], hs[0], cs[0])
+    for t in range(1, n_iter):
+        prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
+        h_prev = hs[prev].view(B, N, H)
+        if pooling == "mean":
+            pool = masked_mean(h_prev, weights=weights)  # (B, H): one per set
+            if pooled is not None:
+                pooled[t - 1] = pool
+        else:
+            pool = causal_mean(h_prev).view(R, H)  # one per row
+        kernel_step(kernels, hs[prev], cs[prev], pool, w_rec, w_pop, terms, gates[t if keep else 0], hs[cur], cs[cur])
+    last = n_iter - 1 if keep else (n_iter - 1) % 2
+    saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
+    return hs[last].view(B, N, H), cs[last].view(B, N, H), saved
+
+
+class FusedIterations(torch.autograd.Function):
+    """(x or x_proj, Wx, b, Wh, Wp) -> final (h, c) of all iterations, through the fused kernels.
+
+    Backward, from the last iteration to the first: the kernel computes the gate gradient da_t from the
+    kept gates (and, for mean pooling, sums it per set; for a narrow input, accumulates the input
+    projection's gradients); da_t Wh (plus the pooling's backward) gives the gradient of h_{t-1}, and
+    da_t h_{t-1} is added to the recurrent weight's gradient. The saved tensors are only read, so the
+    backward may run more than once (retain_graph, gradcheck).
+    """
+
+    @staticmethod
+    def forward(ctx, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
+        h, c, saved = iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
+        ctx.kernels, ctx.pooling, ctx.n_rows = kernels, pooling, inp.shape[:2]
+        ctx.save_for_backward(inp, w_in, w_rec, w_pop, weights, *saved)
+        return h, c
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dh_out, dc_out):
+        kernels, pooling = ctx.kernels, ctx.pooling
+        inp, w_in, w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
+        B, N = ctx.n_rows
+        G = w_rec.shape[0]
+        H, R, n_iter = G // 4, B * N, gates.shape[0]
+        mean = pooling == "mean"
+        narrow = w_in is not None
+        need = ctx.needs_input_grad
+        dh, dc = _rows(dh_out, R, H), _rows(dc_out, R, H)
+        terms = {}
+        d_inp = d_w_in = d_b_in = d_rec = d_pop = None
+        if narrow:
+            D = inp.shape[-1]
+            terms = {"x": inp.reshape(R, D).contiguous(), "wxT": w_in.t().contiguous(),
+                     "dwxT": gates.new_zeros(D, G), "db": gates.new_zeros(G),
+                     "dx": gates.new_zeros(R, D) if need[0] else None}
+        elif need[0]:
+            d_inp = gates.new_zeros(R, G)
+        if n_iter > 1:
+            d_rec, d_pop = w_rec.new_zeros(G, H), w_pop.new_zeros(G, H)
+        da = gates.new_empty(R, G)
+        dp = gates.new_empty(B, G) if mean else None
+        dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
+        dpool = None
+        if not mean:
+            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
+        for t in range(n_iter - 1, -1, -1):
+            first = t == 0
+            dc_prev = None if first else dc_bufs[t % 2]
+            kernels.backward(gates[t], da, cs[t], c_prev=None if first else cs[t - 1], dh=dh, dc=dc, dpool=dpool,
+                             weights=weights, rows_per_set=N, dc_prev=dc_prev, dp=None if first else dp, **terms)
+            if d_inp is not None:
+                d_inp += da
+            if first:
+                break
+            h_prev = hs[t - 1]
+            d_rec.addmm_(da.t(), h_prev)
+            dh_t = da @ w_rec  # (R, H)
+            if mean:
+                d_pop.addmm_(dp.t(), rest[0][t - 1])  # rest[0][t - 1]: the pooled h this iteration saw
+                dpool = dp @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
+            else:  # causal mean: out_j = cumsum(h)_j / (j + 1), so dh_i = sum_{j >= i} d_j / (j + 1)
+                d_pop.addmm_(da.t(), causal_mean(h_prev.view(B, N, H)).view(R, H))
+                s = (da @ w_pop).view(B, N, H).div_(steps)
+                dh_t += s.flip(1).cumsum(1).flip(1).view(R, H)  # suffix sums: exact zeros stay zero (causality)
+            dh, dc = (dh_t, H), (dc_prev, H)
+        if narrow:
+            d_inp = terms["dx"].view(inp.shape) if need[0] else None
+            d_w_in, d_b_in = terms["dwxT"].t(), terms["db"]
+        elif d_inp is not None:
+            d_inp = d_inp.view(B, N, G)
+        return (d_inp, d_w_in, d_b_in, d_rec if need[3] else None, d_pop if need[4] else None,
+                None, None, None, None)
