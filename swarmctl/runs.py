@@ -77,11 +77,13 @@ def default_run_name(model_cfg: ModelConfig, seed: int) -> str:
 def configs_from_options(model: str, model_options: dict[str, Any], train_options: dict[str, Any],
                          data: Path | None = None, dataset: str | None = None,
                          data_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, DataConfig]:
-    """The three configs of a new run from the train command's options (None: the task's default)."""
+    """The three configs of a new run from the train command's options (None: the model's or the task's
+    default). ``model_options`` holds ModelConfig fields (``models.HYPERPARAMETERS``)."""
     task = task_of(model)
-    check_fields(model, {k for k, v in model_options.items() if v is not None and not (k == "dropout" and v == 0)})
+    given = {k: v for k, v in model_options.items() if v is not None}
+    check_fields(model, set(given))
     data_cfg = task.data_config(data, dataset, data_dir)
-    model_cfg = ModelConfig(name=model, dataset=data_cfg.dataset, **model_options)
+    model_cfg = ModelConfig(name=model, dataset=data_cfg.dataset, **given)
     return model_cfg, task.train_config(**train_options), data_cfg
 
 

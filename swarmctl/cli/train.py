@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,8 +23,8 @@ from swarmctl.cli._options import (
     user_errors,
 )
 from swarmctl.cli._progress import EpochProgress
-from swarmctl.config import TrainConfig
-from swarmctl.models import list_models
+from swarmctl.config import ModelConfig, TrainConfig
+from swarmctl.models import HYPERPARAMETERS, list_models
 from swarmctl.runs import RESUMABLE, configs_from_options, is_main_process, resume_command, resume_run, start_run
 from swarmctl.tasks import TASKS, task_of
 
@@ -72,16 +73,6 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
 def train_cmd(
     ctx: typer.Context,
     model: Annotated[str, argument(help=f"Registered model: {', '.join(list_models())}.")],
-    hidden: Annotated[int | None, option(help="Hidden units H [default: the model's].")] = None,
-    iters: Annotated[int | None, option(help="SWARM iterations T [default: the model's].")] = None,
-    layers: Annotated[int | None, option(help="Layers L [default: the model's].")] = None,
-    inducing: Annotated[int | None, option(help="Set Transformer inducing points m [default: the "
-                                                      "model's].")] = None,
-    heads: Annotated[int | None, option(help="Attention heads (must divide --hidden) [default: the "
-                                                   "model's].")] = None,
-    pooling: Annotated[str | None, option(help="SWARM pooling inside the cell: mean or causal [default: the "
-                                                     "model's].")] = None,
-    dropout: Annotated[float, float_option(help="SWARM dropout on h after every iteration.")] = 0.0,
     lr: Annotated[float | None, float_option(help=_with_default("Adam learning rate", "lr"))] = None,
     batch_size: Annotated[int | None, option(help=_with_default("Tasks (images) per batch", "batch_size"))]
     = None,
@@ -114,6 +105,7 @@ def train_cmd(
     amp: Annotated[bool, option("--amp", help="bfloat16 autocast.")] = False,
     cuda_graphs: Annotated[bool, option("--cuda-graphs", help="CUDA: capture each step shape in a CUDA graph "
                                                               "and replay it (ignored elsewhere).")] = False,
+    **hyperparameters: Any,
 ) -> None:
     """Train a registered model on its task until the time budget is spent.
 
@@ -133,8 +125,7 @@ def train_cmd(
             else:
                 configs = configs_from_options(
                     model,
-                    dict(dim_hidden=hidden, n_iter=iters, n_layers=layers, n_inducing=inducing, n_heads=heads,
-                         pooling=pooling, dropout=dropout),
+                    {h.field: hyperparameters[h.option] for h in HYPERPARAMETERS},
                     dict(lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs, seed=seed,
                          device=device, amp=amp, compile=compile, cuda_graphs=cuda_graphs, beta=beta, alpha=alpha,
                          steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
@@ -147,3 +138,27 @@ def train_cmd(
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "
         f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}")
+
+
+_THE_MODELS = "the model's"
+
+
+def _hyperparameter_options(command: Any) -> None:
+    """Give ``command`` one option per model hyper-parameter of the registry's table (``--hidden``,
+    ``--iters``, ...), after its model argument; it receives them in ``**hyperparameters``. None, the
+    default, leaves the model's own default."""
+    params = list(inspect.signature(command, eval_str=True).parameters.values())
+    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    at = [p.name for p in params].index("model") + 1
+    model_config = ModelConfig()
+    added = []
+    for h in HYPERPARAMETERS:
+        default = getattr(model_config, h.field)
+        text = f"{h.help} [default: {_THE_MODELS if default is None else default}]."
+        make = float_option if h.type is float else option
+        added.append(inspect.Parameter(h.option, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                       annotation=Annotated[h.type | None, make(help=text)]))
+    command.__signature__ = inspect.Signature(params[:at] + added + params[at:])
+
+
+_hyperparameter_options(train_cmd)

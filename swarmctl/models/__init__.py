@@ -2,6 +2,8 @@
 
 from swarmctl.models import bilstm, image, mog, set_linear, set_transformer, swarm  # noqa: F401  (registration)
 from swarmctl.models.registry import (
+    HYPERPARAMETERS,
+    HyperParameter,
     ModelSpec,
     check_fields,
     complete_config,
@@ -14,6 +16,8 @@ from swarmctl.models.registry import (
 )
 
 __all__ = [
+    "HYPERPARAMETERS",
+    "HyperParameter",
     "ModelSpec",
     "check_fields",
     "complete_config",

@@ -39,8 +39,9 @@ class ModelSpec:
 
     @property
     def code_format(self) -> str:
-        labels = {"dim_hidden": "H", "n_iter": "T", "n_layers": "L", "n_inducing": "m"}
-        return "-".join(labels.get(f, f) for f in self.code_fields)
+        """The paper code's letters, e.g. ``H-T-L`` for SWARM."""
+        labels = {h.field: h.label for h in HYPERPARAMETERS}
+        return "-".join(labels.get(f) or f for f in self.code_fields)
 
 
 _REGISTRY: dict[str, ModelSpec] = {}
@@ -75,9 +76,30 @@ def get_spec(name: str) -> ModelSpec:
         raise ConfigError(f"unknown model {name!r}; choose one of: {', '.join(list_models())}") from None
 
 
-# ModelConfig field -> the name users give it (train's option --NAME, a sweep spec's key)
-OPTION_NAMES = {"dim_hidden": "hidden", "n_iter": "iters", "n_layers": "layers", "n_inducing": "inducing",
-                "n_heads": "heads", "pooling": "pooling", "dropout": "dropout"}
+@dataclass(frozen=True)
+class HyperParameter:
+    """A ModelConfig field that users set: ``train``'s option ``--OPTION`` and a sweep grid's key ``OPTION``
+    (the grids take the fields of a model's paper code). Each model reads some of them (``ModelSpec.fields``)."""
+
+    field: str
+    option: str
+    type: type
+    help: str
+    label: str = ""  # its letter in the paper's architecture code (SWARM's 192-10-1 is H-T-L)
+
+
+# The one table of model hyper-parameters: train's options and the sweep grids' keys come from it, so a new
+# hyper-parameter is a ModelConfig field, a row here and the models that read it.
+HYPERPARAMETERS: tuple[HyperParameter, ...] = (
+    HyperParameter("dim_hidden", "hidden", int, "Hidden units H", "H"),
+    HyperParameter("n_iter", "iters", int, "SWARM iterations T", "T"),
+    HyperParameter("n_layers", "layers", int, "Layers L", "L"),
+    HyperParameter("n_inducing", "inducing", int, "Set Transformer inducing points m", "m"),
+    HyperParameter("n_heads", "heads", int, "Attention heads (must divide the hidden units)"),
+    HyperParameter("pooling", "pooling", str, "SWARM pooling inside the cell: mean or causal"),
+    HyperParameter("dropout", "dropout", float, "SWARM dropout on h after every iteration"),
+)
+OPTION_NAMES = {h.field: h.option for h in HYPERPARAMETERS}  # ModelConfig field -> the name users give it
 
 
 def check_fields(name: str, given: set[str] | frozenset[str]) -> None:

@@ -37,7 +37,15 @@ import torch
 from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
 from swarmctl.files import read_bytes
-from swarmctl.models import complete_config, count_parameters, create_model, get_spec, list_models, paper_code
+from swarmctl.models import (
+    HYPERPARAMETERS,
+    complete_config,
+    count_parameters,
+    create_model,
+    get_spec,
+    list_models,
+    paper_code,
+)
 from swarmctl.runs import resume_run, run_progress, start_run
 from swarmctl.tasks import get_task
 from swarmctl.training.device import memory_limit, resolve_device
@@ -47,8 +55,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-# spec key -> ModelConfig field
-GRID_KEYS = {"hidden": "dim_hidden", "iters": "n_iter", "layers": "n_layers", "inducing": "n_inducing"}
+# a grid's keys name hyper-parameters as train's options do; a grid takes those of its model's paper code
+GRID_KEYS = {h.option: h for h in HYPERPARAMETERS}
 TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_size", "grid"}
 
 
@@ -132,7 +140,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         if task is not None and spec.task != task:
             raise ConfigError(f"grid {g_no}: {model} solves {spec.task!r}, an earlier grid {task!r}; one task per spec")
         task = spec.task
-        allowed = {k for k, f in GRID_KEYS.items() if f in spec.code_fields}
+        allowed = {k for k, h in GRID_KEYS.items() if h.field in spec.code_fields}
         bad = sorted(set(grid) - allowed - {"model"})
         if bad:
             raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
@@ -143,7 +151,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
             for k, v in zip(keys, combo, strict=True):
                 if not _is_int(v) or v < 1:
                     raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
-                fields[GRID_KEYS[k]] = v
+                fields[GRID_KEYS[k].field] = v
             cfg = complete_config(ModelConfig(name=model, **fields))
             key = (model, _code(cfg))
             if key not in seen:
