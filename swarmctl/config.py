@@ -12,7 +12,6 @@ from swarmctl.errors import ConfigError, ResourceError
 
 T = TypeVar("T")
 
-ACTIVATIONS = ("relu", "elu", "leaky-relu")
 DATA_DIR = "data"  # default home of generated datasets and of the torchvision image files (each task names its files)
 
 
@@ -41,15 +40,12 @@ class ModelConfig:
     n_heads: int | None = None
     pooling: str | None = None
     dropout: float = 0.0
-    activation: str = "relu"
     dataset: str | None = None  # image models: which image shape to build for
 
     def __post_init__(self) -> None:
         _check_positive(self, "dim_in", "dim_out", "dim_hidden", "n_iter", "n_layers", "n_inducing", "n_heads")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.activation not in ACTIVATIONS:
-            raise ConfigError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -57,8 +53,17 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+# Fields that earlier versions wrote and this one dropped, each at the one value it could hold (no option set
+# it): a saved config holding one at that value reads as if it were not there; any other value is unknown.
+RETIRED: dict[str, dict[str, Any]] = {"ModelConfig": {"activation": "relu"},
+                                      "DataConfig": {"train_split": "train", "val_split": "val"}}
+
+
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
-    """Rebuild a config; unknown keys are an error (they mean another version wrote the file)."""
+    """Rebuild a config; unknown keys are an error (they mean another version wrote the file), except the
+    :data:`RETIRED` fields at their one value."""
+    retired = RETIRED.get(cls.__name__, {})
+    data = {k: v for k, v in data.items() if not (k in retired and v == retired[k])}
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
     if unknown:
@@ -173,10 +178,15 @@ class TrainConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the training data lives and which splits to use (``path`` None: tasks drawn fresh)."""
+    """Where the training data lives (``path`` None: tasks drawn fresh)."""
 
     path: str | None = None
-    train_split: str = "train"
-    val_split: str = "val"
     dataset: str | None = None  # image task: mnist, fashion-mnist or cifar10 (path = torchvision root)
     checksum: str | None = None  # of the data a run trained on (set by the run; None: not yet read, or drawn fresh)
+
+
+def current_sections(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved run config (``config.json``, a checkpoint's) with its model, train and data sections as this
+    version writes them: the :data:`RETIRED` fields dropped. Raises like :func:`from_dict`."""
+    sections = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
+    return {**config, **{key: to_dict(from_dict(cls, config[key])) for key, cls in sections.items()}}

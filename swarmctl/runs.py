@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, current_sections, from_dict, to_dict
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import (
     atomic_write_text,
@@ -351,13 +351,9 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     """``run_dir/config.json``; CheckpointError when it is damaged."""
     path = Path(run_dir) / "config.json"
     try:
-        config = json.loads(read_bytes(path))
-        from_dict(ModelConfig, config["model"])  # every field known and in range
-        from_dict(TrainConfig, config["train"])
-        from_dict(DataConfig, config["data"])
+        return current_sections(json.loads(read_bytes(path)))  # every field known and in range
     except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError, ResourceError):
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
-    return config
 
 
 def _resume_config(run_dir: Path) -> tuple[dict[str, Any], bool]:

@@ -1,5 +1,6 @@
 """Shared fixtures: every test starts from the same seeds and runs single-threaded-deterministic on CPU."""
 
+import dataclasses
 import random
 
 import numpy as np
@@ -106,3 +107,22 @@ def cli():
 
     runner = CliRunner()
     return lambda *args: runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def clustering_training_loss(monkeypatch):
+    """``install(wrap)`` makes clustering runs train with ``wrap(loss)`` in place of the task's loss (to count
+    steps, or fail or stop at one), by wrapping what ``ClusteringTask.prepare`` returns; ``install(None)``
+    restores the task's own."""
+    from swarmctl.tasks.clustering import ClusteringTask
+
+    real_prepare = ClusteringTask.prepare
+
+    def install(wrap):
+        def prepare(self, *args, **kwargs):
+            data = real_prepare(self, *args, **kwargs)
+            return dataclasses.replace(data, loss_fn=wrap(data.loss_fn))
+
+        monkeypatch.setattr(ClusteringTask, "prepare", real_prepare if wrap is None else prepare)
+
+    return install

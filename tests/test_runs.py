@@ -33,22 +33,21 @@ def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(tiny_h5, t
     assert [json.loads(x)["epoch"] for x in lines] == [0, 1, 2, 3]
 
 
-def test_interrupt_saves_position_inside_the_epoch_and_resume_matches(tiny_h5, tmp_path, monkeypatch):
-    import swarmctl.tasks.clustering as clustering
-
+def test_interrupt_saves_position_inside_the_epoch_and_resume_matches(tiny_h5, tmp_path, clustering_training_loss):
     straight = _tiny_run(tiny_h5, tmp_path, "straight", 2)
     calls = {"n": 0}
-    real = clustering.clustering_loss
 
-    def interrupting(model, batch):
-        calls["n"] += model.training
-        if calls["n"] == 6 and model.training:
-            os.kill(os.getpid(), signal.SIGINT)  # arrives during the 6th step; the loop stops after it
-        return real(model, batch)
+    def interrupting(real):
+        def loss(model, batch):
+            calls["n"] += model.training
+            if calls["n"] == 6 and model.training:
+                os.kill(os.getpid(), signal.SIGINT)  # arrives during the 6th step; the loop stops after it
+            return real(model, batch)
+        return loss
 
-    monkeypatch.setattr(clustering, "clustering_loss", interrupting)
+    clustering_training_loss(interrupting)
     res = _tiny_run(tiny_h5, tmp_path, "cut", 2)
-    monkeypatch.setattr(clustering, "clustering_loss", real)
+    clustering_training_loss(None)
     assert res.interrupted and "SIGINT" in res.stop_reason
     state = load_checkpoint(res.run_dir / "last.pt").state
     assert (state["epoch"], state["cursor"]) == (1, 1)  # 5 batches per epoch: epoch 0 done, 1 step into epoch 1

@@ -131,4 +131,4 @@ def build_swarm_image(cfg: ModelConfig) -> SwarmTransformer:
     if cfg.dataset not in DATASETS:
         raise ConfigError(f"dataset must be one of {', '.join(DATASETS)}, got {cfg.dataset!r}")
     C, H, W = image_shape(cfg.dataset)
-    return SwarmTransformer(C, H, W, cfg.dim_hidden, cfg.n_iter, cfg.n_layers, activation=cfg.activation)
+    return SwarmTransformer(C, H, W, cfg.dim_hidden, cfg.n_iter, cfg.n_layers)

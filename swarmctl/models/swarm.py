@@ -6,12 +6,12 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
-from swarmctl.config import ACTIVATIONS, ModelConfig
+from swarmctl.config import ModelConfig
 from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import register_model
 from swarmctl.models.stack import LayerStack
 
-_ACTIVATIONS = dict(zip(ACTIVATIONS, (nn.ReLU, nn.ELU, nn.LeakyReLU), strict=True))  # names: config.ACTIVATIONS
+_ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "leaky-relu": nn.LeakyReLU}
 
 
 class SwarmNet(LayerStack):
@@ -77,5 +77,4 @@ def build_swarm(cfg: ModelConfig) -> SwarmNet:
         n_layers=cfg.n_layers,
         pooling=cfg.pooling,
         dropout=cfg.dropout,
-        activation=cfg.activation,
     )

@@ -94,12 +94,11 @@ class ClusteringTask(Task):
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; pass --data FILE (create one with `swarmctl gen-data`)")
-        splits, info = load_clustering_data(Path(data_cfg.path), data_cfg.train_split, data_cfg.val_split)
-        # lambdas keep the loss looked up at call time (tests patch it)
+        splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
         pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
-        return Prepared(train=bucketed_batches(splits[data_cfg.train_split], train_cfg.batch_size, pad_to),
-                        val=bucketed_batches(splits[data_cfg.val_split], EVAL_BATCH),
-                        loss_fn=lambda model, batch: clustering_loss(model, batch), checksum=info["checksum"])
+        return Prepared(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
+                        val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
+                        checksum=info["checksum"])
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,

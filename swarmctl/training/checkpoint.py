@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from swarmctl import __version__
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig, from_dict
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig, current_sections, from_dict
 from swarmctl.errors import CheckpointError
 from swarmctl.files import append_line, atomic_write, atomic_write_text, check_regular_file, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
@@ -150,7 +150,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Che
     if raw["digest"] != content_digest(raw):  # last: a foreign checkpoint is better named by the checks above
         raise _damaged(path, "does not match its content digest (bytes were changed)")
     version = raw.get("swarmctl_version")
-    return Checkpoint(raw["task"], raw["config"], raw["state"], raw["model"], raw["optimizer"],
+    return Checkpoint(raw["task"], current_sections(raw["config"]), raw["state"], raw["model"], raw["optimizer"],
                       version if isinstance(version, str) else "?")
 
 

@@ -1,14 +1,24 @@
 """The registry's one table of model hyper-parameters is what `train` offers and what a sweep grid takes: a
 hyper-parameter in the table reaches both, and every ModelConfig field that users set has a row."""
 
+import dataclasses
 import json
 
 import typer
 from typer.testing import CliRunner
 
 from swarmctl.cli import app
+from swarmctl.config import ModelConfig
 from swarmctl.models import HYPERPARAMETERS, get_spec
 from swarmctl.studies.sweep import parse_spec
+
+FIXED = {"name", "dim_in", "dim_out", "dataset"}  # the model's name, sizes from the data, the named dataset
+
+
+def test_every_settable_model_config_field_has_one_row():
+    settable = {f.name for f in dataclasses.fields(ModelConfig)} - FIXED
+    rows = [h.field for h in HYPERPARAMETERS]
+    assert sorted(rows) == sorted(settable) and len(set(h.option for h in HYPERPARAMETERS)) == len(rows)
 
 
 def test_train_has_one_option_per_row_of_the_type_the_row_says():

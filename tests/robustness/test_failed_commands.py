@@ -9,21 +9,21 @@ TINY = ["--hidden", 8, "--iters", 2, "--batch-size", 6, "--device", "cpu"]
 
 
 @pytest.fixture
-def failing_step(monkeypatch):
+def failing_step(clustering_training_loss):
     """Make training step number ``n`` (1-based, over the whole command) raise MemoryError, as a batch too
     large for memory does."""
-    import swarmctl.tasks.clustering as clustering
+    steps = {"n": 0, "fail_at": None}
 
-    real, steps = clustering.clustering_loss, {"n": 0, "fail_at": None}
+    def failing(real):
+        def loss(model, batch):
+            if model.training:
+                steps["n"] += 1
+                if steps["n"] == steps["fail_at"]:
+                    raise MemoryError
+            return real(model, batch)
+        return loss
 
-    def loss(model, batch):
-        if model.training:
-            steps["n"] += 1
-            if steps["n"] == steps["fail_at"]:
-                raise MemoryError
-        return real(model, batch)
-
-    monkeypatch.setattr(clustering, "clustering_loss", loss)
+    clustering_training_loss(failing)
 
     def fail_at(n):
         steps["fail_at"] = n
