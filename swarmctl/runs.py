@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, current_sections, from_dict, to_dict
+from swarmctl.devices import memory_limit, resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import (
     atomic_write_text,
@@ -50,8 +51,6 @@ from swarmctl.training.device import (
     barrier,
     init_distributed,
     is_main_process,
-    memory_limit,
-    resolve_device,
     seed_everything,
 )
 from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, any_rank, fit

@@ -1,5 +1,7 @@
 """Contract checks for set models, shipped so that users can test their own models the same way:
-permutation equivariance, padding invariance, order dependence, causality."""
+permutation equivariance, padding invariance, order dependence, causality; random padded sets to check
+them on, and the SWARM layer's reference formulation. For tests (the suite's and users'): the library
+never imports it."""
 
 from __future__ import annotations
 
@@ -8,25 +10,12 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from swarmctl.data.dataset import random_sets
+
+__all__ = ["assert_causal", "assert_padding_invariant", "assert_permutation_equivariant",
+           "assert_permutation_invariant", "order_dependence", "random_sets", "reference_swarm_states"]
+
 SetFn = Callable[[Tensor, Tensor], Tensor]
-
-
-def random_sets(
-    n_sets: int,
-    n_max: int,
-    dim: int = 2,
-    n_min: int | None = None,
-    dtype: torch.dtype = torch.float32,
-    generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor]:
-    """Random padded sets: x (n_sets, n_max, dim) and a bool mask (True = present) whose first set is
-    full and the others hold between ``n_min`` (default n_max // 2) and n_max real entities."""
-    n_min = max(1, n_max // 2) if n_min is None else n_min
-    x = torch.randn(n_sets, n_max, dim, dtype=dtype, generator=generator)
-    sizes = torch.randint(n_min, n_max + 1, (n_sets,), generator=generator)
-    sizes[0] = n_max
-    mask = torch.arange(n_max).unsqueeze(0) < sizes.unsqueeze(1)
-    return x * mask.unsqueeze(-1).to(dtype), mask
 
 
 def reference_swarm_states(layer: nn.Module, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:

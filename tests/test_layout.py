@@ -22,9 +22,10 @@ def test_lazy_top_level_names():
 
 # Imports flow one way: a module imports only from its own folder and from folders below it. Within
 # the levels of the house style (cli > studies, runs > tasks, training > models, data > layers) the
-# order is fixed too, so no two folders import each other. The base modules sit under everything.
-LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__"]
-BASE = {"__init__", "config", "errors", "files", "testing"}
+# order is fixed too, so no two folders import each other. The base modules sit under everything; the test
+# helpers (testing.py) sit on top: they may use the library, which never imports them.
+LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__", "testing"]
+BASE = {"__init__", "config", "errors", "files", "devices"}
 
 
 def _level(module: str) -> int:
@@ -86,3 +87,28 @@ def test_only_tasks_know_a_task():
             named += [n for n in names if n in text]
         found += [f"{path.relative_to(root)}: {n}" for n in named]
     assert not found, f"tasks named outside tasks/: {found}"
+
+
+def _library_imports():
+    """(module, imported swarmctl module) for every import in the package."""
+    from pathlib import Path
+
+    root = Path(swarmctl.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        module = "swarmctl." + ".".join(path.relative_to(root).with_suffix("").parts)
+        for target in _imports(path, root):
+            yield module.removesuffix(".__init__"), target
+
+
+def test_the_library_never_imports_the_test_helpers():
+    """``swarmctl.testing`` is for tests (and users' tests): nothing the library runs depends on it."""
+    wrong = [f"{m} imports {t}" for m, t in _library_imports()
+             if m != "swarmctl.testing" and (t == "swarmctl.testing" or t.startswith("swarmctl.testing."))]
+    assert not wrong, "; ".join(wrong)
+
+
+def test_studies_never_import_the_trainer():
+    """Studies read trained runs through ``runs``; devices come from the base (``swarmctl.devices``)."""
+    wrong = [f"{m} imports {t}" for m, t in _library_imports()
+             if m.startswith("swarmctl.studies") and t.startswith("swarmctl.training")]
+    assert not wrong, "; ".join(wrong)

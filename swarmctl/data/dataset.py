@@ -1,4 +1,5 @@
-"""Padded batches of ragged clustering tasks, bucketed by set size (protocol sec. 2.2)."""
+"""Padded batches of ragged clustering tasks, bucketed by set size (protocol sec. 2.2), and random padded
+sets (the inputs every set model takes)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,21 @@ def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:
     """The order of batches in ``epoch``: a permutation that depends only on (seed, epoch), so a resumed
     run sees the same order as an uninterrupted one."""
     return np.random.default_rng([seed, epoch]).permutation(n_batches).tolist()
+
+
+def random_sets(
+    n_sets: int,
+    n_max: int,
+    dim: int = 2,
+    n_min: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Random padded sets: x (n_sets, n_max, dim) and a bool mask (True = present) whose first set is
+    full and the others hold between ``n_min`` (default n_max // 2) and n_max real entities."""
+    n_min = max(1, n_max // 2) if n_min is None else n_min
+    x = torch.randn(n_sets, n_max, dim, dtype=dtype, generator=generator)
+    sizes = torch.randint(n_min, n_max + 1, (n_sets,), generator=generator)
+    sizes[0] = n_max
+    mask = torch.arange(n_max).unsqueeze(0) < sizes.unsqueeze(1)
+    return x * mask.unsqueeze(-1).to(dtype), mask

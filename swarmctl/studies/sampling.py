@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from swarmctl.config import check_memory
+from swarmctl.devices import memory_limit
 from swarmctl.errors import CheckpointError, ConfigError
 from swarmctl.models import list_models
 from swarmctl.runs import Run, list_runs, open_run
 from swarmctl.tasks import require_study, tasks_for
-from swarmctl.training.device import memory_limit
 
 STUDY = "sample"
 

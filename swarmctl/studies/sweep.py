@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
+from swarmctl.devices import memory_limit, resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
 from swarmctl.files import read_bytes
 from swarmctl.models import (
@@ -48,7 +49,6 @@ from swarmctl.models import (
 )
 from swarmctl.runs import resume_run, run_progress, start_run
 from swarmctl.tasks import get_task
-from swarmctl.training.device import memory_limit, resolve_device
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from swarmctl.config import DataConfig, TrainConfig, check_seed
+from swarmctl.data.dataset import random_sets
 from swarmctl.data.hdf5 import ensure_writable
 from swarmctl.errors import ConfigError
 from swarmctl.files import check_output_file, remove_orphan_temps
-from swarmctl.testing import random_sets
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
 

@@ -1,4 +1,4 @@
-"""Devices, seeding, and the distributed (torchrun) context."""
+"""TF32 on CUDA, seeding, and the distributed (torchrun) context."""
 
 from __future__ import annotations
 
@@ -12,31 +12,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from swarmctl.config import check_device, host_memory
 from swarmctl.errors import ResourceError
-
-
-def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
-    """``auto`` picks CUDA (this process's local rank) when available, else the CPU.
-
-    Changes no global setting: training turns TF32 on for its own duration (:func:`tf32_scope`).
-    """
-    check_device(name)
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ResourceError("device cuda requested but CUDA is not available; use --device cpu or auto")
-        if name == "cuda":
-            name = f"cuda:{local_rank}"
-    return torch.device(name)
-
-
-def memory_limit(device: torch.device) -> int:
-    """Bytes of memory the up-front checks allow on ``device``: the GPU's memory, or the machine's."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    return host_memory()
 
 
 def use_tf32(enabled: bool) -> None:
