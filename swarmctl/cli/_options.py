@@ -83,10 +83,6 @@ class Interrupted(KeyboardInterrupt):
     file."""
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
 def interrupted_line(name: str, hint: str | None = None) -> str:
     """The one line a command stopped by a signal ends with."""
     return (f"interrupted ({name}); nothing half-written was left behind"
@@ -125,11 +121,6 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
                       soft_wrap=True)
 
 
-def os_error_line(exc: OSError) -> str:
-    """An OSError (a read-only folder, a full disk, ...) as one line naming the file, the cause and a fix."""
-    return describe_os_error(exc)
-
-
 @contextmanager
 def user_errors() -> Iterator[Interruption]:
     """Run a command's work so that every failure the user can act on ends in one line on stderr: a
@@ -158,7 +149,7 @@ def user_errors() -> Iterator[Interruption]:
             _error(" ".join(str(exc).split()))
             raise typer.Exit(1) from None
         except OSError as exc:
-            _error(os_error_line(exc))
+            _error(describe_os_error(exc))
             raise typer.Exit(1) from None
         except MemoryError:
             _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")

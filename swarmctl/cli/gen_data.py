@@ -34,7 +34,6 @@ _HELP = ("Generate seeded tasks of one kind and write them to HDF5.\n\n"
 def gen_data_cmd(
     seed: Annotated[int, seed_option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
     kind: Annotated[str, option(help=" or ".join(data_kinds()) + ".")] = data_kinds()[0],
-    old_kind: Annotated[str | None, option("--task", hidden=True, help="Old spelling of --kind.")] = None,
     out: Annotated[Path | None, option(help="Output file [default: " + " or ".join(
         t.data_file("{SEED}") for t in _KINDS) + "].")] = None,
     tasks: Annotated[int | None, option(help=f"Number of tasks (train + validation) [default: {_TASKS_DEFAULT}].")]
@@ -55,7 +54,7 @@ def gen_data_cmd(
                   wishart_df=wishart_df, wishart_scale=wishart_scale)
     with user_errors():
         start = time.perf_counter()
-        path, info, holds = data_task(old_kind or kind).generate_data(
+        path, info, holds = data_task(kind).generate_data(
             out, seed, tasks, force=force, progress=DataGenerationProgress(),
             **{k: v for k, v in params.items() if v is not None})
     say(f"wrote {path}: {holds}, seed {seed}, {time.perf_counter() - start:.1f} s (checksum {info['checksum'][:12]})")

@@ -28,7 +28,6 @@ def plot_entropy_cmd(
                                              f"{' or '.join(t.name for t in tasks_for(STUDY))} model].")] = None,
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
     index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).")] = None,
-    old_index: Annotated[int | None, option("--task", hidden=True, help="Old spelling of --index.")] = None,
     clusters: Annotated[int, option(help="Pick a task with this many clusters...")] = 7,
     size: Annotated[int, option(help="...whose number of points is closest to this.")] = 500,
     grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
@@ -77,7 +76,7 @@ def plot_entropy_cmd(
                 check_output_file(out_dir / name, inputs)
             with task_progress("grid") as progress:
                 bar = progress.add_task(f"x* grid {grid}x{grid}", total=grid * grid)
-                res = entropy_map_of_run(opened, data, index if index is not None else old_index, clusters, size,
+                res = entropy_map_of_run(opened, data, index, clusters, size,
                                          grid, method,
                                          progress=lambda k, n: progress.update(bar, completed=k))
         with staged_writes(inputs):  # every file, or none (and no new folder)

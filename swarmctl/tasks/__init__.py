@@ -25,7 +25,7 @@ def get_task(name: str) -> Task:
 
 
 def data_task(kind: str) -> Task:
-    """The task whose data `swarmctl gen-data --task KIND` writes."""
+    """The task whose data `swarmctl gen-data --kind KIND` writes."""
     kinds = {t.data_kind: t for t in TASKS.values() if t.data_kind is not None}
     try:
         return kinds[kind]

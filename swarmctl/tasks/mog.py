@@ -119,7 +119,7 @@ class MogTask(Task):
             splits, info = read_dataset(Path(data))
             if info["kind"] != "mog":
                 raise DataError(f"{data} holds {info['kind']!r} tasks; score mog models on a "
-                                "`swarmctl gen-data --task mog4` file")
+                                "`swarmctl gen-data --kind mog4` file")
             if split not in splits:
                 raise DataError(f"{data} has no split {split!r}; it has: {', '.join(splits)}")
             tasks, source = splits[split], str(data)

@@ -35,6 +35,13 @@ def test_unknown_option_exits_2(cli):
     assert cli("models", "--nope").exit_code == 2
 
 
+@pytest.mark.parametrize("command", ["gen-data", "plot-entropy"])
+def test_the_unreleased_task_spelling_is_no_option(cli, command):
+    """``--task`` was a hidden second name of gen-data's ``--kind`` and plot-entropy's ``--index``, never released."""
+    r = cli(command, "--task", "0", "--help")
+    assert r.exit_code == 2 and "No such option" in r.output, r.output
+
+
 def test_python_dash_m_works():
     out = subprocess.run([sys.executable, "-m", "swarmctl", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and __version__ in out.stdout

@@ -85,7 +85,7 @@ EXIT = {"nonpositive": 2, "huge": 1, "negative": 2, "seed": 2, "word": 2, "devic
 # valid in itself but absent from the file it names (1)
 EXIT_OVERRIDE = {("eval", "--split", "word"): 1,  # a split the data file does not have
                  ("sample", "--out", "out_file"): 2,  # not a .png name: wrong in itself
-                 ("gen-data", "--n-max", "huge"): 2, ("plot-entropy", "--task", "huge"): 2,
+                 ("gen-data", "--n-max", "huge"): 2, ("plot-entropy", "--index", "huge"): 2,
                  ("plot-entropy", "--grid", "huge"): 2}
 
 # command -> (arguments that make it valid, {option: kinds of bad values})
@@ -94,7 +94,7 @@ SWEEP = {
         "--seed": ["seed"], "--tasks": ["nonpositive", "huge"], "--val-fraction": ["fraction"],
         "--k-min": ["nonpositive"], "--k-max": ["nonpositive"], "--n-min": ["nonpositive"],
         "--n-max": ["nonpositive", "huge"], "--wishart-df": ["wishart_df"], "--wishart-scale": ["positive_float"],
-        "--task": ["word"], "--out": ["out_file"]}),
+        "--kind": ["word"], "--out": ["out_file"]}),
     "train": (["swarm", "--data", "{data}", "--runs-dir", "{new}", "--max-epochs", 1, "--hidden", 8, "--iters", 2,
                "--device", "cpu"], {
         "--hidden": ["nonpositive", "huge"], "--iters": ["nonpositive"], "--layers": ["nonpositive"],
@@ -107,7 +107,7 @@ SWEEP = {
         "--device": ["device"], "--split": ["word"], "--out": ["out_file"]}),
     "plot-entropy": (["clu", "--runs-dir", "{runs}", "--device", "cpu", "--grid", 4, "--clusters", 2,
                       "--out", "{new}/e"], {
-        "--task": ["negative", "huge"], "--clusters": ["nonpositive"], "--grid": ["nonpositive", "huge"],
+        "--index": ["negative", "huge"], "--clusters": ["nonpositive"], "--grid": ["nonpositive", "huge"],
         "--device": ["device"], "--out": ["out_folder"]}),
     "shuffle-variance": (["clu", "--runs-dir", "{runs}", "--device", "cpu", "--tasks", 2, "--shuffles", 3,
                           "--out", "{new}/s"], {
@@ -209,7 +209,7 @@ def test_a_study_refuses_a_run_of_another_task_before_writing(cli, mog_run, args
 def test_replot_of_an_empty_or_cut_saved_result_is_one_line(cli, world, command, tmp_path):
     out = tmp_path / "out"
     r = cli(command, "clu", "--runs-dir", world / "runs", "--device", "cpu", "--out", out,
-            *(["--grid", 4, "--task", 0] if command == "plot-entropy" else ["--tasks", 2, "--shuffles", 3]))
+            *(["--grid", 4, "--index", 0] if command == "plot-entropy" else ["--tasks", 2, "--shuffles", 3]))
     assert r.exit_code == 0, r.output
     npz = next(out.glob("*.npz"))
     whole = npz.read_bytes()

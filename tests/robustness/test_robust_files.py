@@ -278,7 +278,7 @@ def test_gen_data_never_writes_a_file_its_reader_refuses(tmp_path, option):
 
 @pytest.mark.parametrize("n", [1, 13])
 def test_gen_data_mog4_writes_the_tasks_it_says(tmp_path, n):
-    r = cli("gen-data", "--task", "mog4", "--out", tmp_path / "m.h5", "--tasks", n)
+    r = cli("gen-data", "--kind", "mog4", "--out", tmp_path / "m.h5", "--tasks", n)
     assert r.exit_code == 0 and f"{n} mog4 test tasks" in r.output, r.output
     splits, _ = read_dataset(tmp_path / "m.h5")
     assert len(splits["test"]) == n
