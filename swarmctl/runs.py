@@ -55,11 +55,10 @@ from swarmctl.training.device import (
 )
 from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, any_rank, fit
 
-__all__ = ["RESUMABLE", "FitResult", "Progress", "Run", "RunProgress", "ShippedModel", "check_belongs",
-           "check_training_memory", "configs_from_options", "default_run_name", "evaluate_run", "export_weights",
-           "find_checkpoint", "is_main_process", "list_runs", "load_model", "open_run", "pretrained_dir",
-           "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_path", "run_progress",
-           "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir", "start_run"]
+__all__ = ["RESUMABLE", "FitResult", "Progress", "Run", "RunProgress", "ShippedModel", "configs_from_options",
+           "evaluate_run", "export_weights", "find_checkpoint", "is_main_process", "list_runs", "load_model",
+           "open_run", "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_path",
+           "run_progress", "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir", "start_run"]
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
@@ -68,7 +67,7 @@ class Progress(ProgressHook, DataProgress, Protocol):
 
 # ---- create and train ----------------------------------------------------------------------------------
 
-def default_run_name(model_cfg: ModelConfig, seed: int) -> str:
+def _default_run_name(model_cfg: ModelConfig, seed: int) -> str:
     """e.g. ``swarm-192-10-1-s0``."""
     return f"{model_cfg.name}-{paper_code(model_cfg)}-s{seed}"
 
@@ -106,7 +105,7 @@ def run_path(name: str, runs_dir: Path) -> Path:
     return Path(runs_dir) / name
 
 
-def check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
+def _check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
     """Refuse a model whose weights, gradients and Adam state alone would not fit the device's memory,
     before anything is allocated (the model is built on the meta device to count its parameters)."""
     try:
@@ -215,10 +214,10 @@ def start_run(
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
-    run_dir = run_path(default_run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir)
+    run_dir = run_path(_default_run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir)
     check_output_folder(run_dir)
     device = resolve_device(train_cfg.device, ctx.local_rank)
-    check_training_memory(model_cfg, device)
+    _check_training_memory(model_cfg, device)
     seed_everything(train_cfg.seed)
     model = create_model(model_cfg)  # validates the hyper-parameters
     if ctx.is_main:
@@ -362,13 +361,13 @@ def _resume_config(run_dir: Path) -> tuple[dict[str, Any], bool]:
     if _is_dead(run_dir):
         return read_run_config(run_dir), True
     config = load_checkpoint(run_dir / "last.pt").config
-    check_belongs(run_dir / "last.pt", config, run_dir)
+    _check_belongs(run_dir / "last.pt", config, run_dir)
     if (run_dir / "best.pt").is_file():
-        check_belongs(run_dir / "best.pt", load_checkpoint(run_dir / "best.pt").config, run_dir)
+        _check_belongs(run_dir / "best.pt", load_checkpoint(run_dir / "best.pt").config, run_dir)
     return config, False
 
 
-def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run_dir: Path) -> None:
+def _check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run_dir: Path) -> None:
     """Refuse a checkpoint in ``run_dir`` whose config is not the run's config.json (copied from another
     run, or left by an earlier run of the same name)."""
     if not _same_run(ckpt_config, read_run_config(run_dir)):
@@ -431,7 +430,7 @@ def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
     for name in ("best.pt", "last.pt"):
         check_regular_file(run_dir / name)  # a FIFO or folder in its place is an error, not a missing file
         if (run_dir / name).is_file():
-            check_belongs(run_dir / name, load_checkpoint(run_dir / name).config, run_dir)
+            _check_belongs(run_dir / name, load_checkpoint(run_dir / name).config, run_dir)
             return run_dir / name
     raise CheckpointError(f"run {run_dir} has no checkpoint yet (no best.pt or last.pt)")
 
@@ -447,15 +446,15 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn
 
 # ---- shipped models ------------------------------------------------------------------------------------
 
-def pretrained_dir() -> Path:
+def _pretrained_dir() -> Path:
     """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
     data: present in every install, editable or not)."""
     env = os.environ.get("SWARMCTL_PRETRAINED")
     return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
 
 
-def is_shipped(checkpoint: Path) -> bool:
-    return Path(checkpoint).resolve().parent == pretrained_dir().resolve()
+def _is_shipped(checkpoint: Path) -> bool:
+    return Path(checkpoint).resolve().parent == _pretrained_dir().resolve()
 
 
 @dataclass(frozen=True)
@@ -471,7 +470,7 @@ class ShippedModel:
 def shipped_models() -> list[ShippedModel]:
     """The records of the shipped models, by file name. A record that cannot be read, or whose checkpoint
     is missing, and a checkpoint without a record are skipped with a warning naming them."""
-    folder, found, recorded = pretrained_dir(), [], set()
+    folder, found, recorded = _pretrained_dir(), [], set()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             record = json.loads(read_bytes(path))
@@ -508,7 +507,7 @@ def shipped_checkpoint(tasks: Task | list[Task], dataset: str | None = None) -> 
             if model.task == task.name and (dataset is None or model.dataset == dataset):
                 return model.checkpoint
     what = " or ".join(t.name for t in tasks) + (f" ({dataset})" if dataset else "")
-    raise CheckpointError(f"no shipped {what} model in {pretrained_dir()}; name a run, or train one with "
+    raise CheckpointError(f"no shipped {what} model in {_pretrained_dir()}; name a run, or train one with "
                           "`swarmctl train`")
 
 
@@ -588,7 +587,7 @@ def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *,
     checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
     model, ckpt = load_model(checkpoint, dev)
     require_study(get_task(ckpt.task), study, str(checkpoint))
-    shipped = is_shipped(checkpoint)
+    shipped = _is_shipped(checkpoint)
     folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
     run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
     if shipped and needs_data and data is None:

@@ -83,7 +83,7 @@ class Interrupted(KeyboardInterrupt):
     file."""
 
 
-def interrupted_line(name: str, hint: str | None = None) -> str:
+def _interrupted_line(name: str, hint: str | None = None) -> str:
     """The one line a command stopped by a signal ends with."""
     return (f"interrupted ({name}); nothing half-written was left behind"
             + (f"; continue with: {hint}" if hint else ""))
@@ -155,8 +155,8 @@ def user_errors() -> Iterator[Interruption]:
             _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")
             raise typer.Exit(1) from None
         except KeyboardInterrupt as exc:
-            _error(interrupted_line(exc.args[0] if isinstance(exc, Interrupted) else "SIGINT", state.hint))
+            _error(_interrupted_line(exc.args[0] if isinstance(exc, Interrupted) else "SIGINT", state.hint))
             raise typer.Exit(INTERRUPTED_EXIT) from None
         if state.signal is not None:  # raised where Python could only drop it: stop now
-            _error(interrupted_line(state.signal, state.hint))
+            _error(_interrupted_line(state.signal, state.hint))
             raise typer.Exit(INTERRUPTED_EXIT)

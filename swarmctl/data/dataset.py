@@ -29,7 +29,7 @@ class ClusteringBatch:
         return self.x.shape[0]
 
 
-def collate(tasks: ClusteringTasks, index: np.ndarray, pad_to: int = 1) -> ClusteringBatch:
+def _collate(tasks: ClusteringTasks, index: np.ndarray, pad_to: int = 1) -> ClusteringBatch:
     """Pad the tasks at ``index`` to the largest of them, rounded up to a multiple of ``pad_to``."""
     sizes = tasks.sizes[index]
     B, N = len(index), -(-int(sizes.max()) // pad_to) * pad_to
@@ -50,7 +50,7 @@ def bucketed_batches(tasks: ClusteringTasks, batch_size: int, pad_to: int = 1) -
     give 10 batch shapes instead of one per batch, which is what CUDA graphs need). Composition is fixed;
     only the order of batches changes per epoch."""
     order = np.argsort(tasks.sizes, kind="stable")
-    return [collate(tasks, order[i : i + batch_size], pad_to) for i in range(0, len(order), batch_size)]
+    return [_collate(tasks, order[i : i + batch_size], pad_to) for i in range(0, len(order), batch_size)]
 
 
 def epoch_order(n_batches: int, seed: int, epoch: int) -> list[int]:

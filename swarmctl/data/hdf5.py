@@ -237,7 +237,7 @@ def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
 
 def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]]:
     """All splits and the root attributes; verifies the schema, the layout, the checksum and then the
-    content in full (see :func:`check_tasks`)."""
+    content in full (see :func:`_check_tasks`)."""
     with _open(path) as f:
         try:
             info = _info(f, path)
@@ -253,7 +253,7 @@ def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]
         raise DataError(f"{path}: content checksum mismatch (the file was modified or damaged); regenerate it "
                         "with `swarmctl gen-data --force`")
     for name, tasks in splits.items():
-        check_tasks(tasks, f"{path}, split {name!r},", _cluster_range(info))
+        _check_tasks(tasks, f"{path}, split {name!r},", _cluster_range(info))
     return splits, info
 
 
@@ -274,7 +274,7 @@ def read_split(path: Path, split: str) -> tuple[ClusteringTasks, dict[str, Any]]
     return splits[split], info
 
 
-def check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = (1, MAX_CLUSTERS)) -> None:
+def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = (1, MAX_CLUSTERS)) -> None:
     """Reject content no model can train on, with one line naming the first bad task: offsets that do
     not cut ``points`` into sets of 2..MAX_SET_SIZE entities, non-finite points, numbers of clusters
     outside ``clusters``, labels outside 0..K-1, and mixtures that are not finite with positive
@@ -342,7 +342,7 @@ def generate_dataset(
     splits = {"train": tasks.select(slice(0, n_train)), "val": tasks.select(slice(n_train, None))}
     for name, split in splits.items():  # what the reader would refuse is never written
         try:
-            check_tasks(split, f"split {name!r}", (params.k_min, params.k_max))
+            _check_tasks(split, f"split {name!r}", (params.k_min, params.k_max))
         except DataError as exc:
             problem = str(exc).split(";")[0]
             raise DataError(f"the generated tasks fail the dataset checks ({problem}): the inverse-Wishart "

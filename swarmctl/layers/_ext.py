@@ -18,7 +18,7 @@ The cache is not trusted:
 - a flag set whose build failed is remembered for :data:`FAILED_TTL_S` in ``NAME.failed`` (delete it
   to retry at once), so later processes go straight to the next set instead of recompiling;
 - where the cache folder cannot be written, builds go to a private folder under the system's
-  temporary folder (:func:`fallback_dir`);
+  temporary folder (:func:`_fallback_dir`);
 - the temporary file of a build whose process was killed is removed by the next process that looks.
 
 Where no compiler is present or every build fails, :func:`kernels` returns None once and for all, the
@@ -93,7 +93,7 @@ def cache_dir() -> Path:
     return Path(root) / "ext"
 
 
-def fallback_dir() -> Path:
+def _fallback_dir() -> Path:
     """Where builds go when :func:`cache_dir` cannot be written: ``$TMPDIR/swarmctl-UID/ext``, kept only if
     it is a real folder of this user that nobody else can write (else a fresh private folder)."""
     base = Path(tempfile.gettempdir()) / f"swarmctl-{os.getuid()}"
@@ -345,7 +345,7 @@ def _build_folder(home: Path) -> Path:
     """``home`` if it can be written, else the fallback folder (with its killed builds' files removed)."""
     if _writable(home):
         return home
-    folder = fallback_dir()
+    folder = _fallback_dir()
     log.info("%s cannot be written: the SWARM kernels are built in %s", home, folder)
     folder.mkdir(parents=True, exist_ok=True)
     _sweep(folder)

@@ -91,7 +91,7 @@ def input_terms(x_proj: Tensor | None, x: Tensor | None, w_in: Tensor | None, b_
             "bias": None if b_in is None else b_in.detach().contiguous()}
 
 
-def kernel_step(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, pooled: Tensor | None, w_rec: Tensor,
+def _kernel_step(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, pooled: Tensor | None, w_rec: Tensor,
                 w_pop: Tensor, terms: dict[str, Tensor | None], gates: Tensor, h_out: Tensor, c_out: Tensor) -> None:
     """One iteration of ``SwarmCell.step`` through the kernels, on R rows: writes the activated gates (R, 4H),
     h (R, H) and c (R, H) into ``gates``, ``h_out`` and ``c_out``.
@@ -117,7 +117,7 @@ STEP_ROWS = 2048  # rows per kernel call in a step without gradients: the gate s
 def kernel_step_rows(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, pooled: Tensor | None,
                      w_rec: Tensor, w_pop: Tensor, terms: dict[str, Tensor | None], h_out: Tensor,
                      c_out: Tensor) -> None:
-    """:func:`kernel_step` without gradients (the activated gates are not kept), ``STEP_ROWS`` rows at a time:
+    """:func:`_kernel_step` without gradients (the activated gates are not kept), ``STEP_ROWS`` rows at a time:
     a large set's step needs no (R, 4H) gate tensor, whose fresh allocation every step costs more than the
     step's element-wise work. Blocks never cut a set whose pooled h is shared, except into blocks of that set
     alone."""
@@ -138,7 +138,7 @@ def kernel_step_rows(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, 
             pool = pooled[start // per_set : end // per_set]
         rows = slice(start, end)
         part = {k: v[rows] if k in ("b", "x") else v for k, v in terms.items()}
-        kernel_step(kernels, None if h is None else h[rows], None if c is None else c[rows], pool, w_rec, w_pop,
+        _kernel_step(kernels, None if h is None else h[rows], None if c is None else c[rows], pool, w_rec, w_pop,
                     part, gates[: end - start], h_out[rows], c_out[rows])
         start = end
 
@@ -157,7 +157,7 @@ def iterate(
     kernels: _ext.Kernels, inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_rec: Tensor, w_pop: Tensor,
     weights: Tensor | None, n_iter: int, pooling: str, keep: bool
 ) -> tuple[Tensor, Tensor, tuple[Tensor, ...]]:
-    """All iterations of the layer with the fused kernels (:func:`kernel_step` each); with ``keep`` the
+    """All iterations of the layer with the fused kernels (:func:`_kernel_step` each); with ``keep`` the
     tensors for the backward.
 
     ``inp`` is the input x (B, N, D) with its projection ``w_in``, ``b_in``, or the input projection
@@ -176,7 +176,7 @@ def iterate(
     hs = inp.new_empty(n_iter if keep else 2, R, H)
     cs = inp.new_empty(n_iter if keep else 2, R, H)
     pooled = inp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
-    kernel_step(kernels, None, None, None, w_rec, w_pop, terms, gates[0], hs[0], cs[0])
+    _kernel_step(kernels, None, None, None, w_rec, w_pop, terms, gates[0], hs[0], cs[0])
     for t in range(1, n_iter):
         prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
         h_prev = hs[prev].view(B, N, H)
@@ -186,7 +186,7 @@ def iterate(
                 pooled[t - 1] = pool
         else:
             pool = causal_mean(h_prev).view(R, H)  # one per row
-        kernel_step(kernels, hs[prev], cs[prev], pool, w_rec, w_pop, terms, gates[t if keep else 0], hs[cur], cs[cur])
+        _kernel_step(kernels, hs[prev], cs[prev], pool, w_rec, w_pop, terms, gates[t if keep else 0], hs[cur], cs[cur])
     last = n_iter - 1 if keep else (n_iter - 1) % 2
     saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
     return hs[last].view(B, N, H), cs[last].view(B, N, H), saved

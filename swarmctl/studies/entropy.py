@@ -37,7 +37,7 @@ def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int =
     return int(candidates[np.argmin(np.abs(tasks.sizes[candidates] - size))])
 
 
-def grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
+def _grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
     """Square-cell axes over the points' bounding box widened by ``margin`` of its size on each side."""
     lo, hi = points.min(0), points.max(0)
     pad = margin * (hi - lo).max()
@@ -79,7 +79,7 @@ def compute_entropy_map(
     x = torch.from_numpy(pts).to(device)
     n = len(pts)
     assignment = model(x[None], torch.ones(1, n, dtype=torch.bool, device=device))[0].argmax(-1).cpu().numpy()
-    gx, gy = grid_axes(pts, grid)
+    gx, gy = _grid_axes(pts, grid)
     xx, yy = np.meshgrid(gx, gy)  # (G, G): row i is grid_y[i]
     stars = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], 1).astype(np.float32)).to(device)  # (G*G, 2)
     if method == "probe":

@@ -60,7 +60,7 @@ def _sampling_bytes(model: nn.Module, n_images: int, incremental: bool) -> float
     return float(n_images) * per_image
 
 
-def newest_sample_run(runs_dir: Path, dataset: str) -> Path:
+def _newest_sample_run(runs_dir: Path, dataset: str) -> Path:
     """The run in ``runs_dir`` with the most recently written best.pt whose task can be sampled and whose
     model was trained on ``dataset``."""
     able = {t.name for t in tasks_for(STUDY)}
@@ -83,7 +83,7 @@ def open_sample_run(run: str | Path | None, runs_dir: Path, dataset: str, device
     if run is not None:
         return open_run(run, runs_dir, device, study=STUDY), ""
     try:
-        return open_run(newest_sample_run(runs_dir, dataset), runs_dir, device, study=STUDY), ""
+        return open_run(_newest_sample_run(runs_dir, dataset), runs_dir, device, study=STUDY), ""
     except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if any
         try:
             opened = open_run(None, runs_dir, device, study=STUDY, dataset=dataset)

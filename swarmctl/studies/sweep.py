@@ -167,7 +167,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
     check_device(device)
     spec = SweepSpec(name=name, task=task, configs=tuple(configs),
-                     parameters=tuple(parameter_count(cfg) for cfg in configs), seeds=tuple(seeds),
+                     parameters=tuple(_parameter_count(cfg) for cfg in configs), seeds=tuple(seeds),
                      minutes=float(minutes), data=data, device=device, max_epochs=raw.get("max_epochs"),
                      batch_size=raw.get("batch_size"))
     for seed in spec.seeds:  # every run's TrainConfig is valid
@@ -227,7 +227,7 @@ def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
     return runs[index::count]
 
 
-def run_status(run_dir: Path, spec: SweepSpec) -> str:
+def _run_status(run_dir: Path, spec: SweepSpec) -> str:
     """``new`` (nothing there), ``done`` (finished within the spec's budget), ``partial`` (resume it) or
     ``empty`` (a folder without a checkpoint: killed before its first epoch ended, start it again)."""
     try:
@@ -246,7 +246,7 @@ def run_status(run_dir: Path, spec: SweepSpec) -> str:
     return "done" if progress.status == "finished" and same_budget else "partial"
 
 
-def parameter_count(cfg: ModelConfig) -> int:
+def _parameter_count(cfg: ModelConfig) -> int:
     """The parameters of ``cfg``'s model, built on the meta device: nothing is allocated, whatever the size,
     and every hyper-parameter the model checks is checked."""
     try:
@@ -265,7 +265,7 @@ def data_path(spec: SweepSpec) -> str | None:
     return spec.data if spec.data is not None else get_task(spec.task).default_data
 
 
-def check_data(spec: SweepSpec) -> None:
+def _check_data(spec: SweepSpec) -> None:
     """Refuse a spec whose data file is missing, unless it is the task's default (generated when missing)."""
     data = data_path(spec)
     if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
@@ -273,17 +273,17 @@ def check_data(spec: SweepSpec) -> None:
                         "the spec's data")
 
 
-def check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
+def _check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
     """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
     every value, configuration and TrainConfig): the data file exists (the task's default is generated when
     missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
-    Returns each run's :func:`run_status` by name; a problem raises a one-line error naming the run."""
-    check_data(spec)
+    Returns each run's :func:`_run_status` by name; a problem raises a one-line error naming the run."""
+    _check_data(spec)
     folder = Path(runs_dir) / spec.folder
-    return {run.name: run_status(folder / run.name, spec) for run in runs}
+    return {run.name: _run_status(folder / run.name, spec) for run in runs}
 
 
-def check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
+def _check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
     """Refuse, before the first run trains, a configuration of ``runs`` whose weights, gradients and Adam
     state alone exceed the memory of the spec's device on this machine."""
     limit = memory_limit(resolve_device(spec.device))
@@ -326,10 +326,10 @@ class DryRunRow:
 
 def dry_run(plan: SweepPlan) -> tuple[list[DryRunRow], int]:
     """The dry-run table's rows, and how many of this shard's runs are not finished, after the checks the
-    sweep makes before its first run (:func:`check_runs`; the spec was checked when read), except that each
+    sweep makes before its first run (:func:`_check_runs`; the spec was checked when read), except that each
     model fits the training device's memory, which the sweep checks on the machine it trains on. One pass
     over the runs: a grid may have 10,000 configurations."""
-    status = check_runs(plan.spec, plan.runs, plan.folder.parent)
+    status = _check_runs(plan.spec, plan.runs, plan.folder.parent)
     by_config: dict[ModelConfig, tuple[list[int], list[str]]] = {cfg: ([], []) for cfg in plan.spec.configs}
     for r in plan.all_runs:
         seeds, states = by_config[r.model]
@@ -351,19 +351,19 @@ def train_sweep(
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
     one resumed (budget included), one killed before its first checkpoint started again. Everything that
-    can be checked is checked before the first run trains (:func:`check_runs`, :func:`check_memory_fits`).
+    can be checked is checked before the first run trains (:func:`_check_runs`, :func:`_check_memory_fits`).
     A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
     once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
     interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
     before each run. Returns (run, status, FitResult or None) for every run looked at."""
-    check_runs(spec, runs, runs_dir)
-    check_memory_fits(spec, runs)
+    _check_runs(spec, runs, runs_dir)
+    _check_memory_fits(spec, runs)
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
     done = []
     for k, run in enumerate(runs):
         run_dir = folder / run.name
-        status = run_status(run_dir, spec)
+        status = _run_status(run_dir, spec)
         if on_run is not None:
             on_run(k, len(runs), run, status)
         if status == "done":

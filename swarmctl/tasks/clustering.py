@@ -32,7 +32,7 @@ def clustering_loss(model: nn.Module, batch: ClusteringBatch) -> torch.Tensor:
     return hungarian_ce(model(batch.x, batch.mask), batch.labels, batch.mask).per_task
 
 
-def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
+def _load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
     """All splits of a clustering dataset, checking that it is one and has ``splits``."""
     data, info = read_dataset(Path(path))
     if info["kind"] != "clustering":
@@ -94,7 +94,7 @@ class ClusteringTask(Task):
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; pass --data FILE (create one with `swarmctl gen-data`)")
-        splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
+        splits, info = _load_clustering_data(Path(data_cfg.path), "train", "val")
         pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
         return Prepared(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
                         val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
@@ -105,7 +105,7 @@ class ClusteringTask(Task):
               device: torch.device) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
         data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
-        splits, info = load_clustering_data(data_path, split)
+        splits, info = _load_clustering_data(data_path, split)
         trained_on = ckpt.data_config.checksum
         if data is None and trained_on is not None and info["checksum"] != trained_on:
             raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from the "

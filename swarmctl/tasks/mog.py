@@ -38,7 +38,7 @@ def mixture_log_likelihood(x: Tensor, mask: Tensor, means: Tensor, stds: Tensor,
     return (ll * m).sum(1) / m.sum(1).clamp_min(1)
 
 
-def model_log_likelihood(model: nn.Module, batch: MogBatch) -> Tensor:
+def _model_log_likelihood(model: nn.Module, batch: MogBatch) -> Tensor:
     means, stds, log_w = mixture_parameters(model(batch.x, batch.mask).float())
     return mixture_log_likelihood(batch.x.float(), batch.mask, means, stds, log_w)
 
@@ -52,7 +52,7 @@ def oracle_log_likelihood(batch: MogBatch) -> Tensor:
 
 def mog_loss(model: nn.Module, batch: MogBatch) -> Tensor:
     """Per-task negative log-likelihood per point, (B,)."""
-    return -model_log_likelihood(model, batch)
+    return -_model_log_likelihood(model, batch)
 
 
 def mog_batches(tasks: ClusteringTasks, batch_size: int, n_clusters: int = MogParams.n_clusters) -> list[MogBatch]:
@@ -127,7 +127,7 @@ class MogTask(Task):
         ll_sum = oracle_sum = 0.0
         for batch in mog_batches(tasks, TEST_BATCH_SIZE):
             b = batch.to(device)
-            ll_sum += model_log_likelihood(model, b).double().sum().item()
+            ll_sum += _model_log_likelihood(model, b).double().sum().item()
             oracle_sum += oracle_log_likelihood(b).sum().item()
         n = len(tasks)
         return {"data": source, "split": split, "tasks": n, "log_likelihood": ll_sum / n,
