@@ -69,7 +69,30 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
                                  f"{', '.join('--' + n.replace('_', '-') for n in RESUMABLE)} may change.")
 
 
+_THE_MODELS = "the model's"
+
+
+def _hyperparameter_options(command: Any) -> Any:
+    """Give ``command`` one option per model hyper-parameter of the registry's table (``--hidden``,
+    ``--iters``, ...), after its model argument; it receives them in ``**hyperparameters``. None, the
+    default, leaves the model's own default."""
+    params = list(inspect.signature(command, eval_str=True).parameters.values())
+    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
+    at = [p.name for p in params].index("model") + 1
+    model_config = ModelConfig()
+    added = []
+    for h in HYPERPARAMETERS:
+        default = getattr(model_config, h.field)
+        text = f"{h.help} [default: {_THE_MODELS if default is None else default}]."
+        make = float_option if h.type is float else option
+        added.append(inspect.Parameter(h.option, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                       annotation=Annotated[h.type | None, make(help=text)]))
+    command.__signature__ = inspect.Signature(params[:at] + added + params[at:])
+    return command
+
+
 @app.command("train")
+@_hyperparameter_options
 def train_cmd(
     ctx: typer.Context,
     model: Annotated[str, argument(help=f"Registered model: {', '.join(list_models())}.")],
@@ -139,26 +162,3 @@ def train_cmd(
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "
         f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}")
 
-
-_THE_MODELS = "the model's"
-
-
-def _hyperparameter_options(command: Any) -> None:
-    """Give ``command`` one option per model hyper-parameter of the registry's table (``--hidden``,
-    ``--iters``, ...), after its model argument; it receives them in ``**hyperparameters``. None, the
-    default, leaves the model's own default."""
-    params = list(inspect.signature(command, eval_str=True).parameters.values())
-    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
-    at = [p.name for p in params].index("model") + 1
-    model_config = ModelConfig()
-    added = []
-    for h in HYPERPARAMETERS:
-        default = getattr(model_config, h.field)
-        text = f"{h.help} [default: {_THE_MODELS if default is None else default}]."
-        make = float_option if h.type is float else option
-        added.append(inspect.Parameter(h.option, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                       annotation=Annotated[h.type | None, make(help=text)]))
-    command.__signature__ = inspect.Signature(params[:at] + added + params[at:])
-
-
-_hyperparameter_options(train_cmd)
