@@ -32,6 +32,7 @@ from torch import nn
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import (
+    LOCK_FILE,
     atomic_write_text,
     check_output_folder,
     check_plain_file,
@@ -41,6 +42,7 @@ from swarmctl.files import (
     open_lock_file,
     read_bytes,
     remove_orphan_temps,
+    shipped_folder,
 )
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, require_study, task_of, tasks_for
@@ -85,7 +87,7 @@ def configs_from_options(model: str, model_options: dict[str, Any], train_option
     return model_cfg, task.train_config(**train_options), data_cfg
 
 
-LOCK = ".lock"  # runs/NAME/.lock: flock-ed by the process writing the run, holds its PID
+LOCK = LOCK_FILE  # runs/NAME/.lock: flock-ed by the process writing the run, holds its PID
 RESTARTABLE = ("metrics.jsonl", "best.pt", "last.pt", "curves.png")  # what a restart from scratch clears
 
 
@@ -452,9 +454,8 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn
 
 def pretrained_dir() -> Path:
     """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
-    data: present in every install, editable or not)."""
-    env = os.environ.get("SWARMCTL_PRETRAINED")
-    return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
+    data: present in every install, editable or not). No command writes there but :func:`export_weights`."""
+    return shipped_folder()
 
 
 def is_shipped(checkpoint: Path) -> bool:
@@ -539,8 +540,9 @@ def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None,
     base = {"file": dest.name, "model": cfg.name, "code": paper_code(cfg), "task": ckpt.task, "dataset": cfg.dataset,
             "parameters": parameters, "net_minutes": round(ckpt.state["net_seconds"] / 60, 2),
             "best_epoch": ckpt.state["best_epoch"], "config": ckpt.config}
-    save_checkpoint(dest, ckpt)
-    atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")
+    with holding(dest.parent):  # the one writer of a folder of shipped models
+        save_checkpoint(dest, ckpt)
+        atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")
 
 
 # ---- open and read (continued) -------------------------------------------------------------------------

@@ -69,6 +69,13 @@ RunsDir = Annotated[Path, option(help="Folder holding the runs.")]
 Device = Annotated[str, option(help="auto, cpu, cuda or cuda:N.", callback=device_name)]
 
 
+def flush_output() -> None:
+    """Push everything printed so far to standard output, so that a stream that cannot take it (a full
+    disk, a closed pipe) fails here, inside the command's work, before its files appear."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
 def say(text: str) -> None:
     """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup."""
     console.print(text, markup=False, highlight=False)

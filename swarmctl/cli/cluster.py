@@ -18,6 +18,7 @@ from swarmctl.cli._options import (
     argument,
     checked,
     console,
+    flush_output,
     option,
     say,
     user_errors,
@@ -26,7 +27,7 @@ from swarmctl.cli._progress import DelayedBar
 from swarmctl.data.points import parse_columns
 from swarmctl.plots.clusters import plot_clusters
 from swarmctl.plots.style import save_figure
-from swarmctl.studies.clusters import cluster_file
+from swarmctl.studies.clusters import ClusterResult, cluster_file, written
 from swarmctl.tasks.point_clusters import CHUNK_SIZE
 
 
@@ -77,14 +78,20 @@ def cluster_cmd(
     with user_errors():
         with DelayedBar("clustering the points") as bar:
             res = cluster_file(points, run, runs_dir, key=key, columns=parse_columns(columns) if columns else None,
-                               out=out, force=force, standardize=standardize, per_coordinate=per_coordinate,
-                               chunk_size=chunk_size, device=device,
-                               also_writes={"--plot": plot} if plot else None, progress=bar)
-        figure = None
-        if plot is not None:
-            fig = plot_clusters(res.points.values, res.points.names, res.clusters.cluster, res.clusters.probability,
-                                f"{res.model} on {Path(res.points.source).name}")
-            figure = save_figure(fig, plot)
+                               out=out, plot=plot, force=force, standardize=standardize,
+                               per_coordinate=per_coordinate, chunk_size=chunk_size, device=device, progress=bar)
+        with written(res, _save_plot) as paths:  # the files appear once all is printed, or not at all
+            _print_summary(res, per_coordinate, paths)
+            flush_output()
+
+
+def _save_plot(res: ClusterResult, path: Path) -> Path:
+    fig = plot_clusters(res.points.values, res.points.names, res.clusters.cluster, res.clusters.probability,
+                        f"{res.model} on {Path(res.points.source).name}")
+    return save_figure(fig, path)
+
+
+def _print_summary(res: ClusterResult, per_coordinate: bool, paths: tuple[Path, ...]) -> None:
     c = res.clusters
     say(f"model: {'the shipped ' if res.shipped else ''}{res.model} from {res.checkpoint}")
     if c.transform is None:
@@ -99,4 +106,4 @@ def cluster_cmd(
         table.add_row(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
     console.print(table)
     chunks = ", in chunks" if c.chunked else ""
-    say(f"clustered in {res.seconds:.1f} s{chunks} -> {res.out}" + (f", {figure}" if figure else ""))
+    say(f"clustered in {res.seconds:.1f} s{chunks} -> {', '.join(map(str, paths))}")

@@ -69,7 +69,8 @@ def write_dataset(
 ) -> None:
     """Write ``splits`` to ``path`` through a temporary file in the same folder and an atomic rename.
 
-    Refuses to replace an existing file unless ``force``.
+    Refuses to replace an existing file unless ``force``, one that appears meanwhile included
+    (:class:`swarmctl.files.OutputExists`).
     """
     path = Path(path)
     ensure_writable(path, force)
@@ -88,7 +89,7 @@ def write_dataset(
                 for key in ARRAYS:
                     g.create_dataset(key, data=np.asarray(getattr(tasks, key), dtype=DTYPES[key]))
 
-    atomic_write(path, write)
+    atomic_write(path, write, replace=force)
 
 
 def _open(path: Path) -> h5py.File:

@@ -49,6 +49,12 @@ def parse_columns(text: str) -> tuple[str, ...]:
     return items
 
 
+def is_plain_name(name: str) -> bool:
+    """Whether ``--columns`` takes the header name ``name`` as written (not read as an index or cut at a
+    comma)."""
+    return not name.isdigit() and "," not in name and name == name.strip()
+
+
 def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ...] | None = None) -> PointSet:
     """Read and check a point file (``"-"``: standard input, text or .npy).
 
@@ -303,4 +309,4 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
     atomic_write(path, write)
 
 
-__all__ = ["STDIN", "PointSet", "parse_columns", "read_points", "write_cluster_csv"]
+__all__ = ["STDIN", "PointSet", "is_plain_name", "parse_columns", "read_points", "write_cluster_csv"]

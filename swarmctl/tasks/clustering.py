@@ -18,7 +18,7 @@ from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, hos
 from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import generate_dataset, read_dataset
-from swarmctl.errors import DataError
+from swarmctl.errors import DataError, OutputExists
 from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_logits
@@ -77,7 +77,10 @@ class ClusteringTask(Task):
         params = ClusteringParams()
         message = f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first"
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
-            generate_dataset(path, params, seed=0, progress=update)
+            try:
+                generate_dataset(path, params, seed=0, progress=update)
+            except OutputExists:  # another command (a parallel sweep shard) made it meanwhile: read theirs
+                pass
 
     def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
