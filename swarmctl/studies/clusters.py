@@ -94,8 +94,11 @@ def _pick_hint(names: tuple[str, ...], dim_in: int) -> str:
     if len(names) <= dim_in:
         return ""
     first = names[:dim_in]
+    indices = [str(k) for k in range(dim_in)]
+    if any(k in names for k in indices):  # a name that reads as an index: say which is meant
+        indices = [f"index:{k}" for k in indices]
     by_name = all(names.count(n) == 1 and is_plain_name(n) for n in first)
-    example = ",".join(first) if by_name else ",".join(map(str, range(dim_in)))
+    example = ",".join(first if by_name else indices)
     return f"; pick {dim_in} with --columns (e.g. --columns {example})"
 
 
