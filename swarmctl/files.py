@@ -4,6 +4,7 @@ outputs, log appends, the run lock, and reads that refuse a FIFO or folder inste
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import errno
@@ -12,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 import warnings
@@ -445,6 +447,26 @@ def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def private_temp_folder(name: str) -> Path:
+    """A folder ``name`` of this user's own under the temporary folder (``$TMPDIR/swarmctl-UID/name``),
+    kept between runs when it is a real folder of this user that nobody else can write; else a fresh
+    private folder, removed at exit. For caches whose usual place cannot be written."""
+    base = Path(tempfile.gettempdir()) / f"swarmctl-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        folder = base / name
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for path in (base, folder):
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise PermissionError(f"{path} is not a private folder")
+        return folder
+    except OSError:
+        private = Path(tempfile.mkdtemp(prefix=f"swarmctl-{name}-"))  # planted or foreign: a folder of our own
+        atexit.register(shutil.rmtree, private, True)
+        return private
 
 
 def _umask() -> int:

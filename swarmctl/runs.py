@@ -98,7 +98,8 @@ def run_path(name: str, runs_dir: Path) -> Path:
     """``runs_dir/name`` for a run name that stays inside ``runs_dir`` (sub-folders allowed)."""
     parts = name.replace("\\", "/").split("/")
     if not name.strip() or name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-            or any(not c.isprintable() for c in name):
+            or any(not (c.isprintable() or "\udc80" <= c <= "\udcff") for c in name):  # a byte the locale
+        # could not decode arrives as a lone surrogate (PEP 383): it is part of the name, not a control character
         raise ConfigError(f"run name {name!r} must stay inside --runs-dir: plain names such as exp1 or "
                           "group/exp1, without '..', '.', a leading '/' or control characters")
     if any(len(os.fsencode(p)) > MAX_NAME_BYTES for p in parts):
@@ -273,6 +274,8 @@ def _write_failures_keep_the_run(run_dir: Path, model: str, runs_dir: Path) -> I
     try:
         yield
     except OSError as exc:
+        if exc.filename is None:  # not a file of the run (standard output, say): the caller names it
+            raise
         kept = "its last.pt from before is kept" if (run_dir / "last.pt").is_file() else "no epoch was saved yet"
         raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
                               f"{resume_command(model, run_dir, runs_dir)}") from None

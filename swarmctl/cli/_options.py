@@ -3,6 +3,7 @@ the options several commands share."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -17,12 +18,22 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
 from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import describe_os_error
 
-console = Console()
-err_console = Console(stderr=True)
+
+class _Console(Console):
+    """A rich console whose broken pipe is an error like any other failed write (rich's own handling
+    silences the console for the rest of the process and exits without a word)."""
+
+    def on_broken_pipe(self) -> None:
+        raise  # the BrokenPipeError being handled: user_errors names it
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 
 
@@ -123,7 +134,8 @@ class Interruption:
 
 
 def _error(text: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+    with contextlib.suppress(OSError):  # a standard error that cannot take it: the exit code still says
+        err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
@@ -165,7 +177,8 @@ def user_errors() -> Iterator[Interruption]:
             _error(" ".join(str(exc).split()))
             raise typer.Exit(1) from None
         except OSError as exc:
-            _error(os_error_line(exc))
+            failed = stdout_failed(exc)
+            _error(stdout_line(failed) if failed is not None else os_error_line(exc))
             raise typer.Exit(1) from None
         except MemoryError:
             _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")

@@ -21,8 +21,12 @@ def new_figure(width: float = 6.0, height: float = 4.0, **kwargs) -> Figure:
 
 def literal(text: object) -> str:
     """``text`` (a run name, a title, a label read from a file) as matplotlib draws it literally: every
-    ``$`` escaped, so no part of it is read as mathtext (which could fail to parse, or render as math)."""
-    return str(text).replace("$", r"\$")
+    ``$`` escaped, so no part of it is read as mathtext (which could fail to parse, or render as math),
+    and the bytes of a file name the locale could not decode (lone surrogates, PEP 383: a UTF-8 name in
+    a C locale) read as UTF-8, with anything else that is no character drawn as U+FFFD (matplotlib
+    cannot draw a lone surrogate at all)."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text.replace("$", r"\$")
 
 
 def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
