@@ -70,6 +70,11 @@ class PointClusters:
 def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
     """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
     with each point's probability of its cluster and the entropy of its class distribution."""
+    bad = ~torch.isfinite(logits).all(dim=-1)
+    if bool(bad.any()):
+        raise DataError(f"the model's output is not a number for {int(bad.sum()):,} of {len(logits):,} points: their "
+                        "values are too large for it; map them to the training scale (leave out --no-standardize) "
+                        "or rescale them")
     logp = torch.log_softmax(logits.float(), dim=-1)
     best, label = logp.max(dim=-1)
     entropy = -(logp.exp() * logp).sum(dim=-1)

@@ -304,3 +304,31 @@ def test_an_endless_binary_stream_is_refused_at_its_first_bytes(monkeypatch):
     with pytest.raises(DataError, match="neither text nor"):
         read_points("-")
     assert Zeros.given <= 1 << 20
+
+
+# ---- values the model cannot take as given ------------------------------------------------------------------
+
+@pytest.mark.parametrize("scale", [1e20, 1e30, 1e37, 3e38, 1e39, 1e300])
+@pytest.mark.parametrize("standardize", [True, False])
+def test_large_values_are_clustered_or_refused_never_nan(trained_runs, tmp_path, scale, standardize):
+    """--no-standardize hands the values to a float32 model as they are: beyond float32 (3.4e38) they
+    would be inf and every probability NaN. The CSV holds finite numbers only, or the command refuses
+    in one line with nothing written."""
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(0, 1, (20, 2)), rng.normal(5, 1, (20, 2))]) * scale
+    np.save(tmp_path / "p.npy", values)
+    runs, _ = trained_runs
+    before = snapshot(tmp_path)
+    r = cli("cluster", tmp_path / "p.npy", "swarm", "--runs-dir", runs, "--device", "cpu", "--out",
+            tmp_path / "o.csv", *([] if standardize else ["--no-standardize"]))
+    if r.exit_code == 0:
+        back = np.loadtxt(tmp_path / "o.csv", delimiter=",", skiprows=1)
+        assert np.isfinite(back[:, 2:]).all(), back[:5]
+        assert np.array_equal(back[:, :2], values)
+    else:
+        assert r.exit_code == 1 and "Traceback" not in r.output and len(r.output.strip().splitlines()) <= 3
+        assert "--no-standardize" in r.output and snapshot(tmp_path) == before, r.output
+    if standardize:
+        assert r.exit_code == 0, r.output
+    if not standardize and np.abs(values).max() > np.finfo(np.float32).max:
+        assert r.exit_code == 1 and "float32" in r.output, r.output
