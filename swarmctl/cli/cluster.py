@@ -44,19 +44,24 @@ def _vector(v: np.ndarray) -> str:
 @app.command("cluster")
 def cluster_cmd(
     points: Annotated[str, argument(metavar="POINTS", help="Points, one per row: CSV or whitespace-separated "
-                                                           "text (header optional), .npy, .npz or HDF5; - reads "
-                                                           "standard input.")],
+                                                           "text (the first row is a header when none of its "
+                                                           "fields is a number; # starts a comment), .npy, .npz or "
+                                                           "HDF5; - reads standard input.")],
     run: Annotated[str | None, argument(metavar="RUN", help="Run name, run folder or checkpoint file [default: "
                                                             "the shipped SWARM clustering model].")] = None,
     key: Annotated[str | None, option(help=".npz: the array; HDF5: the dataset path [default: the only one].")]
     = None,
-    columns: Annotated[str | None, option(help="Columns to cluster on, by header name or 0-based index, e.g. "
-                                               "x,y or 0,2 [default: all].", callback=checked(parse_columns))] = None,
+    columns: Annotated[str | None, option(help="Columns to cluster on: header names or 0-based indices, e.g. x,y "
+                                               "or 0,2 (a plain integer is an index; name:X and index:N say "
+                                               "which is meant) [default: all].",
+                                          callback=checked(parse_columns))] = None,
     out: Annotated[Path | None, option(help="Output CSV [default: POINTS-clusters.csv beside the input; "
                                             "clusters.csv for standard input].")] = None,
     plot: Annotated[Path | None, option(help="Also draw the points coloured by cluster, alpha by confidence, "
                                              "to this PNG file.", callback=_png)] = None,
-    force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist.")] = False,
+    force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist (never a file "
+                                                  "the command reads, a run's own files or a shipped model).")]
+    = False,
     standardize: Annotated[bool, option("--standardize/--no-standardize",
                                         help="Map the points affinely to the scale the model was trained on "
                                              "first; the output stays in your units.")] = True,
