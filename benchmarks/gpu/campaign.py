@@ -299,6 +299,9 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
     group_s = reserve + (150.0 if ctx.smoke else per_run * 60 * 1.2 + 30)
     groups = max(1, int(budget // group_s)) if left >= group_s else 0
     groups = min(groups, 1) if ctx.smoke else groups  # smoke: one group per session, whatever the machine's speed
+    if groups == 0 or not todo:
+        log(f"clustering: a group of runs needs {group_s:.0f} s, {left:.0f} s are left; skipped")
+        return 0.0  # nothing ran: nothing to pack
     runs, parts = ctx.work / "runs", ctx.parts("clustering")
     ran = []
     for _ in range(groups):
@@ -335,5 +338,5 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
     used = time.monotonic() - t0
     if ran:
         progress["sessions"].append(_session_record(ctx, used, runs=ran))
-    write_json(parts / "progress.json", progress)
+        write_json(parts / "progress.json", progress)
     return used

@@ -361,7 +361,7 @@ def main() -> int:
             log(f"{name} failed:\n{traceback.format_exc()}")
             used = -1.0
         facts["seconds"][name] = round(used, 1)
-        if pack(work / "parts" / name, out / f"{name}.tgz"):  # at once: a job cut short keeps it
+        if used != 0 and pack(work / "parts" / name, out / f"{name}.tgz"):  # at once: a job cut short keeps it
             facts.setdefault("packed", []).append(name)
         save(out, facts)
     phase_done("3-campaigns", t0)

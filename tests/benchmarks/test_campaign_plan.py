@@ -57,3 +57,16 @@ def test_a_share_leaves_the_later_campaigns_their_minimum():
     assert campaign.share(plan, 0, 300) == pytest.approx(300 - mnist_min)
     assert campaign.share(plan, 0, 3000) == pytest.approx(3000 * 0.22 / 0.44)  # enough for both: by the gaps
     assert campaign.share(plan, 1, 250) == pytest.approx(250 * 0.21 / 0.22)
+
+
+def test_a_campaign_with_too_little_time_runs_nothing_and_leaves_nothing_to_pack(tmp_path):
+    """The first job packed an unchanged clustering progress.json for a table it had no time to start."""
+    import shutil
+
+    root = tmp_path / "campaigns"
+    shutil.copytree(campaign.CAMPAIGNS, root)
+    ctx = campaign.Context(root, tmp_path / "work", tmp_path / "out", False, {}, "datasets", tmp_path / "d.h5",
+                           lambda: True, "test")
+    assert campaign.run_clustering(ctx, 50, 50) == 0.0
+    assert campaign.run_mog(ctx, 20, 20, 0.0124) == 0.0
+    assert not (tmp_path / "work" / "parts").exists()
