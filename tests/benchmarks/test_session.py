@@ -133,8 +133,9 @@ def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
 def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     """`sbatch benchmarks/gpu/job.sh OUT` (here run directly, from elsewhere): the job starts, finds the
     repository, and on a machine without CUDA ends after its first phase."""
+    env = {**os.environ, "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": sys.executable}
     res = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out"), "30"], capture_output=True,
-                         text=True, timeout=90, cwd=tmp_path, env={**os.environ, "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": sys.executable})
+                         text=True, timeout=90, cwd=tmp_path, env=env)
     assert res.returncode == 1 and "no CUDA" in res.stdout, res.stdout + res.stderr
     assert _files_are_returnable(tmp_path / "out")["phases"]["0-inputs"] >= 0
     bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "30"], capture_output=True,
