@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_fake_mnist
+from conftest import fresh_campaigns, write_fake_mnist
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -58,7 +58,7 @@ def _files_are_returnable(out: Path) -> dict | None:
 def _session(tmp_path, wall, *extra, images=None):
     root = tmp_path / "campaigns"
     if not root.exists():
-        subprocess.run(["cp", "-r", str(REPO / "campaigns"), str(root)], check=True)
+        fresh_campaigns(root)
     images = images or write_fake_mnist(tmp_path / "images", gz=True)
     cmd = [sys.executable, str(SCRIPTS / "session.py"), str(tmp_path / "out"), "--wall", str(wall), "--campaigns",
            str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
