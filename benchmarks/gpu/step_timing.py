@@ -542,7 +542,8 @@ def run_probe(a: argparse.Namespace, device: torch.device, report: Report, budge
         first, warm, timed_part = batches[0], batches[1:s.image_warm], batches[s.image_warm:]
     else:
         H, T = s.clustering_HT
-        train, _, _ = s.clustering_batches(wait_for(a.data, budget), device)
+        batches, _, _ = s.clustering_batches(wait_for(a.data, budget), device)
+        train = batches[False]  # what `train --compile` runs: the unpadded batches
         model, loss_fn, lr = fresh_model("swarm", H, T, device), clustering_loss, 0.01
         first, warm, timed_part = train[0], train[1:], train  # the first epoch warms up, the second is timed
     entry["model"] = f"{model.__class__.__name__} ({H}-{T}-1)"
