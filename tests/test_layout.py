@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import swarmctl
 
@@ -86,3 +87,10 @@ def test_only_tasks_know_a_task():
             named += [n for n in names if n in text]
         found += [f"{path.relative_to(root)}: {n}" for n in named]
     assert not found, f"tasks named outside tasks/: {found}"
+
+
+def test_the_tests_have_one_conftest():
+    """Test modules import helpers with `from conftest import ...`; a second conftest.py below tests/ is
+    imported under the same module name and shadows the first for every module collected after it."""
+    tests = Path(__file__).resolve().parent
+    assert sorted(p.relative_to(tests).as_posix() for p in tests.rglob("conftest.py")) == ["conftest.py"]
