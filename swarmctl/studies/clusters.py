@@ -10,8 +10,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from swarmctl.data.points import STDIN, PointSet, is_plain_name, read_points, write_cluster_csv
 from swarmctl.errors import ConfigError, DataError, ResourceError
 from swarmctl.files import check_output_file, staged_writes
@@ -82,25 +80,12 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     if D != dim_in:
         raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) but "
                         f"{opened.label} takes {dim_in} coordinates per point{_pick_hint(pts.names, dim_in)}")
-    if not standardize:
-        _check_float32(pts)
     start = time.perf_counter()
     clusters = opened.task.cluster_points(opened.model, pts.values, opened.device, standardize, chunk_size, progress,
                                           per_coordinate=per_coordinate)
     seconds = time.perf_counter() - start
     return ClusterResult(pts, clusters, out, outputs.get("--plot"), opened.label, opened.checkpoint, opened.shipped,
                          seconds, inputs, force)
-
-
-def _check_float32(pts: PointSet) -> None:
-    """Points used as given reach the model in float32: a value beyond its range would be infinite, and
-    every probability NaN."""
-    largest = float(np.abs(pts.values).max())
-    limit = float(np.finfo(np.float32).max)
-    if largest > limit:
-        raise DataError(f"{pts.source} holds values up to {largest:.3g}, beyond float32 (the model computes in it, "
-                        f"up to {limit:.3g}); drop --no-standardize (the map brings them to the training scale) or "
-                        "rescale them")
 
 
 def _pick_hint(names: tuple[str, ...], dim_in: int) -> str:

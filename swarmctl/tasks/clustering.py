@@ -22,7 +22,7 @@ from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
 from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
-from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_logits
+from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, check_as_given, standardization, summarize_logits
 from swarmctl.training.checkpoint import Checkpoint
 
 EVAL_BATCH = 100
@@ -166,6 +166,8 @@ class ClusteringTask(Task):
         entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
         model runs all N at once. ``progress(fraction_done)``.
         """
+        if not standardize:
+            check_as_given(values)
         transform = standardization(values, self.point_std(), per_coordinate) if standardize else None
         x = torch.from_numpy(transform.apply(values) if transform else values).to(device, torch.float32)
         model.eval()
