@@ -20,6 +20,11 @@ class ResourceError(SwarmctlError):
     exceeds the machine's, CUDA is not available, an output path cannot be written. Exit 1."""
 
 
+class OutputExists(ResourceError):
+    """An output that may not replace a file (no ``--force``) found one at its path, perhaps written by
+    another command meanwhile. Exit 1."""
+
+
 class SpecError(SwarmctlError):
     """A sweep spec file is missing or malformed (an input file, not an option): exit 1."""
 

@@ -4,6 +4,7 @@ outputs, log appends, the run lock, and reads that refuse a FIFO or folder inste
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import errno
@@ -12,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 import warnings
@@ -19,18 +21,32 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from swarmctl.errors import ResourceError, SwarmctlWarning
+from swarmctl.errors import OutputExists, ResourceError, SwarmctlWarning
 
 # ---- what may be written, and how it is read --------------------------------------------------------
 
 RUN_FILES = ("config.json", "metrics.jsonl", "best.pt", "last.pt")  # a run's own files: only its writer writes them
-_held: set[Path] = set()  # run folders whose lock this process holds (see :func:`holding`)
+LOCK_FILE = ".lock"  # a run's lock (runs.run_lock): no output ever takes this name
+_held: set[Path] = set()  # folders this process is the writer of (see :func:`holding`)
+
+
+def shipped_folder() -> Path:
+    """The folder of shipped models: ``$SWARMCTL_PRETRAINED``, else the package's own ``pretrained/``."""
+    env = os.environ.get("SWARMCTL_PRETRAINED")
+    return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
+
+
+def _shipped_folders() -> set[Path]:
+    """Every folder of shipped models a command may read (the package's and ``$SWARMCTL_PRETRAINED``):
+    only their writer (:func:`swarmctl.runs.export_weights`) writes in them."""
+    return {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}
 
 
 @contextlib.contextmanager
 def holding(folder: Path) -> Iterator[None]:
-    """Mark ``folder`` (a run folder) as held by this process for the block: only then may its own files
-    (:data:`RUN_FILES`) be written. runs.run_lock wraps its critical section in this."""
+    """Mark ``folder`` as held by this process for the block: only then may a run's own files
+    (:data:`RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
+    runs.run_lock wraps its critical section in this, runs.export_weights its writes."""
     folder = Path(folder).resolve()
     _held.add(folder)
     try:
@@ -96,14 +112,16 @@ def read_bytes(path: Path) -> bytes:
 def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
     """Refuse a file ``path`` that a command would replace, before any work: a symbolic link (swarmctl
     never writes through a link), a folder, a FIFO or other special file in its place, one of the
-    command's ``inputs`` (compared as resolved paths), or a run's own file (:data:`RUN_FILES` in a folder
-    holding config.json) while this process does not hold that run's lock."""
+    command's ``inputs`` (the same resolved path, or the same file under another name), a run's lock
+    (:data:`LOCK_FILE`, anywhere), a run's own file (:data:`RUN_FILES` in a folder holding config.json)
+    or a file in a folder of shipped models, while this process does not hold that folder. ``--force``
+    changes none of this."""
     path = Path(path)
     try:
-        mode = os.lstat(path).st_mode
+        st: os.stat_result | None = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
-        mode = None
-    what = None if mode is None else _kind(mode)
+        st = None
+    what = None if st is None else _kind(st.st_mode)
     if what == "a folder":
         raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
     if what is not None:
@@ -111,12 +129,37 @@ def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
                           "remove it or choose another path")
     target = _resolved(path)
     for source in inputs:
-        if source is not None and _resolved(Path(source)) == target:
+        if source is not None and (_resolved(Path(source)) == target or _same_file(st, Path(source))):
             raise ResourceError(f"cannot write {path}: it is an input of this command ({source}); choose another "
                               "output path")
-    if target.name in RUN_FILES and (target.parent / "config.json").exists() and target.parent not in _held:
+    if target.name == LOCK_FILE:
+        raise ResourceError(f"cannot write {path}: {LOCK_FILE} is the name of a run's lock file, which swarmctl never "
+                          "replaces; choose another output path")
+    if target.parent in _held:
+        return
+    if target.name in RUN_FILES and (target.parent / "config.json").exists():
         raise ResourceError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
                           "writes; choose another output path")
+    if target.parent in _shipped_folders():
+        raise ResourceError(f"cannot write {path}: it is in the folder of shipped models ({target.parent}), which "
+                          "swarmctl never writes over; choose another output path")
+
+
+def _same_file(st: os.stat_result | None, other: Path) -> bool:
+    """Whether the file of ``st`` is ``other`` under another name (a hard link)."""
+    if st is None:
+        return False
+    try:
+        o = os.stat(other)
+    except OSError:
+        return False
+    return (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino)
+
+
+def check_new_target(path: Path, replace: bool) -> None:
+    """Refuse an existing file at ``path`` unless ``replace``."""
+    if not replace and os.path.lexists(path):
+        raise OutputExists(f"{path} exists; pass --force to overwrite it or choose another path")
 
 
 def _resolved(path: Path) -> Path:
@@ -152,11 +195,12 @@ def describe_os_error(exc: OSError) -> str:
 # ---- atomic writes --------------------------------------------------------------------------------------
 
 class _Staging:
-    """The writes of one :func:`staged_writes` block: temporary files to rename, folders created."""
+    """The writes of one :func:`staged_writes` block: temporary files to publish, folders created."""
 
-    def __init__(self, inputs: tuple[Path, ...]) -> None:
+    def __init__(self, inputs: tuple[Path, ...], replace: bool) -> None:
         self.inputs = inputs
-        self.pending: list[tuple[str, Path]] = []
+        self.replace = replace
+        self.pending: list[tuple[str, Path, bool]] = []  # (temporary file, target, may replace a file)
         self.created: list[Path] = []
 
 
@@ -164,29 +208,73 @@ _staging: contextvars.ContextVar[_Staging | None] = contextvars.ContextVar("swar
 
 
 @contextlib.contextmanager
-def staged_writes(inputs: Iterable[Path | None] = ()) -> Iterator[None]:
+def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[None]:
     """Make the files a command writes in this block appear together, or not at all: every
     :func:`atomic_write` inside it writes its temporary file at once (so a full disk is found there)
-    but renames it only when the block ends without error. On any error every temporary file, and
-    every folder the block created, is removed: a failed command leaves nothing new and changes no
-    file. No file of ``inputs`` may be written."""
-    stage = _Staging(tuple(Path(p) for p in inputs if p is not None))
+    but publishes it only when the block ends without error (anything printed in the block, then, is
+    printed before the files appear). On any error every temporary file, every file already published
+    by the block and every folder it created are removed: a failed command leaves nothing new and
+    changes no file. No file of ``inputs`` may be written. ``replace`` False (no ``--force``): no file
+    that exists, or appears while the command runs, is replaced (see :func:`atomic_write`)."""
+    stage = _Staging(tuple(Path(p) for p in inputs if p is not None), replace)
     token = _staging.set(stage)
     done = False
     try:
         yield
-        for _, path in stage.pending:
+        for _, path, _ in stage.pending:
             check_writable_target(path, stage.inputs)  # nothing was put in its place meanwhile
-        for tmp, path in stage.pending:
-            os.replace(tmp, path)
+        _publish(stage.pending)
         done = True
     finally:
         _staging.reset(token)
+        for tmp, _, _ in stage.pending:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         if not done:
-            for tmp, _ in stage.pending:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
             _remove_folders(stage.created)
+
+
+def _publish(pending: list[tuple[str, Path, bool]]) -> None:
+    """Give each temporary file its target's name: first those that may not replace a file, each
+    created exclusively (a hard link, which fails when the name exists: no other process's file is
+    replaced, however late it appeared), then the others (a rename). On an error the files this call
+    created are removed again; the temporary files are the caller's to remove."""
+    created: list[tuple[Path, os.stat_result]] = []
+    try:
+        for tmp, path, replace in sorted(pending, key=lambda p: p[2]):
+            if replace:
+                os.replace(tmp, path)
+            else:
+                _create_exclusively(tmp, path)
+                created.append((path, os.lstat(path)))
+    except BaseException:
+        for path, st in created:
+            with contextlib.suppress(OSError):
+                if os.path.samestat(os.lstat(path), st):  # still ours
+                    os.unlink(path)
+        raise
+
+
+def _create_exclusively(tmp: str, path: Path) -> None:
+    """Publish ``tmp`` as ``path`` only if no file has that name: a hard link (atomic, and it fails when
+    the name exists); where the file system has no hard links, the name is taken with O_EXCL first and
+    then replaced by the temporary file."""
+    try:
+        os.link(tmp, path)
+        return
+    except FileExistsError:
+        raise OutputExists(f"{path} exists (it appeared while this command ran); pass --force to overwrite it "
+                           "or choose another path") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        raise OutputExists(f"{path} exists (it appeared while this command ran); pass --force to overwrite it "
+                           "or choose another path") from None
+    os.close(fd)
+    os.replace(tmp, path)  # the name is ours now: hand it the content at once
 
 
 def _make_folder(folder: Path) -> list[Path]:
@@ -206,17 +294,23 @@ def _remove_folders(created: list[Path]) -> None:
             folder.rmdir()
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool | None = None) -> None:
     """Write ``path`` atomically: ``write(buffer)`` fills an in-memory buffer, whose bytes go to a new
-    temporary file beside ``path`` (created exclusively: never a link) that is then renamed to ``path``.
+    temporary file beside ``path`` (created exclusively: never a link) that is then published as ``path``.
 
-    The target is checked first (:func:`check_writable_target`). Any error leaves ``path`` as it was
+    The target is checked first (:func:`check_writable_target`). ``replace`` False: an existing file is
+    refused at once, and the file is published by a hard link, so that one that appears meanwhile (a
+    second command writing the same output) is not replaced either (:class:`OutputExists`); the default
+    replaces (inside :func:`staged_writes`: as the block says). Any error leaves ``path`` as it was
     and removes the temporary file and the folders this call created; a failed write (a full disk, a
-    file-size limit) is an OSError naming ``path``. Inside :func:`staged_writes` the rename waits for
-    the end of the block.
+    file-size limit) is an OSError naming ``path``. Inside :func:`staged_writes` publishing waits for the
+    end of the block.
     """
     path = Path(path)
+    stage = _staging.get()
+    replace = (stage.replace if stage else True) if replace is None else replace
     _check_target(path)
+    check_new_target(path, replace)
     buffer = io.BytesIO()
     write(buffer)
 
@@ -228,7 +322,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
         except OSError as exc:  # name the file asked for, not the temporary one
             raise OSError(exc.errno, exc.strerror, str(path)) from None
 
-    _write_beside(path, fill)
+    _write_beside(path, fill, replace)
 
 
 def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
@@ -237,7 +331,7 @@ def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
     are its own; the target is checked as for :func:`atomic_write`."""
     path = Path(path)
     _check_target(path)
-    _write_beside(path, lambda fd, tmp: write(tmp))
+    _write_beside(path, lambda fd, tmp: write(tmp), True)
 
 
 def _check_target(path: Path) -> None:
@@ -246,9 +340,9 @@ def _check_target(path: Path) -> None:
     check_output_folder(path.parent, path)
 
 
-def _write_beside(path: Path, fill: Callable[[int, str], None]) -> None:
-    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then rename it to ``path`` (or
-    stage the rename); on any error remove it and the folders made for it."""
+def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -> None:
+    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then publish it as ``path`` (or
+    stage that); on any error remove it and the folders made for it."""
     stage = _staging.get()
     created = _make_folder(path.parent)
     if stage is not None:
@@ -265,11 +359,13 @@ def _write_beside(path: Path, fill: Callable[[int, str], None]) -> None:
         finally:
             os.close(fd)
         if stage is not None:
-            stage.pending.append((tmp, path))
+            stage.pending.append((tmp, path, replace))
         else:
-            os.replace(tmp, path)
+            _publish([(tmp, path, replace)])
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)  # after a hard link, its second name
     except BaseException:
-        if tmp is not None and (stage is None or (tmp, path) not in stage.pending):
+        if tmp is not None and (stage is None or (tmp, path, replace) not in stage.pending):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         if stage is None:
@@ -351,6 +447,26 @@ def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def private_temp_folder(name: str) -> Path:
+    """A folder ``name`` of this user's own under the temporary folder (``$TMPDIR/swarmctl-UID/name``),
+    kept between runs when it is a real folder of this user that nobody else can write; else a fresh
+    private folder, removed at exit. For caches whose usual place cannot be written."""
+    base = Path(tempfile.gettempdir()) / f"swarmctl-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        folder = base / name
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for path in (base, folder):
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise PermissionError(f"{path} is not a private folder")
+        return folder
+    except OSError:
+        private = Path(tempfile.mkdtemp(prefix=f"swarmctl-{name}-"))  # planted or foreign: a folder of our own
+        atexit.register(shutil.rmtree, private, True)
+        return private
 
 
 def _umask() -> int:

@@ -33,6 +33,7 @@ from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, 
 from swarmctl.devices import memory_limit, resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import (
+    LOCK_FILE,
     atomic_write_text,
     check_output_folder,
     check_plain_file,
@@ -42,6 +43,7 @@ from swarmctl.files import (
     open_lock_file,
     read_bytes,
     remove_orphan_temps,
+    shipped_folder,
 )
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.tasks import DataProgress, Task, get_task, require_study, task_of, tasks_for
@@ -85,7 +87,7 @@ def configs_from_options(model: str, model_options: dict[str, Any], train_option
     return model_cfg, task.train_config(**train_options), data_cfg
 
 
-LOCK = ".lock"  # runs/NAME/.lock: flock-ed by the process writing the run, holds its PID
+LOCK = LOCK_FILE  # runs/NAME/.lock: flock-ed by the process writing the run, holds its PID
 RESTARTABLE = ("metrics.jsonl", "best.pt", "last.pt", "curves.png")  # what a restart from scratch clears
 
 
@@ -96,7 +98,8 @@ def run_path(name: str, runs_dir: Path) -> Path:
     """``runs_dir/name`` for a run name that stays inside ``runs_dir`` (sub-folders allowed)."""
     parts = name.replace("\\", "/").split("/")
     if not name.strip() or name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
-            or any(not c.isprintable() for c in name):
+            or any(not (c.isprintable() or "\udc80" <= c <= "\udcff") for c in name):  # a byte the locale
+        # could not decode arrives as a lone surrogate (PEP 383): it is part of the name, not a control character
         raise ConfigError(f"run name {name!r} must stay inside --runs-dir: plain names such as exp1 or "
                           "group/exp1, without '..', '.', a leading '/' or control characters")
     if any(len(os.fsencode(p)) > MAX_NAME_BYTES for p in parts):
@@ -271,6 +274,8 @@ def _write_failures_keep_the_run(run_dir: Path, model: str, runs_dir: Path) -> I
     try:
         yield
     except OSError as exc:
+        if exc.filename is None:  # not a file of the run (standard output, say): the caller names it
+            raise
         kept = "its last.pt from before is kept" if (run_dir / "last.pt").is_file() else "no epoch was saved yet"
         raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
                               f"{resume_command(model, run_dir, runs_dir)}") from None
@@ -448,9 +453,8 @@ def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn
 
 def _pretrained_dir() -> Path:
     """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
-    data: present in every install, editable or not)."""
-    env = os.environ.get("SWARMCTL_PRETRAINED")
-    return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
+    data: present in every install, editable or not). No command writes there but :func:`export_weights`."""
+    return shipped_folder()
 
 
 def _is_shipped(checkpoint: Path) -> bool:
@@ -535,8 +539,9 @@ def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None,
     base = {"file": dest.name, "model": cfg.name, "code": paper_code(cfg), "task": ckpt.task, "dataset": cfg.dataset,
             "parameters": parameters, "net_minutes": round(ckpt.state["net_seconds"] / 60, 2),
             "best_epoch": ckpt.state["best_epoch"], "config": ckpt.config}
-    save_checkpoint(dest, ckpt)
-    atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")
+    with holding(dest.parent):  # the one writer of a folder of shipped models
+        save_checkpoint(dest, ckpt)
+        atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")
 
 
 # ---- open and read (continued) -------------------------------------------------------------------------

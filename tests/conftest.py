@@ -126,3 +126,37 @@ def clustering_training_loss(monkeypatch):
         monkeypatch.setattr(ClusteringTask, "prepare", real_prepare if wrap is None else prepare)
 
     return install
+
+
+CAMPAIGNS = ("clustering", "mog", "mnist", "fashion-mnist")
+
+
+def fresh_progress(name):
+    """The progress.json of campaign ``name`` as it stood before any GPU job moved it (the repository's own
+    campaigns move on with every job; the tests must not)."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "campaigns" / name / "progress.json"
+    progress = json.loads(path.read_text())
+    for key in ("best_bits_per_dim", "best_log_likelihood", "epochs", "net_minutes"):
+        progress.pop(key, None)
+    progress["sessions"] = []
+    if name == "clustering":
+        progress["runs"] = {}
+    return progress
+
+
+def fresh_campaigns(root):
+    """A campaigns folder as before the first job: every campaign's fresh progress.json and the README; no
+    checkpoints, runs, step timings or session records."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    root.mkdir(parents=True)
+    shutil.copy2(Path(__file__).resolve().parents[1] / "campaigns" / "README.md", root / "README.md")
+    for name in CAMPAIGNS:
+        (root / name).mkdir()
+        (root / name / "progress.json").write_text(json.dumps(fresh_progress(name), indent=2) + "\n")
+    return root

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import swarmctl
 
@@ -91,8 +92,6 @@ def test_only_tasks_know_a_task():
 
 def _library_imports():
     """(module, imported swarmctl module) for every import in the package."""
-    from pathlib import Path
-
     root = Path(swarmctl.__file__).parent
     for path in sorted(root.rglob("*.py")):
         module = "swarmctl." + ".".join(path.relative_to(root).with_suffix("").parts)
@@ -112,3 +111,10 @@ def test_studies_never_import_the_trainer():
     wrong = [f"{m} imports {t}" for m, t in _library_imports()
              if m.startswith("swarmctl.studies") and t.startswith("swarmctl.training")]
     assert not wrong, "; ".join(wrong)
+
+
+def test_the_tests_have_one_conftest():
+    """Test modules import helpers with `from conftest import ...`; a second conftest.py below tests/ is
+    imported under the same module name and shadows the first for every module collected after it."""
+    tests = Path(__file__).resolve().parent
+    assert sorted(p.relative_to(tests).as_posix() for p in tests.rglob("conftest.py")) == ["conftest.py"]

@@ -1,4 +1,4 @@
-"""Campaigns: training that continues from one device command to the next (issue 16).
+"""Campaigns: training that continues from one GPU job to the next (campaigns/README.md).
 
 Each campaign lives in ``campaigns/NAME/`` (committed): ``progress.json`` (where it stands, every session
 that moved it) and, for the image campaigns, ``last.pt`` and ``best.pt`` (model + Adam state). A session
@@ -10,14 +10,14 @@ back into the folder. The campaigns and the paper's number each one chases (swar
   config, metrics and evaluation (``swarmctl report campaigns/clustering/runs`` prints the table);
 - ``mog``: swarm-mog (768-20-1), the paper's schedule (100 epochs of 500 steps, lr x 0.1 after 70) or as
   many epochs of it as the session's share allows; the test log-likelihood on the fixed 10,000 tasks.
-  Its checkpoint (57 MB with Adam) is over what one returned file may hold, so a MoG run is one command;
+  Its checkpoint (57 MB with Adam) is over what one returned file may hold, so a MoG run is one job;
 - ``mnist``, then ``fashion-mnist`` once MNIST reaches the paper: swarm-image (256-10-1), resumed from
   ``last.pt`` for whatever the session's share allows; test bits/dim of ``best.pt``.
 
-Where the wall goes: a campaign's gap is its relative distance to the paper's number (1.0 while it has
-none); the campaigns run one after another, largest gap first, each alone on the card, each given its
-share of the remaining wall in proportion to its gap (at least one unit of its work: a group of
-clustering runs, ten MoG epochs, two minutes of image training), and what one leaves goes to the next.
+Where the wall goes: a campaign's gap is its relative distance to the paper's number (a clustering
+configuration with no finished run counts as none yet); the campaigns run one after another, largest gap
+first, each alone on the card, each given its share of the remaining wall in proportion to its gap but
+leaving the later campaigns their minimum (:func:`minimum`), and what one leaves goes to the next.
 """
 
 from __future__ import annotations
@@ -299,6 +299,9 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
     group_s = reserve + (150.0 if ctx.smoke else per_run * 60 * 1.2 + 30)
     groups = max(1, int(budget // group_s)) if left >= group_s else 0
     groups = min(groups, 1) if ctx.smoke else groups  # smoke: one group per session, whatever the machine's speed
+    if groups == 0 or not todo:
+        log(f"clustering: a group of runs needs {group_s:.0f} s, {left:.0f} s are left; skipped")
+        return 0.0  # nothing ran: nothing to pack
     runs, parts = ctx.work / "runs", ctx.parts("clustering")
     ran = []
     for _ in range(groups):
@@ -335,5 +338,5 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
     used = time.monotonic() - t0
     if ran:
         progress["sessions"].append(_session_record(ctx, used, runs=ran))
-    write_json(parts / "progress.json", progress)
+        write_json(parts / "progress.json", progress)
     return used

@@ -324,13 +324,9 @@ def committed_sessions(root: Path) -> set[str]:
         return set()
     _check_committed_file(path)
     found = set()
-    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise Refused(f"{path} line {number} is not JSON; repair it (git checkout {path}) first") from None
+    for number, record in _json_lines(path):
+        if record is None:
+            raise Refused(f"{path} line {number} is not JSON; repair it (git checkout {path}) first")
         if isinstance(record, dict) and isinstance(record.get("session_sha256"), str):
             found.add(record["session_sha256"])
     return found
@@ -567,14 +563,19 @@ def check_eval(path: Path, label: str, config: dict[str, Any], split: str, keys:
     return res
 
 
-def _check_metrics(path: Path, label: str) -> None:
+def _json_lines(path: Path):
+    """(line number, the line's JSON value or None when it is not JSON) for every non-blank line."""
     for number, line in enumerate(path.read_bytes().splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            yield number, json.loads(line)
         except ValueError:
-            record = None
+            yield number, None
+
+
+def _check_metrics(path: Path, label: str) -> None:
+    for number, record in _json_lines(path):
         if not isinstance(record, dict) or not isinstance(record.get("epoch"), int) or isinstance(record["epoch"],
                                                                                                    bool):
             raise Refused(f"{label} line {number} is not a metrics record")

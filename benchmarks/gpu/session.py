@@ -39,7 +39,7 @@ import traceback
 from pathlib import Path
 
 import campaign
-from _common import PY, REPO, STOPPING, Deadline, env, finish, log, start, stop_on_signals
+from _common import PY, REPO, STOPPING, Deadline, env, finish, gpu_tests, log, start, stop_on_signals
 
 HERE = Path(__file__).resolve().parent
 PACK_RESERVE = 15.0  # seconds kept at the end for packing the returned files
@@ -90,6 +90,11 @@ def versions() -> dict:
             facts["imports"][name] = getattr(mod, "__version__", "ok")
         except Exception as exc:  # a missing package is a fact of this machine, not a crash
             facts["imports"][name] = f"FAILED: {type(exc).__name__}: {exc}"
+    if str(facts["imports"]["torch"]).startswith("FAILED"):
+        facts.update(torch=None, cuda=None, triton=None, card="no torch", driver=None)
+        log(f"torch cannot be imported here ({facts['imports']['torch']}); use the Python that has swarmctl's "
+            "dependencies")
+        return facts
     import torch
 
     facts["torch"], facts["cuda"] = torch.__version__, torch.version.cuda
@@ -202,21 +207,6 @@ def choose_flags(timing: dict, graphs_ok: bool, shares: dict[str, float]) -> dic
 
 # ---- the phases ---------------------------------------------------------------------------------------------
 
-def gpu_tests(out: Path, cap: float) -> int:
-    """``pytest -m gpu`` -> OUT/gpu-tests.txt, killed at ``cap`` seconds (its exit then 124)."""
-    logfile = out / "gpu-tests.txt"
-    cmd = [PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/gpu"]
-    log(f"phase 1: pytest -m gpu (cap {cap:.0f} s)")
-    with open(logfile, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=fh, stderr=subprocess.STDOUT)
-        rc = finish(proc, cap, grace=5)
-        if rc < 0:
-            rc = 124
-    tail = logfile.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-    log(f"gpu tests exit {rc}: {tail[0]}")
-    return rc
-
-
 def timings(data: Path, work: Path, out: Path, deadline: Deadline, smoke: bool, probe_task: str | None) -> dict:
     """Phase 2: the step timings under their cap, then the compile probe under its own; whatever each wrote
     before its end or its kill is kept."""
@@ -284,6 +274,9 @@ def main() -> int:
     # phase 0
     t0 = time.monotonic()
     facts.update(versions())
+    if facts["card"] == "no torch":
+        phase_done("0-inputs", t0)
+        return 1
     order = [(n, g) for n, g in campaign.plan(root) if not a.only or n in a.only]
     facts["plan"] = [{"campaign": n, "gap": round(g, 4)} for n, g in order]
     log("plan: " + ", ".join(f"{n} {g:.3f}" for n, g in order))
@@ -361,7 +354,7 @@ def main() -> int:
             log(f"{name} failed:\n{traceback.format_exc()}")
             used = -1.0
         facts["seconds"][name] = round(used, 1)
-        if pack(work / "parts" / name, out / f"{name}.tgz"):  # at once: a job cut short keeps it
+        if used != 0 and pack(work / "parts" / name, out / f"{name}.tgz"):  # at once: a job cut short keeps it
             facts.setdefault("packed", []).append(name)
         save(out, facts)
     phase_done("3-campaigns", t0)

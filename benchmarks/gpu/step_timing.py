@@ -75,7 +75,7 @@ from swarmctl.data.dataset import bucketed_batches
 from swarmctl.data.hdf5 import read_dataset
 from swarmctl.data.images import ImageBatch
 from swarmctl.data.mog import FreshBatches, MogParams
-from swarmctl.tasks.clustering import clustering_loss
+from swarmctl.tasks.clustering import GRAPH_N_BUCKET, clustering_loss
 from swarmctl.tasks.image import image_loss
 from swarmctl.tasks.mog import mog_loss
 from swarmctl.training.device import use_tf32
@@ -279,10 +279,13 @@ class Sizes:
                            torch.randint(0, 10, (B,), generator=gen)).to(device) for _ in range(self.image_steps)]
 
     def clustering_batches(self, data: Path, device):
+        """The training batches as `swarmctl train` cuts them (padded to multiples of GRAPH_N_BUCKET points
+        with --cuda-graphs, so 10 shapes instead of one per batch), and the validation batches."""
         splits, info = read_dataset(data)
         train = [b.to(device) for b in bucketed_batches(splits["train"], 100)]
+        padded = [b.to(device) for b in bucketed_batches(splits["train"], 100, pad_to=GRAPH_N_BUCKET)]
         val = [b.to(device) for b in bucketed_batches(splits["val"], 100)]
-        return train, val, info
+        return {False: train, True: padded}, val, info
 
 
 class Timing:
@@ -399,7 +402,8 @@ class Timing:
 
     def clustering(self) -> None:
         data = wait_for(self.a.data, self.budget)
-        train, val, info = self.sizes.clustering_batches(data, self.device)
+        batches, val, info = self.sizes.clustering_batches(data, self.device)
+        train = batches[False]
         H, T = self.sizes.clustering_HT
         print(f"clustering: SWARM ({H}-{T}-1), {len(train)} batches of <= 100 tasks per epoch; data checksum "
               f"{info['checksum'][:16]}", flush=True)
@@ -409,7 +413,7 @@ class Timing:
                  ("tf32+graphs", True, False, True))
         for mode, tf32, amp, graphs in modes:
             self.unit("clustering", mode,
-                      lambda m=mode, t=tf32, p=amp, g=graphs: self._clustering(ref, train, m, t, p, g),
+                      lambda m=mode, t=tf32, p=amp, g=graphs: self._clustering(ref, batches[g], m, t, p, g),
                       graphs=graphs, tf32=mode.startswith("tf32"))
         self.unit("clustering", "loss", lambda: self._clustering_loss(ref, train, val))
 
@@ -538,7 +542,8 @@ def run_probe(a: argparse.Namespace, device: torch.device, report: Report, budge
         first, warm, timed_part = batches[0], batches[1:s.image_warm], batches[s.image_warm:]
     else:
         H, T = s.clustering_HT
-        train, _, _ = s.clustering_batches(wait_for(a.data, budget), device)
+        batches, _, _ = s.clustering_batches(wait_for(a.data, budget), device)
+        train = batches[False]  # what `train --compile` runs: the unpadded batches
         model, loss_fn, lr = fresh_model("swarm", H, T, device), clustering_loss, 0.01
         first, warm, timed_part = train[0], train[1:], train  # the first epoch warms up, the second is timed
     entry["model"] = f"{model.__class__.__name__} ({H}-{T}-1)"

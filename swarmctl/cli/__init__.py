@@ -8,6 +8,7 @@ import). ``app``, the Typer application with every command, is loaded on first u
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -38,12 +39,18 @@ def _load_app() -> Typer:
 
 def _stopped_while_loading(signum: int, frame: Any) -> None:
     """Nothing is written while the commands load: say so and end the process at once."""
-    sys.stderr.write(f"error: interrupted ({signal.Signals(signum).name}) while starting; nothing was written\n")
-    sys.stderr.flush()
+    name = signal.Signals(signum).name
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"error: interrupted ({name}) while starting; nothing was written\n")
+            sys.stderr.flush()
     os._exit(130)
 
 
 def main() -> None:
+    from swarmctl.cli._streams import prepare
+
+    prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stopped_while_loading)
     app = _load_app()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import sys
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
+
+from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
 # click's exception base, wherever this Typer takes click from (its own copy since 0.20, click before)
 _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -14,30 +18,75 @@ _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "C
 
 class _OneLineErrors(TyperGroup):
     """Usage errors (a bad option value, a missing argument) as one line on stderr with exit code 2,
-    instead of Typer's usage text and boxed message."""
+    instead of Typer's usage text and boxed message; a standard output that cannot be written (a full
+    disk, a closed pipe) as one line with exit code 1. The streams and terminal settings are made safe
+    first (:mod:`swarmctl.cli._streams`), and every integer option takes whole numbers only."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        tolerant_streams()
+        usable_terminal_size()
+        for command in self.commands.values():
+            whole_numbers_only(command)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = self._one_line(args, prog_name, complete_var, **extra)
+            if sys.stdout is not None and not rv:
+                sys.stdout.flush()  # what a command that worked left buffered fails here, not at exit
+        except (OSError, SystemExit) as exc:
+            failed = stdout_failed(exc)
+            if failed is None:
+                raise
+            _say_error(f"error: {stdout_line(failed)}")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _one_line(self, args: Any, prog_name: str | None, complete_var: str | None, **extra: Any) -> Any:
+        try:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _ClickException as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed: nothing more to say
                 sys.exit(exc.exit_code)
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(exc.format_message().split())
-            typer.echo(f"error: {message}{hint}", err=True)
+            _say_error(f"error: {message}{hint}")
             sys.exit(exc.exit_code)
         except typer.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # a signal outside a command's work
                 name = exc.__cause__.args[0] if exc.__cause__.args else "SIGINT"
-                typer.echo(f"error: interrupted ({name}); nothing half-written was left behind", err=True)
+                _say_error(f"error: interrupted ({name}); nothing half-written was left behind")
                 sys.exit(130)
-            typer.echo("aborted", err=True)
+            _say_error("aborted")
             sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _say_error(text: str) -> None:
+    """One line on stderr; a standard error that cannot take it changes nothing (the exit code still says)."""
+    with contextlib.suppress(OSError):
+        typer.echo(text, err=True)
+
+
+_WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def whole_numbers_only(command: Any) -> None:
+    """Make every integer option of ``command`` take a whole number written in digits (``8``, ``-3``) and
+    nothing else: Typer's own conversion took ``8.0`` and ``8_000`` but not ``5.``. Done once per command."""
+    if getattr(command, "_swarmctl_whole_numbers", False):
+        return
+    for param in getattr(command, "params", ()):
+        if getattr(getattr(param, "type_descriptor", None), "annotation", None) is not int:
+            continue
+
+        def process_value(ctx: Any, value: Any, _convert: Any = param.process_value, _param: Any = param) -> Any:
+            if isinstance(value, str) and not _WHOLE.fullmatch(value):
+                raise typer.BadParameter(f"give a whole number such as 8, got {value!r}", ctx=ctx, param=_param)
+            return _convert(ctx, value)
+
+        param.process_value = process_value
+    command._swarmctl_whole_numbers = True
 
 
 app = typer.Typer(

@@ -3,6 +3,7 @@ the options several commands share."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -17,12 +18,22 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
 from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import describe_os_error
 
-console = Console()
-err_console = Console(stderr=True)
+
+class _Console(Console):
+    """A rich console whose broken pipe is an error like any other failed write (rich's own handling
+    silences the console for the rest of the process and exits without a word)."""
+
+    def on_broken_pipe(self) -> None:
+        raise  # the BrokenPipeError being handled: user_errors names it
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 
 
@@ -69,6 +80,13 @@ RunsDir = Annotated[Path, option(help="Folder holding the runs.")]
 Device = Annotated[str, option(help="auto, cpu, cuda or cuda:N.", callback=device_name)]
 
 
+def flush_output() -> None:
+    """Push everything printed so far to standard output, so that a stream that cannot take it (a full
+    disk, a closed pipe) fails here, inside the command's work, before its files appear."""
+    if sys.stdout is not None:
+        sys.stdout.flush()
+
+
 def say(text: str) -> None:
     """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup."""
     console.print(text, markup=False, highlight=False)
@@ -112,7 +130,8 @@ class Interruption:
 
 
 def _error(text: str) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
+    with contextlib.suppress(OSError):  # a standard error that cannot take it: the exit code still says
+        err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
@@ -149,7 +168,8 @@ def user_errors() -> Iterator[Interruption]:
             _error(" ".join(str(exc).split()))
             raise typer.Exit(1) from None
         except OSError as exc:
-            _error(describe_os_error(exc))
+            failed = stdout_failed(exc)
+            _error(stdout_line(failed) if failed is not None else describe_os_error(exc))
             raise typer.Exit(1) from None
         except MemoryError:
             _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")

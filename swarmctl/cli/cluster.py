@@ -18,6 +18,7 @@ from swarmctl.cli._options import (
     argument,
     checked,
     console,
+    flush_output,
     option,
     say,
     user_errors,
@@ -26,7 +27,7 @@ from swarmctl.cli._progress import DelayedBar
 from swarmctl.data.points import parse_columns
 from swarmctl.plots.clusters import plot_clusters
 from swarmctl.plots.style import save_figure
-from swarmctl.studies.clusters import cluster_file
+from swarmctl.studies.clusters import ClusterResult, cluster_file, written
 from swarmctl.tasks.point_clusters import CHUNK_SIZE
 
 
@@ -43,19 +44,24 @@ def _vector(v: np.ndarray) -> str:
 @app.command("cluster")
 def cluster_cmd(
     points: Annotated[str, argument(metavar="POINTS", help="Points, one per row: CSV or whitespace-separated "
-                                                           "text (header optional), .npy, .npz or HDF5; - reads "
-                                                           "standard input.")],
+                                                           "text (the first row is a header when none of its "
+                                                           "fields is a number; # starts a comment), .npy, .npz or "
+                                                           "HDF5; - reads standard input.")],
     run: Annotated[str | None, argument(metavar="RUN", help="Run name, run folder or checkpoint file [default: "
                                                             "the shipped SWARM clustering model].")] = None,
     key: Annotated[str | None, option(help=".npz: the array; HDF5: the dataset path [default: the only one].")]
     = None,
-    columns: Annotated[str | None, option(help="Columns to cluster on, by header name or 0-based index, e.g. "
-                                               "x,y or 0,2 [default: all].", callback=checked(parse_columns))] = None,
+    columns: Annotated[str | None, option(help="Columns to cluster on: header names or 0-based indices, e.g. x,y "
+                                               "or 0,2 (a plain integer is an index; name:X and index:N say "
+                                               "which is meant) [default: all].",
+                                          callback=checked(parse_columns))] = None,
     out: Annotated[Path | None, option(help="Output CSV [default: POINTS-clusters.csv beside the input; "
                                             "clusters.csv for standard input].")] = None,
     plot: Annotated[Path | None, option(help="Also draw the points coloured by cluster, alpha by confidence, "
                                              "to this PNG file.", callback=_png)] = None,
-    force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist.")] = False,
+    force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist (never a file "
+                                                  "the command reads, a run's own files or a shipped model).")]
+    = False,
     standardize: Annotated[bool, option("--standardize/--no-standardize",
                                         help="Map the points affinely to the scale the model was trained on "
                                              "first; the output stays in your units.")] = True,
@@ -77,14 +83,20 @@ def cluster_cmd(
     with user_errors():
         with DelayedBar("clustering the points") as bar:
             res = cluster_file(points, run, runs_dir, key=key, columns=parse_columns(columns) if columns else None,
-                               out=out, force=force, standardize=standardize, per_coordinate=per_coordinate,
-                               chunk_size=chunk_size, device=device,
-                               also_writes={"--plot": plot} if plot else None, progress=bar)
-        figure = None
-        if plot is not None:
-            fig = plot_clusters(res.points.values, res.points.names, res.clusters.cluster, res.clusters.probability,
-                                f"{res.model} on {Path(res.points.source).name}")
-            figure = save_figure(fig, plot)
+                               out=out, plot=plot, force=force, standardize=standardize,
+                               per_coordinate=per_coordinate, chunk_size=chunk_size, device=device, progress=bar)
+        with written(res, _save_plot) as paths:  # the files appear once all is printed, or not at all
+            _print_summary(res, per_coordinate, paths)
+            flush_output()
+
+
+def _save_plot(res: ClusterResult, path: Path) -> Path:
+    fig = plot_clusters(res.points.values, res.points.names, res.clusters.cluster, res.clusters.probability,
+                        f"{res.model} on {Path(res.points.source).name}")
+    return save_figure(fig, path)
+
+
+def _print_summary(res: ClusterResult, per_coordinate: bool, paths: tuple[Path, ...]) -> None:
     c = res.clusters
     say(f"model: {'the shipped ' if res.shipped else ''}{res.model} from {res.checkpoint}")
     if c.transform is None:
@@ -99,4 +111,4 @@ def cluster_cmd(
         table.add_row(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
     console.print(table)
     chunks = ", in chunks" if c.chunked else ""
-    say(f"clustered in {res.seconds:.1f} s{chunks} -> {res.out}" + (f", {figure}" if figure else ""))
+    say(f"clustered in {res.seconds:.1f} s{chunks} -> {', '.join(map(str, paths))}")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, flush_output, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress
 from swarmctl.files import atomic_write_text, check_output_file, check_output_folder, staged_writes
 from swarmctl.runs import evaluate_run, open_run
@@ -53,8 +53,13 @@ def eval_cmd(
             check_output_file(out, inputs)  # never over the checkpoint it reads, nor a run's own files
         res = evaluate_run(opened, data, split)
         out_path = out or opened.dir / f"eval-{res['split']}.json"
-        with staged_writes(inputs):
+        with staged_writes(inputs):  # the file appears once the table is printed, or not at all
             atomic_write_text(out_path, json.dumps(res, indent=2) + "\n")
+            _print_table(res, out_path)
+            flush_output()
+
+
+def _print_table(res: dict[str, Any], out_path: Path) -> None:
     task = get_task(res["task"])
     columns, rows = task.eval_table(res)
     table = Table(title=escape(f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], "

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import float_option, option, say, seed_option, user_errors
+from swarmctl.cli._options import float_option, flush_output, option, say, seed_option, user_errors
 from swarmctl.cli._progress import DataGenerationProgress
+from swarmctl.files import staged_writes
 from swarmctl.tasks import TASKS, data_kinds, data_task
 
 _KINDS = [t for t in TASKS.values() if t.data_kind is not None]
@@ -52,9 +53,11 @@ def gen_data_cmd(
 ) -> None:
     params = dict(val_fraction=val_fraction, k_min=k_min, k_max=k_max, n_min=n_min, n_max=n_max,
                   wishart_df=wishart_df, wishart_scale=wishart_scale)
-    with user_errors():
+    with user_errors(), staged_writes(replace=force):  # the file appears once this is printed, or not at all
         start = time.perf_counter()
         path, info, holds = data_task(kind).generate_data(
             out, seed, tasks, force=force, progress=DataGenerationProgress(),
             **{k: v for k, v in params.items() if v is not None})
-    say(f"wrote {path}: {holds}, seed {seed}, {time.perf_counter() - start:.1f} s (checksum {info['checksum'][:12]})")
+        say(f"wrote {path}: {holds}, seed {seed}, {time.perf_counter() - start:.1f} s (checksum "
+            f"{info['checksum'][:12]})")
+        flush_output()

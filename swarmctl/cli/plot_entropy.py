@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say, user_errors
 from swarmctl.cli._progress import DataGenerationProgress, task_progress
 from swarmctl.files import check_output_file, check_output_folder, staged_writes
 from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
@@ -84,5 +84,6 @@ def plot_entropy_cmd(
                 save_result(res, out_dir / "entropy.npz")
             p1 = save_figure(plot_entropy_map(res), out_dir / "entropy")
             p2 = save_figure(plot_class_maps(res), out_dir / "classes")
-    say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
-        f"{len(res.grid_x)}x{len(res.grid_y)}, {res.method}, computed in {res.seconds:.1f} s -> {p1}, {p2}")
+            say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
+                f"{len(res.grid_x)}x{len(res.grid_y)}, {res.method}, computed in {res.seconds:.1f} s -> {p1}, {p2}")
+            flush_output()  # the files appear once this is printed, or not at all

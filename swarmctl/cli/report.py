@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, argument, console, flush_output, option, say, user_errors
 from swarmctl.files import atomic_write_text, check_output_folder, staged_writes
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.style import save_figure
@@ -41,15 +41,17 @@ def report_cmd(
         out_dir = out or runs_dir
         check_output_folder(out_dir)
         rows = summarise(read_runs(runs_dir))
-        with staged_writes():  # both files, or neither
+        with staged_writes():  # both files, or neither; once the table is printed
             atomic_write_text(out_dir / "report.md", report_markdown(rows))
             fig = save_figure(plot_frontier(frontiers(rows), largest_explored(rows), title), out_dir / "frontier")
-    table = Table(title=escape(f"runs in {runs_dir}"))
-    for col in ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min", "device"):
-        table.add_column(col, justify="right" if col in ("parameters", "epochs", "net min") else "left")
-    for r in rows:
-        val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
-        table.add_row(escape(r.model), escape(r.code), f"{r.parameters:,}", ",".join(map(str, r.seeds)), val,
-                      paper_text(r), f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", escape(",".join(r.devices)))
-    console.print(table)
-    say(f"-> {out_dir / 'report.md'}, {fig}")
+            table = Table(title=escape(f"runs in {runs_dir}"))
+            for col in ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min",
+                        "device"):
+                table.add_column(col, justify="right" if col in ("parameters", "epochs", "net min") else "left")
+            for r in rows:
+                val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
+                table.add_row(escape(r.model), escape(r.code), f"{r.parameters:,}", ",".join(map(str, r.seeds)), val,
+                              paper_text(r), f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", escape(",".join(r.devices)))
+            console.print(table)
+            say(f"-> {out_dir / 'report.md'}, {fig}")
+            flush_output()

@@ -14,6 +14,7 @@ from swarmctl.cli._options import (
     Device,
     RunsDir,
     console,
+    flush_output,
     option,
     positive,
     say,
@@ -74,7 +75,8 @@ def sample_cmd(
             check_output_file(written, [opened.checkpoint])
         with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"):
             grid = sample_run(opened, per_class, temperature, seed, incremental=not full)
-        with staged_writes([opened.checkpoint]):  # both files, or neither
+        with staged_writes([opened.checkpoint]):  # both files, or neither; once this is printed
             save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), path)
             atomic_write(path.with_suffix(".npy"), lambda fh: np.save(fh, grid.images))
-    say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {path}")
+            say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {path}")
+            flush_output()

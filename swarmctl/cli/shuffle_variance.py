@@ -10,7 +10,17 @@ from typing import Annotated
 from rich.markup import escape
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, option, say, seed_option, user_errors
+from swarmctl.cli._options import (
+    RUNS_DIR,
+    Device,
+    RunsDir,
+    argument,
+    flush_output,
+    option,
+    say,
+    seed_option,
+    user_errors,
+)
 from swarmctl.cli._progress import task_progress
 from swarmctl.files import staged_writes
 from swarmctl.plots.shuffle import plot_shuffle_variance
@@ -41,10 +51,11 @@ def shuffle_variance_cmd(
             study = shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
                                            progress=_progress)
             fig_path = save_figure(plot_shuffle_variance(study.results), study.out_dir / "shuffle-variance")
-    for label, s in study.summary.items():
-        say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
-            f"over {s['tasks']} tasks x {s['shuffles']} orderings")
-    say(f"-> {fig_path}, {study.summary_path}")
+            for label, s in study.summary.items():
+                say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
+                    f"over {s['tasks']} tasks x {s['shuffles']} orderings")
+            say(f"-> {fig_path}, {study.summary_path}")
+            flush_output()  # the files appear once this is printed, or not at all
 
 
 @contextmanager

@@ -66,10 +66,13 @@ def ensure_writable(path: Path, force: bool) -> None:
 def write_dataset(
     path: Path, splits: dict[str, ClusteringTasks], *, kind: str, seed: int, generator: dict[str, Any],
     force: bool = False,
-) -> None:
-    """Write ``splits`` to ``path`` through a temporary file in the same folder and an atomic rename.
+) -> dict[str, Any]:
+    """Write ``splits`` to ``path`` through a temporary file in the same folder and an atomic rename;
+    returns the root attributes, read back from the bytes written (so that nothing reads the file itself,
+    which inside :func:`swarmctl.files.staged_writes` appears only at the end).
 
-    Refuses to replace an existing file unless ``force``.
+    Refuses to replace an existing file unless ``force``, one that appears meanwhile included
+    (:class:`swarmctl.files.OutputExists`).
     """
     path = Path(path)
     ensure_writable(path, force)
@@ -87,8 +90,12 @@ def write_dataset(
                 g = f.create_group(name)
                 for key in ARRAYS:
                     g.create_dataset(key, data=np.asarray(getattr(tasks, key), dtype=DTYPES[key]))
+        with h5py.File(fh, "r") as f:
+            info.update(_info(f, path))
 
-    atomic_write(path, write)
+    info: dict[str, Any] = {}
+    atomic_write(path, write, replace=force)
+    return info
 
 
 def _open(path: Path) -> h5py.File:
@@ -349,9 +356,8 @@ def generate_dataset(
                               f"parameters (df {params.wishart_df:.10g}, scale {params.wishart_scale:.10g}) are too "
                               f"extreme; choose values nearer the defaults (df {ClusteringParams.wishart_df:g}, "
                               f"scale {ClusteringParams.wishart_scale:g})") from None
-    write_dataset(path, splits, kind="clustering", seed=seed, generator={"name": "clustering", **asdict(params)},
-                  force=force)
-    return read_info(path)
+    return write_dataset(path, splits, kind="clustering", seed=seed,
+                         generator={"name": "clustering", **asdict(params)}, force=force)
 
 
 
@@ -361,8 +367,7 @@ def generate_mog_dataset(path: Path, n_tasks: int, seed: int, force: bool = Fals
     ensure_writable(path, force)
     n_batches = max(1, -(-n_tasks // 10))
     tasks = generate_mog_tasks(n_batches, 10, seed).select(slice(0, n_tasks))  # batches of 10: keep n_tasks
-    write_dataset(path, {"test": tasks}, kind="mog", seed=seed,
-                  generator={"name": "mog4", "batches": n_batches, "batch_size": 10, "tasks": n_tasks,
-                             **asdict(MogParams())},
-                  force=force)
-    return read_info(path)
+    return write_dataset(path, {"test": tasks}, kind="mog", seed=seed,
+                         generator={"name": "mog4", "batches": n_batches, "batch_size": 10, "tasks": n_tasks,
+                                    **asdict(MogParams())},
+                         force=force)

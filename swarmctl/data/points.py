@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import stat
 import sys
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -22,7 +23,7 @@ from swarmctl.files import atomic_write
 
 STDIN = "-"
 _NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGIC = b"PK\x03\x04"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip (.npz) file; one with no members
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
@@ -38,15 +39,33 @@ class PointSet:
         return len(self.values)
 
 
+COLUMNS_HELP = ("comma-separated header names or 0-based indices, e.g. x,y or 0,2; name:X and index:N say "
+                "which is meant")
+
+
 def parse_columns(text: str) -> tuple[str, ...]:
-    """``--columns`` as written: comma-separated names or 0-based indices, e.g. ``x,y`` or ``0,2``."""
+    """``--columns`` as written: comma-separated selectors, each a header name (``x``), a 0-based index
+    (``2``: a plain integer is always an index), or one of the explicit forms ``name:X`` and ``index:N``.
+    A plain integer that is also a header name is refused when read (:func:`read_points`): ambiguous."""
     items = tuple(item.strip() for item in text.split(","))
     if not text.strip() or any(not item for item in items):
-        raise ConfigError(f"columns must be comma-separated names or 0-based indices such as x,y or 0,2; got "
-                          f"{text!r}")
+        raise ConfigError(f"columns must be {COLUMNS_HELP}; got {text!r}")
+    for item in items:
+        kind, _, rest = item.partition(":")
+        if kind == "name" and not rest.strip():
+            raise ConfigError(f"columns: {item!r} names no column; write name:X with the header name X")
+        if kind == "index" and not re.fullmatch(r"[0-9]+", rest.strip()):
+            raise ConfigError(f"columns: {item!r} is not an index; write index:N with N = 0, 1, 2 ...")
     if len(set(items)) != len(items):
         raise ConfigError(f"columns must not repeat a column, got {text!r}")
     return items
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether ``--columns`` takes the header name ``name`` as written: not an integer (read as an index),
+    no comma, no surrounding space, no ``name:``/``index:`` prefix."""
+    return (not re.fullmatch(r"[0-9]+", name) and "," not in name and name == name.strip() and bool(name)
+            and not name.startswith(("name:", "index:")))
 
 
 def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ...] | None = None) -> PointSet:
@@ -62,8 +81,11 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     """
     source = str(path)
     if source == STDIN:
-        raw = sys.stdin.buffer.read()
+        if sys.stdin is None:
+            raise DataError("standard input is closed; pipe the points in (swarmctl cluster - < points.csv) or give "
+                            "the file's path")
         where = "standard input"
+        raw = _read_stream(sys.stdin.buffer, where)
     else:
         file = Path(path)
         if file.is_dir():
@@ -97,21 +119,39 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             columns = None  # picked while parsing: the other columns may hold text
     names = names or tuple(f"x{j}" for j in range(values.shape[1]))
     if columns is not None:
-        index = [_column_index(c, names, where) for c in columns]
+        index = _column_indices(columns, names, False, where)
         values, names = values[:, index], tuple(names[j] for j in index)
     _check_values(values, where)
     return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label)
 
 
+_HEAD = 1 << 16  # bytes read first, to tell the format (and refuse a binary stream) before reading on
+
+
 def _read_once(file: Path) -> bytes | None:
-    """The bytes of ``file``, or None for an HDF5 file (h5py opens it by name). Read in one pass: a pipe
-    (``swarmctl cluster <(zcat points.csv.gz)``) gives its bytes only once, so the format is told from the
-    first bytes of the same read."""
+    """The bytes of ``file``, or None for an HDF5 file (h5py opens it by name). A device file (/dev/zero,
+    which never ends) is refused without being read. Read in one pass: a pipe (``swarmctl cluster
+    <(zcat points.csv.gz)``) gives its bytes only once, so the format is told from the first bytes of the
+    same read."""
+    if stat.S_ISCHR(os.stat(file).st_mode) or stat.S_ISBLK(os.stat(file).st_mode):
+        raise DataError(f"{file} is a device file, not a point file; give a regular file, a pipe, or - for "
+                        "standard input")
     with open(file, "rb") as fh:
         head = fh.read(len(_HDF5_MAGIC))
         if head == _HDF5_MAGIC and file.is_file():
             return None
-        return head + fh.read()
+        return _read_stream(fh, str(file), head)
+
+
+def _read_stream(fh: BinaryIO, where: str, head: bytes = b"") -> bytes:
+    """The rest of ``fh`` after ``head``. A stream whose first block is neither a known binary format nor
+    text (text holds no NUL byte) is refused there, so that an endless one (``cat /dev/zero |``) is not
+    read until memory runs out."""
+    head += fh.read(_HEAD - len(head))
+    if not head.startswith((_NPY_MAGIC, *_ZIP_MAGIC, _HDF5_MAGIC)) and b"\x00" in head:
+        raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file (it holds NUL bytes); give a CSV or "
+                        "text file of numbers (UTF-8)")
+    return head + fh.read()
 
 
 def _no_key(key: str | None, where: str, kind: str) -> None:
@@ -129,18 +169,6 @@ def _check_values(values: np.ndarray, where: str) -> None:
                         f"finite number (remove or fill the {int(bad.any(axis=1).sum()):,} row(s) with NaN or inf)")
     if len(values) < 2:
         raise DataError(f"{where} holds {len(values)} point(s); clustering needs at least 2")
-
-
-def _column_index(column: str, names: tuple[str, ...], where: str) -> int:
-    if column in names:
-        return names.index(column)
-    if re.fullmatch(r"\d+", column):
-        if int(column) < len(names):
-            return int(column)
-        raise DataError(f"--columns: column {column} is out of range; {where} has {len(names)} columns (0.."
-                          f"{len(names) - 1})")
-    raise DataError(f"--columns: {where} has no column {column!r}; its columns are {', '.join(names)} (or give "
-                      "0-based indices)")
 
 
 def _from_array(arr: np.ndarray, where: str) -> np.ndarray:
@@ -163,15 +191,25 @@ def _load_npy(raw: bytes, where: str) -> np.ndarray:
 
 def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None, str]:
     try:
+        members = zipfile.ZipFile(io.BytesIO(raw)).namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
+    other = [m for m in members if not m.endswith(".npy")]
+    if other:
+        shown = ", ".join(other[:3]) + (" ..." if len(other) > 3 else "")
+        raise DataError(f"{where} is a zip archive, not an .npz file (it holds {shown}); unpack the points from it "
+                        "(a spreadsheet: save the sheet as CSV) and give that file")
+    if not members:
+        raise DataError(f"{where} holds no arrays; write the points with numpy.savez")
+    try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             keys = list(npz.files)
             if key is None:
                 if len(keys) != 1:
-                    raise DataError(f"{where} holds {len(keys)} arrays ({', '.join(keys) or 'none'}); pick one "
-                                      "with --key")
+                    raise DataError(f"{where} holds {len(keys)} arrays ({', '.join(keys)}); pick one with --key")
                 key = keys[0]
             elif key not in keys:
-                raise DataError(f"--key: {where} has no array {key!r}; it has {', '.join(keys) or 'none'}")
+                raise DataError(f"--key: {where} has no array {key!r}; it has {', '.join(keys)}")
             arr = npz[key]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
@@ -208,68 +246,127 @@ def _short(exc: BaseException) -> str:
 def _read_text(raw: bytes, where: str,
                columns: tuple[str, ...] | None = None) -> tuple[np.ndarray, tuple[str, ...] | None]:
     """CSV or whitespace-separated numbers, with an optional header line; only ``columns`` (all if None)
-    need to hold numbers."""
+    need to hold numbers.
+
+    Lines end in LF, CRLF or CR; ``#`` starts a comment anywhere; a line holding only whitespace (and
+    comments) is blank and skipped. Every other line is a row, and the rows returned are these, one to
+    one and in order. The first row is the header when none of its fields is a number (Python's float
+    reads it), else data."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file; give a CSV or text file of "
-                        "numbers") from None
-    content = _content_lines(text)
-    first_no, first = next(content, (0, ""))
-    if not first_no:
+                        "numbers (UTF-8)") from None
+    numbers, rows = _content_lines(text)
+    if not rows:
         raise DataError(f"{where} holds no data rows (only blank or comment lines); give one point per row")
-    delimiter = "," if "," in first else None
-    fields = _split(first, delimiter)
-    names, skip = None, 0
-    if not all(_is_number(f) for f in fields):
+    delimiter = "," if "," in rows[0] else None
+    fields = _split(rows[0], delimiter)
+    names = None
+    if not any(_is_number(f) for f in fields):
         if delimiter:  # a CSV header may quote names that hold commas
-            fields = next(csv.reader([first], skipinitialspace=True))
+            fields = next(csv.reader([rows[0]], skipinitialspace=True))
         names = tuple(f.strip().strip('"').strip("'") for f in fields)
         if any(not n for n in names):
-            raise DataError(f"{where}, line {first_no}: the header has an empty column name; name every column")
-        if next(content, None) is None:
+            raise DataError(f"{where}, line {numbers[0]}: the header has an empty column name; name every column")
+        if len(rows) == 1:
             raise DataError(f"{where} has a header but no data rows; give one point per row")
-        skip = first_no
+        numbers, rows = numbers[1:], rows[1:]
     width = len(fields)
     all_names = names or tuple(f"x{j}" for j in range(width))
-    use = list(range(width)) if columns is None else [_column_index(c, all_names, where) for c in columns]
-    picked = tuple(all_names[j] for j in use)
-    try:  # the fast path; on any problem the scan below finds the line and says what is wrong
-        values = np.loadtxt(io.StringIO(text), delimiter=delimiter, dtype=np.float64, ndmin=2, comments="#",
-                            skiprows=skip, usecols=None if columns is None else use)
-        if values.shape[1] == len(use) and (columns is None or _same_width(text, skip, delimiter, width)):
-            return values, picked
+    use = list(range(width)) if columns is None else _column_indices(columns, all_names, names is not None, where)
+    return _parse_rows(rows, numbers, delimiter, width, use, where, header=names is not None), \
+        tuple(all_names[j] for j in use)
+
+
+def _parse_rows(rows: list[str], numbers: list[int], delimiter: str | None, width: int, use: list[int], where: str,
+                header: bool) -> np.ndarray:
+    """The ``use`` columns of ``rows`` (comments removed) as float64, one row each; every row must have
+    ``width`` fields and a number in each used one. numpy's parser is the fast path; where it fails or
+    disagrees in shape, every line is read by Python's float, which decides and names the place."""
+    try:
+        values = np.loadtxt(rows, delimiter=delimiter, dtype=np.float64, ndmin=2, comments=None,
+                            usecols=None if len(use) == width and use == list(range(width)) else use)
+        if values.shape == (len(rows), len(use)) and (len(use) == width or _same_width(rows, delimiter, width)):
+            return values
     except ValueError:
         pass
-    for number, line in _content_lines(text):
-        if number <= skip:
-            continue
-        row = _split(line.split("#", 1)[0], delimiter)
+    out = np.empty((len(rows), len(use)))
+    for i, (number, line) in enumerate(zip(numbers, rows, strict=True)):
+        row = _split(line, delimiter)
         if len(row) != width:
             raise DataError(f"{where}, line {number}: {len(row)} values where the first row has {width}; every row "
                             "needs the same number of columns")
-        for col in use:
-            value = row[col]
-            if not _is_number(value):
-                shown = value.strip()[:30] or "an empty value"
+        for k, col in enumerate(use):
+            try:
+                out[i, k] = float(row[col])
+            except ValueError:
+                shown = row[col].strip()[:30] or "an empty value"
+                rule = "; a first line is a header only when none of its fields is a number" \
+                    if i == 0 and not header else ""
                 raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value "
-                                "or pick numeric columns with --columns")
-    raise DataError(f"{where} could not be read as a table of numbers; check its format")
+                                f"or pick numeric columns with --columns{rule}") from None
+    return out
 
 
-def _same_width(text: str, skip: int, delimiter: str | None, width: int) -> bool:
-    """Whether every data row has ``width`` fields (loadtxt with usecols does not check the others)."""
-    body = text.split("\n", skip)[-1] if skip else text
-    return all(len(_split(line.split("#", 1)[0], delimiter)) == width for line in body.splitlines()
-               if line.strip() and not line.lstrip().startswith("#"))
+def _same_width(rows: list[str], delimiter: str | None, width: int) -> bool:
+    """Whether every row has ``width`` fields (loadtxt with usecols does not check the others)."""
+    return all(len(_split(line, delimiter)) == width for line in rows)
 
 
-def _content_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) of the lines that are neither blank nor comments, lazily."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            yield number, line
+def _content_lines(text: str) -> tuple[list[int], list[str]]:
+    """The line numbers and contents (comments removed) of the lines that are not blank: lines end in LF,
+    CRLF or CR (and nothing else), ``#`` starts a comment, and a line of whitespace is blank."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if "#" in text:
+        lines = [line.split("#", 1)[0] for line in lines]
+    numbers = [n for n, line in enumerate(lines, start=1) if line and not line.isspace()]
+    return numbers, [lines[n - 1] for n in numbers]
+
+
+def _column_indices(columns: tuple[str, ...], names: tuple[str, ...], header: bool, where: str) -> list[int]:
+    """The 0-based indices ``columns`` (see :func:`parse_columns`) pick among ``names``; ``header``: the
+    names come from the file (not x0, x1, ... made up for it)."""
+    picked: dict[int, str] = {}
+    for column in columns:
+        index = _column_index(column, names, header, where)
+        if index in picked:
+            raise DataError(f"--columns picks column {index} twice ({picked[index]} and {column}); pick each column "
+                            "once")
+        picked[index] = column
+    return list(picked)
+
+
+def _column_index(column: str, names: tuple[str, ...], header: bool, where: str) -> int:
+    kind, _, rest = column.partition(":")
+    if kind == "index" and re.fullmatch(r"[0-9]+", rest.strip()):
+        return _in_range(int(rest), names, where)
+    if kind == "name" and rest.strip():
+        return _by_name(rest.strip(), names, where)
+    if re.fullmatch(r"[0-9]+", column):
+        if header and column in names and names.index(column) != int(column):
+            raise DataError(f"--columns {column} could mean the column named {column!r} (index {names.index(column)}) "
+                            f"or index {column}; write name:{column} or index:{column}")
+        return _in_range(int(column), names, where)
+    return _by_name(column, names, where)
+
+
+def _in_range(index: int, names: tuple[str, ...], where: str) -> int:
+    if index < len(names):
+        return index
+    raise DataError(f"--columns: column {index} is out of range; {where} has {len(names)} columns (0.."
+                    f"{len(names) - 1})")
+
+
+def _by_name(name: str, names: tuple[str, ...], where: str) -> int:
+    found = [j for j, n in enumerate(names) if n == name]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise DataError(f"--columns: the header of {where} names {len(found)} columns {name!r} (indices "
+                        f"{', '.join(map(str, found))}); pick one by index")
+    raise DataError(f"--columns: {where} has no column {name!r}; its columns are {', '.join(names)} (or give "
+                    "0-based indices)")
 
 
 def _split(line: str, delimiter: str | None) -> list[str]:
@@ -303,4 +400,4 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
     atomic_write(path, write)
 
 
-__all__ = ["STDIN", "PointSet", "parse_columns", "read_points", "write_cluster_csv"]
+__all__ = ["STDIN", "PointSet", "is_plain_name", "parse_columns", "read_points", "write_cluster_csv"]

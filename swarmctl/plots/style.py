@@ -21,14 +21,22 @@ def new_figure(width: float = 6.0, height: float = 4.0, **kwargs) -> Figure:
 
 def literal(text: object) -> str:
     """``text`` (a run name, a title, a label read from a file) as matplotlib draws it literally: every
-    ``$`` escaped, so no part of it is read as mathtext (which could fail to parse, or render as math)."""
-    return str(text).replace("$", r"\$")
+    ``$`` escaped, so no part of it is read as mathtext (which could fail to parse, or render as math),
+    and the bytes of a file name the locale could not decode (lone surrogates, PEP 383: a UTF-8 name in
+    a C locale) read as UTF-8, with anything else that is no character drawn as U+FFFD (matplotlib
+    cannot draw a lone surrogate at all)."""
+    text = str(text).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text.replace("$", r"\$")
 
 
 def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
-    """Save as PNG atomically (:func:`swarmctl.files.atomic_write`); returns the path written. Characters
-    the font lacks (a CJK run name) are drawn as boxes without a warning per glyph."""
-    path = Path(path).with_suffix(".png")
+    """Save as PNG atomically (:func:`swarmctl.files.atomic_write`); returns the path written: ``path``
+    itself when it ends in .png in any case (``F.PNG`` stays ``F.PNG``: the file a command checked is
+    the file it writes), else with .png added in place of its suffix. Characters the font lacks (a CJK
+    run name) are drawn as boxes without a warning per glyph."""
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        path = path.with_suffix(".png")
 
     def write(fh: BinaryIO) -> None:
         with warnings.catch_warnings():

@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from swarmctl.config import SEED_RANGE
 from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning
 from swarmctl.files import read_bytes, read_metrics
 
@@ -70,13 +71,14 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
             cfg = json.loads(read_bytes(cfg_path))
             summary = RunSummary(
                 name=cfg_path.parent.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
-                parameters=int(cfg["run"]["parameters"]), seed=int(cfg["train"]["seed"]),
+                parameters=_whole(cfg["run"]["parameters"], "parameters", 1),
+                seed=_whole(cfg["train"]["seed"], "seed", SEED_RANGE[0], SEED_RANGE[1]),
                 best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
                 epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60,
                 device=str(cfg["run"].get("device", "?")))
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError,
-                ResourceError) as exc:
-            why = (str(exc) if isinstance(exc, ConfigError | ResourceError)
+                ResourceError, DataError) as exc:
+            why = (str(exc) if isinstance(exc, ConfigError | ResourceError | DataError)
                    else "its config.json or metrics.jsonl is damaged")
             warnings.warn(f"skipped run {cfg_path.parent}: {why}", SwarmctlWarning, stacklevel=2)
             continue
@@ -89,6 +91,14 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
     if not out:
         raise DataError(f"{runs_dir} holds no runs with a logged epoch; train a model with `swarmctl train` first")
     return out
+
+
+def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
+    """A whole number from a config.json (JSON true, 2.5 or "12" are not one) within [least, most]."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
+        bound = f">= {least}" if most is None else f"in {least}..{most}"
+        raise DataError(f"its config.json gives {field} {value!r}, not a whole number {bound}")
+    return value
 
 
 def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:

@@ -5,6 +5,7 @@ own points (any N: a SWARM with mean pooling runs the entity axis in chunks)."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -18,10 +19,10 @@ from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, hos
 from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import generate_dataset, read_dataset
-from swarmctl.errors import DataError
+from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
 from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
-from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_logits
+from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, check_as_given, standardization, summarize_logits
 from swarmctl.training.checkpoint import Checkpoint
 
 EVAL_BATCH = 100
@@ -32,7 +33,7 @@ def clustering_loss(model: nn.Module, batch: ClusteringBatch) -> torch.Tensor:
     return hungarian_ce(model(batch.x, batch.mask), batch.labels, batch.mask).per_task
 
 
-def _load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
+def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
     """All splits of a clustering dataset, checking that it is one and has ``splits``."""
     data, info = read_dataset(Path(path))
     if info["kind"] != "clustering":
@@ -77,7 +78,10 @@ class ClusteringTask(Task):
         params = ClusteringParams()
         message = f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first"
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
-            generate_dataset(path, params, seed=0, progress=update)
+            try:
+                generate_dataset(path, params, seed=0, progress=update)
+            except OutputExists:  # another command (a parallel sweep shard) made it meanwhile: read theirs
+                pass
 
     def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:
@@ -94,22 +98,35 @@ class ClusteringTask(Task):
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; pass --data FILE (create one with `swarmctl gen-data`)")
-        splits, info = _load_clustering_data(Path(data_cfg.path), "train", "val")
+        splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
         pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
         return Prepared(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
                         val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
                         checksum=info["checksum"])
+
+    def _paper_recipe(self, path: Path, info: dict[str, Any]) -> bool:
+        """Whether ``path`` is the default dataset as swarmctl generates it (seed 0, the paper's generator):
+        the same tasks as on any machine, though not always the same bytes (scipy and the BLAS round the
+        covariances' last bits differently), so a checksum that differs there is no changed file."""
+        generator = dict(info["generator"])
+        return (path == Path(self.default_data) and info["seed"] == 0 and generator.pop("n_tasks", None)
+                == self.default_tasks and {k: v for k, v in generator.items() if k != "name"} == _GENERATOR)
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
               device: torch.device) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
         data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
-        splits, info = _load_clustering_data(data_path, split)
+        splits, info = load_clustering_data(data_path, split)
         trained_on = ckpt.data_config.checksum
         if data is None and trained_on is not None and info["checksum"] != trained_on:
-            raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from the "
-                            f"run's); pass --data {data_path} to score it on the new file anyway")
+            if not self._paper_recipe(data_path, info):
+                raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from "
+                                f"the run's); pass --data {data_path} to score it on the new file anyway")
+            warnings.warn(f"{data_path} holds the paper's seed-0 tasks, generated here; its bytes differ from the "
+                          "file this model was trained on (numerical libraries round the last digits differently "
+                          "from machine to machine), so the numbers may differ in their last digits", SwarmctlWarning,
+                          stacklevel=2)
         tasks = splits[split]
         batches = bucketed_batches(tasks, EVAL_BATCH)
         model.eval()
@@ -148,6 +165,8 @@ class ClusteringTask(Task):
         entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
         model runs all N at once. ``progress(fraction_done)``.
         """
+        if not standardize:
+            check_as_given(values)
         transform = standardization(values, self.point_std(), per_coordinate) if standardize else None
         x = torch.from_numpy(transform.apply(values) if transform else values).to(device, torch.float32)
         model.eval()

@@ -51,6 +51,17 @@ def standardization(values: np.ndarray, target_std: float, per_coordinate: bool 
     return AffineMap(np.ldexp(unit.mean(axis=0), power), scale)
 
 
+def check_as_given(values: np.ndarray) -> None:
+    """Points used as given (no standardization) reach the model in float32: a value beyond its range
+    would be infinite, and the clusters meaningless (or every probability NaN)."""
+    largest = float(np.abs(values).max()) if values.size else 0.0
+    limit = float(np.finfo(np.float32).max)
+    if largest > limit:
+        raise DataError(f"the points hold values up to {largest:.3g}, beyond float32 (the model computes in it, up "
+                        f"to {limit:.3g}); drop --no-standardize (the map brings them to the training scale) or "
+                        "rescale them")
+
+
 @dataclass(frozen=True)
 class PointClusters:
     """One set's clustering. Per point (N,): ``cluster`` (numbered 0.. from the largest cluster down),
@@ -70,6 +81,11 @@ class PointClusters:
 def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
     """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
     with each point's probability of its cluster and the entropy of its class distribution."""
+    bad = ~torch.isfinite(logits).all(dim=-1)
+    if bool(bad.any()):
+        raise DataError(f"the model's output is not a number for {int(bad.sum()):,} of {len(logits):,} points: their "
+                        "values are too large for it; map them to the training scale (leave out --no-standardize) "
+                        "or rescale them")
     logp = torch.log_softmax(logits.float(), dim=-1)
     best, label = logp.max(dim=-1)
     entropy = -(logp.exp() * logp).sum(dim=-1)

@@ -16,10 +16,13 @@ def _write(root, name, **progress):
     (root / name / "progress.json").write_text(json.dumps({"campaign": name, "sessions": [], **progress}))
 
 
-def test_the_committed_campaigns_start_with_mog_and_end_with_the_clustering_table():
+def test_before_any_job_the_plan_starts_with_mog_and_ends_with_the_clustering_table(tmp_path):
     """MoG is furthest from the paper; the clustering table, with no finished run, fills what is left."""
-    plan = campaign.plan(campaign.CAMPAIGNS)
+    from conftest import fresh_campaigns
+
+    plan = campaign.plan(fresh_campaigns(tmp_path / "campaigns"))
     assert [n for n, _ in plan] == ["mog", "mnist", "clustering"]
+    assert {n for n, _ in campaign.plan(campaign.CAMPAIGNS)} <= set(campaign.NAMES)  # the committed ones parse
 
 
 def test_gaps_order_the_campaigns_and_met_ones_stop(tmp_path):
@@ -57,3 +60,15 @@ def test_a_share_leaves_the_later_campaigns_their_minimum():
     assert campaign.share(plan, 0, 300) == pytest.approx(300 - mnist_min)
     assert campaign.share(plan, 0, 3000) == pytest.approx(3000 * 0.22 / 0.44)  # enough for both: by the gaps
     assert campaign.share(plan, 1, 250) == pytest.approx(250 * 0.21 / 0.22)
+
+
+def test_a_campaign_with_too_little_time_runs_nothing_and_leaves_nothing_to_pack(tmp_path):
+    """The first job packed an unchanged clustering progress.json for a table it had no time to start."""
+    from conftest import fresh_campaigns
+
+    root = fresh_campaigns(tmp_path / "campaigns")
+    ctx = campaign.Context(root, tmp_path / "work", tmp_path / "out", False, {}, "datasets", tmp_path / "d.h5",
+                           lambda: True, "test")
+    assert campaign.run_clustering(ctx, 50, 50) == 0.0
+    assert campaign.run_mog(ctx, 20, 20, 0.0124) == 0.0
+    assert not (tmp_path / "work" / "parts").exists()

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import write_fake_mnist
+from conftest import fresh_campaigns, fresh_progress, write_fake_mnist
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks" / "gpu"))
@@ -120,8 +120,7 @@ def _dump(obj):
 def good_spec(a):
     """What session.py returns after continuing clustering, mog and mnist once (a dict a test may edit):
     session.json, the archives' members, the returned checkpoints."""
-    current = {n: json.loads((REPO / "campaigns" / n / "progress.json").read_text()) for n in
-               ("clustering", "mog", "mnist")}
+    current = {n: fresh_progress(n) for n in ("clustering", "mog", "mnist")}
     bits, loss = a.mnist_eval["bits_per_dim"], a.cluster_eval["loss"]
     mnist = {**current["mnist"], "best_bits_per_dim": bits, "epochs": 2, "net_minutes": 0.01,
              "sessions": [{"date": DATE, "card": CARD, "wall_seconds": 100.0, "epochs": [0, 2],
@@ -200,11 +199,7 @@ def repo(tmp_path, assets):
     import shutil
 
     root = tmp_path / "repo"
-    (root / "campaigns").mkdir(parents=True)
-    shutil.copy2(REPO / "campaigns" / "README.md", root / "campaigns" / "README.md")
-    for name in ("clustering", "mog", "mnist", "fashion-mnist"):
-        (root / "campaigns" / name).mkdir()
-        shutil.copy2(REPO / "campaigns" / name / "progress.json", root / "campaigns" / name / "progress.json")
+    fresh_campaigns(root / "campaigns")
     shutil.copytree(assets.pretrained, root / "pretrained")
     return root
 

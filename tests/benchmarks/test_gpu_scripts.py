@@ -2,13 +2,12 @@
 lost to a typo: every script end to end with tiny sizes, and what it leaves in its output folder."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_fake_mnist
+from conftest import fresh_campaigns, write_fake_mnist
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -40,7 +39,7 @@ def test_two_sessions_continue_every_campaign_and_commit_back(tmp_path):
     the first's step timings, and a campaign that beats a shipped model replaces it."""
     images = write_fake_mnist(tmp_path / "images", gz=True)
     root, pretrained = tmp_path / "campaigns", tmp_path / "pretrained"
-    shutil.copytree(REPO / "campaigns", root)
+    fresh_campaigns(root)
     pretrained.mkdir()
     shipped = {"file": "swarm-image-8-2-1-mnist.pt", "model": "swarm-image", "code": "8-2-1", "dataset": "mnist",
                "eval": {"bits_per_dim": 99.0}}  # the smoke campaign's shape, a worse recorded number

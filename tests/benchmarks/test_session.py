@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_fake_mnist
+from conftest import fresh_campaigns, write_fake_mnist
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -58,7 +58,7 @@ def _files_are_returnable(out: Path) -> dict | None:
 def _session(tmp_path, wall, *extra, images=None):
     root = tmp_path / "campaigns"
     if not root.exists():
-        subprocess.run(["cp", "-r", str(REPO / "campaigns"), str(root)], check=True)
+        fresh_campaigns(root)
     images = images or write_fake_mnist(tmp_path / "images", gz=True)
     cmd = [sys.executable, str(SCRIPTS / "session.py"), str(tmp_path / "out"), "--wall", str(wall), "--campaigns",
            str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
@@ -128,3 +128,16 @@ def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
     assert list(facts["phases"]) == ["0-inputs", "1-gpu-tests", "2-timings", "3-campaigns"]
     assert facts["packed"] == ["mog", "mnist", "clustering"]
     assert (tmp_path / "out" / "gpu-tests.txt").is_file() and (tmp_path / "out" / "bench.txt").is_file()
+
+
+def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
+    """`sbatch benchmarks/gpu/job.sh OUT` (here run directly, from elsewhere): the job starts, finds the
+    repository, and on a machine without CUDA ends after its first phase."""
+    env = {**os.environ, "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": sys.executable}
+    res = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out"), "30"], capture_output=True,
+                         text=True, timeout=90, cwd=tmp_path, env=env)
+    assert res.returncode == 1 and "no CUDA" in res.stdout, res.stdout + res.stderr
+    assert _files_are_returnable(tmp_path / "out")["phases"]["0-inputs"] >= 0
+    bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "30"], capture_output=True,
+                          text=True, timeout=90, env={**os.environ, "PYTHON": "/usr/bin/python3"})
+    assert bare.returncode == 1 and "torch cannot be imported" in bare.stdout and "Traceback" not in bare.stderr

@@ -129,7 +129,7 @@ def test_an_existing_output_is_overwritten_only_with_force(cli, trained_runs, va
         assert r.exit_code == 1 and "exists; pass --force" in r.output, r.output
         assert _snapshot(tmp_path) == before
     r = cli("cluster", points, *_run_args(trained_runs), "--force", "--out", points)
-    assert r.exit_code == 1 and "is the input file" in r.output and _snapshot(tmp_path) == before
+    assert r.exit_code == 1 and "an input of this command" in r.output and _snapshot(tmp_path) == before
     r = cli("cluster", points, *_run_args(trained_runs), "--force")
     assert r.exit_code == 0, r.output
     assert _read(tmp_path / "pts-clusters.csv")[1].shape == (len(values), 5)

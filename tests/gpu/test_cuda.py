@@ -15,6 +15,20 @@ from swarmctl.testing import random_sets
 pytestmark = pytest.mark.gpu
 
 
+@pytest.fixture(autouse=True)
+def strict_float32_between_tests():
+    """Each test starts from strict float32 matrix products and no sync checking, and gets back whatever it
+    changed, so a tolerance or a check that holds alone holds in any order."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    if torch.cuda.is_available():
+        with warnings.catch_warnings():  # PyTorch warns (once) that sync checking is a prototype
+            warnings.simplefilter("ignore")
+            torch.cuda.set_sync_debug_mode("default")
+
+
 @contextlib.contextmanager
 def no_host_sync():
     """Inside, any operation that makes the host wait for the device raises. PyTorch warns that this

@@ -170,3 +170,29 @@ def failing_writes(name: str, err: int = errno.EFBIG, nth: int = 1):
         yield seen
     finally:
         os.write = real
+
+
+@contextlib.contextmanager
+def competing_writer(name: str, content: bytes):
+    """Another process that creates the file ``name`` (with ``content``) while a command runs: at the first
+    write to the command's temporary file for ``name`` (``.name.*.tmp``), after every up-front check."""
+    real = os.write
+    seen = {"written": False}
+
+    def write(fd, data):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = ""
+        base = os.path.basename(path)
+        if not seen["written"] and base.startswith(f".{name}.") and base.endswith(".tmp"):
+            seen["written"] = True
+            with open(os.path.join(os.path.dirname(path), name), "xb") as fh:
+                fh.write(content)
+        return real(fd, data)
+
+    os.write = write
+    try:
+        yield seen
+    finally:
+        os.write = real

@@ -173,6 +173,31 @@ def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained, tiny_h5
     assert r.exit_code == 0, r.output
 
 
+def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, trained, tiny_h5, monkeypatch):
+    """The default dataset regenerated on another machine (seed 0, the paper's generator) holds the same
+    tasks but not always the same bytes: other scipy or BLAS builds round the covariances' last bits
+    differently. A fresh install's `swarmctl eval` refused the shipped model on it; it now warns and scores.
+    Here the run's file is made the default dataset and its recipe the paper's, and its checksum is read
+    as another machine's."""
+    from swarmctl.tasks import clustering
+
+    runs, run = trained
+    monkeypatch.setattr(clustering.ClusteringTask, "default_data", str(tiny_h5))
+    monkeypatch.setattr(clustering.ClusteringTask, "default_tasks", PARAMS["n_tasks"])
+    recipe = {k: v for k, v in PARAMS.items() if k != "n_tasks"}
+    monkeypatch.setattr(clustering, "_GENERATOR", {**clustering._GENERATOR, **recipe})
+    real = clustering.load_clustering_data
+    monkeypatch.setattr(clustering, "load_clustering_data",
+                        lambda path, *splits: (lambda d, i: (d, {**i, "checksum": "f" * 64}))(*real(path, *splits)))
+    r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "holds the paper's seed-0 tasks" in r.output and (run / "eval-val.json").is_file()
+    generate_dataset(tiny_h5, ClusteringParams(**PARAMS), seed=1, force=True)  # another recipe: refused still
+    (run / "eval-val.json").unlink()
+    r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu")
+    assert "changed since" in _one_line_error(r) and not (run / "eval-val.json").exists()
+
+
 @pytest.mark.parametrize("damage", [b"", b"{not json", b'{"model": 3}', b"\xff\xfe\x00", b"[]"])
 def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, trained, damage):
     runs, run = trained

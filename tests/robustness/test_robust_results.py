@@ -197,6 +197,23 @@ def test_report_skips_a_bad_run_with_a_warning(two_runs, fault):
     assert "| swarm |" in report and "| lstm |" not in report
 
 
+@pytest.mark.parametrize(("field", "value"), [("parameters", -5), ("parameters", 0), ("parameters", 2.5),
+                                              ("parameters", True), ("parameters", "12"), ("parameters", None),
+                                              ("parameters", 1e300), ("seed", -1), ("seed", "x"), ("seed", 1.5)])
+def test_report_skips_a_run_whose_config_holds_an_impossible_number(two_runs, field, value):
+    """A parameter count that is no positive whole number cannot sit on the log-scale frontier (nor a seed
+    that is no seed in a table): the run is skipped with a warning naming the field."""
+    config = two_runs / "lstm" / "config.json"
+    cfg = json.loads(config.read_text())
+    cfg["run" if field == "parameters" else "train"][field] = value
+    config.write_text(json.dumps(cfg))
+    r = cli("report", two_runs)
+    assert_no_traceback(r, code=0)
+    assert "warning: skipped run" in r.output and field in r.output.split("warning:")[1], r.output
+    report = (two_runs / "report.md").read_text()
+    assert "| swarm |" in report and "| lstm |" not in report
+
+
 @pytest.mark.parametrize("title", NAMES)
 def test_report_draws_any_title_literally(two_runs, title):
     r = cli("report", two_runs, "--title", title)

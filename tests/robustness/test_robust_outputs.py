@@ -1,0 +1,142 @@
+"""Generated: every output option of every command aimed at every file the command reads or owns (its
+inputs, the checkpoint it uses, a run's own files and lock, a shipped model and its record), with and
+without --force; a competing writer that creates an output while the command runs; and an output that
+fails after another was written. The promise: --force never reaches those files, an existing file is
+never replaced without --force (a race included), and a command's outputs appear all together or not
+at all."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+
+import numpy as np
+import pytest
+from faults import assert_clean_failure, cli, competing_writer, failing_writes, snapshot
+
+from swarmctl.runs import export_weights
+
+RUN_OWN = ("best.pt", "last.pt", "config.json", "metrics.jsonl", ".lock")
+
+
+@pytest.fixture
+def case(trained_runs, tmp_path, monkeypatch):
+    """root/: runs/x (a trained run, its lock file included), model.pt (a checkpoint outside any run),
+    data.h5, points.csv, and pre/ (a shipped model and its record, SWARMCTL_PRETRAINED)."""
+    runs, data = trained_runs
+    root = tmp_path / "case"
+    shutil.copytree(runs / "swarm", root / "runs" / "x")
+    (root / "runs" / "x" / ".lock").write_text("12345\n")
+    shutil.copyfile(runs / "swarm" / "best.pt", root / "model.pt")
+    shutil.copyfile(data, root / "data.h5")
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(0, 1, (30, 2)), rng.normal(6, 1, (30, 2))])
+    np.savetxt(root / "points.csv", points, delimiter=",", header="x,y", comments="")
+    export_weights(runs / "swarm" / "best.pt", root / "pre" / "swarm-tiny.pt")
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(root / "pre"))
+    return root
+
+
+# target -> the file it names (relative to the case root)
+TARGETS = {
+    "points": "points.csv",
+    "checkpoint": "model.pt",
+    "data": "data.h5",
+    **{f"run-{name}": f"runs/x/{name}" for name in RUN_OWN},
+    "shipped-weights": "pre/swarm-tiny.pt",
+    "shipped-record": "pre/swarm-tiny.json",
+}
+
+
+def _command(command, target, root, out):
+    """The command line that reads (or owns) ``target`` and writes ``out``."""
+    if target == "checkpoint":
+        model = [root / "model.pt"]
+    elif target.startswith("shipped"):
+        model = []
+    else:
+        model = ["x", "--runs-dir", root / "runs"]
+    if command == "cluster":
+        return ["cluster", root / "points.csv", *model, "--device", "cpu", "--out", out]
+    if command == "eval":
+        return ["eval", *model, "--device", "cpu", "--data", root / "data.h5", "--out", out]
+    return ["gen-data", "--out", out, "--tasks", 4, "--n-min", 5, "--n-max", 20]
+
+
+READS = {"cluster": ("points", "checkpoint"), "eval": ("checkpoint", "data"), "gen-data": ()}  # besides those owned
+
+
+def _cases():
+    out = []
+    for command, reads in READS.items():
+        for target in (*reads, *(t for t in TARGETS if t.startswith(("run-", "shipped-")))):
+            for force in ((False, True) if command != "eval" else (False,)):  # eval has no --force
+                out.append((command, target, force))
+    return out
+
+
+@pytest.mark.parametrize(("command", "target", "force"), _cases())
+def test_an_output_never_replaces_a_file_the_command_reads_or_owns(case, command, target, force):
+    out = case / TARGETS[target]
+    args = _command(command, target, case, out) + (["--force"] if force else [])
+    before = snapshot(case)
+    r = cli(*args)
+    assert_clean_failure(r, case, before)
+    assert "choose another output path" in r.output and "--force" not in r.output, r.output
+
+
+# ---- a competing writer: the output appears while the command runs ----------------------------------------
+
+def _cluster(root, *extra):
+    return ["cluster", root / "points.csv", "x", "--runs-dir", root / "runs", "--device", "cpu", *extra]
+
+
+@pytest.mark.parametrize("which", ["--out", "--plot"])
+def test_an_output_that_appears_meanwhile_is_not_replaced_without_force(case, which):
+    outputs = {"--out": case / "o.csv", "--plot": case / "o.png"}
+    before = snapshot(case)
+    with competing_writer(outputs[which].name, b"the other process's file\n") as seen:
+        r = cli(*_cluster(case, "--out", outputs["--out"], "--plot", outputs["--plot"]))
+    assert seen["written"], "the competitor never wrote"
+    assert r.exit_code == 1 and "exists" in r.output and "--force" in r.output, r.output
+    after = snapshot(case)
+    assert after.pop(outputs[which].name) == b"the other process's file\n"
+    assert after == before  # neither output of ours, no temporary file
+
+
+def test_with_force_a_file_that_appears_meanwhile_is_replaced(case):
+    out = case / "o.csv"
+    with competing_writer(out.name, b"the other process's file\n") as seen:
+        r = cli(*_cluster(case, "--out", out, "--force"))
+    assert seen["written"] and r.exit_code == 0, r.output
+    assert out.read_text().startswith("x,y,cluster,probability,entropy\n")
+
+
+def test_gen_data_never_replaces_a_file_that_appears_meanwhile(case):
+    out = case / "d.h5"
+    before = snapshot(case)
+    with competing_writer(out.name, b"the other process's file\n") as seen:
+        r = cli("gen-data", "--out", out, "--tasks", 4, "--n-min", 5, "--n-max", 20)
+    assert seen["written"] and r.exit_code == 1 and "exists" in r.output, r.output
+    assert snapshot(case) == {**before, "d.h5": b"the other process's file\n"}
+
+
+# ---- all or nothing -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("err", [errno.EFBIG, errno.ENOSPC])
+@pytest.mark.parametrize("failing", ["o.csv", "o.png"])
+def test_cluster_writes_both_outputs_or_neither(case, failing, err):
+    before = snapshot(case)
+    with failing_writes(failing, err) as seen:
+        r = cli(*_cluster(case, "--out", case / "o.csv", "--plot", case / "o.png"))
+    assert seen["n"] >= 1
+    assert_clean_failure(r, case, before)
+
+
+def test_a_plot_named_in_capitals_is_written_under_that_name(case):
+    (case / "o.png").write_bytes(b"keep me\n")
+    before = snapshot(case)
+    r = cli(*_cluster(case, "--out", case / "o.csv", "--plot", case / "o.PNG"))
+    assert r.exit_code == 0, r.output
+    after = snapshot(case)
+    assert after["o.png"] == before["o.png"] and after["o.PNG"].startswith(b"\x89PNG")

@@ -1,0 +1,293 @@
+"""Generated: standard streams that are closed or full, and odd terminals (COLUMNS 0 and 5, TERM=dumb,
+an ASCII locale or output encoding, an unwritable HOME), through every command. The promise: a command
+whose output cannot be written ends in one line on stderr with exit 1, no traceback and no file left;
+a closed stream is never taken by a file swarmctl opens; odd terminals get readable output."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faults import assert_clean_failure, cli, snapshot
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from swarmctl.cli import app
+from swarmctl.runs import run_path
+
+TINY = ["--hidden", 4, "--iters", 2, "--batch-size", 8, "--device", "cpu", "--max-epochs", 1]
+
+
+@pytest.fixture
+def case(trained_runs, tmp_path):
+    """root/: runs/x (a trained run), data.h5, p.csv (60 points)."""
+    runs, data = trained_runs
+    root = tmp_path / "case"
+    shutil.copytree(runs / "swarm", root / "runs" / "x")
+    shutil.copyfile(data, root / "data.h5")
+    rng = np.random.default_rng(0)
+    pts = np.concatenate([rng.normal(0, 1, (30, 2)), rng.normal(6, 1, (30, 2))])
+    np.savetxt(root / "p.csv", pts, delimiter=",", header="x,y", comments="")
+    return root
+
+
+def _commands(root):
+    """A working command line for every command that prints (and the files it writes)."""
+    run = root / "runs" / "x"
+    return {
+        "models": ["models"],
+        "help": ["train", "--help"],
+        "cluster": ["cluster", root / "p.csv", run, "--device", "cpu", "--out", root / "o.csv", "--plot",
+                    root / "o.png"],
+        "eval": ["eval", run, "--device", "cpu", "--data", root / "data.h5", "--out", root / "e.json"],
+        "gen-data": ["gen-data", "--out", root / "d.h5", "--tasks", 4, "--n-min", 5, "--n-max", 20],
+        "report": ["report", root / "runs", "--out", root / "rep"],
+        "plot-entropy": ["plot-entropy", run, "--grid", 4, "--clusters", 3, "--size", 10, "--device", "cpu",
+                         "--out", root / "ent"],
+        "shuffle-variance": ["shuffle-variance", run, "--tasks", 2, "--shuffles", 2, "--device", "cpu", "--out",
+                             root / "sv"],
+        "train": ["train", "swarm", *TINY, "--data", root / "data.h5", "--runs-dir", root / "runs", "--name", "new"],
+    }
+
+
+class _Full(io.RawIOBase):
+    """A standard output on a full disk (/dev/full) or a closed pipe: every write fails with ``err``."""
+
+    def __init__(self, err):
+        self.err, self.failing = err, True
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        if self.failing:
+            raise OSError(self.err, os.strerror(self.err))
+        return len(b)
+
+
+def _invoke_with_stdout(args, err):
+    """Run swarmctl in this process with standard output failing as ``err``: (exit code, stderr)."""
+    raw = _Full(err)
+    out, stderr = io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8"), io.StringIO()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, stderr
+    try:
+        app(args=[str(a) for a in args], prog_name="swarmctl")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.stdout, sys.stderr = saved
+        raw.failing = False  # what is left in the buffer may go now: no error when it is collected
+    return code, stderr.getvalue()
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EPIPE])
+@pytest.mark.parametrize("command", ["models", "help", "cluster", "eval", "gen-data", "report", "plot-entropy",
+                                     "shuffle-variance", "train"])
+def test_an_output_that_cannot_be_printed_is_one_line_and_leaves_no_file(case, monkeypatch, command, err):
+    monkeypatch.setenv("COLUMNS", "200")
+    before = snapshot(case)
+    code, stderr = _invoke_with_stdout(_commands(case)[command], err)
+    assert code == 1, stderr
+    lines = [x for x in stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "standard output" in lines[-1] and "Traceback" not in stderr, stderr
+    if command == "train":  # training keeps what it made (the README): here, nothing was trained yet
+        return
+    after = snapshot(case)
+    assert sorted(after) == sorted(before) and all(after[k] == before[k] for k in before), set(after) ^ set(before)
+
+
+# ---- real processes: /dev/full, closed streams, encodings, locales -------------------------------------------
+
+def _swarmctl(args, *, env=None, **kwargs):
+    return subprocess.run([sys.executable, "-m", "swarmctl", *map(str, args)], capture_output=kwargs.pop(
+        "capture_output", True), text=True, timeout=180, env={**os.environ, "COLUMNS": "200", **(env or {})},
+        **kwargs)
+
+
+def test_models_and_cluster_on_dev_full(case):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    before = snapshot(case)
+    for args in (["models"], _commands(case)["cluster"]):
+        with open("/dev/full", "w") as full:
+            proc = _swarmctl(args, stdout=full, capture_output=False, stderr=subprocess.PIPE)
+        err = [x for x in proc.stderr.splitlines() if x.strip()]
+        assert proc.returncode == 1 and len(err) == 1 and "standard output" in err[0], proc.stderr
+        assert snapshot(case) == before
+
+
+_CHECK_FDS = """
+import atexit, os, sys
+REPORT = sys.argv[1]
+def report():
+    with open(REPORT, "w") as fh:
+        fh.write(" ".join(os.readlink(f"/proc/self/fd/{fd}") if os.path.exists(f"/proc/self/fd/{fd}") else "closed"
+                          for fd in (0, 1, 2)))
+atexit.register(report)
+sys.argv = ["swarmctl", *sys.argv[2:]]
+from swarmctl.cli import main
+main()
+"""
+
+
+def test_closed_standard_streams_are_never_taken_by_a_file(case):
+    """With 0, 1 and 2 closed, the files swarmctl opens would get those numbers (and whatever writes to
+    stdout or stderr would write into them): they are reopened on /dev/null first, and the CSV is whole."""
+    report = case / "fds.txt"
+    args = _commands(case)["cluster"]
+    proc = subprocess.run([sys.executable, "-c", _CHECK_FDS, str(report), *map(str, args)], timeout=180,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
+    assert proc.returncode == 0
+    assert report.read_text() == "/dev/null /dev/null /dev/null"
+    back = np.loadtxt(case / "o.csv", delimiter=",", skiprows=1)
+    assert back.shape == (60, 5)
+
+
+def test_a_closed_standard_input_is_named(case):
+    proc = _swarmctl(["cluster", "-", case / "runs" / "x", "--device", "cpu"], cwd=case, stdin=subprocess.DEVNULL,
+                     preexec_fn=lambda: os.close(0))
+    err = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert proc.returncode == 1 and len(err) == 1 and "standard input is closed" in err[0], proc.stderr
+    assert not (case / "clusters.csv").exists()
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"},
+                                 {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}],
+                         ids=["PYTHONIOENCODING=ascii", "C locale"])
+def test_non_ascii_names_in_an_ascii_terminal(case, env):
+    pts = case / "pé ☃.csv"
+    shutil.copyfile(case / "p.csv", pts)
+    proc = _swarmctl(["cluster", pts, case / "runs" / "x", "--device", "cpu"], env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (case / "pé ☃-clusters.csv").is_file()
+    proc = _swarmctl(["train", "swarm", *TINY, "--data", case / "data.h5", "--runs-dir", case / "runs", "--name",
+                      "é"], env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert (case / "runs" / "é" / "best.pt").is_file()
+
+
+def test_run_names_decoded_in_an_ascii_locale_stay_valid():
+    """Bytes a C locale cannot decode arrive as lone surrogates (PEP 383): they are part of a name."""
+    assert run_path("\udcc3\udca9", Path("runs")) == Path("runs") / "\udcc3\udca9"
+    with pytest.raises(Exception, match="must stay inside"):
+        run_path("a/\x00b", Path("runs"))
+
+
+def test_an_ascii_output_encoding_in_process(case):
+    pts = case / "pé.csv"
+    shutil.copyfile(case / "p.csv", pts)
+    r = CliRunner(charset="ascii").invoke(app, ["cluster", str(pts), str(case / "runs" / "x"), "--device", "cpu"],
+                                          env={"COLUMNS": "200"})
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert "p\\xe9.csv" in r.output
+
+
+def test_an_unwritable_home_prints_no_matplotlib_warning(case):
+    env = {"HOME": "/dev/null", "MPLCONFIGDIR": "", "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": ""}
+    proc = _swarmctl(_commands(case)["cluster"], env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert (case / "o.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- odd terminals --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("columns", ["0", "5", "-3", "abc", ""])
+@pytest.mark.parametrize("command", ["cluster", "help", "models"])
+def test_an_odd_columns_value_still_prints_readable_lines(case, command, columns):
+    args = [str(a) for a in _commands(case)[command]]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": columns})
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert lines, "nothing printed"
+    words = {"cluster": "clustered in", "help": "--max-epochs", "models": "swarm"}[command]
+    assert any(words in x for x in lines), r.output
+    assert max(len(x) for x in lines) >= 40  # not folded into a column a few characters wide
+
+
+@pytest.mark.parametrize("columns", ["0", "5"])
+def test_an_odd_columns_value_in_a_real_process(case, columns):
+    """COLUMNS is read when the console is made, at start-up: in a process of its own."""
+    for args, words in ((_commands(case)["cluster"], "clustered in"), (["train", "--help"], "--max-epochs")):
+        proc = _swarmctl(args, env={"COLUMNS": columns})
+        lines = [x for x in proc.stdout.splitlines() if x.strip()]
+        assert proc.returncode == 0 and lines and any(words in x for x in lines), proc.stdout + proc.stderr
+        assert max(len(x) for x in lines) >= 40, proc.stdout
+        (case / "o.csv").unlink(missing_ok=True)
+        (case / "o.png").unlink(missing_ok=True)
+
+
+def _on_a_terminal(args, env):
+    """Run swarmctl with stdout and stderr on a pseudo-terminal: (exit code, everything it showed)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "swarmctl", *map(str, args)], stdout=slave, stderr=slave,
+                            stdin=subprocess.DEVNULL, env={**os.environ, **env})
+    os.close(slave)
+    shown = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 180)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    return proc.wait(timeout=60), shown.decode(errors="replace")
+
+
+@pytest.mark.parametrize("columns", ["0", "5"])
+def test_a_dumb_terminal_gets_no_escape_sequences(case, columns):
+    code, shown = _on_a_terminal(_commands(case)["cluster"], {"TERM": "dumb", "COLUMNS": columns})
+    assert code == 0, shown
+    assert "\x1b" not in shown, repr(shown[:500])
+    assert "clustered in" in shown
+    code, shown = _on_a_terminal(["cluster", case / "missing.csv", case / "runs" / "x"], {"TERM": "dumb"})
+    assert code == 1 and "\x1b" not in shown and "does not exist" in shown, repr(shown)
+
+
+# ---- integer options: one rule ----------------------------------------------------------------------------
+
+def _int_options():
+    """(command, option) for every option of every command that takes an integer."""
+    out = []
+    for name, command in sorted(get_command(app).commands.items()):
+        for param in command.params:
+            descriptor = getattr(param, "type_descriptor", None)
+            if getattr(descriptor, "annotation", None) is int and param.opts and param.opts[0].startswith("--"):
+                out.append((name, param.opts[0]))
+    return out
+
+
+INT_OPTIONS = _int_options()
+
+
+def test_every_integer_option_is_found():
+    assert ("train", "--hidden") in INT_OPTIONS and ("train", "--max-epochs") in INT_OPTIONS
+    assert ("cluster", "--chunk-size") in INT_OPTIONS and ("gen-data", "--tasks") in INT_OPTIONS
+
+
+@pytest.mark.parametrize("value", ["8.0", "5.", "1e3", "8_000", "0x10", "eight"])
+@pytest.mark.parametrize(("command", "option"), INT_OPTIONS)
+def test_an_integer_option_takes_whole_numbers_only(tmp_path, command, option, value):
+    before = snapshot(tmp_path)
+    r = cli(command, option, value)
+    assert_clean_failure(r, tmp_path, before, code=2)
+    assert option in r.output and "whole number" in r.output, r.output
+    assert re.search(r"got '?" + re.escape(value), r.output), r.output
