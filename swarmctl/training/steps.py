@@ -186,12 +186,18 @@ class TrainStep:
         states = tuple(id(v) for s in self.opt.state.values() for v in s.values() if isinstance(v, Tensor))
         return groups, states
 
+    def _after_first_step(self) -> None:
+        """Adam creates its state at its first step (later steps update it in place): note it once, so the
+        next call does not take it for a reloaded state."""
+        if not self._valid_for[1]:
+            self._valid_for = self._optimizer_key()
+
     def __call__(self, batch: Any) -> Tensor:
         if self._optimizer_key() != self._valid_for:  # a backtrack or resume loaded another state
             self.optimizer_changed()
         if not self.graphs:
             loss = self._eager(batch, set_to_none=True)
-            self._valid_for = self._optimizer_key()  # a first step creates Adam's state
+            self._after_first_step()
             return loss
         key = _shape_key(batch)
         graph = self._graphs.get(key)
@@ -199,10 +205,10 @@ class TrainStep:
             self._seen[key] = self._seen.get(key, 0) + 1
             if self._seen[key] <= WARMUP_STEPS or len(self._graphs) >= self.max_graphs:
                 loss = self.backend.side_stream(lambda: self._eager(batch, set_to_none=False))
-                self._valid_for = self._optimizer_key()
+                self._after_first_step()
                 return loss
             graph = self._graphs[key] = self._capture(batch)
-            self._valid_for = self._optimizer_key()
+            self._after_first_step()
             return graph.loss  # the capture's step was this batch's step
         for name, t in _tensors(batch).items():
             getattr(graph.inputs, name).copy_(t, non_blocking=True)
