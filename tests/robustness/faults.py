@@ -146,6 +146,14 @@ def deadline(seconds: int = 120):
         signal.signal(signal.SIGALRM, old)
 
 
+def _fd_path(fd: int) -> str:
+    """The path an open file descriptor writes to ("" when it has none)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
 @contextlib.contextmanager
 def failing_writes(name: str, err: int = errno.EFBIG, nth: int = 1):
     """Make the ``nth`` and every later write to a file called ``name`` (or to its temporary sibling
@@ -155,10 +163,7 @@ def failing_writes(name: str, err: int = errno.EFBIG, nth: int = 1):
     seen = {"n": 0}
 
     def write(fd, data):
-        try:
-            target = os.path.basename(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            target = ""
+        target = os.path.basename(_fd_path(fd))
         if target == name or (target.startswith(f".{name}.") and target.endswith(".tmp")):
             seen["n"] += 1
             if seen["n"] >= nth:
@@ -180,10 +185,7 @@ def competing_writer(name: str, content: bytes):
     seen = {"written": False}
 
     def write(fd, data):
-        try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            path = ""
+        path = _fd_path(fd)
         base = os.path.basename(path)
         if not seen["written"] and base.startswith(f".{name}.") and base.endswith(".tmp"):
             seen["written"] = True
