@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from swarmctl.errors import OutputExists, ResourceError, SwarmctlWarning
+from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 
 # ---- what may be written, and how it is read --------------------------------------------------------
 
-RUN_FILES = ("config.json", "metrics.jsonl", "best.pt", "last.pt")  # a run's own files: only its writer writes them
-LOCK_FILE = ".lock"  # a run's lock (runs.run_lock): no output ever takes this name
 _held: set[Path] = set()  # folders this process is the writer of (see :func:`holding`)
 
 
@@ -45,7 +44,7 @@ def _shipped_folders() -> set[Path]:
 @contextlib.contextmanager
 def holding(folder: Path) -> Iterator[None]:
     """Mark ``folder`` as held by this process for the block: only then may a run's own files
-    (:data:`RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
+    (:data:`swarmctl.rundir.RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
     runs.run_lock wraps its critical section in this, runs.export_weights its writes."""
     folder = Path(folder).resolve()
     _held.add(folder)
@@ -113,7 +112,7 @@ def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
     """Refuse a file ``path`` that a command would replace, before any work: a symbolic link (swarmctl
     never writes through a link), a folder, a FIFO or other special file in its place, one of the
     command's ``inputs`` (the same resolved path, or the same file under another name), a run's lock
-    (:data:`LOCK_FILE`, anywhere), a run's own file (:data:`RUN_FILES` in a folder holding config.json)
+    (:data:`swarmctl.rundir.LOCK`, anywhere), a run's own file (:data:`swarmctl.rundir.RUN_FILES` in a run's folder)
     or a file in a folder of shipped models, while this process does not hold that folder. ``--force``
     changes none of this."""
     path = Path(path)
@@ -132,12 +131,12 @@ def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
         if source is not None and (_resolved(Path(source)) == target or _same_file(st, Path(source))):
             raise ResourceError(f"cannot write {path}: it is an input of this command ({source}); choose another "
                               "output path")
-    if target.name == LOCK_FILE:
-        raise ResourceError(f"cannot write {path}: {LOCK_FILE} is the name of a run's lock file, which swarmctl never "
+    if target.name == LOCK:
+        raise ResourceError(f"cannot write {path}: {LOCK} is the name of a run's lock file, which swarmctl never "
                           "replaces; choose another output path")
     if target.parent in _held:
         return
-    if target.name in RUN_FILES and (target.parent / "config.json").exists():
+    if is_run_file(target):
         raise ResourceError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
                           "writes; choose another output path")
     if target.parent in _shipped_folders():
@@ -500,9 +499,6 @@ def _writer_alive(name: str) -> bool:
     except (PermissionError, OverflowError, ValueError):
         return True
     return True
-
-
-METRICS_KEYS = ("epoch", "train_loss", "val_loss", "best_val", "lr", "net_seconds", "backtracked")  # metrics.jsonl
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

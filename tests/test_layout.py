@@ -26,7 +26,7 @@ def test_lazy_top_level_names():
 # order is fixed too, so no two folders import each other. The base modules sit under everything; the test
 # helpers (testing.py) sit on top: they may use the library, which never imports them.
 LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__", "testing"]
-BASE = {"__init__", "config", "errors", "files", "devices"}
+BASE = {"__init__", "config", "errors", "files", "devices", "rundir"}
 
 
 def _level(module: str) -> int:
@@ -118,3 +118,43 @@ def test_the_tests_have_one_conftest():
     imported under the same module name and shadows the first for every module collected after it."""
     tests = Path(__file__).resolve().parent
     assert sorted(p.relative_to(tests).as_posix() for p in tests.rglob("conftest.py")) == ["conftest.py"]
+
+
+# ---- the run layout: one module names a run's files ------------------------------------------------------
+
+RUN_FILE_NAMES = ("config.json", "metrics.jsonl", "best.pt", "last.pt", "curves.png", ".lock")
+RUN_LAYOUT = ("rundir.py",)  # the one module that spells them
+
+
+def _run_file_literals(path):
+    """(line, literal) of each string literal in ``path`` (docstrings excepted) that is a run's file name or
+    a path to one (``"best.pt"``, ``"*/config.json"``, the ``"/last.pt"`` of an f-string). A name inside a
+    sentence a user reads (help text, a message) is prose, not a path, and is not counted."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                and any(part in RUN_FILE_NAMES for part in node.value.split("/")):
+            yield node.lineno, node.value
+
+
+def test_no_run_file_name_is_spelled_outside_the_run_layout():
+    """Every module asks ``swarmctl.rundir.RunDir`` (or its constants) for a run's files: renaming one is
+    one line there."""
+    root = Path(swarmctl.__file__).parent
+    found = [f"{path.relative_to(root)}:{line}: {text!r}" for path in sorted(root.rglob("*.py"))
+             if path.relative_to(root).as_posix() not in RUN_LAYOUT for line, text in _run_file_literals(path)]
+    assert not found, "run file names spelled outside swarmctl/rundir.py: " + "; ".join(found)
+
+
+def test_the_run_layout_names_every_run_file():
+    """The names the grep above looks for are the layout's own (a renamed file is still caught)."""
+    from swarmctl import rundir
+
+    assert {rundir.CONFIG, rundir.METRICS, rundir.BEST, rundir.LAST, rundir.CURVES, rundir.LOCK} == \
+        set(RUN_FILE_NAMES)

@@ -50,7 +50,7 @@ def test_interrupt_saves_position_inside_the_epoch_and_resume_matches(tiny_h5, t
     clustering_training_loss(None)
     assert res.interrupted and "SIGINT" in res.stop_reason
     state = load_checkpoint(res.run_dir / "last.pt").state
-    assert (state["epoch"], state["cursor"]) == (1, 1)  # 5 batches per epoch: epoch 0 done, 1 step into epoch 1
+    assert (state.epoch, state.cursor) == (1, 1)  # 5 batches per epoch: epoch 0 done, 1 step into epoch 1
     resumed = resume_run("cut", tmp_path)
     assert resumed.epochs == 2
     a, b = _weights(straight.run_dir), _weights(resumed.run_dir)

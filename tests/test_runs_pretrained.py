@@ -106,7 +106,7 @@ def test_the_shipped_models_are_found_by_their_records_and_match_them(monkeypatc
         assert ckpt.optimizer is None and m.checkpoint.stat().st_size < 16 * 2**20
         assert ckpt.task == m.task and ckpt.config["model"] == m.record["config"]["model"]
         assert count_parameters(model) == m.record["parameters"]
-        assert ckpt.state["best_epoch"] == m.record["best_epoch"] < m.record["epochs"]
+        assert ckpt.state.best_epoch == m.record["best_epoch"] < m.record["epochs"]
     assert shipped_checkpoint(get_task("image"), "mnist").name == SHIPPED[1]
 
 

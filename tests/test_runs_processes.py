@@ -44,8 +44,8 @@ def test_sigkill_then_resume_loses_at_most_the_epoch_in_progress(tiny_h5, tmp_pa
     proc.communicate()
     logged = len(metrics.read_text().splitlines())
     state = load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt").state  # complete, readable
-    assert state["epoch"] >= logged - 1  # at most the epoch being written was lost
-    target = state["epoch"] + 2
+    assert state.epoch >= logged - 1  # at most the epoch being written was lost
+    target = state.epoch + 2
     out = subprocess.run([sys.executable, *RESUME, "swarm-8-3-1-s0", "--runs-dir", str(runs),
                           "--max-epochs", str(target)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -62,7 +62,7 @@ def test_sigterm_saves_last_and_says_how_to_resume(tiny_h5, tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert "interrupted (SIGTERM)" in err and "--resume swarm-8-3-1-s0" in err and "Traceback" not in err
-    assert load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt").state["stop_reason"] == "interrupted (SIGTERM)"
+    assert load_checkpoint(runs / "swarm-8-3-1-s0" / "last.pt").state.stop_reason == "interrupted (SIGTERM)"
 
 
 def _free_port():
@@ -79,15 +79,16 @@ def _ddp_worker(rank, world, port, data, out):
 
     from swarmctl import runs
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.runs import lifecycle
 
     captured = {}
-    real_fit = runs.fit
+    real_fit = lifecycle.fit
 
     def fit_and_keep(model, *args, **kwargs):
         captured["model"] = model
         return real_fit(model, *args, **kwargs)
 
-    runs.fit = fit_and_keep
+    lifecycle.fit = fit_and_keep
     torch.manual_seed(rank)  # different initial weights on each rank: DDP must synchronise them
     res = runs.start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=3),
                                       TrainConfig(batch_size=3, max_epochs=2, device="cpu", seed=rank),

@@ -533,7 +533,7 @@ def _check_adam(ckpt: Checkpoint, config: dict[str, Any], label: str) -> None:
         raise Refused(f"{label} holds no optimizer state; the next session cannot resume from it")
     with _untrusted(f"{label}'s optimizer state"):
         model = _build(config)
-        opt = torch.optim.Adam(model.parameters(), lr=ckpt.state["lr"])
+        opt = torch.optim.Adam(model.parameters(), lr=ckpt.state.lr)
         opt.load_state_dict(ckpt.optimizer)
         for p in model.parameters():
             for key, value in opt.state.get(p, {}).items():
@@ -557,9 +557,9 @@ def check_eval(path: Path, label: str, config: dict[str, Any], split: str, keys:
         raise Refused(f"{label} scores {_show(res.get('model'))} {_show(res.get('code'))}, not the run's model")
     _integer(res.get("tasks"), f"{label}: tasks", low=1)
     if ckpt is not None:
-        if _integer(res.get("epoch"), f"{label}: epoch") != ckpt.state["best_epoch"]:
+        if _integer(res.get("epoch"), f"{label}: epoch") != ckpt.state.best_epoch:
             raise Refused(f"{label} scores epoch {res['epoch']}, not the checkpoint's best epoch "
-                          f"{ckpt.state['best_epoch']}")
+                          f"{ckpt.state.best_epoch}")
     return res
 
 
@@ -640,9 +640,9 @@ def check_image(name: str, folder: Path, pts: dict[str, Path], root: Path, progr
             raise Refused(f"{committed} is damaged ({_one_line(exc)[:100]}); restore it first") from None
         if not _same_run(before.config, config):
             raise Refused(f"{name}-last.pt is not the run {committed} holds; the session did not continue it")
-        if last.state["epoch"] < before.state["epoch"]:
-            raise Refused(f"{name}-last.pt is at epoch {last.state['epoch']}, behind the committed "
-                          f"{before.state['epoch']}")
+        if last.state.epoch < before.state.epoch:
+            raise Refused(f"{name}-last.pt is at epoch {last.state.epoch}, behind the committed "
+                          f"{before.state.epoch}")
     _check_extras(folder, name, IMAGE_FILES)
     scored = None
     if (folder / "eval-test.json").is_file():

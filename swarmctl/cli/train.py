@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from pathlib import Path
 from typing import Annotated, Any
@@ -10,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._fit import after_fit
+from swarmctl.cli._fit import report_interrupted
 from swarmctl.cli._options import (
     RUNS_DIR,
     RunsDir,
@@ -25,8 +24,9 @@ from swarmctl.cli._options import (
 from swarmctl.cli._progress import EpochProgress
 from swarmctl.config import ModelConfig, TrainConfig
 from swarmctl.models import HYPERPARAMETERS, list_models
-from swarmctl.runs import RESUMABLE, configs_from_options, is_main_process, resume_command, resume_run, start_run
-from swarmctl.tasks import TASKS, task_of
+from swarmctl.plots.curves import save_run_curves
+from swarmctl.runs import RESUMABLE, train
+from swarmctl.tasks import TASKS
 
 _NONE_MEANS = {"steps_per_epoch": "one pass", "val_batches": "the validation split", "lr_decay_epoch": "never"}
 
@@ -139,26 +139,18 @@ def train_cmd(
     if resume is not None:
         _refuse_fixed_options(ctx)
     with user_errors() as interruption:
-        is_main = is_main_process()
-        task = task_of(model)
-        with EpochProgress(task) if is_main else contextlib.nullcontext() as progress:
-            if resume is not None:
-                result = resume_run(resume, runs_dir, model_name=model, minutes=minutes, max_epochs=max_epochs,
-                                    device=device, progress=progress)
-            else:
-                configs = configs_from_options(
-                    model,
-                    {h.field: hyperparameters[h.option] for h in HYPERPARAMETERS},
-                    dict(lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs, seed=seed,
-                         device=device, amp=amp, compile=compile, cuda_graphs=cuda_graphs, beta=beta, alpha=alpha,
-                         steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
-                    data, dataset, data_dir)
-                result = start_run(*configs, runs_dir, name, progress=progress)
-        if not is_main:
+        trained = train(
+            model, {h.field: hyperparameters[h.option] for h in HYPERPARAMETERS},
+            dict(lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs, seed=seed, device=device,
+                 amp=amp, compile=compile, cuda_graphs=cuda_graphs, beta=beta, alpha=alpha,
+                 steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
+            runs_dir, data=data, dataset=dataset, data_dir=data_dir, name=name, resume=resume,
+            display=EpochProgress, draw=save_run_curves, default_runs_dir=RUNS_DIR,
+            on_continue=lambda command: setattr(interruption, "hint", command))  # a signal while drawing
+        if trained is None:  # not rank 0: rank 0 reports
             return
-        interruption.hint = resume_command(model, result.run_dir, runs_dir, RUNS_DIR)  # a signal while drawing
-        after_fit([result], interruption.hint)
+        report_interrupted(trained.finished)
+    result = trained.result
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "
         f"+ {result.eval_seconds / 60:.1f} min validation/checkpoints -> {result.run_dir}")
-

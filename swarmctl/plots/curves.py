@@ -9,15 +9,17 @@ from matplotlib.figure import Figure
 
 from swarmctl.files import read_metrics
 from swarmctl.plots.style import literal, new_figure, save_figure
+from swarmctl.rundir import RunDir
 
 
 def save_run_curves(run_dir: Path) -> Path | None:
-    """RUN/curves.png from RUN/metrics.jsonl; None when no epoch is logged yet."""
-    metrics = Path(run_dir) / "metrics.jsonl"
-    records = read_metrics(metrics)
+    """The run's curves from its metrics (RUN/curves.png from RUN/metrics.jsonl); None when no epoch is
+    logged yet."""
+    run = RunDir(run_dir)
+    records = read_metrics(run.metrics)
     if not records:
         return None
-    return save_figure(plot_curves(records, title=Path(run_dir).name), Path(run_dir) / "curves.png")
+    return save_figure(plot_curves(records, title=run.name), run.curves)
 
 
 def plot_curves(records: list[dict[str, Any]], title: str = "") -> Figure:

@@ -17,6 +17,7 @@ from typing import Any
 from swarmctl.config import SEED_RANGE
 from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning
 from swarmctl.files import read_bytes, read_metrics
+from swarmctl.rundir import CONFIG, RunDir
 
 
 def report_folder(runs_dir: Path, default_runs_dir: Path = Path("runs")) -> Path:
@@ -62,15 +63,15 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
     if not runs_dir.is_dir():
         raise DataError(f"{runs_dir}: no such runs folder; train a model with `swarmctl train` first")
     out = []
-    for cfg_path in sorted(runs_dir.glob("*/config.json")):
+    for run in RunDir.all_in(runs_dir):
         try:
-            records = read_metrics(cfg_path.with_name("metrics.jsonl"))
+            records = read_metrics(run.metrics)
             vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
             if not vals:
                 continue
-            cfg = json.loads(read_bytes(cfg_path))
+            cfg = json.loads(read_bytes(run.config))
             summary = RunSummary(
-                name=cfg_path.parent.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
+                name=run.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
                 parameters=_whole(cfg["run"]["parameters"], "parameters", 1),
                 seed=_whole(cfg["train"]["seed"], "seed", SEED_RANGE[0], SEED_RANGE[1]),
                 best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
@@ -79,12 +80,12 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError,
                 ResourceError, DataError) as exc:
             why = (str(exc) if isinstance(exc, ConfigError | ResourceError | DataError)
-                   else "its config.json or metrics.jsonl is damaged")
-            warnings.warn(f"skipped run {cfg_path.parent}: {why}", SwarmctlWarning, stacklevel=2)
+                   else f"its {run.config.name} or {run.metrics.name} is damaged")
+            warnings.warn(f"skipped run {run.path}: {why}", SwarmctlWarning, stacklevel=2)
             continue
         if not math.isfinite(summary.best_val) or not math.isfinite(summary.net_minutes):
-            warnings.warn(f"skipped run {cfg_path.parent}: its best validation loss is {summary.best_val} (not a "
-                          "finite number); its metrics.jsonl is damaged or the run diverged", SwarmctlWarning,
+            warnings.warn(f"skipped run {run.path}: its best validation loss is {summary.best_val} (not a "
+                          f"finite number); its {run.metrics.name} is damaged or the run diverged", SwarmctlWarning,
                           stacklevel=2)
             continue
         out.append(summary)
@@ -94,10 +95,10 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
 
 
 def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
-    """A whole number from a config.json (JSON true, 2.5 or "12" are not one) within [least, most]."""
+    """A whole number from a run's config (JSON true, 2.5 or "12" are not one) within [least, most]."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
         bound = f">= {least}" if most is None else f"in {least}..{most}"
-        raise DataError(f"its config.json gives {field} {value!r}, not a whole number {bound}")
+        raise DataError(f"its {CONFIG} gives {field} {value!r}, not a whole number {bound}")
     return value
 
 

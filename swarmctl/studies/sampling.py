@@ -14,6 +14,7 @@ from swarmctl.config import check_memory
 from swarmctl.devices import memory_limit
 from swarmctl.errors import CheckpointError, ConfigError
 from swarmctl.models import list_models
+from swarmctl.rundir import RunDir
 from swarmctl.runs import Run, list_runs, open_run
 from swarmctl.tasks import require_study, tasks_for
 
@@ -66,7 +67,7 @@ def _newest_sample_run(runs_dir: Path, dataset: str) -> Path:
     able = {t.name for t in tasks_for(STUDY)}
     found = []
     for run_dir, cfg in list_runs(runs_dir):
-        best = run_dir / "best.pt"
+        best = RunDir(run_dir).best
         if cfg.get("run", {}).get("task") in able and cfg["model"].get("dataset") == dataset and best.is_file():
             found.append((best.stat().st_mtime, run_dir))
     if not found:

@@ -1,13 +1,14 @@
 """Checkpoints: one frozen :class:`Checkpoint` (model and optimizer state, training state, the run's full
 config and its task), written atomically with a content digest, loaded with ``weights_only=True`` and
-validated in full; and :class:`RunWriter`, where the trainer writes a run's checkpoints and metrics."""
+validated in full; :class:`TrainState`, the typed training state a checkpoint holds; and
+:class:`RunWriter`, where the trainer writes a run's checkpoints and metrics."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +19,89 @@ from swarmctl.config import DataConfig, ModelConfig, TrainConfig, current_sectio
 from swarmctl.errors import CheckpointError
 from swarmctl.files import append_line, atomic_write, atomic_write_text, check_regular_file, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
+from swarmctl.rundir import RunDir
 
 CHECKPOINT_FORMAT = 2  # the file format: a dict with a "digest", a SHA-256 over everything else
 ENTRIES = ("task", "config", "state", "model", "optimizer", "digest")
-STATE_INTS = {"epoch": 0, "cursor": 0, "best_epoch": -1}  # training-state integers and their minimum
-STATE_FLOATS = ("lr", "best_val", "net_seconds")
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights that a resumed run needs. The trainer advances it in place, step by
+    step; a checkpoint stores it as a dict of JSON types (:meth:`to_dict`) and :meth:`from_dict` is the
+    one place that checks one read back."""
+
+    lr: float
+    epoch: int = 0  # epoch in progress (= epochs completed)
+    cursor: int = 0  # batches of that epoch already done
+    best_val: float = math.inf
+    best_epoch: int = -1
+    history: list[float] = field(default_factory=lambda: [math.inf])  # logged val losses, +inf sentinel
+    net_seconds: float = 0.0  # optimisation time only
+    eval_seconds: float = 0.0  # validation, checkpoints
+    backtracks: int = 0
+    epoch_loss_sum: float = 0.0
+    epoch_loss_count: int = 0
+    finished: bool = False
+    stop_reason: str = ""
+    lr_decayed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> TrainState:
+        """The state a checkpoint stores, checked: every field of the right type and range (ValueError
+        naming the first that is not). ``lr``, ``epoch``, ``cursor``, ``best_val``, ``best_epoch``,
+        ``history`` and ``net_seconds`` are required; the others default; unknown keys are ignored."""
+        if not isinstance(data, dict):
+            raise ValueError("is not a mapping")
+        for key, low in _STATE_INTS.items():
+            value = data.get(key, 0 if key in _STATE_OPTIONAL else None)
+            if not _is_int(value) or value < low:
+                raise ValueError(f"whose {key} is {value!r}, not an integer >= {low}")
+        for key in _STATE_FLOATS:
+            value = data.get(key, 0.0 if key in _STATE_OPTIONAL else None)
+            if not _is_number(value) or math.isnan(value) or value < 0 or (key != "best_val" and math.isinf(value)) \
+                    or (key == "lr" and value == 0):
+                raise ValueError(f"whose {key} is {value!r}")
+        loss_sum = data.get("epoch_loss_sum", 0.0)
+        if not _is_number(loss_sum) or not math.isfinite(loss_sum):
+            raise ValueError(f"whose epoch_loss_sum is {loss_sum!r}")
+        history = data.get("history")
+        if not isinstance(history, list) or not all(_is_number(v) for v in history):
+            raise ValueError("whose history is not a list of numbers")
+        for key, kind in (("finished", bool), ("lr_decayed", bool), ("stop_reason", str)):
+            if key in data and not isinstance(data[key], kind):
+                raise ValueError(f"whose {key} is {data[key]!r}, not a {kind.__name__}")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: list(v) if k == "history" else v for k, v in data.items() if k in names})
+
+
+_STATE_INTS = {"epoch": 0, "cursor": 0, "best_epoch": -1, "backtracks": 0, "epoch_loss_count": 0}  # and minimum
+_STATE_FLOATS = ("lr", "best_val", "net_seconds", "eval_seconds")
+_STATE_OPTIONAL = ("backtracks", "epoch_loss_count", "eval_seconds")  # may be absent: they default
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class Checkpoint:
     """One checkpoint: what crosses the boundary between the trainer and the runs.
 
-    ``config`` is the run's config.json (sections ``model``, ``train``, ``data`` and ``run``), ``state``
-    the trainer's training state (JSON types), ``model`` the weights, ``optimizer`` the Adam state (None
+    ``config`` is the run's config (sections ``model``, ``train``, ``data`` and ``run``), ``state``
+    the trainer's :class:`TrainState`, ``model`` the weights, ``optimizer`` the Adam state (None
     for shipped models, which hold weights only)."""
 
     task: str
     config: dict[str, Any]
-    state: dict[str, Any]
+    state: TrainState
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any] | None = None
     swarmctl_version: str = __version__  # of the swarmctl that wrote it (read back from the file)
@@ -63,14 +129,14 @@ class Checkpoint:
 
 
 def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
-    """Write ``ckpt`` atomically. Its ``state`` and ``config`` must hold JSON types only."""
+    """Write ``ckpt`` atomically (its state as a dict). Its ``config`` must hold JSON types only."""
     json.dumps(ckpt.config)  # fail here, not at load time, if a config value is not a JSON type
     payload = {
         "format": CHECKPOINT_FORMAT,
         "swarmctl_version": __version__,
         "task": ckpt.task,
         "config": ckpt.config,
-        "state": ckpt.state,
+        "state": ckpt.state.to_dict(),
         "model": ckpt.model,
         "optimizer": ckpt.optimizer,
     }
@@ -106,8 +172,9 @@ def content_digest(payload: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:
-    """The file's dict, with every entry present and of the right kind (config not yet checked)."""
+def _read(path: Path, map_location: str | torch.device) -> tuple[dict[str, Any], TrainState]:
+    """The file's dict, with every entry present and of the right kind (config not yet checked), and its
+    training state."""
     check_regular_file(path)  # a FIFO would block torch.load for ever
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -128,10 +195,13 @@ def _read(path: Path, map_location: str | torch.device) -> dict[str, Any]:
             raise _damaged(path, f"lacks its {key!r} entry")
     if not isinstance(raw["config"], dict) or not isinstance(raw["task"], str):
         raise _damaged(path, "has a malformed config or task")
-    _validate_state(raw["state"], path)
+    try:
+        state = TrainState.from_dict(raw["state"])
+    except ValueError as exc:
+        raise _damaged(path, f"has a training state {exc}") from None
     _validate_weights(raw["model"], path)
     _validate_optimizer(raw["optimizer"], path)
-    return raw
+    return raw, state
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Checkpoint:
@@ -140,7 +210,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Che
     model of the checkpoint's task whose weights have the checkpoint's names, shapes and dtypes, and the
     content digest. Every problem is a one-line CheckpointError."""
     path = Path(path)
-    raw = _read(path, map_location)
+    raw, state = _read(path, map_location)
     model_cfg = _validate_config(raw["config"], path)
     spec = get_spec(model_cfg.name)
     if raw["task"] != spec.task:
@@ -150,7 +220,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Che
     if raw["digest"] != content_digest(raw):  # last: a foreign checkpoint is better named by the checks above
         raise _damaged(path, "does not match its content digest (bytes were changed)")
     version = raw.get("swarmctl_version")
-    return Checkpoint(raw["task"], current_sections(raw["config"]), raw["state"], raw["model"], raw["optimizer"],
+    return Checkpoint(raw["task"], current_sections(raw["config"]), state, raw["model"], raw["optimizer"],
                       version if isinstance(version, str) else "?")
 
 
@@ -179,24 +249,6 @@ def _validate_config(config: Any, path: Path) -> ModelConfig:
     except Exception as exc:  # ConfigError, or TypeError for a value of the wrong type
         raise _damaged(path, f"has an invalid config ({_one_line(exc)})") from None
     return model_cfg
-
-
-def _validate_state(state: Any, path: Path) -> None:
-    if not isinstance(state, dict):
-        raise _damaged(path, "has a malformed training state")
-    for key, low in STATE_INTS.items():
-        value = state.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise _damaged(path, f"has a training state whose {key} is {value!r}, not an integer >= {low}")
-    for key in STATE_FLOATS:
-        value = state.get(key)
-        if not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value) or value < 0 \
-                or (key != "best_val" and math.isinf(value)) or (key == "lr" and value == 0):
-            raise _damaged(path, f"has a training state whose {key} is {value!r}")
-    history = state.get("history")
-    if not isinstance(history, list) or not all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                for v in history):
-        raise _damaged(path, "has a training state whose history is not a list of numbers")
 
 
 def _validate_weights(weights: Any, path: Path) -> None:
@@ -239,16 +291,20 @@ def _one_line(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class RunWriter:
-    """Where :func:`swarmctl.training.loop.fit` writes one run: ``dir/last.pt`` and ``dir/best.pt``, each a
-    :class:`Checkpoint` with the run's ``config`` and ``task``, and ``dir/metrics.jsonl``, a line per epoch.
-    The trainer calls it on rank 0 only."""
+    """Where :func:`swarmctl.training.loop.fit` writes one run: its last and best checkpoints (each a
+    :class:`Checkpoint` with the run's ``config`` and ``task``) and its metrics, a line per epoch, at the
+    paths of :class:`swarmctl.rundir.RunDir`. The trainer calls it on rank 0 only."""
 
     dir: Path
     config: dict[str, Any]
     task: str
 
-    def save(self, name: str, model_state: dict, optimizer_state: dict | None, state: dict[str, Any]) -> None:
-        """Write checkpoint ``name`` (``last.pt`` or ``best.pt``) atomically."""
+    @property
+    def files(self) -> RunDir:
+        return RunDir(self.dir)
+
+    def save(self, name: str, model_state: dict, optimizer_state: dict | None, state: TrainState) -> None:
+        """Write checkpoint ``name`` (:data:`swarmctl.rundir.LAST` or ``BEST``) atomically."""
         save_checkpoint(self.dir / name, Checkpoint(self.task, self.config, state, model_state, optimizer_state))
 
     def load(self, name: str, map_location: str | torch.device = "cpu") -> Checkpoint | None:
@@ -257,13 +313,13 @@ class RunWriter:
         return load_checkpoint(path, map_location) if path.is_file() else None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        append_line(self.dir / "metrics.jsonl", json.dumps(record))
+        append_line(self.files.metrics, json.dumps(record))
 
     def keep_metrics_before(self, epoch: int) -> None:
-        """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and last.pt
-        logged an epoch it will now redo. A line cut short by a kill during the append goes too (with a
-        warning)."""
-        path = self.dir / "metrics.jsonl"
+        """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and its last
+        checkpoint logged an epoch it will now redo. A line cut short by a kill during the append goes too
+        (with a warning)."""
+        path = self.files.metrics
         if path.is_file():
             records = [r for r in read_metrics(path) if isinstance(r["epoch"], int) and r["epoch"] < epoch]
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))

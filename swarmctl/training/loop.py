@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +24,8 @@ from torch import Tensor, nn
 from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
 from swarmctl.errors import CheckpointError
-from swarmctl.training.checkpoint import RunWriter
+from swarmctl.rundir import BEST, LAST
+from swarmctl.training.checkpoint import RunWriter, TrainState
 from swarmctl.training.device import DistContext, tf32_scope
 from swarmctl.training.steps import TrainStep
 
@@ -97,34 +98,6 @@ def on_device(batches: Batches, device: torch.device) -> Batches:
 def _drawn_on(batches: Sequence[Batch], device: torch.device) -> Sequence[Batch]:
     on = getattr(batches, "on", None)
     return on(device) if callable(on) else batches
-
-
-@dataclass
-class TrainState:
-    """Everything besides weights that a resumed run needs; JSON types only."""
-
-    lr: float
-    epoch: int = 0  # epoch in progress (= epochs completed)
-    cursor: int = 0  # batches of that epoch already done
-    best_val: float = math.inf
-    best_epoch: int = -1
-    history: list[float] = field(default_factory=lambda: [math.inf])  # logged val losses, +inf sentinel
-    net_seconds: float = 0.0  # optimisation time only
-    eval_seconds: float = 0.0  # validation, checkpoints
-    backtracks: int = 0
-    epoch_loss_sum: float = 0.0
-    epoch_loss_count: int = 0
-    finished: bool = False
-    stop_reason: str = ""
-    lr_decayed: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainState:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -254,7 +227,7 @@ def fit(
 
     def save_last() -> None:
         if ctx.is_main:
-            writer.save("last.pt", model.state_dict(), opt.state_dict(), state.to_dict())
+            writer.save(LAST, model.state_dict(), opt.state_dict(), state)
 
     budget = cfg.minutes * 60.0
     with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device):
@@ -293,7 +266,7 @@ def fit(
             if ctx.is_main:
                 writer.append_metrics(record)
                 if improved:
-                    writer.save("best.pt", best[0], best[1], state.to_dict())
+                    writer.save(BEST, best[0], best[1], state)
             save_last()
             state.eval_seconds += clock() - t_eval
             logger.info("epoch %d: train %.4f  val %.4f  best %.4f  lr %.3g  net %.1fs", record["epoch"],
@@ -313,17 +286,17 @@ def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfi
     state = TrainState(lr=cfg.lr)
     best = None
     if resume:
-        last = writer.load("last.pt", map_location=device)
+        last = writer.load(LAST, map_location=device)
         if last is None:
-            raise CheckpointError(f"{writer.dir / 'last.pt'}: no checkpoint to resume from")
+            raise CheckpointError(f"{writer.dir / LAST}: no checkpoint to resume from")
         model.load_state_dict(last.model)
         opt.load_state_dict(last.optimizer)
-        state = TrainState.from_dict(last.state)
+        state = last.state  # validated by load_checkpoint; the trainer advances it in place
         state.finished = False
-        saved = writer.load("best.pt", map_location=device)
+        saved = writer.load(BEST, map_location=device)
         if saved is not None:
             best = saved.model, saved.optimizer
-            state.best_val, state.best_epoch = saved.state["best_val"], saved.state["best_epoch"]
+            state.best_val, state.best_epoch = saved.state.best_val, saved.state.best_epoch
     if best is None:
         best = _snapshot(model, opt)
     _set_lr(opt, state.lr)

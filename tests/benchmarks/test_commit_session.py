@@ -52,7 +52,7 @@ def fake_checkpoint(path, model_cfg, task, data_cfg, train_cfg=None, name="fake"
     from swarmctl import create_model
     from swarmctl.config import TrainConfig, to_dict
     from swarmctl.models import complete_config, count_parameters, paper_code
-    from swarmctl.training.checkpoint import Checkpoint, save_checkpoint
+    from swarmctl.training.checkpoint import Checkpoint, TrainState, save_checkpoint
 
     model_cfg = complete_config(model_cfg)
     model = create_model(model_cfg)
@@ -62,7 +62,7 @@ def fake_checkpoint(path, model_cfg, task, data_cfg, train_cfg=None, name="fake"
     state = {"epoch": 1, "cursor": 0, "best_epoch": 0, "lr": 1e-3, "best_val": 1.0, "net_seconds": 1.0,
              "history": [1.0]}
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_checkpoint(path, Checkpoint(task, config, state, model.state_dict(), None))
+    save_checkpoint(path, Checkpoint(task, config, TrainState.from_dict(state), model.state_dict(), None))
     return config
 
 

@@ -102,7 +102,7 @@ def test_train_killed_at_random_points_always_finishes_under_its_name(tiny_h5, t
                 break
         assert proc.returncode == 0, f"trial {trial} did not finish"
         assert _epochs(run) == list(range(target))
-        assert load_checkpoint(run / "last.pt").state["epoch"] == target
+        assert load_checkpoint(run / "last.pt").state.epoch == target
         assert _temps(runs) == [], f"orphans after trial {trial}"
 
 

@@ -220,11 +220,11 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_previous_one_and_says_how
     assert_no_traceback(r, code=1)
     run = root / "runs" / "new"
     assert "last.pt" in r.output and "--resume new" in r.output, r.output
-    assert load_checkpoint(run / "last.pt").state["epoch"] == 1  # the run lost only the epoch in progress
+    assert load_checkpoint(run / "last.pt").state.epoch == 1  # the run lost only the epoch in progress
     _no_temporary_files(root)
     r = cli(*args[:1], "swarm", "--resume", "new", "--runs-dir", root / "runs", "--device", "cpu")
     assert r.exit_code == 0, r.output
-    assert load_checkpoint(run / "last.pt").state["epoch"] == 3
+    assert load_checkpoint(run / "last.pt").state.epoch == 3
 
 
 def test_a_metrics_line_that_cannot_be_written_leaves_no_partial_line(case):

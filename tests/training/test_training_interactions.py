@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from swarmctl.config import TrainConfig
-from swarmctl.training.checkpoint import Checkpoint, RunWriter
+from swarmctl.training.checkpoint import Checkpoint, RunWriter, TrainState
 from swarmctl.training.loop import StopSignals, TrainingData, fit
 
 N_BATCHES = 3
@@ -93,7 +93,8 @@ class ToyWriter(RunWriter):
         if not path.is_file():
             return None
         raw = read_checkpoint(path)
-        return Checkpoint(raw["task"], raw["config"], raw["state"], raw["model"], raw["optimizer"])
+        state = TrainState.from_dict(raw["state"])
+        return Checkpoint(raw["task"], raw["config"], state, raw["model"], raw["optimizer"])
 
 
 def read_checkpoint(path):

@@ -1,0 +1,363 @@
+"""A run's training: configs from options, start and resume (one skeleton), and what follows training
+(the curves of finished runs, how to continue an interrupted one). :func:`train` is the whole of
+`swarmctl train`."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
+from swarmctl.devices import memory_limit, resolve_device
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
+from swarmctl.files import atomic_write_text, check_output_folder, describe_os_error
+from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
+from swarmctl.rundir import RunDir
+from swarmctl.runs.lock import agree, writing
+from swarmctl.runs.read import RESUMABLE, check_belongs, check_run_files, read_run_config, resolve_run
+from swarmctl.tasks import DataProgress, Task, task_of
+from swarmctl.training.checkpoint import RunWriter, load_checkpoint
+from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
+from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, TrainingData, fit
+
+
+class Progress(ProgressHook, DataProgress, Protocol):
+    """What a caller may pass to show progress: epochs and batches, and generation of missing data."""
+
+
+MAX_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
+
+
+def _default_run_name(model_cfg: ModelConfig, seed: int) -> str:
+    """e.g. ``swarm-192-10-1-s0``."""
+    return f"{model_cfg.name}-{paper_code(model_cfg)}-s{seed}"
+
+
+def configs_from_options(model: str, model_options: dict[str, Any], train_options: dict[str, Any],
+                         data: Path | None = None, dataset: str | None = None,
+                         data_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, DataConfig]:
+    """The three configs of a new run from the train command's options (None: the model's or the task's
+    default). ``model_options`` holds ModelConfig fields (``models.HYPERPARAMETERS``)."""
+    task = task_of(model)
+    given = {k: v for k, v in model_options.items() if v is not None}
+    check_fields(model, set(given))
+    data_cfg = task.data_config(data, dataset, data_dir)
+    model_cfg = ModelConfig(name=model, dataset=data_cfg.dataset, **given)
+    return model_cfg, task.train_config(**train_options), data_cfg
+
+
+def run_path(name: str, runs_dir: Path) -> Path:
+    """``runs_dir/name`` for a run name that stays inside ``runs_dir`` (sub-folders allowed)."""
+    parts = name.replace("\\", "/").split("/")
+    if not name.strip() or name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
+            or any(not (c.isprintable() or "\udc80" <= c <= "\udcff") for c in name):  # a byte the locale
+        # could not decode arrives as a lone surrogate (PEP 383): it is part of the name, not a control character
+        raise ConfigError(f"run name {name!r} must stay inside `runs_dir`: plain names such as exp1 or "
+                          "group/exp1, without '..', '.', a leading '/' or control characters")
+    if any(len(os.fsencode(p)) > MAX_NAME_BYTES for p in parts):
+        raise ConfigError(f"run name {name[:40]!r}... has a part longer than {MAX_NAME_BYTES} bytes, more than a "
+                          "file system allows; choose a shorter name")
+    return Path(runs_dir) / name
+
+
+def _check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and Adam state alone would not fit the device's memory,
+    before anything is allocated (the model is built on the meta device to count its parameters)."""
+    try:
+        with torch.device("meta"):
+            n = count_parameters(create_model(model_cfg))
+    except RuntimeError:  # a size whose byte count overflows even on the meta device
+        raise ResourceError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
+                            "lower `hidden`, `layers` or `inducing`") from None
+    check_memory(16 * n, memory_limit(device), f"model {model_cfg.name} ({paper_code(model_cfg)}) with "
+                 f"{n:,} parameters (weights, gradients and Adam state)", "lower `hidden`, `layers` or `inducing`")
+
+
+def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: Path = Path("runs")) -> str:
+    """The shell command that continues ``run_dir``, quoted so that it works as printed."""
+    try:
+        target, where = str(Path(run_dir).relative_to(runs_dir)), Path(runs_dir)
+    except ValueError:
+        target, where = str(run_dir), Path(default_runs_dir)
+    extra = f" --runs-dir {shlex.quote(str(where))}" if where != Path(default_runs_dir) else ""
+    return f"swarmctl train {shlex.quote(model)} --resume {shlex.quote(target)}{extra}"
+
+
+# ---- start and resume: one skeleton ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a start or a resume has settled, under the run's lock, before it trains."""
+
+    model: nn.Module
+    prepared: TrainingData
+    train_cfg: TrainConfig
+    config: dict[str, Any]  # the run's config, as written
+    task: Task
+    device: torch.device
+    resume: bool  # continue from the last checkpoint; False: train from scratch
+    restarted: bool  # a folder that never saved a checkpoint is trained again from scratch (a warning)
+    new: bool  # a start: a failure before the first checkpoint removes the run's files again
+
+
+def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, signals: StopSignals,
+                  progress: Progress | None) -> FitResult:
+    """The part start and resume share, run under the lock: clear a run trained from scratch, write its
+    config, train; a file that cannot be written ends training with how to continue."""
+    if ctx.is_main:
+        if plan.restarted:
+            warnings.warn(f"run {run.path} never saved a checkpoint (stopped in its first epoch): training it "
+                          "again from scratch", SwarmctlWarning, stacklevel=3)
+        if not plan.resume:
+            _clear_for_restart(run)
+        atomic_write_text(run.config, json.dumps(plan.config, indent=2) + "\n")
+    try:
+        with _write_failures_keep_the_run(run, plan.config["model"]["name"], runs_dir):
+            return fit(plan.model, plan.prepared, plan.train_cfg, RunWriter(run.path, plan.config, plan.task.name),
+                       device=plan.device, resume=plan.resume, ctx=ctx, progress=progress, signals=signals)
+    except CheckpointError:  # a file that could not be written: the run stays, with how to continue
+        raise
+    except BaseException:  # out of memory in the first steps, say: a new run without a checkpoint goes
+        if plan.new and ctx.is_main and not run.last.exists():
+            _clear_for_restart(run)
+            run.config.unlink(missing_ok=True)
+        raise
+
+
+def _clear_for_restart(run: RunDir) -> None:
+    for path in run.restartable():
+        path.unlink(missing_ok=True)
+
+
+@contextmanager
+def _write_failures_keep_the_run(run: RunDir, model: str, runs_dir: Path) -> Iterator[None]:
+    """A checkpoint or metrics line that cannot be written (a full disk, a file-size limit) ends training
+    with one line: the file and the cause, and how to continue. The atomic writes keep the previous last
+    checkpoint, so the run loses at most the epoch in progress."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:  # not a file of the run (standard output, say): the caller names it
+            raise
+        kept = f"its {run.last.name} from before is kept" if run.last.is_file() else "no epoch was saved yet"
+        raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
+                              f"{resume_command(model, run.path, runs_dir)}") from None
+
+
+def _checked(check: Callable[[], Any], ctx: DistContext, device: torch.device) -> Any:
+    """``check()`` on every rank; when it raises on rank 0, every rank raises (rank 0 its own error)."""
+    error, value = None, None
+    try:
+        value = check()
+    except SwarmctlError as exc:
+        error = exc
+    agree(error, ctx, device)
+    return value
+
+
+def start_run(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    data_cfg: DataConfig,
+    runs_dir: Path,
+    name: str | None = None,
+    progress: Progress | None = None,
+) -> FitResult:
+    """Start a new run ``runs_dir/name`` (default name from model, paper code and seed) and train it.
+
+    Everything is validated before the run folder is created, so a bad option leaves nothing behind.
+    Under torchrun, rank 0 makes missing default data before any rank reads it. The run's lock is held
+    and SIGINT/SIGTERM only stop training cleanly from before the first file is written; a folder holding
+    a run that never saved a checkpoint (killed in its first epoch) is started again from scratch.
+    """
+    ctx = init_distributed(train_cfg.device)
+    model_cfg = complete_config(model_cfg)
+    task = task_of(model_cfg.name)
+    run = RunDir(run_path(_default_run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir))
+    check_output_folder(run.path)
+    device = resolve_device(train_cfg.device, ctx.local_rank)
+    _check_training_memory(model_cfg, device)
+    seed_everything(train_cfg.seed)
+    model = create_model(model_cfg)  # validates the hyper-parameters
+    if ctx.is_main:
+        task.ensure_data(data_cfg, progress)
+    barrier(ctx)  # the data exists before any rank opens it
+    prepared = task.prepare(train_cfg, data_cfg)
+    config = {
+        "model": to_dict(model_cfg),
+        "train": to_dict(train_cfg),
+        "data": to_dict(dataclasses.replace(data_cfg, checksum=prepared.checksum)),
+        "run": {"name": run.name, "task": task.name, "parameters": count_parameters(model),
+                "code": paper_code(model_cfg), "device": str(device), "world_size": ctx.world_size},
+    }
+
+    def free() -> bool:
+        """Whether the folder may take the run; True when it holds one that never saved a checkpoint."""
+        check_run_files(run)
+        if run.config.exists() and not run.is_dead():
+            raise CheckpointError(f"run {run.path} exists; continue it with "
+                                  f"{resume_command(model_cfg.name, run.path, runs_dir)} or pick another `name`")
+        return run.config.exists()
+
+    with StopSignals() as signals, writing(run, ctx):
+        restarted = _checked(free, ctx, device)
+        plan = _Plan(model, prepared, train_cfg, config, task, device, resume=False, restarted=bool(restarted),
+                     new=True)
+        return _train_locked(run, runs_dir, plan, ctx, signals, progress)
+
+
+def resume_run(
+    run: str | Path,
+    runs_dir: Path,
+    model_name: str | None = None,
+    minutes: float | None = None,
+    max_epochs: int | None = None,
+    device: str | None = None,
+    progress: Progress | None = None,
+) -> FitResult:
+    """Continue a run from its last checkpoint; its saved config is used, budget included (``minutes`` and
+    ``max_epochs`` replace the totals when given, e.g. to extend a finished run). A run that never saved
+    a checkpoint (killed in its first epoch) starts again from scratch with its config."""
+    ctx = init_distributed(device or "auto")
+    folder = RunDir(resolve_run(run, runs_dir))
+    check_output_folder(folder.path)
+    dev = resolve_device(device or "auto", ctx.local_rank)
+    with StopSignals() as signals, writing(folder, ctx):
+        config, from_scratch = _checked(lambda: _resume_config(folder), ctx, dev)
+        model_cfg = from_dict(ModelConfig, config["model"])
+        if model_name is not None and model_name != model_cfg.name:
+            raise CheckpointError(f"run {folder.name} trains model {model_cfg.name!r}, not {model_name!r}; "
+                                  f"use {resume_command(model_cfg.name, folder.path, runs_dir)}")
+        task = task_of(model_cfg.name)
+        changes = {k: v for k, v in zip(RESUMABLE, (minutes, max_epochs, device), strict=True) if v is not None}
+        train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
+        config = {**config, "train": to_dict(train_cfg)}
+        data_cfg = from_dict(DataConfig, config["data"])
+        dev = resolve_device(train_cfg.device, ctx.local_rank)
+        prepared = task.prepare(train_cfg, data_cfg)
+        if prepared.checksum != data_cfg.checksum:
+            raise DataError(f"{data_cfg.path} changed since run {folder.name} started (checksum differs); "
+                            "resume with the original file")
+        seed_everything(train_cfg.seed)
+        model = create_model(model_cfg)
+        plan = _Plan(model, prepared, train_cfg, config, task, dev, resume=not from_scratch, restarted=from_scratch,
+                     new=False)
+        return _train_locked(folder, runs_dir, plan, ctx, signals, progress)
+
+
+def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:
+    """The config a resume continues with, and whether it starts from scratch (no last checkpoint). The
+    last and best checkpoints must belong to the run: a checkpoint copied in from another run is refused."""
+    check_run_files(run)
+    if run.is_dead():
+        return read_run_config(run.path), True
+    config = load_checkpoint(run.last).config
+    check_belongs(run.last, config, run)
+    if run.best.is_file():
+        check_belongs(run.best, load_checkpoint(run.best).config, run)
+    return config, False
+
+
+# ---- after training -------------------------------------------------------------------------------------
+
+DrawCurves = Callable[[Path], "Path | None"]  # run folder -> the curves it drew (None: no epoch logged yet)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What :func:`finish_runs` did: the curves it drew, and the run that was interrupted (the last one
+    trained), with the line that says where it was saved and how to continue."""
+
+    curves: tuple[Path, ...] = ()
+    interrupted: FitResult | None = None
+    message: str | None = None  # for an interrupted run: its saved checkpoint and how to continue
+
+
+def finish_runs(results: Sequence[FitResult | None], continue_with: str, finished: Sequence[Path] = (),
+                draw: DrawCurves | None = None) -> Finished:
+    """What follows training (`train` and `sweep`): draw the curves of every run in ``results`` that was
+    not interrupted (None: a run not trained now), and of the ``finished`` runs not trained now that lack
+    them (a signal stopped the drawing the last time); say how to continue (``continue_with``, a command)
+    when the last result was interrupted. ``draw`` draws one run's curves (the plotting layer sits above
+    this one, so the caller passes it; None draws nothing). A figure that cannot be written is one
+    ResourceError saying that the training itself is saved and how to draw the curves again."""
+    to_draw = [r.run_dir for r in results if r is not None and not r.interrupted]
+    to_draw += [Path(d) for d in finished if not RunDir(d).curves.exists()]
+    drawn = []
+    for run_dir in to_draw if draw is not None else []:
+        try:
+            path = draw(run_dir)
+        except (OSError, SwarmctlError) as exc:
+            why = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            raise ResourceError(f"{why}; the training finished and is saved in {run_dir}; draw its curves again "
+                                f"with: {continue_with}") from None
+        if path is not None:
+            drawn.append(path)
+    last = results[-1] if results else None
+    if last is None or not last.interrupted:
+        return Finished(tuple(drawn))
+    message = (f"{last.stop_reason}: saved {RunDir(last.run_dir).last} after {last.epochs} epoch(s); "
+               f"continue with: {continue_with}")
+    return Finished(tuple(drawn), last, message)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What :func:`train` did: the trainer's result, the run's folder and the files it holds now, the
+    command that continues it, and what :func:`finish_runs` did after training."""
+
+    result: FitResult
+    run: RunDir
+    continue_with: str
+    finished: Finished
+
+    @property
+    def interrupted(self) -> bool:
+        return self.result.interrupted
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The run's files that exist now (config, metrics, checkpoints, curves)."""
+        return tuple(p for p in self.run.own_files() if p.is_file())
+
+
+def train(model: str, model_options: dict[str, Any], train_options: dict[str, Any], runs_dir: Path, *,
+          data: Path | None = None, dataset: str | None = None, data_dir: Path | None = None,
+          name: str | None = None, resume: str | Path | None = None,
+          display: Callable[[Task], AbstractContextManager[Progress]] | None = None,
+          draw: DrawCurves | None = None, on_continue: Callable[[str], None] | None = None,
+          default_runs_dir: Path = Path("runs")) -> Trained | None:
+    """`swarmctl train`: start a run of ``model`` from the options (:func:`configs_from_options`,
+    :func:`start_run`), or continue run ``resume`` (:func:`resume_run`: only the options of
+    :data:`RESUMABLE` apply), then :func:`finish_runs`. ``display(task)`` makes the progress display
+    (rank 0 only); ``on_continue`` is told the command that continues the run as soon as training returns
+    (a caller stopped while the curves are drawn can print it). None on every rank but rank 0, which
+    alone writes and reports."""
+    main = is_main_process()
+    task = task_of(model)
+    show = display(task) if display is not None and main else contextlib.nullcontext()
+    with show as progress:
+        if resume is not None:
+            changes = {k: train_options.get(k) for k in RESUMABLE}
+            result = resume_run(resume, runs_dir, model_name=model, progress=progress, **changes)
+        else:
+            configs = configs_from_options(model, model_options, train_options, data, dataset, data_dir)
+            result = start_run(*configs, runs_dir, name, progress=progress)
+    if not main:
+        return None
+    continue_with = resume_command(model, result.run_dir, runs_dir, default_runs_dir)
+    if on_continue is not None:
+        on_continue(continue_with)
+    return Trained(result, RunDir(result.run_dir), continue_with, finish_runs([result], continue_with, draw=draw))

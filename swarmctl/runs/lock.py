@@ -1,0 +1,77 @@
+"""The lock of a run: one writer at a time, whatever happened to the last one."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from swarmctl.errors import CheckpointError, SwarmctlError
+from swarmctl.files import holding, open_lock_file, remove_orphan_temps
+from swarmctl.rundir import RunDir
+from swarmctl.training.device import DistContext
+from swarmctl.training.loop import any_rank
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold ``run_dir``'s exclusive lock (``fcntl.flock`` on its :attr:`RunDir.lock`; the OS releases it
+    when the process dies, however it dies) and remove temporary files that killed writers left behind.
+    A second writer gets a CheckpointError naming the holder's PID. When the block fails, the lock file and
+    the folders this call created are removed again (a failed command leaves nothing new behind)."""
+    run_dir = Path(run_dir)
+    lock = RunDir(run_dir).lock
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock_made = not lock.exists()
+    fh = open_lock_file(lock)  # never through a link, never a FIFO or folder
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read(64).decode(errors="replace").strip() or "another process"
+            raise CheckpointError(f"run {run_dir} is being written by process {holder}; wait for it to end "
+                                  f"or stop it (kill {holder}) first") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"{os.getpid()}\n".encode())
+        fh.flush()
+        remove_orphan_temps(run_dir, held=True)
+        try:
+            with holding(run_dir):
+                yield
+        except BaseException:
+            _remove_made(lock if lock_made else None, made)
+            raise
+    finally:
+        fh.close()  # releases the lock; the file stays, so every writer locks the same file
+
+
+def _remove_made(lock: Path | None, folders: list[Path]) -> None:
+    """Remove a lock file and the (then empty) folders a failed command created, innermost first."""
+    if lock is not None:
+        lock.unlink(missing_ok=True)
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (something else lives there now) or already gone
+            break
+
+
+@contextmanager
+def writing(run: RunDir, ctx: DistContext) -> Iterator[None]:
+    """Rank 0 holds the run's lock (the other ranks write nothing)."""
+    with run_lock(run.path) if ctx.is_main else contextlib.nullcontext():
+        yield
+
+
+def agree(error: SwarmctlError | None, ctx: DistContext, device: torch.device) -> None:
+    """Raise ``error`` on rank 0 and an error on every other rank, when rank 0 has one."""
+    if any_rank((error is not None,), ctx, device)[0]:
+        raise error or CheckpointError("rank 0 could not open the run for writing; see its message")

@@ -1,0 +1,197 @@
+"""Reading runs: a run's config and progress, finding its checkpoint, and opening it (or a shipped model)
+for a study. Every command that reads a run goes through :func:`open_run`."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from swarmctl.config import ModelConfig, current_sections
+from swarmctl.devices import resolve_device
+from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
+from swarmctl.files import check_plain_file, check_regular_file, read_bytes
+from swarmctl.models import count_parameters, create_model, paper_code
+from swarmctl.rundir import RunDir
+from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
+from swarmctl.tasks import DataProgress, Task, get_task, require_study
+from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
+
+RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
+
+
+def check_run_files(run: RunDir) -> None:
+    """Refuse a run whose own files are links, folders, FIFOs or other special files (planted, or left by
+    another tool), before anything in it is read, removed or written."""
+    for path in run.own_files():
+        check_plain_file(path)
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config; CheckpointError when it is damaged."""
+    path = RunDir(run_dir).config
+    try:
+        return current_sections(json.loads(read_bytes(path)))  # every field known and in range
+    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError, ResourceError):
+        raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
+
+
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two run configs describe the same run: model, data and every train option a resume cannot change."""
+    def fixed(c: dict[str, Any]) -> Any:
+        train = {k: v for k, v in c.get("train", {}).items() if k not in RESUMABLE}
+        return c.get("model"), c.get("data"), train
+    return fixed(a) == fixed(b)
+
+
+def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) -> None:
+    """Refuse a checkpoint in ``run`` whose config is not the run's own (copied from another run, or left
+    by an earlier run of the same name)."""
+    if not _same_run(ckpt_config, read_run_config(run.path)):
+        raise CheckpointError(f"{checkpoint} does not belong to run {run.path} (its config differs from "
+                              f"{run.config.name}); remove it or copy the run's own checkpoint back")
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Where a run folder stands: ``new`` (no config), ``empty`` (a config and no checkpoint: stopped in
+    its first epoch, so it starts again from scratch), ``stopped`` (an unfinished last checkpoint: resume
+    it) or ``finished``; with its config and the last checkpoint's training state (stopped and finished)."""
+
+    status: str
+    config: dict[str, Any] | None = None
+    state: TrainState | None = None
+
+
+def run_progress(run_dir: Path) -> RunProgress:
+    """:class:`RunProgress` of ``run_dir``; CheckpointError when its config or last checkpoint is damaged."""
+    run = RunDir(run_dir)
+    if not run.has_run():
+        return RunProgress("new")
+    if run.is_dead():  # its config is not read: a fresh start writes it again
+        return RunProgress("empty")
+    config = read_run_config(run.path)
+    state = load_checkpoint(run.last).state
+    return RunProgress("finished" if state.finished else "stopped", config, state)
+
+
+def resolve_run(run: str | Path, runs_dir: Path) -> Path:
+    """A run given as a folder path or as a name inside ``runs_dir``."""
+    candidates = (RunDir(Path(run)), RunDir(Path(runs_dir) / str(run)))
+    for candidate in candidates:
+        if candidate.has_run():
+            return candidate.path
+    raise CheckpointError(f"no run {str(run)!r} (looked for {candidates[0].config} and {candidates[1].path}); "
+                          f"list runs with `ls {runs_dir}`")
+
+
+def list_runs(runs_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every run folder in ``runs_dir`` with its config, by name; a run whose config is damaged is skipped
+    with a warning naming it."""
+    out = []
+    for run in RunDir.all_in(runs_dir):
+        try:
+            out.append((run.path, read_run_config(run.path)))
+        except CheckpointError as exc:
+            warnings.warn(f"skipped: {exc}", SwarmctlWarning, stacklevel=2)
+    return out
+
+
+def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
+    """A checkpoint file, a run folder (its best checkpoint, else its last) or a run name in ``runs_dir``."""
+    path = Path(target)
+    if path.is_file():
+        return path
+    run = RunDir(resolve_run(target, runs_dir))
+    for checkpoint in run.checkpoints():
+        check_regular_file(checkpoint)  # a FIFO or folder in its place is an error, not a missing file
+        if checkpoint.is_file():
+            check_belongs(checkpoint, load_checkpoint(checkpoint).config, run)
+            return checkpoint
+    names = " or ".join(p.name for p in run.checkpoints())
+    raise CheckpointError(f"run {run.path} has no checkpoint yet (no {names})")
+
+
+def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, Checkpoint]:
+    """Rebuild a model from a checkpoint alone (its config), weights loaded, in eval mode. load_checkpoint
+    has checked that the weights fit the model and that the model solves the checkpoint's task."""
+    ckpt = load_checkpoint(checkpoint, map_location=device)
+    model = create_model(ckpt.model_config)
+    model.load_state_dict(ckpt.model)
+    return model.to(device).eval(), ckpt
+
+
+@dataclass(frozen=True)
+class Run:
+    """A trained run opened for reading: its model (weights loaded, eval mode) and what it was trained on.
+    ``dir`` is where results computed from it go (``runs/pretrained-NAME`` for a shipped model)."""
+
+    dir: Path
+    checkpoint: Path
+    model: nn.Module
+    ckpt: Checkpoint
+    model_cfg: ModelConfig
+    device: torch.device
+    shipped: bool = False
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.ckpt.config
+
+    @property
+    def task(self) -> Task:
+        return get_task(self.ckpt.task)
+
+    @property
+    def label(self) -> str:
+        """e.g. ``swarm (192-10-1)``."""
+        return f"{self.model_cfg.name} ({paper_code(self.model_cfg)})"
+
+    def data_path(self, data: Path | None = None) -> Path:
+        """``data`` when given, else the dataset the run was trained on."""
+        return Path(data or self.config["data"]["path"])
+
+
+def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
+             dataset: str | None = None, data: Path | None = None, progress: DataProgress | None = None,
+             needs_data: bool = True) -> Run:
+    """Open a run (name or folder: its best checkpoint, else its last) or a checkpoint file, on ``device``,
+    for ``study`` (the command that will use it): a run of a task the study cannot use is refused.
+
+    ``target`` None opens the shipped model of the first task (in registry order) that ``study`` can use
+    and that has one (for ``dataset``, when given); the default dataset it was scored on is generated
+    first when missing (a fresh install has none), unless the caller names its own ``data`` or
+    ``needs_data`` is False (a study that reads none of it, such as `swarmctl cluster`).
+    """
+    dev = resolve_device(device)
+    checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
+    model, ckpt = load_model(checkpoint, dev)
+    require_study(get_task(ckpt.task), study, str(checkpoint))
+    shipped = is_shipped(checkpoint)
+    folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
+    run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
+    if shipped and needs_data and data is None:
+        run.task.ensure_data(ckpt.data_config, progress)
+    return run
+
+
+def evaluate_run(run: Run, data: Path | None = None, split: str | None = None) -> dict[str, Any]:
+    """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only."""
+    state, task = run.ckpt.state, run.task
+    metrics = task.score(run.model, run.ckpt, data, split or task.default_split, run.device)
+    is_best = run.checkpoint.name == RunDir(run.checkpoint.parent).best.name
+    return {
+        "model": run.model_cfg.name,
+        "task": task.name,
+        "code": paper_code(run.model_cfg),
+        "parameters": count_parameters(run.model),
+        "checkpoint": str(run.checkpoint),
+        "epoch": state.best_epoch if is_best else state.epoch - 1,
+        "net_minutes": state.net_seconds / 60,
+        **metrics,
+    }

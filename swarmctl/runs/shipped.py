@@ -1,0 +1,114 @@
+"""Shipped models: checkpoints trained on a GPU, weights only (float32) with their config and training
+state, each with a JSON record, in the package's ``pretrained/`` folder (package data, so every install
+has them; SWARMCTL_PRETRAINED names another folder). They are found by their records.
+:func:`swarmctl.runs.open_run` opens one when no run is named, so eval, plot-entropy and sample work on a
+fresh install; what is computed from it goes to ``runs/pretrained-NAME/``, never into the package."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
+from swarmctl.files import atomic_write_text, holding, read_bytes, shipped_folder
+from swarmctl.models import count_parameters, create_model, paper_code
+from swarmctl.tasks import Task, tasks_for
+from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
+
+
+def pretrained_dir() -> Path:
+    """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
+    data: present in every install, editable or not). No command writes there but :func:`export_weights`."""
+    return shipped_folder()
+
+
+def is_shipped(checkpoint: Path) -> bool:
+    return Path(checkpoint).resolve().parent == pretrained_dir().resolve()
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    """A shipped model's record (the JSON beside its checkpoint): what is looked up without reading weights."""
+
+    checkpoint: Path
+    task: str
+    dataset: str | None  # image models: the dataset it models
+    record: dict[str, Any]  # the whole record: command, card, minutes, its evaluation, config
+
+
+def shipped_models() -> list[ShippedModel]:
+    """The records of the shipped models, by file name. A record that cannot be read, or whose checkpoint
+    is missing, and a checkpoint without a record are skipped with a warning naming them."""
+    folder, found, recorded = pretrained_dir(), [], set()
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            record = json.loads(read_bytes(path))
+            checkpoint = folder / record["file"]
+            task, model = record["task"], record["config"]["model"]
+            if not (isinstance(record["file"], str) and Path(record["file"]).name == record["file"]
+                    and isinstance(task, str) and isinstance(model, dict)):
+                raise TypeError("malformed record")
+            dataset = model.get("dataset")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError, ResourceError):
+            warnings.warn(f"skipped shipped model record {path}: not a readable record", SwarmctlWarning,
+                          stacklevel=2)
+            continue
+        recorded.add(checkpoint.name)
+        if not checkpoint.is_file():
+            warnings.warn(f"skipped shipped model record {path}: its checkpoint {checkpoint} is missing",
+                          SwarmctlWarning, stacklevel=2)
+            continue
+        found.append(ShippedModel(checkpoint, task, dataset if isinstance(dataset, str) else None, record))
+    for path in sorted(folder.glob("*.pt")) if folder.is_dir() else []:
+        if path.name not in recorded:
+            warnings.warn(f"skipped {path}: a shipped model needs its record ({path.stem}.json) beside it",
+                          SwarmctlWarning, stacklevel=2)
+    return found
+
+
+def shipped_checkpoint(tasks: Task | list[Task], dataset: str | None = None) -> Path:
+    """The shipped checkpoint of the first of ``tasks`` that has one (and, for image models, for
+    ``dataset``), found by the records alone; CheckpointError if none."""
+    tasks = [tasks] if isinstance(tasks, Task) else tasks
+    models = shipped_models()
+    for task in tasks:
+        for model in models:
+            if model.task == task.name and (dataset is None or model.dataset == dataset):
+                return model.checkpoint
+    what = " or ".join(t.name for t in tasks) + (f" ({dataset})" if dataset else "")
+    raise CheckpointError(f"no shipped {what} model in {pretrained_dir()}; name a run, or train one with "
+                          "`swarmctl train`")
+
+
+def shipped_for(study: str, dataset: str | None = None) -> Path:
+    """The shipped checkpoint :func:`swarmctl.runs.open_run` uses for ``study`` when no run is named."""
+    return shipped_checkpoint(tasks_for(study), dataset)
+
+
+def shipped_results_dir(checkpoint: Path, runs_dir: Path) -> Path:
+    """Where results computed from a shipped checkpoint go: ``runs_dir/pretrained-NAME``."""
+    return Path(runs_dir) / f"pretrained-{Path(checkpoint).stem}"
+
+
+def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None,
+                   record: dict[str, Any] | None = None) -> None:
+    """Write ``checkpoint`` as a shipped model: ``dest`` without its optimizer state (float32 weights,
+    config, training state) and its record ``dest.json`` (model, task, dataset, size, net minutes, best
+    epoch, config, plus ``record``: e.g. the command, the card, the epochs and the evaluation).
+    ``data_path`` replaces the dataset path recorded in its config."""
+    dest = Path(dest)
+    ckpt = load_checkpoint(checkpoint).weights_only(data_path)
+    cfg = ckpt.model_config
+    with torch.device("meta"):
+        parameters = count_parameters(create_model(cfg))
+    base = {"file": dest.name, "model": cfg.name, "code": paper_code(cfg), "task": ckpt.task, "dataset": cfg.dataset,
+            "parameters": parameters, "net_minutes": round(ckpt.state.net_seconds / 60, 2),
+            "best_epoch": ckpt.state.best_epoch, "config": ckpt.config}
+    with holding(dest.parent):  # the one writer of a folder of shipped models
+        save_checkpoint(dest, ckpt)
+        atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")
