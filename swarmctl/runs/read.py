@@ -17,7 +17,7 @@ from swarmctl.devices import resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
 from swarmctl.files import check_plain_file, check_regular_file, read_bytes
 from swarmctl.models import count_parameters, create_model, paper_code
-from swarmctl.rundir import RunDir
+from swarmctl.rundir import BEST, RunDir
 from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
@@ -184,14 +184,13 @@ def evaluate_run(run: Run, data: Path | None = None, split: str | None = None) -
     """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only."""
     state, task = run.ckpt.state, run.task
     metrics = task.score(run.model, run.ckpt, data, split or task.default_split, run.device)
-    is_best = run.checkpoint.name == RunDir(run.checkpoint.parent).best.name
     return {
         "model": run.model_cfg.name,
         "task": task.name,
         "code": paper_code(run.model_cfg),
         "parameters": count_parameters(run.model),
         "checkpoint": str(run.checkpoint),
-        "epoch": state.best_epoch if is_best else state.epoch - 1,
+        "epoch": state.best_epoch if run.checkpoint.name == BEST else state.epoch - 1,
         "net_minutes": state.net_seconds / 60,
         **metrics,
     }
