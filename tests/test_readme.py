@@ -35,7 +35,7 @@ LONG = {
         "--minutes", "0.01", "--max-epochs", "1", "--steps-per-epoch", "2", "--val-batches", "1"],
     "swarmctl train swarm-image --dataset mnist --minutes 480": ["--minutes", "0.01", "--max-epochs", "1"],
     "swarmctl eval": [],
-    "swarmctl plot-entropy --grid 100": [],
+    "swarmctl plot-entropy --size 100 --grid 40": [],
     "swarmctl sample --dataset mnist": [],
 }
 # Not run: no option cuts their budget.
