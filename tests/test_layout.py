@@ -26,7 +26,7 @@ def test_lazy_top_level_names():
 # order is fixed too, so no two folders import each other. The base modules sit under everything; the test
 # helpers (testing.py) sit on top: they may use the library, which never imports them.
 LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__", "testing"]
-BASE = {"__init__", "config", "errors", "files", "devices"}
+BASE = {"__init__", "config", "errors", "files", "devices", "catalog"}
 
 
 def _level(module: str) -> int:
@@ -198,6 +198,7 @@ def test_the_library_never_spells_a_flag():
                       and node.body and isinstance(node.body[0], ast.Expr)
                       and isinstance(node.body[0].value, ast.Constant)}
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and node.value not in flags:  # a flag alone is an argument of another program (cc --version)
                 found += [f"{path.relative_to(root)}:{node.lineno} {m}" for m in pattern.findall(node.value)]
     assert not found, f"{len(found)} flag spellings outside cli/: " + "; ".join(found)
