@@ -48,7 +48,7 @@ from swarmctl.models import (
     paper_code,
 )
 from swarmctl.runs import resume_run, run_progress, start_run
-from swarmctl.tasks import get_task
+from swarmctl.tasks import Task, get_task
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -303,6 +303,11 @@ class SweepPlan:
     folder: Path  # RUNS_DIR/sweep-NAME
     index: int = 0
     count: int = 1
+
+    @property
+    def task(self) -> Task:
+        """The task the spec's models train on (its words on the progress line)."""
+        return get_task(self.spec.task)
 
 
 def plan_sweep(spec_file: Path, runs_dir: Path, index: int = 0, count: int = 1) -> SweepPlan:
