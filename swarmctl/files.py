@@ -21,7 +21,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from swarmctl.errors import ConfigError, OutputExists, ResourceError, SwarmctlWarning, describe_os_error
+from swarmctl.errors import (
+    ConfigError,
+    OutputExists,
+    ResourceError,
+    SwarmctlWarning,
+    describe_os_error,  # noqa: F401  (now in errors.py, under the CLI; runs.py still imports it from here)
+)
 
 # ---- what may be written, and how it is read --------------------------------------------------------
 

@@ -168,8 +168,9 @@ def test_commands_never_open_or_write_a_file():
 
 def _cli_flags() -> set[str]:
     """Every option name of every command, e.g. ``--force``, ``--no-standardize``."""
-    from swarmctl.cli import app
     from typer.main import get_command
+
+    from swarmctl.cli import app
 
     group = get_command(app)
     flags = {o for p in group.params for o in (*p.opts, *p.secondary_opts)}

@@ -44,6 +44,8 @@ _ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
 
 def _refuse_fixed_options(ctx: typer.Context) -> None:
     """A resumed run keeps its own settings: an option it cannot change is a usage error (exit 2)."""
+    from swarmctl.runs import RESUMABLE
+
     given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
              and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
     if given:
@@ -82,12 +84,18 @@ def _library_on_run(command: Any) -> Any:
     is built from the help catalog and imports no PyTorch."""
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
-        global EpochProgress, HYPERPARAMETERS, RESUMABLE, after_fit, configs_from_options, is_main_process
+        global EpochProgress, HYPERPARAMETERS, after_fit, configs_from_options, is_main_process
         global resume_command, resume_run, start_run, task_of
         from swarmctl.cli._fit import after_fit
         from swarmctl.cli._progress import EpochProgress
         from swarmctl.models import HYPERPARAMETERS
-        from swarmctl.runs import RESUMABLE, configs_from_options, is_main_process, resume_command, resume_run, start_run
+        from swarmctl.runs import (
+            configs_from_options,
+            is_main_process,
+            resume_command,
+            resume_run,
+            start_run,
+        )
         from swarmctl.tasks import task_of
         return command(*args, **kwargs)
     return run

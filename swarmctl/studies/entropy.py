@@ -35,7 +35,8 @@ def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int =
     candidates = np.flatnonzero(tasks.n_clusters == clusters)
     if len(candidates) == 0:
         have = ", ".join(str(k) for k in np.unique(tasks.n_clusters))
-        raise ConfigError(f"no task with {clusters} clusters in this split; choose `clusters` from {have} or an `index`")
+        raise ConfigError(f"no task with {clusters} clusters in this split; choose `clusters` from {have} or an "
+                          "`index`")
     size = min(max(size, 0), 2**62)  # far beyond any set size: the same choice, and no int64 overflow
     return int(candidates[np.argmin(np.abs(tasks.sizes[candidates] - size))])
 

@@ -60,8 +60,10 @@ def test_flag_names_maps_only_the_running_commands_parameters():
     seen = []
 
     @demo.command()
-    def cmd(run: str = typer.Argument("x", metavar="RUN"), runs_dir: str = "r", hidden: int = 1, standardize: bool = typer.Option(True, "--standardize/--no-standardize")):
-        seen.append(flag_names("`run` `runs_dir`, `dim_hidden`, `no_standardize`, `standardize` and `force` and `swarmctl x`"))
+    def cmd(run: str = typer.Argument("x", metavar="RUN"), runs_dir: str = "r", hidden: int = 1,
+            standardize: bool = typer.Option(True, "--standardize/--no-standardize")):
+        seen.append(flag_names("`run` `runs_dir`, `dim_hidden`, `no_standardize`, `standardize` and `force` "
+                               "and `swarmctl x`"))
 
     assert CliRunner().invoke(demo, []).exit_code == 0
     assert seen == ["RUN --runs-dir, --hidden, --no-standardize, --standardize and `force` and `swarmctl x`"]
