@@ -141,7 +141,7 @@ class Interruption:
 
 # Library messages name an option by its parameter or config field in backticks (`force`, `dim_hidden`);
 # the fields whose option has another name, beyond the model hyper-parameters of the catalog:
-FIELD_OPTIONS = {"n_tasks": "tasks", "incremental": "full"}
+FIELD_OPTIONS = {"n_tasks": "tasks"}
 _BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 
