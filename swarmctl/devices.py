@@ -20,7 +20,7 @@ def resolve_device(name: str = "auto", local_rank: int = 0) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ResourceError("device cuda requested but CUDA is not available; use --device cpu or auto")
+            raise ResourceError("device cuda requested but CUDA is not available; use `device` cpu or auto")
         if name == "cuda":
             name = f"cuda:{local_rank}"
     return torch.device(name)

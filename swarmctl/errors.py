@@ -6,6 +6,8 @@ problem with a file, a run, a sweep spec or the machine (memory, a missing CUDA 
 cannot be written) exits 1.
 """
 
+import errno
+
 
 class SwarmctlError(Exception):
     """A problem the user can fix (bad option, bad file); never a bug. Exit code 1 unless a subclass says."""
@@ -40,3 +42,39 @@ class CheckpointError(SwarmctlError):
 class SwarmctlWarning(UserWarning):
     """Something was skipped or repaired and the user should know (a damaged run file, say); the CLI
     prints it as one line starting with "warning:"."""
+
+
+_OS_FIXES = {
+    errno.EACCES: "choose a folder you can write to",
+    errno.EPERM: "choose a folder you can write to",
+    errno.EROFS: "the file system is read-only; choose another folder",
+    errno.EISDIR: "it is a folder; give a file path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.ENOSPC: "the disk is full; free space or choose another folder",
+    errno.EDQUOT: "the disk quota is used up; free space or choose another folder",
+    errno.EFBIG: "the file-size limit (ulimit -f) was reached; raise it or choose a smaller output",
+    errno.ENOENT: "check the path",
+    errno.ENAMETOOLONG: "choose a shorter path",
+    errno.ELOOP: "a link points in a circle or swarmctl refused to follow it; remove it",
+}
+
+
+def describe_os_error(exc: OSError) -> str:
+    """An OSError as one line: the file, the cause and a fix."""
+    if exc.strerror is None:  # h5py and others raise OSError with only a message
+        return " ".join(str(exc).split())[:300] + "; check the path"
+    what = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"{what}{exc.strerror.lower()}; {_OS_FIXES.get(exc.errno or 0, 'check the path')}"
+
+
+def command_line(command: str, *words: object, **options: object) -> str:
+    """A swarmctl command for a message's fix, in backticks: ``command_line("gen-data", force=True)`` is
+    ```swarmctl gen-data --force```. A message names its own command's options by parameter (```force```,
+    mapped to the flag by the CLI); a command to run next is written whole, and this is the one place that
+    turns a parameter into a flag for it (``--`` and the name with dashes; True: the flag alone)."""
+    parts = ["swarmctl", command, *map(str, words)]
+    for name, value in options.items():
+        parts.append("--" + name.replace("_", "-"))
+        if value is not True:
+            parts.append(str(value))
+    return "`" + " ".join(parts) + "`"

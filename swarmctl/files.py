@@ -21,7 +21,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from swarmctl.errors import OutputExists, ResourceError, SwarmctlWarning
+from swarmctl.errors import (
+    ConfigError,
+    OutputExists,
+    ResourceError,
+    SwarmctlWarning,
+    describe_os_error,  # noqa: F401  (now in errors.py, under the CLI; runs.py still imports it from here)
+)
 from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 
 # ---- what may be written, and how it is read --------------------------------------------------------
@@ -158,7 +164,7 @@ def _same_file(st: os.stat_result | None, other: Path) -> bool:
 def check_new_target(path: Path, replace: bool) -> None:
     """Refuse an existing file at ``path`` unless ``replace``."""
     if not replace and os.path.lexists(path):
-        raise OutputExists(f"{path} exists; pass --force to overwrite it or choose another path")
+        raise OutputExists(f"{path} exists; pass `force` to overwrite it or choose another path")
 
 
 def _resolved(path: Path) -> Path:
@@ -168,36 +174,13 @@ def _resolved(path: Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-_OS_FIXES = {
-    errno.EACCES: "choose a folder you can write to",
-    errno.EPERM: "choose a folder you can write to",
-    errno.EROFS: "the file system is read-only; choose another folder",
-    errno.EISDIR: "it is a folder; give a file path",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
-    errno.ENOSPC: "the disk is full; free space or choose another folder",
-    errno.EDQUOT: "the disk quota is used up; free space or choose another folder",
-    errno.EFBIG: "the file-size limit (ulimit -f) was reached; raise it or choose a smaller output",
-    errno.ENOENT: "check the path",
-    errno.ENAMETOOLONG: "choose a shorter path",
-    errno.ELOOP: "a link points in a circle or swarmctl refused to follow it; remove it",
-}
-
-
-def describe_os_error(exc: OSError) -> str:
-    """An OSError as one line: the file, the cause and a fix."""
-    if exc.strerror is None:  # h5py and others raise OSError with only a message
-        return " ".join(str(exc).split())[:300] + "; check the path"
-    what = f"{exc.filename}: " if exc.filename is not None else ""
-    return f"{what}{exc.strerror.lower()}; {_OS_FIXES.get(exc.errno or 0, 'check the path')}"
-
-
 # ---- atomic writes --------------------------------------------------------------------------------------
 
 class _Staging:
     """The writes of one :func:`staged_writes` block: temporary files to publish, folders created."""
 
     def __init__(self, inputs: tuple[Path, ...], replace: bool) -> None:
-        self.inputs = inputs
+        self.inputs = list(inputs)
         self.replace = replace
         self.pending: list[tuple[str, Path, bool]] = []  # (temporary file, target, may replace a file)
         self.created: list[Path] = []
@@ -233,6 +216,52 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
             _remove_folders(stage.created)
 
 
+class Outputs:
+    """The outputs of one :func:`staged_outputs` block: each is checked when named, before any work."""
+
+    def __init__(self, stage: _Staging) -> None:
+        self._stage = stage
+
+    def input(self, *paths: Path | None) -> None:
+        """Files the command reads: none of them is ever written, whatever ``replace`` says."""
+        self._stage.inputs.extend(Path(p) for p in paths if p is not None)
+
+    def folder(self, folder: Path | str) -> Path:
+        """Refuse a folder that cannot be created or written (:func:`check_output_folder`); returns it."""
+        check_output_folder(Path(folder))
+        return Path(folder)
+
+    def file(self, path: Path | str) -> Path:
+        """Refuse an output file that may not be written: a link, folder or special file in its place, an
+        input, a run's own file, a folder that cannot be written, and without ``replace`` an existing file
+        (:func:`check_writable_target`, :func:`check_output_folder`, :func:`check_new_target`); returns it."""
+        path = Path(path)
+        check_output_file(path, self._stage.inputs)
+        check_new_target(path, self._stage.replace)
+        return path
+
+
+@contextlib.contextmanager
+def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
+    """A command's outputs, all checked before any work and written all at once or not at all: the one
+    helper the studies write through. The block names each output (``outputs.file(path)``,
+    ``outputs.folder(path)``) as soon as it knows it, which checks it at once, and the inputs it reads
+    (``outputs.input(path)``); every write inside the block is staged (:func:`staged_writes`) and
+    published when the block ends without error. ``replace`` False: no existing file is replaced."""
+    with staged_writes(inputs, replace=replace):
+        stage = _staging.get()
+        assert stage is not None
+        yield Outputs(stage)
+
+
+def check_png(path: Path | None, name: str) -> Path | None:
+    """Refuse a figure path that does not end in .png (any case): swarmctl draws PNG files. ``name`` is the
+    parameter the path came from, for the message (ConfigError: a value wrong in itself)."""
+    if path is not None and Path(path).suffix.lower() != ".png":
+        raise ConfigError(f"{path} does not end in .png; `{name}` is a PNG file: give a name such as figure.png")
+    return path
+
+
 def _publish(pending: list[tuple[str, Path, bool]]) -> None:
     """Give each temporary file its target's name: first those that may not replace a file, each
     created exclusively (a hard link, which fails when the name exists: no other process's file is
@@ -262,7 +291,7 @@ def _create_exclusively(tmp: str, path: Path) -> None:
         os.link(tmp, path)
         return
     except FileExistsError:
-        raise OutputExists(f"{path} exists (it appeared while this command ran); pass --force to overwrite it "
+        raise OutputExists(f"{path} exists (it appeared while this command ran); pass `force` to overwrite it "
                            "or choose another path") from None
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
@@ -270,7 +299,7 @@ def _create_exclusively(tmp: str, path: Path) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
-        raise OutputExists(f"{path} exists (it appeared while this command ran); pass --force to overwrite it "
+        raise OutputExists(f"{path} exists (it appeared while this command ran); pass `force` to overwrite it "
                            "or choose another path") from None
     os.close(fd)
     os.replace(tmp, path)  # the name is ours now: hand it the content at once

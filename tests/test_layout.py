@@ -26,7 +26,7 @@ def test_lazy_top_level_names():
 # order is fixed too, so no two folders import each other. The base modules sit under everything; the test
 # helpers (testing.py) sit on top: they may use the library, which never imports them.
 LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__", "testing"]
-BASE = {"__init__", "config", "errors", "files", "devices", "rundir"}
+BASE = {"__init__", "config", "errors", "files", "devices", "rundir", "catalog"}
 
 
 def _level(module: str) -> int:
@@ -158,3 +158,86 @@ def test_the_run_layout_names_every_run_file():
 
     assert {rundir.CONFIG, rundir.METRICS, rundir.BEST, rundir.LAST, rundir.CURVES, rundir.LOCK} == \
         set(RUN_FILE_NAMES)
+# Commands are thin (docs/design.md): a command parses its options, calls the library for its work and prints
+# what comes back. Files, data and tasks are the library's business: a command reaches them through it.
+_CLI_FORBIDDEN = ("swarmctl.files", "swarmctl.data", "swarmctl.tasks")
+_FILE_CALLS = {"open", "write_text", "write_bytes", "read_text", "read_bytes", "save", "savez", "savez_compressed",
+               "savefig", "touch", "mkdir", "unlink", "rename", "replace", "rmdir", "atomic_write",
+               "atomic_write_text", "staged_writes"}
+
+
+def _opens_a_file(node) -> bool:
+    """A call that opens, writes or moves a file: not ``str.replace(old, new)``, and not the standard streams'
+    reopening on ``os.devnull`` (cli/_streams.py), which is no file of the user's."""
+    import ast
+
+    f = node.func
+    name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    if name not in _FILE_CALLS or (name in ("replace", "rename") and len(node.args) != 1):
+        return False
+    first = node.args[0] if node.args else None
+    return not (isinstance(first, ast.Attribute) and first.attr == "devnull")
+
+
+def _cli_modules():
+    root = Path(swarmctl.__file__).parent
+    return root, sorted((root / "cli").glob("*.py"))
+
+
+def test_commands_never_import_files_data_or_tasks():
+    root, paths = _cli_modules()
+    wrong = [f"{path.relative_to(root)} imports {target}" for path in paths for target in _imports(path, root)
+             if any(target == f or target.startswith(f + ".") for f in _CLI_FORBIDDEN)]
+    assert not wrong, "commands reach files, data and tasks through the library: " + "; ".join(wrong)
+
+
+def test_commands_never_open_or_write_a_file():
+    import ast
+
+    root, paths = _cli_modules()
+    wrong = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and _opens_a_file(node):
+                f = node.func
+                wrong.append(f"{path.relative_to(root)}:{node.lineno} calls {getattr(f, 'id', None) or f.attr}()")
+    assert not wrong, "commands leave files to the library: " + "; ".join(wrong)
+
+
+def _cli_flags() -> set[str]:
+    """Every option name of every command, e.g. ``--force``, ``--no-standardize``."""
+    from typer.main import get_command
+
+    from swarmctl.cli import app
+
+    group = get_command(app)
+    flags = {o for p in group.params for o in (*p.opts, *p.secondary_opts)}
+    for command in group.commands.values():
+        flags |= {o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")}
+    return flags - {"--help"}
+
+
+def test_the_library_never_spells_a_flag():
+    """Outside cli/, messages name an option by its parameter in backticks (`force`); the command maps it to
+    its flag. Docstrings and comments may spell flags."""
+    import ast
+    import re
+
+    flags = _cli_flags()
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
+                         + r")(?![\w-])")
+    root = Path(swarmctl.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "cli":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                    and node.value not in flags:  # a flag alone is an argument of another program (cc --version)
+                found += [f"{path.relative_to(root)}:{node.lineno} {m}" for m in pattern.findall(node.value)]
+    assert not found, f"{len(found)} flag spellings outside cli/: " + "; ".join(found)

@@ -1,9 +1,10 @@
 """The swarmctl command line: one module per command, each a thin wrapper over a library function.
 
-:func:`main` is the `swarmctl` program. Loading the commands imports PyTorch, which takes seconds; main
-installs its SIGINT/SIGTERM handler first, so that a signal during start-up ends with the same one-line
-message and exit code 130 as one during a command (not a bare exit 143, or a traceback from inside an
-import). ``app``, the Typer application with every command, is loaded on first use.
+:func:`main` is the `swarmctl` program. It installs its SIGINT/SIGTERM handler before the commands load,
+so that a signal during start-up ends with the same one-line message and exit code 130 as one during a
+command (not a bare exit 143, or a traceback from inside an import). The command modules import no
+PyTorch (their help comes from :mod:`swarmctl.catalog`); a command loads the library, which takes seconds,
+when it runs. ``app``, the Typer application with every command, is loaded on first use.
 """
 
 from __future__ import annotations

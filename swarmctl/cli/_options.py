@@ -4,6 +4,8 @@ the options several commands share."""
 from __future__ import annotations
 
 import contextlib
+import importlib
+import re
 import signal
 import sys
 import threading
@@ -20,8 +22,7 @@ from rich.markup import escape
 
 from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
-from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning
-from swarmctl.files import describe_os_error
+from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
 
 
 class _Console(Console):
@@ -37,15 +38,24 @@ err_console = _Console(stderr=True)
 
 
 
+_PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def help_flags(text: str) -> str:
+    """A help text from the library (the catalog's) with its backticked parameters (```data_dir```) written as
+    flags (``--data-dir``): help is built before any command runs, so by the flag rule, not a command's table."""
+    return _PARAMETER.sub(lambda m: "--" + m.group(1).replace("_", "-"), text)
+
+
 def option(*param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
     """typer.Option with a plain-text help: brackets such as "[default: ...]" show as written (Typer
-    would read them as rich markup)."""
-    return typer.Option(*param_decls, help=None if help is None else escape(help), **kwargs)
+    would read them as rich markup); backticked parameters show as flags (:func:`help_flags`)."""
+    return typer.Option(*param_decls, help=None if help is None else escape(help_flags(help)), **kwargs)
 
 
 def argument(*, help: str | None = None, **kwargs: Any) -> Any:
     """typer.Argument with a plain-text help (see :func:`option`)."""
-    return typer.Argument(help=None if help is None else escape(help), **kwargs)
+    return typer.Argument(help=None if help is None else escape(help_flags(help)), **kwargs)
 
 
 def checked(check: Any) -> Any:
@@ -55,7 +65,7 @@ def checked(check: Any) -> Any:
             try:
                 check(value)
             except SwarmctlError as exc:
-                raise typer.BadParameter(str(exc)) from None
+                raise typer.BadParameter(flag_names(str(exc))) from None
         return value
     return callback
 
@@ -129,14 +139,66 @@ class Interruption:
         return hook
 
 
+# Library messages name an option by its parameter or config field in backticks (`force`, `dim_hidden`);
+# the fields whose option has another name, beyond the model hyper-parameters of the catalog:
+FIELD_OPTIONS = {"n_tasks": "tasks"}
+_BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+
+
+def _click_context() -> Any:
+    """The running command's click context (Typer's own copy of click, or click), None outside a command."""
+    base = next(c for c in typer.Context.__mro__ if c.__name__ == "Context" and c is not typer.Context)
+    module = importlib.import_module(base.__module__.rsplit(".", 1)[0] + ".globals")
+    return module.get_current_context(silent=True)
+
+
+def command_flags() -> dict[str, str]:
+    """The running command's parameters by name: an option's longest flag (``--runs-dir``; ``no_NAME``: a
+    switch's off side, ``--no-NAME``), an argument's metavar (``RUN``), and each config field whose option
+    has another name mapped to that option's flag."""
+    ctx = _click_context()
+    if ctx is None:
+        return {}
+    names: dict[str, str] = {}
+    for param in ctx.command.params:
+        if param.name is None:
+            continue
+        if getattr(param, "param_type_name", "") == "argument":
+            names[param.name] = getattr(param, "metavar", None) or param.name.upper()
+        else:
+            longs = [o for o in param.opts if o.startswith("--")]
+            if longs:
+                names[param.name] = max(longs, key=len)
+            offs = [o for o in getattr(param, "secondary_opts", ()) if o.startswith("--")]
+            if offs:  # a switch's off side: `no_standardize` is --no-standardize
+                names["no_" + param.name] = max(offs, key=len)
+    from swarmctl.catalog import catalog
+
+    fields = {h["field"]: h["option"] for h in catalog()["hyperparameters"]} | FIELD_OPTIONS
+    for field, option_name in fields.items():
+        if field not in names and option_name in names:
+            names[field] = names[option_name]
+    return names
+
+
+def flag_names(text: str) -> str:
+    """``text`` with every backticked parameter of the running command (```force```) written as its flag
+    (``--force``); other backticked words stay as they are."""
+    if "`" not in text:
+        return text
+    names = command_flags()
+    return _BACKTICKED.sub(lambda m: names.get(m.group(1), m.group(0)), text)
+
+
 def _error(text: str) -> None:
+    text = flag_names(text)
     with contextlib.suppress(OSError):  # a standard error that cannot take it: the exit code still says
         err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
                   line: str | None = None) -> None:
-    err_console.print(f"[yellow]warning:[/] {escape(' '.join(str(message).split()))}", highlight=False,
+    err_console.print(f"[yellow]warning:[/] {escape(flag_names(' '.join(str(message).split())))}", highlight=False,
                       soft_wrap=True)
 
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from swarmctl.cli._options import console
-from swarmctl.tasks import Task
+
+
+class _Task(Protocol):
+    """What a progress display asks of a task (:class:`swarmctl.tasks.Task`)."""
+
+    def progress_note(self, record: dict[str, Any]) -> str: ...
 
 
 def task_progress(description: str) -> Progress:
@@ -42,7 +47,7 @@ class EpochProgress:
     """A progress bar per epoch (running train loss) and one summary line per epoch, in the words of
     ``task``; a bar for generating missing data before the first epoch."""
 
-    def __init__(self, task: Task) -> None:
+    def __init__(self, task: _Task) -> None:
         self._note = task.progress_note
         self._progress = Progress(
             TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
@@ -115,3 +120,31 @@ class DelayedBar:
             self._progress.__enter__()
             self._bar = self._progress.add_task(escape(self._description), total=1.0)
         self._progress.update(self._bar, completed=fraction)
+
+
+class StepBar:
+    """A bar for one library call that reports ``progress(done, total)``: shown from the first report on,
+    until :meth:`close` or the end of the block (a call that reports nothing shows nothing)."""
+
+    def __init__(self, description: str) -> None:
+        self._description = description
+        self._progress: Progress | None = None
+        self._bar: Any = None
+
+    def __enter__(self) -> StepBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+            self._progress = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._progress is None:
+            self._progress = task_progress(escape(self._description))
+            self._progress.__enter__()
+            self._bar = self._progress.add_task(escape(self._description), total=total)
+        self._progress.update(self._bar, completed=done, total=total)

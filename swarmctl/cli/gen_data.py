@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
+from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
 from swarmctl.cli._options import float_option, flush_output, option, say, seed_option, user_errors
-from swarmctl.cli._progress import DataGenerationProgress
-from swarmctl.files import staged_writes
-from swarmctl.tasks import TASKS, data_kinds, data_task
 
-_KINDS = [t for t in TASKS.values() if t.data_kind is not None]
+_KINDS = [t for t in catalog_tasks() if t["data_kind"] is not None]
 _GENERATOR: dict[str, Any] = {}  # generator parameter -> (default, kinds that take it)
 for _t in _KINDS:
-    for _name, _default in _t.generator.items():
-        _GENERATOR.setdefault(_name, (_default, []))[1].append(_t.data_kind)
+    for _name, _default in _t["generator"].items():
+        _GENERATOR.setdefault(_name, (_default, []))[1].append(_t["data_kind"])
 
 
 def _param_help(text: str, name: str) -> str:
@@ -24,19 +21,19 @@ def _param_help(text: str, name: str) -> str:
     return f"{text} [{', '.join(kinds)} only; default: {default:g}]."
 
 
-_TASKS_DEFAULT = (f"{_KINDS[0].default_tasks:,}" if len({t.default_tasks for t in _KINDS}) == 1
-                  else "; ".join(f"{t.data_kind}: {t.default_tasks:,}" for t in _KINDS))
+_TASKS_DEFAULT = (f"{_KINDS[0]['default_tasks']:,}" if len({t["default_tasks"] for t in _KINDS}) == 1
+                  else "; ".join(f"{t['data_kind']}: {t['default_tasks']:,}" for t in _KINDS))
 _HELP = ("Generate seeded tasks of one kind and write them to HDF5.\n\n"
-         + "\n\n".join(f"{t.data_kind}: {t.data_kind_help}." for t in _KINDS)
+         + "\n\n".join(f"{t['data_kind']}: {t['data_kind_help']}." for t in _KINDS)
          + "\n\nSame seed, same arrays.")
 
 
 @app.command("gen-data", help=_HELP)
 def gen_data_cmd(
     seed: Annotated[int, seed_option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
-    kind: Annotated[str, option(help=" or ".join(data_kinds()) + ".")] = data_kinds()[0],
+    kind: Annotated[str, option(help=" or ".join(t["data_kind"] for t in _KINDS) + ".")] = _KINDS[0]["data_kind"],
     out: Annotated[Path | None, option(help="Output file [default: " + " or ".join(
-        t.data_file("{SEED}") for t in _KINDS) + "].")] = None,
+        t["data_file"] for t in _KINDS) + "].")] = None,
     tasks: Annotated[int | None, option(help=f"Number of tasks (train + validation) [default: {_TASKS_DEFAULT}].")]
     = None,
     val_fraction: Annotated[float | None, float_option(help=_param_help(
@@ -51,13 +48,13 @@ def gen_data_cmd(
         "Scale s of the inverse-Wishart (scale matrix s*I)", "wishart_scale"))] = None,
     force: Annotated[bool, option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
-    params = dict(val_fraction=val_fraction, k_min=k_min, k_max=k_max, n_min=n_min, n_max=n_max,
-                  wishart_df=wishart_df, wishart_scale=wishart_scale)
-    with user_errors(), staged_writes(replace=force):  # the file appears once this is printed, or not at all
-        start = time.perf_counter()
-        path, info, holds = data_task(kind).generate_data(
-            out, seed, tasks, force=force, progress=DataGenerationProgress(),
-            **{k: v for k, v in params.items() if v is not None})
-        say(f"wrote {path}: {holds}, seed {seed}, {time.perf_counter() - start:.1f} s (checksum "
-            f"{info['checksum'][:12]})")
-        flush_output()
+    with user_errors():
+        from swarmctl.cli._progress import DataGenerationProgress
+        from swarmctl.studies.datasets import generated_data
+
+        with generated_data(kind, out, seed, tasks, force=force, progress=DataGenerationProgress(),
+                            val_fraction=val_fraction, k_min=k_min, k_max=k_max, n_min=n_min, n_max=n_max,
+                            wishart_df=wishart_df, wishart_scale=wishart_scale) as made:
+            say(f"wrote {made.path}: {made.holds}, seed {seed}, {made.seconds:.1f} s (checksum "
+                f"{made.checksum[:12]})")
+            flush_output()  # the file appears once this is printed, or not at all

@@ -21,11 +21,6 @@ from swarmctl.cli._options import (
     seed_option,
     user_errors,
 )
-from swarmctl.cli._progress import task_progress
-from swarmctl.files import staged_writes
-from swarmctl.plots.shuffle import plot_shuffle_variance
-from swarmctl.plots.style import save_figure
-from swarmctl.studies.shuffle_variance import shuffle_variance_study
 
 
 @app.command("shuffle-variance")
@@ -47,10 +42,13 @@ def shuffle_variance_cmd(
     orderings. Equivariant models give float-rounding values; the unsorted BiLSTM does not.
     """
     with user_errors():
-        with staged_writes([data]):  # every file (results, figure, summary), or none
-            study = shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
-                                           progress=_progress)
-            fig_path = save_figure(plot_shuffle_variance(study.results), study.out_dir / "shuffle-variance")
+        from swarmctl.plots.shuffle import plot_shuffle_variance
+        from swarmctl.plots.style import save_figure
+        from swarmctl.studies.shuffle_variance import shuffle_variance
+
+        with shuffle_variance(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
+                              progress=_progress) as study:  # every file (results, figure, summary), or none
+            fig_path = save_figure(plot_shuffle_variance(study.results), study.figure)
             for label, s in study.summary.items():
                 say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
                     f"over {s['tasks']} tasks x {s['shuffles']} orderings")
@@ -61,6 +59,8 @@ def shuffle_variance_cmd(
 @contextmanager
 def _progress(label: str, total: int) -> Iterator[Callable[[int, int], None]]:
     """A bar for one run's measurement."""
+    from swarmctl.cli._progress import task_progress
+
     with task_progress(escape(label)) as progress:
         bar = progress.add_task(escape(label), total=total)
         yield lambda k, n: progress.update(bar, completed=k, total=n)

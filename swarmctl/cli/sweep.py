@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._fit import after_fit
-from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user_errors
-from swarmctl.cli._progress import EpochProgress
+from swarmctl.cli._options import RUNS_DIR, argument, console, flag_names, option, say, user_errors
 from swarmctl.errors import ConfigError
-from swarmctl.models import paper_code
-from swarmctl.studies.sweep import SweepPlan, data_path, dry_run, format_minutes, parse_shard, plan_sweep, train_sweep
-from swarmctl.tasks import get_task
+
+if TYPE_CHECKING:
+    from swarmctl.studies.sweep import SweepPlan
 
 ACTIONS = {"new": "training", "partial": "resuming", "empty": "starting again (no checkpoint)", "done": "finished"}
 
@@ -37,11 +35,16 @@ def sweep_cmd(
     table and the frontier figure. With a scheduler, give each job its own --shard, e.g. in a Slurm array
     (--array=0-7): --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     """
+    from swarmctl.studies.sweep import format_minutes, parse_shard, plan_sweep, train_sweep
+
     try:
         index, count = parse_shard(shard_text)
     except ConfigError as exc:
-        raise typer.BadParameter(str(exc).removeprefix("--shard "), param_hint="--shard") from None
+        raise typer.BadParameter(flag_names(str(exc).removeprefix("`shard` ")), param_hint="--shard") from None
     with user_errors() as interruption:
+        from swarmctl.cli._fit import after_fit
+        from swarmctl.cli._progress import EpochProgress
+
         interruption.hint = shlex.join(["swarmctl", "sweep", str(spec_file)]
                                        + (["--shard", f"{index}/{count}"] if count > 1 else [])
                                        + (["--runs-dir", str(runs_dir)] if runs_dir != RUNS_DIR else []))
@@ -58,7 +61,7 @@ def sweep_cmd(
                     f"{format_minutes(spec.minutes)} each -> {plan.folder}")
             say(f"[{k + 1}/{total}] {run.name}: {ACTIONS[status]}")
 
-        with EpochProgress(get_task(spec.task)) as progress:
+        with EpochProgress(plan.task) as progress:
             results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress)
         after_fit([result for _, _, result in results], interruption.hint,
                   finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
@@ -72,6 +75,9 @@ _PLAIN = dict(markup=False, highlight=False, soft_wrap=True)
 
 def _print_dry_run(plan: SweepPlan, where: str) -> None:
     """One line per configuration, in plain aligned columns (a grid may have 10,000 configurations)."""
+    from swarmctl.models import paper_code
+    from swarmctl.studies.sweep import data_path, dry_run, format_minutes
+
     spec = plan.spec
     rows, left = dry_run(plan)
     table = [("model", "code", "params", "seeds", "here", "done", "partial")]

@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
+from swarmctl.catalog import catalog, models, per_task
+from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._fit import report_interrupted
 from swarmctl.cli._options import (
     RUNS_DIR,
     RunsDir,
@@ -21,38 +22,19 @@ from swarmctl.cli._options import (
     seed_option,
     user_errors,
 )
-from swarmctl.cli._progress import EpochProgress
 from swarmctl.config import ModelConfig, TrainConfig
-from swarmctl.models import HYPERPARAMETERS, list_models
-from swarmctl.plots.curves import save_run_curves
-from swarmctl.runs import RESUMABLE, train
-from swarmctl.tasks import TASKS
 
-_NONE_MEANS = {"steps_per_epoch": "one pass", "val_batches": "the validation split", "lr_decay_epoch": "never"}
-
-
-def per_task(field: str) -> str:
-    """A TrainConfig field's default for every task family, e.g. ``clustering, mog: 0.01; image: 0.001``."""
-    by_value: dict[Any, list[str]] = {}
-    for task in TASKS.values():
-        by_value.setdefault(getattr(task.defaults, field), []).append(task.name)
-    shown = {v: _NONE_MEANS.get(field, "-") if v is None else f"{v:g}" if isinstance(v, float) else str(v)
-             for v in by_value}
-    if len(by_value) == 1:
-        return shown[next(iter(by_value))]
-    return "; ".join(f"{', '.join(names)}: {shown[v]}" for v, names in by_value.items())
-
-
-_NAMED_DATA = [t for t in TASKS.values() if t.datasets]  # tasks whose data is a named dataset in a folder
-_DATA_HELP = "; ".join(f"{t.name}: {t.train_data_help}" for t in TASKS.values())
-_DATASET_HELP = "; ".join(f"{t.name} models: {', '.join(t.datasets)} [default: {t.default_dataset}]"
+_TASKS = catalog_tasks()
+_NAMED_DATA = [t for t in _TASKS if t["datasets"]]  # tasks whose data is a named dataset in a folder
+_DATA_HELP = "; ".join(f"{t['name']}: {t['train_data_help']}" for t in _TASKS)
+_DATASET_HELP = "; ".join(f"{t['name']} models: {', '.join(t['datasets'])} [default: {t['default_dataset']}]"
                           for t in _NAMED_DATA) or "not used by any task"
-_DATA_DIR_HELP = "; ".join(f"{t.name} models: the folder holding the files [default: {t.default_data}]"
+_DATA_DIR_HELP = "; ".join(f"{t['name']} models: the folder holding the files [default: {t['default_data']}]"
                            for t in _NAMED_DATA) or "not used by any task"
 
 
 def _with_default(text: str, field: str) -> str:
-    return f"{text} [default: {per_task(field)}]."
+    return f"{text} [default: {per_task('defaults.' + field)}]."
 
 
 _ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
@@ -60,6 +42,8 @@ _ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
 
 def _refuse_fixed_options(ctx: typer.Context) -> None:
     """A resumed run keeps its own settings: an option it cannot change is a usage error (exit 2)."""
+    from swarmctl.runs import RESUMABLE
+
     given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
              and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
     if given:
@@ -70,23 +54,25 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
 
 
 _THE_MODELS = "the model's"
+_TYPES = {"int": int, "float": float, "str": str}
 
 
 def _hyperparameter_options(command: Any) -> Any:
     """Give ``command`` one option per model hyper-parameter of the registry's table (``--hidden``,
-    ``--iters``, ...), after its model argument; it receives them in ``**hyperparameters``. None, the
-    default, leaves the model's own default."""
+    ``--iters``, ...; read from the help catalog), after its model argument; it receives them in
+    ``**hyperparameters``. None, the default, leaves the model's own default."""
     params = list(inspect.signature(command, eval_str=True).parameters.values())
     params = [p for p in params if p.kind is not p.VAR_KEYWORD]
     at = [p.name for p in params].index("model") + 1
     model_config = ModelConfig()
     added = []
-    for h in HYPERPARAMETERS:
-        default = getattr(model_config, h.field)
-        text = f"{h.help} [default: {_THE_MODELS if default is None else default}]."
-        make = float_option if h.type is float else option
-        added.append(inspect.Parameter(h.option, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                       annotation=Annotated[h.type | None, make(help=text)]))
+    for h in catalog()["hyperparameters"]:
+        default = getattr(model_config, h["field"])
+        text = f"{h['help']} [default: {_THE_MODELS if default is None else default}]."
+        kind = _TYPES[h["type"]]
+        make = float_option if kind is float else option
+        added.append(inspect.Parameter(h["option"], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                       annotation=Annotated[kind | None, make(help=text)]))
     command.__signature__ = inspect.Signature(params[:at] + added + params[at:])
     return command
 
@@ -95,7 +81,7 @@ def _hyperparameter_options(command: Any) -> Any:
 @_hyperparameter_options
 def train_cmd(
     ctx: typer.Context,
-    model: Annotated[str, argument(help=f"Registered model: {', '.join(list_models())}.")],
+    model: Annotated[str, argument(help=f"Registered model: {', '.join(models())}.")],
     lr: Annotated[float | None, float_option(help=_with_default("Adam learning rate", "lr"))] = None,
     batch_size: Annotated[int | None, option(help=_with_default("Tasks (images) per batch", "batch_size"))]
     = None,
@@ -110,7 +96,7 @@ def train_cmd(
     val_batches: Annotated[int | None, option(help=_with_default("Validation batches per epoch (tasks drawn "
                                                                        "fresh)", "val_batches"))] = None,
     lr_decay_epoch: Annotated[int | None, option(help=_with_default(
-        f"Multiply the lr by {per_task('lr_decay')} once, from this epoch on", "lr_decay_epoch"))] = None,
+        f"Multiply the lr by {per_task('defaults.lr_decay')} once, from this epoch on", "lr_decay_epoch"))] = None,
     beta: Annotated[float | None, float_option(help=_with_default("Backtracking: fraction of epochs without "
                                                                   "improvement", "beta"))] = None,
     alpha: Annotated[float | None, float_option(help=_with_default("Backtracking: learning-rate factor", "alpha"))]
@@ -136,6 +122,13 @@ def train_cmd(
     task). Writes runs/NAME/: config.json, metrics.jsonl, best.pt, last.pt, curves.png. Launch with
     `torchrun --nproc_per_node=N -m swarmctl train ...` for several GPUs or processes.
     """
+    # the library loads when the command runs, not when the CLI starts: `train --help` imports no PyTorch
+    from swarmctl.cli._fit import report_interrupted
+    from swarmctl.cli._progress import EpochProgress
+    from swarmctl.models import HYPERPARAMETERS
+    from swarmctl.plots.curves import save_run_curves
+    from swarmctl.runs import train
+
     if resume is not None:
         _refuse_fixed_options(ctx)
     with user_errors() as interruption:

@@ -33,8 +33,10 @@ from swarmctl.data.clustering_generator import (
     generate_clustering,
 )
 from swarmctl.data.mog import MogParams, generate_mog_tasks
-from swarmctl.errors import DataError
+from swarmctl.errors import DataError, command_line
 from swarmctl.files import atomic_write, check_regular_file
+
+REGENERATE = command_line("gen-data", force=True)  # the fix of a damaged or outdated dataset file
 
 SCHEMA_VERSION = 2
 ARRAYS = ("points", "labels", "offsets", "n_clusters", "means", "covs", "weights")
@@ -60,7 +62,7 @@ def content_checksum(splits: dict[str, ClusteringTasks]) -> str:
 def ensure_writable(path: Path, force: bool) -> None:
     """Refuse to replace an existing dataset unless ``force``."""
     if Path(path).exists() and not force:
-        raise DataError(f"{path} exists; pass --force to overwrite it or --out to write elsewhere")
+        raise DataError(f"{path} exists; pass `force` to overwrite it or `out` to write elsewhere")
 
 
 def write_dataset(
@@ -102,7 +104,7 @@ def _open(path: Path) -> h5py.File:
     path = Path(path)
     check_regular_file(path)  # a folder or a FIFO is named for what it is (and never waited on)
     if not path.is_file():
-        raise DataError(f"{path}: no such dataset file; create one with `swarmctl gen-data --out {path}`")
+        raise DataError(f"{path}: no such dataset file; create one with {command_line('gen-data', out=path)}")
     try:
         return h5py.File(path, "r")
     except OSError:
@@ -112,7 +114,7 @@ def _open(path: Path) -> h5py.File:
 
 def _damaged(path: Path) -> DataError:
     return DataError(f"{path} is damaged (its HDF5 structure cannot be read); regenerate it with "
-                     "`swarmctl gen-data --force`")
+                     f"{REGENERATE}")
 
 
 def read_info(path: Path) -> dict[str, Any]:
@@ -163,14 +165,14 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
     version = _integer(attrs["schema_version"])
     if version is None:
         raise DataError(f"{path} has a malformed schema_version attribute ({_short(attrs['schema_version'])}); "
-                        "regenerate it with `swarmctl gen-data --force`")
+                        f"regenerate it with {REGENERATE}")
     if version != SCHEMA_VERSION:
         raise DataError(f"{path} has schema version {version}, this swarmctl reads version {SCHEMA_VERSION}; "
                         "regenerate it with `swarmctl gen-data`")
 
     def bad(name: str, what: str) -> DataError:
         return DataError(f"{path}: the {name} attribute is {what}; the file was damaged or written by another tool, "
-                         "regenerate it with `swarmctl gen-data --force`")
+                         f"regenerate it with {REGENERATE}")
 
     values: dict[str, Any] = {}
     for name in ("kind", "generator", "swarmctl_version", "splits", "checksum"):
@@ -209,21 +211,21 @@ def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
         group = f.get(name)
         if not isinstance(group, h5py.Group):
             raise DataError(f"{path} lacks the split {name!r} its splits attribute lists; the file is incomplete, "
-                            "regenerate it with `swarmctl gen-data --force`")
+                            f"regenerate it with {REGENERATE}")
         shapes = {}
         for key in ARRAYS:
             ds = group.get(key)
             if not isinstance(ds, h5py.Dataset):
                 raise DataError(f"{path} lacks {name}/{key}; the file is incomplete, regenerate it with "
-                                "`swarmctl gen-data --force`")
+                                f"{REGENERATE}")
             want = SHAPES[key]
             if len(ds.shape) != len(want) + 1 or tuple(ds.shape[1:]) != want:
                 expected = "(" + ", ".join(["n", *map(str, want)]) + ")"
                 raise DataError(f"{path}: {name}/{key} has shape {ds.shape}, expected {expected}; regenerate the file "
-                                "with `swarmctl gen-data --force`")
+                                f"with {REGENERATE}")
             if ds.dtype.kind not in KINDS_OF[key]:
                 raise DataError(f"{path}: {name}/{key} has dtype {ds.dtype}, expected "
-                                f"{np.dtype(DTYPES[key]).name}; regenerate the file with `swarmctl gen-data --force`")
+                                f"{np.dtype(DTYPES[key]).name}; regenerate the file with {REGENERATE}")
             shapes[key] = ds.shape
             total_bytes += int(np.prod(ds.shape, dtype=np.float64)) * 8
         n = shapes["offsets"][0] - 1
@@ -232,10 +234,10 @@ def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
         for key in ("n_clusters", "means", "covs", "weights"):
             if shapes[key][0] != n:
                 raise DataError(f"{path}: {name}/{key} describes {shapes[key][0]} tasks, offsets {n}; "
-                                "regenerate the file with `swarmctl gen-data --force`")
+                                f"regenerate the file with {REGENERATE}")
         if shapes["points"][0] != shapes["labels"][0]:
             raise DataError(f"{path}: split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} "
-                            "labels; regenerate the file with `swarmctl gen-data --force`")
+                            f"labels; regenerate the file with {REGENERATE}")
     limit = host_memory() // 2
     if total_bytes > limit:
         raise DataError(f"{path} needs {total_bytes / 2**30:.1f} GiB to read, more than half of this machine's "
@@ -258,7 +260,7 @@ def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]
             raise _damaged(path) from None
     if content_checksum(splits) != info["checksum"]:
         raise DataError(f"{path}: content checksum mismatch (the file was modified or damaged); regenerate it "
-                        "with `swarmctl gen-data --force`")
+                        f"with {REGENERATE}")
     for name, tasks in splits.items():
         _check_tasks(tasks, f"{path}, split {name!r},", _cluster_range(info))
     return splits, info
@@ -286,7 +288,7 @@ def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] =
     not cut ``points`` into sets of 2..MAX_SET_SIZE entities, non-finite points, numbers of clusters
     outside ``clusters``, labels outside 0..K-1, and mixtures that are not finite with positive
     definite covariances and weights summing to 1."""
-    fix = "regenerate the dataset with `swarmctl gen-data --force`"
+    fix = f"regenerate the dataset with {REGENERATE}"
     n = len(tasks)
     if n < 1:
         raise DataError(f"{where} holds no tasks")

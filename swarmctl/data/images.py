@@ -225,7 +225,7 @@ def _missing(dataset: str, root: Path) -> str:
     if dataset == "cifar10" and all((folder / name).is_file() for name in cifar):
         return f"the CIFAR-10 batches in {folder}/ fail torchvision's MD5 check (damaged or not the originals); " \
             "replace them with the original files"
-    return f"no {dataset} files under {root}: put {what} in {folder}/ or pass --data-dir"
+    return f"no {dataset} files under {root}: put {what} in {folder}/ or name their folder with `data_dir`"
 
 
 @dataclass(frozen=True)

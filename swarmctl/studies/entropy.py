@@ -4,7 +4,9 @@ class distribution the model gives x* when it is added to a task's set as one mo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +17,11 @@ from swarmctl.config import check_memory, host_memory
 from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError
-from swarmctl.runs import Run
+from swarmctl.files import staged_outputs
+from swarmctl.runs import Run, open_run, resolve_run, shipped_for, shipped_results_dir
 from swarmctl.studies.probe import DEFAULT_METHOD, METHODS, probe_outputs
-from swarmctl.studies.results import EntropyMapResult
-from swarmctl.tasks import require_study
+from swarmctl.studies.results import EntropyMapResult, load_result, save_result
+from swarmctl.tasks import DataProgress, require_study
 
 MAX_GRID = 2000  # grid locations per axis
 
@@ -32,7 +35,8 @@ def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int =
     candidates = np.flatnonzero(tasks.n_clusters == clusters)
     if len(candidates) == 0:
         have = ", ".join(str(k) for k in np.unique(tasks.n_clusters))
-        raise ConfigError(f"no task with {clusters} clusters in this split; choose --clusters from {have} or --index")
+        raise ConfigError(f"no task with {clusters} clusters in this split; choose `clusters` from {have} or an "
+                          "`index`")
     size = min(max(size, 0), 2**62)  # far beyond any set size: the same choice, and no int64 overflow
     return int(candidates[np.argmin(np.abs(tasks.sizes[candidates] - size))])
 
@@ -48,7 +52,7 @@ def check_grid(grid: int) -> None:
     """Grid locations per axis: at least 2, at most MAX_GRID, and within the machine's memory."""
     if not 2 <= grid <= MAX_GRID:
         raise ConfigError(f"grid must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
-    check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower --grid")
+    check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower `grid`")
 
 
 @torch.no_grad()
@@ -112,3 +116,58 @@ def entropy_map_of_run(run: Run, data: Path | None = None, index: int | None = N
     task_index = choose_task(split, index, clusters, size)
     return compute_entropy_map(run.model, split, task_index, run.label, grid, device=run.device,
                                method=method or DEFAULT_METHOD, progress=progress)
+
+
+STUDY = "plot-entropy"
+FIGURES = ("entropy", "classes")  # the figures drawn from a map, as NAME.png in its folder
+
+
+@dataclass(frozen=True)
+class EntropyMaps:
+    """An entropy map (computed now or read back) and the folder its figures go to."""
+
+    result: EntropyMapResult
+    out_dir: Path
+
+    def figure(self, name: str) -> Path:
+        """Where figure ``name`` (one of :data:`FIGURES`) is drawn."""
+        return self.out_dir / f"{name}.png"
+
+
+@contextmanager
+def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
+                 index: int | None = None, clusters: int = 7, size: int = 500, grid: int = 150,
+                 method: str | None = None, out: Path | None = None, replot: bool = False,
+                 progress: Callable[[int, int], None] | None = None, data_progress: DataProgress | None = None,
+                 announce: Callable[[str], None] | None = None) -> Iterator[EntropyMaps]:
+    """`swarmctl plot-entropy`'s work: the entropy map of ``run`` (None: the shipped model) on a validation
+    task, saved as entropy.npz in ``out`` (default: RUN/entropy), or with ``replot`` the saved one read back.
+    Every output is checked before any work; the caller draws the figures inside the block, and all files
+    appear when it ends without error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told
+    which shipped model is used."""
+    if method is not None and method not in METHODS:
+        raise ConfigError(f"`method` must be one of {', '.join(METHODS)}, got {method!r}")
+    with staged_outputs([data]) as outputs:
+        if out is not None:
+            outputs.folder(out)
+        if replot:
+            run_dir = resolve_run(run, runs_dir) if run is not None else \
+                shipped_results_dir(shipped_for(STUDY), runs_dir)
+            out_dir = Path(out or run_dir / "entropy")
+            outputs.input(out_dir / "entropy.npz")
+            res = load_result(EntropyMapResult, out_dir / "entropy.npz")
+        else:
+            check_grid(grid)
+            if out is None and run is None:
+                outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
+            opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
+                              study=STUDY, data=data, progress=data_progress)
+            if opened.shipped and announce is not None:
+                announce(f"using the shipped model {opened.checkpoint}")
+            out_dir = outputs.folder(out or opened.dir / "entropy")
+            outputs.input(opened.checkpoint)
+            for name in ("entropy.npz", *(f"{f}.png" for f in FIGURES)):
+                outputs.file(out_dir / name)
+            res = entropy_map_of_run(opened, data, index, clusters, size, grid, method, progress=progress)
+            save_result(res, out_dir / "entropy.npz")
+        yield EntropyMaps(res, out_dir)

@@ -101,7 +101,7 @@ def probe_outputs(
     computed by the probe, ``batch`` locations at a time. The model must be a SWARM model with mean pooling
     and in eval mode (no dropout)."""
     if not probe_supported(model):
-        raise ConfigError("the probe needs a SWARM model with mean pooling; use --method exact")
+        raise ConfigError("the probe needs a SWARM model with mean pooling; use `method` exact")
     if model.training:
         raise ValueError("probe_outputs needs the model in eval mode (dropout off)")
     with _one_thread(stars.device):

@@ -9,6 +9,8 @@ import json
 import math
 import statistics
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,7 +18,7 @@ from typing import Any
 
 from swarmctl.config import SEED_RANGE
 from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning
-from swarmctl.files import read_bytes, read_metrics
+from swarmctl.files import atomic_write_text, read_bytes, read_metrics, staged_outputs
 from swarmctl.rundir import CONFIG, RunDir
 
 
@@ -187,3 +189,48 @@ def report_markdown(rows: list[ConfigSummary]) -> str:
         lines.append(f"| {r.model} | ({r.code}) | {r.parameters:,} | {', '.join(map(str, r.seeds))} | {val} | "
                      f"{paper_text(r)} | {r.epochs:.0f} | {r.net_minutes:.1f} | {', '.join(r.devices)} |")
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Report:
+    """A report: the runs' folder, where the report goes, one row per configuration (``rows``, and as text
+    in ``table`` under ``columns``), and what the frontier figure draws."""
+
+    runs_dir: Path
+    out_dir: Path
+    rows: list[ConfigSummary]
+    columns: tuple[str, ...]
+    table: list[tuple[str, ...]]
+    frontiers: dict[str, list[ConfigSummary]]
+    largest: dict[str, int]
+
+    @property
+    def markdown(self) -> Path:
+        return self.out_dir / "report.md"
+
+    @property
+    def figure(self) -> Path:
+        return self.out_dir / "frontier.png"
+
+
+REPORT_COLUMNS = ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min", "device")
+
+
+def _table_row(r: ConfigSummary) -> tuple[str, ...]:
+    val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
+    return (r.model, r.code, f"{r.parameters:,}", ",".join(map(str, r.seeds)), val, paper_text(r),
+            f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", ",".join(r.devices))
+
+
+@contextmanager
+def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Path("runs")) -> Iterator[Report]:
+    """`swarmctl report`'s work: summarise the runs in ``runs_dir`` (a folder, or a sweep's name looked up in
+    ``default_runs_dir``) and write report.md in ``out`` (default: the runs' folder). The caller draws the
+    frontier figure to ``figure`` inside the block; both files appear when it ends without error, or neither."""
+    runs_dir = report_folder(runs_dir, default_runs_dir)
+    with staged_outputs() as outputs:
+        out_dir = outputs.folder(out or runs_dir)
+        rows = summarise(read_runs(runs_dir))
+        atomic_write_text(out_dir / "report.md", report_markdown(rows))
+        yield Report(runs_dir, out_dir, rows, REPORT_COLUMNS, [_table_row(r) for r in rows], frontiers(rows),
+                     largest_explored(rows))

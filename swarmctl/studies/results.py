@@ -80,9 +80,9 @@ def load_result(cls: type[R], path: Path) -> R:
     path = Path(path)
     check_regular_file(path)  # a FIFO or folder in its place: said as such, never waited on
     if not path.is_file():
-        raise DataError(f"{path}: no saved result; run the study without --replot first")
+        raise DataError(f"{path}: no saved result; run the study without `replot` first")
     damaged = DataError(f"{path} is not a readable swarmctl study result (empty, cut short or damaged); run the "
-                        "study again without --replot")
+                        "study again without `replot`")
     try:
         with np.load(io.BytesIO(read_bytes(path)), allow_pickle=False) as data:  # no file left open on errors
             meta = json.loads(str(data["__meta__"]))
@@ -100,7 +100,7 @@ def load_result(cls: type[R], path: Path) -> R:
     meta = {**{name: f.default for name, f in known.items() if name not in arrays}, **meta}
     problem = _SCHEMAS[cls.__name__](arrays, meta)
     if problem:
-        raise DataError(f"{path} is not a valid {cls.__name__} ({problem}); run the study again without --replot")
+        raise DataError(f"{path} is not a valid {cls.__name__} ({problem}); run the study again without `replot`")
     return cls(**arrays, **meta)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +14,8 @@ from torch import nn
 
 from swarmctl.config import check_memory
 from swarmctl.devices import memory_limit
-from swarmctl.errors import CheckpointError, ConfigError
+from swarmctl.errors import CheckpointError, ConfigError, command_line
+from swarmctl.files import atomic_write, check_png, staged_outputs
 from swarmctl.models import list_models
 from swarmctl.rundir import RunDir
 from swarmctl.runs import Run, list_runs, open_run
@@ -39,7 +42,7 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
     if per_class < 1:
         raise ConfigError(f"per_class must be >= 1, got {per_class}")
     check_memory(_sampling_bytes(model, n_classes * per_class, incremental), memory_limit(torch.device(device)),
-                 f"sampling {n_classes * per_class:,} images", "lower --per-class")
+                 f"sampling {n_classes * per_class:,} images", "lower `per_class`")
     y = torch.arange(n_classes, device=device).repeat_interleave(per_class)
     gen = torch.Generator(device=device).manual_seed(seed)
     start = time.perf_counter()
@@ -73,8 +76,8 @@ def _newest_sample_run(runs_dir: Path, dataset: str) -> Path:
     if not found:
         models = [m for t in tasks_for(STUDY) for m in list_models(t.name)]
         raise CheckpointError(f"no trained {' or '.join(sorted(able))} run for {dataset} in {runs_dir}; train one "
-                              f"with `swarmctl train {models[0] if models else 'MODEL'} --dataset {dataset}` or "
-                              "pass --run")
+                              f"with {command_line('train', models[0] if models else 'MODEL', dataset=dataset)} or "
+                              "name a `run`")
     return max(found)[1]
 
 
@@ -99,3 +102,44 @@ def sample_run(run: Run, per_class: int = 2, temperature: float = 1.0, seed: int
     require_study(run.task, STUDY, f"run {run.dir.name}")
     label = f"{run.label} on {run.model_cfg.dataset}"
     return sample_grid(run.model, label, per_class, temperature, seed, incremental=incremental, device=run.device)
+
+
+def datasets() -> list[str]:
+    """The datasets `sample` draws from: those of the tasks whose runs it can use."""
+    return [d for t in tasks_for(STUDY) for d in t.datasets]
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A grid of sampled images and the PNG file it is drawn to (the images themselves go beside it, .npy)."""
+
+    grid: SampleGrid
+    path: Path
+
+
+@contextmanager
+def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto", per_class: int = 2,
+            temperature: float = 1.0, seed: int = 0, out: Path | None = None, incremental: bool = True,
+            announce: Callable[[str], None] | None = None) -> Iterator[Samples]:
+    """`swarmctl sample`'s work: ``per_class`` images of every class from ``run`` (None: the newest finished
+    run for ``dataset``, else the shipped model), their array saved as ``out`` with .npy (default:
+    RUN/samples-sSEED.png). Every output is checked before any work; the caller draws the figure to
+    ``path`` inside the block, and both files appear when it ends without error, or neither.
+    ``announce`` is told which run was chosen when none was named."""
+    check_png(out, "out")
+    if dataset not in datasets():
+        raise ConfigError(f"unknown `dataset` {dataset!r}; choose one of {', '.join(datasets())}")
+    with staged_outputs() as outputs:
+        if out is not None:
+            outputs.file(out)
+            outputs.file(Path(out).with_suffix(".npy"))
+        opened, chosen = open_sample_run(run, runs_dir, dataset, device)
+        if chosen and announce is not None:
+            announce(chosen)
+        outputs.input(opened.checkpoint)
+        path = Path(out or opened.dir / f"samples-s{seed}.png")
+        for written in (path, path.with_suffix(".npy")):  # never over the checkpoint it reads
+            outputs.file(written)
+        grid = sample_run(opened, per_class, temperature, seed, incremental=incremental)
+        atomic_write(path.with_suffix(".npy"), lambda fh: np.save(fh, grid.images))
+        yield Samples(grid, path)

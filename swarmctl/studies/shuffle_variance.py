@@ -21,7 +21,7 @@ from torch import nn
 from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError
-from swarmctl.files import atomic_write_text, check_output_folder
+from swarmctl.files import atomic_write_text, check_output_folder, staged_outputs
 from swarmctl.runs import Run, open_run, resolve_run
 from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
 from swarmctl.tasks import require_study
@@ -108,6 +108,10 @@ class ShuffleVarianceStudy:
     def summary_path(self) -> Path:
         return self.out_dir / "summary.json"
 
+    @property
+    def figure(self) -> Path:
+        return self.out_dir / "shuffle-variance.png"
+
 
 def shuffle_variance_study(
     runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
@@ -160,7 +164,7 @@ def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
     for k, key in enumerate(keys):
         if key in keys[:k]:
             raise ConfigError(f"runs {run_dirs[keys.index(key)]} and {run_dirs[k]} would both save their result as "
-                              f"{key}.npz; name each run once, or study them with separate --out folders")
+                              f"{key}.npz; name each run once, or study them with separate `out` folders")
     return keys
 
 
@@ -181,3 +185,16 @@ def _new_files_removed_on_failure(folder: Path) -> Iterator[None]:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
         raise
+
+
+@contextmanager
+def shuffle_variance(
+    runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
+    shuffles: int = 1000, seed: int = 0, device: str = "auto", replot: bool = False,
+    progress: Callable[[str, int], AbstractContextManager[Callable[[int, int], None]]] | None = None,
+) -> Iterator[ShuffleVarianceStudy]:
+    """`swarmctl shuffle-variance`'s work: :func:`shuffle_variance_study` with every file staged. The caller
+    draws the figure to ``study.figure`` inside the block; all files (results, summary, figure) appear when
+    it ends without error, or none."""
+    with staged_outputs([data]):
+        yield shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot, progress)

@@ -36,7 +36,7 @@ import torch
 
 from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
 from swarmctl.devices import memory_limit, resolve_device
-from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError, command_line
 from swarmctl.files import read_bytes
 from swarmctl.models import (
     HYPERPARAMETERS,
@@ -48,7 +48,7 @@ from swarmctl.models import (
     paper_code,
 )
 from swarmctl.runs import resume_run, run_progress, start_run
-from swarmctl.tasks import get_task
+from swarmctl.tasks import Task, get_task
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -215,9 +215,9 @@ def parse_shard(text: str) -> tuple[int, int]:
     try:
         i, n = (int(part) for part in text.split("/"))
     except ValueError:
-        raise ConfigError(f"--shard must look like I/N (e.g. 0/4), got {text!r}") from None
+        raise ConfigError(f"`shard` must look like I/N (e.g. 0/4), got {text!r}") from None
     if n < 1 or not 0 <= i < n:
-        raise ConfigError(f"--shard {text}: need 0 <= I < N (shards are numbered from 0)")
+        raise ConfigError(f"`shard` {text}: need 0 <= I < N (shards are numbered from 0)")
     return i, n
 
 
@@ -269,7 +269,7 @@ def _check_data(spec: SweepSpec) -> None:
     """Refuse a spec whose data file is missing, unless it is the task's default (generated when missing)."""
     data = data_path(spec)
     if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
-        raise DataError(f"{data}: no such data file; create it with `swarmctl gen-data --out {data}` or fix "
+        raise DataError(f"{data}: no such data file; create it with {command_line('gen-data', out=data)} or fix "
                         "the spec's data")
 
 
@@ -303,6 +303,11 @@ class SweepPlan:
     folder: Path  # RUNS_DIR/sweep-NAME
     index: int = 0
     count: int = 1
+
+    @property
+    def task(self) -> Task:
+        """The task the spec's models train on (its words on the progress line)."""
+        return get_task(self.spec.task)
 
 
 def plan_sweep(spec_file: Path, runs_dir: Path, index: int = 0, count: int = 1) -> SweepPlan:

@@ -30,7 +30,7 @@ def data_task(kind: str) -> Task:
     try:
         return kinds[kind]
     except KeyError:
-        raise ConfigError(f"--kind must be {' or '.join(kinds)}, got {kind!r}") from None
+        raise ConfigError(f"`kind` must be {' or '.join(kinds)}, got {kind!r}") from None
 
 
 def data_kinds() -> list[str]:

@@ -64,8 +64,8 @@ class Task:
     def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
         """Where the training data comes from, given the train command's data options."""
         if dataset is not None or data_dir is not None:
-            raise ConfigError(f"--dataset and --data-dir do not apply to {self.name} models (they choose a "
-                              "named dataset and its folder); use --data")
+            raise ConfigError(f"`dataset` and `data_dir` do not apply to {self.name} models (they choose a "
+                              "named dataset and its folder); use `data`")
         return DataConfig(path=str(data) if data is not None else self.default_data)
 
     def ensure_data(self, data_cfg: DataConfig, progress: DataProgress | None = None) -> None:
@@ -124,7 +124,7 @@ def check_generator_params(task: Task, params: dict[str, Any]) -> None:
     """Refuse generator parameters ``task``'s data does not have (e.g. --k-min for a fixed-K kind)."""
     unknown = sorted(set(params) - set(task.generator))
     if unknown:
-        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        allowed = ", ".join("--" + k.replace("_", "-") for k in task.generator) or "none"
-        raise ConfigError(f"{flags} {'does' if len(unknown) == 1 else 'do'} not apply to --kind {task.data_kind} "
+        flags = ", ".join(f"`{k}`" for k in unknown)
+        allowed = ", ".join(f"`{k}`" for k in task.generator) or "none"
+        raise ConfigError(f"{flags} {'does' if len(unknown) == 1 else 'do'} not apply to `kind` {task.data_kind} "
                           f"(its generator options: {allowed}); drop {'it' if len(unknown) == 1 else 'them'}")

@@ -89,7 +89,7 @@ class ClusteringTask(Task):
         check_generator_params(self, params)
         gen = ClusteringParams(n_tasks=self.default_tasks if n_tasks is None else n_tasks, **params)
         check_memory(gen.memory_bytes(), host_memory(), f"{gen.n_tasks:,} tasks of {gen.n_min}..{gen.n_max} points",
-                     "lower --tasks or --n-max")
+                     "lower `tasks` or `n_max`")
         path = prepare_output(self, path, seed, force)
         with progress.generating("", gen.n_tasks) if progress else nullcontext() as update:
             info = generate_dataset(path, gen, seed, force=force, progress=update)
@@ -97,7 +97,7 @@ class ClusteringTask(Task):
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is None:
-            raise DataError("clustering needs a dataset; pass --data FILE (create one with `swarmctl gen-data`)")
+            raise DataError("clustering needs a dataset; name it with `data` (create one with `swarmctl gen-data`)")
         splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
         pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
         return Prepared(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
@@ -122,7 +122,7 @@ class ClusteringTask(Task):
         if data is None and trained_on is not None and info["checksum"] != trained_on:
             if not self._paper_recipe(data_path, info):
                 raise DataError(f"{data_path} changed since this model was trained on it (its checksum differs from "
-                                f"the run's); pass --data {data_path} to score it on the new file anyway")
+                                f"the run's); pass `data` {data_path} to score it on the new file anyway")
             warnings.warn(f"{data_path} holds the paper's seed-0 tasks, generated here; its bytes differ from the "
                           "file this model was trained on (numerical libraries round the last digits differently "
                           "from machine to machine), so the numbers may differ in their last digits", SwarmctlWarning,

@@ -58,8 +58,8 @@ class ImageTask(Task):
     sweepable = False  # its data is a dataset name and a folder, not one file
     unit = "images"
     default_data = DATA_DIR  # torchvision root
-    train_data_help = "none: --dataset and --data-dir name their images"
-    eval_data_help = "the run's --data-dir"
+    train_data_help = "none: `dataset` and `data_dir` name their images"
+    eval_data_help = "the run's `data_dir`"
     metric_help = "cross-entropy per sub-pixel and bits per dimension"
     studies = Task.studies | {"sample"}
     datasets = tuple(DATASETS)
@@ -67,12 +67,12 @@ class ImageTask(Task):
 
     def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
         if data is not None:
-            raise ConfigError("image models read torchvision files: use --dataset and --data-dir, not --data")
+            raise ConfigError("image models read torchvision files: use `dataset` and `data_dir`, not `data`")
         return DataConfig(path=str(data_dir or self.default_data), dataset=dataset or self.default_dataset)
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.dataset is None:
-            raise ConfigError("image models need --dataset (mnist, fashion-mnist or cifar10)")
+            raise ConfigError("image models need `dataset` (mnist, fashion-mnist or cifar10)")
         root = Path(data_cfg.path or self.default_data)
         train = load_images(data_cfg.dataset, root, train=True)
         test = load_images(data_cfg.dataset, root, train=False)  # the official test split validates (as the paper)
@@ -91,8 +91,8 @@ class ImageTask(Task):
             raise ConfigError(f"image splits are test and train, got {split!r}")
         try:
             images = load_images(dataset, root, train=split == "train")
-        except DataError as exc:  # its fix names train's option; eval's is --data
-            raise DataError(str(exc).replace("--data-dir", "--data")) from None
+        except DataError as exc:  # its fix names train's option; eval's is `data`
+            raise DataError(str(exc).replace("`data_dir`", "`data`")) from None
         nats = validation_loss(model, ImageBatches(images, 100), image_loss, device)
         return {"data": f"{dataset} ({root})", "split": split, "tasks": len(images), "loss": nats,
                 "bits_per_dim": bits_per_dim(nats)}

@@ -17,7 +17,7 @@ from swarmctl.data.clustering_generator import ClusteringParams, ClusteringTasks
 from swarmctl.data.dataset import bucketed_batches
 from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
 from swarmctl.data.mog import FreshBatches, MogBatch, MogParams, generate_mog_tasks
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError, DataError, command_line
 from swarmctl.models.mog import mixture_parameters
 from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.training.checkpoint import Checkpoint
@@ -91,13 +91,13 @@ class MogTask(Task):
             raise ConfigError(f"tasks must be >= 1, got {n_tasks}")
         params = ClusteringParams(n_tasks=max(n_tasks, 2), k_min=MogParams.n_clusters, k_max=MogParams.n_clusters,
                                   n_min=MogParams.n_min, n_max=MogParams.n_max)
-        check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower --tasks")
+        check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower `tasks`")
         path = prepare_output(self, path, seed, force)
         return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is not None:
-            raise DataError("mog models train on tasks drawn fresh every step; drop --data (use it with eval)")
+            raise DataError("mog models train on tasks drawn fresh every step; drop `data` (use it with eval)")
         params = MogParams()
         steps = train_cfg.steps_per_epoch or self.defaults.steps_per_epoch
         n_val = train_cfg.val_batches or self.defaults.val_batches
@@ -119,7 +119,7 @@ class MogTask(Task):
             splits, info = read_dataset(Path(data))
             if info["kind"] != "mog":
                 raise DataError(f"{data} holds {info['kind']!r} tasks; score mog models on a "
-                                "`swarmctl gen-data --kind mog4` file")
+                                f"{command_line('gen-data', kind='mog4')} file")
             if split not in splits:
                 raise DataError(f"{data} has no split {split!r}; it has: {', '.join(splits)}")
             tasks, source = splits[split], str(data)

@@ -47,7 +47,7 @@ def standardization(values: np.ndarray, target_std: float, per_coordinate: bool 
         scale = np.where(std > 0, np.ldexp(target_std / np.where(std > 0, std, 1.0), -std_power), 1.0)
     if not np.all(np.isfinite(scale)):
         raise DataError("the points are spread too little to be scaled in float64 (a spread below about 1e-308); "
-                        "rescale them, or pass --no-standardize")
+                        "rescale them, or pass `no_standardize`")
     return AffineMap(np.ldexp(unit.mean(axis=0), power), scale)
 
 
@@ -58,7 +58,7 @@ def check_as_given(values: np.ndarray) -> None:
     limit = float(np.finfo(np.float32).max)
     if largest > limit:
         raise DataError(f"the points hold values up to {largest:.3g}, beyond float32 (the model computes in it, up "
-                        f"to {limit:.3g}); drop --no-standardize (the map brings them to the training scale) or "
+                        f"to {limit:.3g}); drop `no_standardize` (the map brings them to the training scale) or "
                         "rescale them")
 
 
@@ -84,7 +84,7 @@ def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, c
     bad = ~torch.isfinite(logits).all(dim=-1)
     if bool(bad.any()):
         raise DataError(f"the model's output is not a number for {int(bad.sum()):,} of {len(logits):,} points: their "
-                        "values are too large for it; map them to the training scale (leave out --no-standardize) "
+                        "values are too large for it; map them to the training scale (leave out `no_standardize`) "
                         "or rescale them")
     logp = torch.log_softmax(logits.float(), dim=-1)
     best, label = logp.max(dim=-1)

@@ -19,7 +19,7 @@ def test_round_trip_keeps_every_array(tiny_h5, tmp_path):
 
 def test_refuses_to_overwrite_without_force(tiny_h5):
     splits, info = read_dataset(tiny_h5)
-    with pytest.raises(DataError, match="--force"):
+    with pytest.raises(DataError, match="`force`"):
         write_dataset(tiny_h5, splits, kind="clustering", seed=0, generator={})
     write_dataset(tiny_h5, splits, kind="clustering", seed=0, generator={}, force=True)
     assert [p.name for p in tiny_h5.parent.iterdir()] == [tiny_h5.name]  # no temporary file left

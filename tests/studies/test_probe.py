@@ -99,7 +99,7 @@ def test_probe_only_for_swarm_with_mean_pooling():
     assert probe_supported(swarm())
     for model in (swarm(pooling="causal"), create_model(ModelConfig(name="set-transformer")).eval()):
         assert not probe_supported(model)
-        with pytest.raises(ConfigError, match="--method exact"):
+        with pytest.raises(ConfigError, match="`method` exact"):
             probe_outputs(model, torch.randn(3, 2), torch.randn(2, 2))
 
 

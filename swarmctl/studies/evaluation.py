@@ -1,0 +1,55 @@
+"""`swarmctl eval`'s work: score a run with its task's metric and save the scores as JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from swarmctl.files import atomic_write_text, staged_outputs
+from swarmctl.runs import evaluate_run, open_run
+from swarmctl.tasks import DataProgress, get_task
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The scores (``result``, JSON types), the file they are saved in, and the task's table of them."""
+
+    result: dict[str, Any]
+    path: Path
+    columns: list[str]
+    rows: list[list[str]]
+    unit: str  # what the task counts (tasks, images)
+
+
+@contextmanager
+def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
+               split: str | None = None, out: Path | None = None, progress: DataProgress | None = None,
+               announce: Callable[[str], None] | None = None) -> Iterator[Evaluation]:
+    """Score ``target`` (a run, a checkpoint; None: the shipped model of the first task that has one) on
+    ``split`` of ``data`` and save the scores as ``out`` (default: eval-SPLIT.json beside the checkpoint).
+    Every output is checked before any work (before a shipped model's dataset is generated); the file
+    appears when the block ends without error, so what the caller prints inside it comes first.
+    ``announce`` is told which shipped model is scored."""
+    with staged_outputs([data]) as outputs:
+        if out is not None:
+            outputs.file(out)
+        elif target is None:
+            outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
+        opened = open_run(target, runs_dir, device, data=data, progress=progress)
+        if opened.shipped and announce is not None:
+            announce(f"scoring the shipped model {opened.checkpoint}")
+        outputs.input(opened.checkpoint)
+        if out is None:
+            outputs.folder(opened.dir)
+        else:
+            outputs.file(out)  # never over the checkpoint it reads, nor a run's own files
+        res = evaluate_run(opened, data, split)
+        path = Path(out or opened.dir / f"eval-{res['split']}.json")
+        task = get_task(res["task"])
+        columns, rows = task.eval_table(res)
+        atomic_write_text(path, json.dumps(res, indent=2) + "\n")
+        yield Evaluation(res, path, columns, rows, task.unit)
