@@ -7,6 +7,7 @@ cannot be written) exits 1.
 """
 
 import errno
+import shlex
 
 
 class SwarmctlError(Exception):
@@ -67,14 +68,20 @@ def describe_os_error(exc: OSError) -> str:
     return f"{what}{exc.strerror.lower()}; {_OS_FIXES.get(exc.errno or 0, 'check the path')}"
 
 
-def command_line(command: str, *words: object, **options: object) -> str:
-    """A swarmctl command for a message's fix, in backticks: ``command_line("gen-data", force=True)`` is
-    ```swarmctl gen-data --force```. A message names its own command's options by parameter (```force```,
-    mapped to the flag by the CLI); a command to run next is written whole, and this is the one place that
-    turns a parameter into a flag for it (``--`` and the name with dashes; True: the flag alone)."""
-    parts = ["swarmctl", command, *map(str, words)]
+def shell_command(command: str, *words: object, **options: object) -> str:
+    """A swarmctl command as a shell line that works as printed: ``shell_command("train", "swarm", resume="r 1")``
+    is ``swarmctl train swarm --resume 'r 1'``. This is the one place outside the CLI that turns a parameter
+    into a flag (``--`` and the name with dashes; True: the flag alone)."""
+    parts = ["swarmctl", command, *(shlex.quote(str(w)) for w in words)]
     for name, value in options.items():
         parts.append("--" + name.replace("_", "-"))
         if value is not True:
-            parts.append(str(value))
-    return "`" + " ".join(parts) + "`"
+            parts.append(shlex.quote(str(value)))
+    return " ".join(parts)
+
+
+def command_line(command: str, *words: object, **options: object) -> str:
+    """A swarmctl command for a message's fix, in backticks: ``command_line("gen-data", force=True)`` is
+    ```swarmctl gen-data --force```. A message names its own command's options by parameter (```force```,
+    mapped to the flag by the CLI); a command to run next is written whole, by :func:`shell_command`."""
+    return "`" + shell_command(command, *words, **options) + "`"

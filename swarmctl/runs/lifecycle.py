@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import shlex
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -21,7 +20,15 @@ from torch import nn
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
 from swarmctl.devices import memory_limit, resolve_device
-from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
+from swarmctl.errors import (
+    CheckpointError,
+    ConfigError,
+    DataError,
+    ResourceError,
+    SwarmctlError,
+    SwarmctlWarning,
+    shell_command,
+)
 from swarmctl.files import atomic_write_text, check_output_folder, describe_os_error
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
@@ -91,8 +98,8 @@ def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: 
         target, where = str(Path(run_dir).relative_to(runs_dir)), Path(runs_dir)
     except ValueError:
         target, where = str(run_dir), Path(default_runs_dir)
-    extra = f" --runs-dir {shlex.quote(str(where))}" if where != Path(default_runs_dir) else ""
-    return f"swarmctl train {shlex.quote(model)} --resume {shlex.quote(target)}{extra}"
+    extra = {"runs_dir": where} if where != Path(default_runs_dir) else {}
+    return shell_command("train", model, resume=target, **extra)
 
 
 # ---- start and resume: one skeleton ---------------------------------------------------------------------
