@@ -114,7 +114,7 @@ def read_bytes(path: Path) -> bytes:
         return fh.read()
 
 
-def check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
+def _check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
     """Refuse a file ``path`` that a command would replace, before any work: a symbolic link (swarmctl
     never writes through a link), a folder, a FIFO or other special file in its place, one of the
     command's ``inputs`` (the same resolved path, or the same file under another name), a run's lock
@@ -161,7 +161,7 @@ def _same_file(st: os.stat_result | None, other: Path) -> bool:
     return (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino)
 
 
-def check_new_target(path: Path, replace: bool) -> None:
+def _check_new_target(path: Path, replace: bool) -> None:
     """Refuse an existing file at ``path`` unless ``replace``."""
     if not replace and os.path.lexists(path):
         raise OutputExists(f"{path} exists; pass `force` to overwrite it or choose another path")
@@ -204,7 +204,7 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
     try:
         yield
         for _, path, _ in stage.pending:
-            check_writable_target(path, stage.inputs)  # nothing was put in its place meanwhile
+            _check_writable_target(path, stage.inputs)  # nothing was put in its place meanwhile
         _publish(stage.pending)
         done = True
     finally:
@@ -234,10 +234,10 @@ class Outputs:
     def file(self, path: Path | str) -> Path:
         """Refuse an output file that may not be written: a link, folder or special file in its place, an
         input, a run's own file, a folder that cannot be written, and without ``replace`` an existing file
-        (:func:`check_writable_target`, :func:`check_output_folder`, :func:`check_new_target`); returns it."""
+        (:func:`_check_writable_target`, :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
         path = Path(path)
         check_output_file(path, self._stage.inputs)
-        check_new_target(path, self._stage.replace)
+        _check_new_target(path, self._stage.replace)
         return path
 
 
@@ -326,7 +326,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool
     """Write ``path`` atomically: ``write(buffer)`` fills an in-memory buffer, whose bytes go to a new
     temporary file beside ``path`` (created exclusively: never a link) that is then published as ``path``.
 
-    The target is checked first (:func:`check_writable_target`). ``replace`` False: an existing file is
+    The target is checked first (:func:`_check_writable_target`). ``replace`` False: an existing file is
     refused at once, and the file is published by a hard link, so that one that appears meanwhile (a
     second command writing the same output) is not replaced either (:class:`OutputExists`); the default
     replaces (inside :func:`staged_writes`: as the block says). Any error leaves ``path`` as it was
@@ -338,7 +338,7 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool
     stage = _staging.get()
     replace = (stage.replace if stage else True) if replace is None else replace
     _check_target(path)
-    check_new_target(path, replace)
+    _check_new_target(path, replace)
     buffer = io.BytesIO()
     write(buffer)
 
@@ -364,7 +364,7 @@ def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
 
 def _check_target(path: Path) -> None:
     stage = _staging.get()
-    check_writable_target(path, stage.inputs if stage else ())
+    _check_writable_target(path, stage.inputs if stage else ())
     check_output_folder(path.parent, path)
 
 
@@ -406,7 +406,7 @@ def append_line(path: Path, line: str) -> None:
     and refusing a special file in its place. A failed write (a full disk) truncates the file back to
     its old length, so no partial line is left, and is an OSError naming ``path``."""
     path = Path(path)
-    check_writable_target(path)
+    _check_writable_target(path)
     data = (line + "\n").encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -469,7 +469,7 @@ def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
     """Refuse, before any work, an output file path that is a folder, a link or special file, one of
     ``inputs`` or a run's own file, or whose folder cannot be written."""
     path = Path(path)
-    check_writable_target(path, [p for p in inputs if p is not None])
+    _check_writable_target(path, [p for p in inputs if p is not None])
     check_output_folder(path.parent, path)
 
 
@@ -531,11 +531,11 @@ def _writer_alive(name: str) -> bool:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`read_jsonl`)."""
-    return read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
+    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`_read_jsonl`)."""
+    return _read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
 
 
-def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The JSON objects of ``path``, one a line, each holding ``keys``. A line that is not one (a partial
     last line left by a process killed while appending, a damaged byte) is skipped with a
     :class:`SwarmctlWarning`."""

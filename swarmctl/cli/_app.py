@@ -29,7 +29,7 @@ class _OneLineErrors(TyperGroup):
         tolerant_streams()
         usable_terminal_size()
         for command in self.commands.values():
-            whole_numbers_only(command)
+            _whole_numbers_only(command)
         try:
             rv = self._one_line(args, prog_name, complete_var, **extra)
             if sys.stdout is not None and not rv:
@@ -71,7 +71,7 @@ def _say_error(text: str) -> None:
 _WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
-def whole_numbers_only(command: Any) -> None:
+def _whole_numbers_only(command: Any) -> None:
     """Make every integer option of ``command`` take a whole number written in digits (``8``, ``-3``) and
     nothing else: Typer's own conversion took ``8.0`` and ``8_000`` but not ``5.``. Done once per command."""
     if getattr(command, "_swarmctl_whole_numbers", False):

@@ -17,7 +17,7 @@ _SIZES = {"COLUMNS": MIN_COLUMNS, "LINES": 1, "TERMINAL_WIDTH": MIN_COLUMNS}  # 
 _ERROR_HANDLER = "swarmctl-escape"
 
 
-def reopen_closed_streams() -> None:
+def _reopen_closed_streams() -> None:
     """Open /dev/null on standard input, output or error where the process was started with it closed
     (``cmd >&-``), so that no file swarmctl opens later takes descriptor 0, 1 or 2 (whatever writes to
     stdout or stderr, a library or a compiler, would write into it). ``sys.stdin`` and friends stay None:
@@ -68,7 +68,7 @@ def usable_terminal_size() -> None:
 
 def prepare() -> None:
     """Everything above, in the order the process needs it."""
-    reopen_closed_streams()
+    _reopen_closed_streams()
     tolerant_streams()
     usable_terminal_size()
 
