@@ -14,8 +14,8 @@ with `swarmctl.runs.export_weights`.
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +31,8 @@ from swarmctl.data.clustering_generator import (
     generate_clustering,
 )
 from swarmctl.data.dataset import bucketed_batches
-from swarmctl.models.registry import complete_config, count_parameters, create_model, paper_code
 from swarmctl.files import atomic_write_text
+from swarmctl.models.registry import complete_config, count_parameters, create_model, paper_code
 from swarmctl.runs import load_model, run_lock, shipped_for
 from swarmctl.tasks.clustering import clustering_loss
 from swarmctl.tasks.point_clusters import standardization

@@ -237,3 +237,45 @@ def generate_broad(params: BroadParams, seed: int) -> ClusteringTasks:
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs,
                            weights)
+
+
+@dataclass(frozen=True)
+class TrainingRange:
+    """What a model trained on a prior has seen: set sizes ``n_min..n_max``, ``k_min..k_max`` clusters,
+    and clusters whose major standard deviation relative to their set's spread (the root mean square of its
+    coordinates' standard deviations) lay in ``spread_lo..spread_hi`` (the prior's 2nd and 98th
+    percentiles; the ratio is the same in any units)."""
+
+    n_min: int
+    n_max: int
+    k_min: int
+    k_max: int
+    spread_lo: float
+    spread_hi: float
+
+
+def relative_spreads(means: np.ndarray, covs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The major standard deviation of each of K clusters (K, 2) / (K, 2, 2) / (K,) divided by the
+    mixture's spread: the root mean square of the standard deviations of its coordinates."""
+    mean = weights @ means
+    second = np.einsum("k,kij->ij", weights, covs + np.einsum("ki,kj->kij", means, means))
+    total = second - np.outer(mean, mean)
+    rms = math.sqrt(max(float(np.trace(total)) / means.shape[1], 1e-300))
+    return np.sqrt(np.linalg.eigvalsh(covs)[:, -1]) / rms
+
+
+def training_range(params: ClusteringParams | BroadParams, draws: int = 400, seed: int = 0) -> TrainingRange:
+    """The :class:`TrainingRange` of a prior, its spreads from ``draws`` tasks' mixtures (no points drawn)."""
+    rs = np.random.RandomState(seed)
+    spreads = []
+    for _ in range(draws):
+        if isinstance(params, BroadParams):
+            _, _, means, covs, weights = draw_broad_task(params, rs, n=1)
+        else:
+            K = rs.randint(params.k_min, params.k_max + 1)
+            covs = invwishart.rvs(df=params.wishart_df, scale=params.wishart_scale * np.eye(2), size=K,
+                                  random_state=rs).reshape(K, 2, 2)
+            means, weights = rs.randn(K, 2), np.full(K, 1.0 / K)
+        spreads.append(relative_spreads(means, covs, weights))
+    lo, hi = np.quantile(np.concatenate(spreads), [0.02, 0.98])
+    return TrainingRange(params.n_min, params.n_max, params.k_min, params.k_max, float(lo), float(hi))

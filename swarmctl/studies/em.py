@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from swarmctl.tasks.point_clusters import standardization
+
 MAX_ITER = 300
 TOL = 1e-7  # stop when the mean log-likelihood per point gains less than this
 MIN_POINTS = 1.0  # a component whose responsibilities sum to less than this many points is empty
@@ -139,11 +141,16 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     component), to convergence; then, with ``merge``, while merging a pair of components and refitting
     lowers the BIC, the best such merge (the ``candidates`` pairs whose merge costs the least
     log-likelihood before refitting are tried). Components holding less than one point's worth are
-    dropped along the way."""
+    dropped along the way.
+
+    EM runs on the points centred and scaled to unit spread (one factor: the result is the same in any
+    units, and values near 1e300 or 1e-300 neither overflow nor underflow); the mixture is returned in
+    the units of ``x`` and its log-likelihood in the scaled ones."""
     x = np.asarray(x, dtype=np.float64)
     n = len(x)
-    scale = float(np.mean(np.var(x, axis=0))) if n > 1 else 1.0
-    reg = REG * (scale if scale > 0 else 1.0)
+    unit = standardization(x, 1.0)
+    x = unit.apply(x)
+    reg = REG
     resp, dropped = _drop_empty(np.asarray(resp, dtype=np.float64), MIN_POINTS)
     mix, resp, history, gone = _fit(x, resp, reg, max_iter, tol)
     dropped += gone
@@ -168,4 +175,7 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         history = h2
         dropped += g2
         merged += 1
+    s = 1.0 / unit.scale[0]
+    with np.errstate(over="ignore"):
+        mix = Mixture(mix.weights, mix.means * s + unit.shift, mix.covs * s * s)
     return EMResult(mix, resp, history[-1], tuple(history), merged, dropped)

@@ -47,7 +47,7 @@ def standardization(values: np.ndarray, target_std: float, per_coordinate: bool 
         scale = np.where(std > 0, np.ldexp(target_std / np.where(std > 0, std, 1.0), -std_power), 1.0)
     if not np.all(np.isfinite(scale)):
         raise DataError("the points are spread too little to be scaled in float64 (a spread below about 1e-308); "
-                        "rescale them, or pass --no-standardize")
+                        "rescale them, or turn `standardize` off")
     return AffineMap(np.ldexp(unit.mean(axis=0), power), scale)
 
 
@@ -58,7 +58,7 @@ def check_as_given(values: np.ndarray) -> None:
     limit = float(np.finfo(np.float32).max)
     if largest > limit:
         raise DataError(f"the points hold values up to {largest:.3g}, beyond float32 (the model computes in it, up "
-                        f"to {limit:.3g}); drop --no-standardize (the map brings them to the training scale) or "
+                        f"to {limit:.3g}); turn `standardize` on (the map brings them to the training scale) or "
                         "rescale them")
 
 
@@ -67,7 +67,9 @@ class PointClusters:
     """One set's clustering. Per point (N,): ``cluster`` (numbered 0.. from the largest cluster down),
     ``probability`` of that cluster and the ``entropy`` (nats) of the class distribution. Per cluster (K,):
     ``sizes`` and ``mean_confidence`` (the mean probability of its points). ``transform``: the map applied
-    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks."""
+    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks;
+    ``probabilities`` (N, K) float64, the class distribution of every point over the clusters found (the
+    columns in cluster order), when asked for; ``slots``: the number of classes the model can give."""
 
     cluster: np.ndarray
     probability: np.ndarray
@@ -76,15 +78,19 @@ class PointClusters:
     mean_confidence: np.ndarray
     transform: AffineMap | None
     chunked: bool
+    probabilities: np.ndarray | None = None
+    slots: int = 0
 
 
-def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
+def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False,
+                     keep_probabilities: bool = False) -> PointClusters:
     """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
-    with each point's probability of its cluster and the entropy of its class distribution."""
+    with each point's probability of its cluster and the entropy of its class distribution; with
+    ``keep_probabilities`` also every point's probabilities of the clusters found (renormalized over them)."""
     bad = ~torch.isfinite(logits).all(dim=-1)
     if bool(bad.any()):
         raise DataError(f"the model's output is not a number for {int(bad.sum()):,} of {len(logits):,} points: their "
-                        "values are too large for it; map them to the training scale (leave out --no-standardize) "
+                        "values are too large for it; map them to the training scale (turn `standardize` on) "
                         "or rescale them")
     logp = torch.log_softmax(logits.float(), dim=-1)
     best, label = logp.max(dim=-1)
@@ -99,5 +105,30 @@ def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, c
     probability = best.exp().cpu().numpy()
     sizes = counts[order[:K]]
     confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
+    probabilities = None
+    if keep_probabilities:
+        probabilities = logp.exp().cpu().numpy().astype(np.float64)[:, order[:K]]
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
     return PointClusters(cluster.astype(np.int64), probability, entropy.cpu().numpy(), sizes.astype(np.int64),
-                         confidence, transform, chunked)
+                         confidence, transform, chunked, probabilities, logits.shape[-1])
+
+
+def summarize_probabilities(resp: np.ndarray, like: PointClusters) -> PointClusters:
+    """Per-point probabilities (N, K) of K clusters (a refinement's) -> the clusters, renumbered by size
+    like :func:`summarize_logits`; ``like`` gives the transform, chunking and slots."""
+    resp = np.asarray(resp, dtype=np.float64)
+    label = resp.argmax(axis=1)
+    counts = np.bincount(label, minlength=resp.shape[1])
+    order = np.argsort(-counts, kind="stable")
+    K = int(np.count_nonzero(counts))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cluster = rank[label].astype(np.int64)
+    probability = resp[np.arange(len(resp)), label]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(resp > 0, resp * np.log(resp), 0.0).sum(axis=1)
+    sizes = counts[order[:K]].astype(np.int64)
+    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
+    kept = resp[:, order[:K]]
+    return PointClusters(cluster, probability, entropy, sizes, confidence, like.transform, like.chunked,
+                         kept / kept.sum(axis=1, keepdims=True), like.slots)
