@@ -20,8 +20,8 @@ from swarmctl.runs import open_run
 from swarmctl.studies.em import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
-__all__ = ["CHUNK_SIZE", "ClusterResult", "check_outputs", "cluster_file", "cluster_warnings", "default_output",
-           "parse_columns"]
+__all__ = ["CHUNK_SIZE", "ClusterResult", "check_outputs", "cluster_file", "cluster_values", "cluster_warnings",
+           "default_output", "mergeable_pairs", "parse_columns"]
 
 LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
 UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
@@ -107,19 +107,12 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) but "
                         f"{opened.label} takes {dim_in} coordinates per point{_pick_hint(pts.names, dim_in)}")
     task = opened.task
-
-    def run_model(values: np.ndarray, progress: Callable[[float], None] | None = None) -> PointClusters:
-        return task.cluster_points(opened.model, values, opened.device, standardize, chunk_size, progress,
-                                   per_coordinate=per_coordinate, keep_probabilities=refine)
-
-    run_model(pts.values[:WARM_UP_POINTS])  # the first pass pays for loading kernels: not the clustering's time
+    options = {"standardize": standardize, "per_coordinate": per_coordinate, "refine": refine,
+               "chunk_size": chunk_size}
+    cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **options)  # loads the kernels
     start = time.perf_counter()
-    clusters = run_model(pts.values, progress)
-    model_k = len(clusters.sizes)
-    merged = 0
-    if refine:
-        fitted = em_refine(pts.values, clusters.probabilities)
-        clusters, merged = summarize_probabilities(fitted.resp, clusters), fitted.merged
+    clusters, model_k, merged = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
+                                               **options)
     seconds = time.perf_counter() - start
     training = task.training_range(opened.model_cfg)
     result = ClusterResult(pts, clusters, out, outputs.get("plot"), opened.label, opened.checkpoint, opened.shipped,
@@ -135,6 +128,21 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         if report is not None:
             report(result)
     return result
+
+
+def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool = True,
+                   per_coordinate: bool = False, refine: bool = True, chunk_size: int | None = None,
+                   progress: Callable[[float], None] | None = None) -> tuple[PointClusters, int, int]:
+    """One set of points ``values`` (N, D) clustered by ``model`` (of the clustering ``task``) and, with
+    ``refine``, by EM from its probabilities: (the clusters, the number the model found, the duplicate
+    pairs merged)."""
+    clusters = task.cluster_points(model, values, device, standardize, chunk_size, progress,
+                                   per_coordinate=per_coordinate, keep_probabilities=refine)
+    model_k, merged = len(clusters.sizes), 0
+    if refine:
+        fitted = em_refine(values, clusters.probabilities)
+        clusters, merged = summarize_probabilities(fitted.resp, clusters), fitted.merged
+    return clusters, model_k, merged
 
 
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
@@ -158,6 +166,10 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     if not training.k_min <= K <= training.k_max:
         out.append(f"{K} cluster(s) lie outside the {training.k_min}..{training.k_max} clusters per set the model was "
                    "trained on")
+    pairs = mergeable_pairs(values, clusters)
+    if pairs:
+        out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
+                   "model may have split clusters; refine them (`refine` merges such pairs)")
     spread = _median_spread(values, clusters)
     if spread is not None and not training.spread_lo <= spread <= training.spread_hi:
         kind = "broader" if spread > training.spread_hi else "tighter"
@@ -170,6 +182,37 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
             out.append(f"the points used as given have a spread of {std:.3g}, far from the {as_given_scale:.2f} the "
                        "model was trained on: its clusters are not to be trusted; turn `standardize` on")
     return tuple(out)
+
+
+def mergeable_pairs(values: np.ndarray, clusters: PointClusters) -> int:
+    """The pairs of clusters (each of more points than parameters) whose points one Gaussian explains
+    better than two, by BIC on the hard assignment: the sign of a split the model made inside one cluster."""
+    x = standardization(values, 1.0).apply(values)  # unit spread: no overflow, whatever the units
+    N, D = x.shape
+    per_gaussian = D + D * (D + 1) // 2
+    groups = [x[clusters.cluster == k] for k in range(len(clusters.sizes))]
+    groups = [g for g in groups if len(g) > per_gaussian + 1]
+    count = 0
+    for i in range(len(groups)):
+        for j in range(i + 1, len(groups)):
+            a, b = groups[i], groups[j]
+            both = np.concatenate([a, b])
+            n_a, n_b, n = len(a), len(b), len(both)
+            two = _gaussian_ll(a) + _gaussian_ll(b) + n_a * np.log(n_a / n) + n_b * np.log(n_b / n)
+            one = _gaussian_ll(both)
+            if -2 * one + per_gaussian * np.log(n) < -2 * two + (2 * per_gaussian + 1) * np.log(n):
+                count += 1
+    return count
+
+
+def _gaussian_ll(x: np.ndarray) -> float:
+    """The log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian."""
+    n, D = x.shape
+    cov = np.cov(x, rowvar=False, bias=True).reshape(D, D) + 1e-9 * np.eye(D)
+    sign, logdet = np.linalg.slogdet(cov)
+    if sign <= 0:
+        return float("inf")  # degenerate (points on a line): never merged into anything
+    return float(-0.5 * n * (D * np.log(2 * np.pi) + logdet + D))
 
 
 def _median_spread(values: np.ndarray, clusters: PointClusters) -> float | None:

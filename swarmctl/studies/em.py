@@ -16,7 +16,7 @@ import numpy as np
 from swarmctl.tasks.point_clusters import standardization
 
 MAX_ITER = 300
-TOL = 1e-7  # stop when the mean log-likelihood per point gains less than this
+TOL = 1e-5  # stop when the mean log-likelihood per point gains less than this
 MIN_POINTS = 1.0  # a component whose responsibilities sum to less than this many points is empty
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 
@@ -136,7 +136,7 @@ def _bic(ll: float, mix: Mixture, n: int) -> float:
 
 
 def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 3) -> EMResult:
+           candidates: int = 1) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
     component), to convergence; then, with ``merge``, while merging a pair of components and refitting
     lowers the BIC, the best such merge (the ``candidates`` pairs whose merge costs the least

@@ -40,6 +40,7 @@ def test_a_clean_result_inside_the_training_range_has_no_warning():
     ("broad", "broader"),
     ("tight", "tighter"),
     ("raw units", "used as given"),
+    ("split", "one Gaussian than by two"),
 ])
 def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
     x, labels = _blobs(4, 100, 0.6)
@@ -65,6 +66,9 @@ def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
         clusters = _clusters(labels)
     elif case == "tight":
         x, labels = _blobs(4, 100, 0.05)
+        clusters = _clusters(labels)
+    elif case == "split":  # the first blob cut in two by a line through its centre
+        labels = np.where((labels == 0) & (x[:, 1] > 0), 4, labels)
         clusters = _clusters(labels)
     else:
         x = x * 1000
