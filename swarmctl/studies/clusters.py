@@ -16,7 +16,7 @@ from swarmctl.data.clustering_generator import TrainingRange, relative_spreads
 from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, read_points, write_cluster_csv
 from swarmctl.errors import ConfigError, DataError, ResourceError
 from swarmctl.files import check_output_file, staged_writes
-from swarmctl.runs import open_run
+from swarmctl.runs import open_run, shipped_models
 from swarmctl.studies.em import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
@@ -47,6 +47,16 @@ class ClusterResult:
     training: TrainingRange | None = None  # what the model was trained on
     warnings: tuple[str, ...] = ()  # one line each, for the user
     written: tuple[Path, ...] = ()  # the files written, once they are
+
+
+def default_model() -> Path | None:
+    """The shipped model `swarmctl cluster` uses when no run is named: one whose record says
+    ``"default_for": ["cluster"]`` (a model trained for real data), else None (the task's shipped model,
+    the one `eval` and `plot-entropy` use)."""
+    for model in shipped_models():
+        if "cluster" in model.record.get("default_for", ()):
+            return model.checkpoint
+    return None
 
 
 def default_output(points: str) -> Path:
@@ -95,6 +105,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     if plot is not None and save_plot is None:
         raise ValueError("a plot was asked for but no save_plot given")
     source = () if points == STDIN else (Path(points),)
+    run = default_model() if run is None else run
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
     check_outputs(outputs, force, (*source, *named))
     opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses a run of another task

@@ -272,3 +272,22 @@ def test_the_help_says_what_the_model_was_trained_on_and_its_cap(cli):
     text = " ".join(r.output.split())
     assert r.exit_code == 0
     assert "3..10" in text and "100..1,000" in text and "at most 10 clusters" in text and "inverse-Wishart" in text
+
+
+def test_a_shipped_model_recorded_as_clusters_default_is_used_by_cluster_alone(cli, trained_runs, values, tmp_path,
+                                                                            monkeypatch):
+    """A model trained for real data ships beside the paper's: `cluster` takes the one whose record says
+    default_for cluster; the task's shipped model (the first record) stays the default of the others."""
+    from swarmctl.runs import shipped_for
+
+    runs, _ = trained_runs
+    shipped = tmp_path / "pretrained"
+    export_weights(runs / "swarm" / "best.pt", shipped / "a-paper.pt", data_path="data/clustering-seed0.h5")
+    export_weights(runs / "swarm" / "best.pt", shipped / "b-broad.pt", data_path=None,
+                   record={"default_for": ["cluster"]})
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    monkeypatch.chdir(tmp_path)
+    _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", "pts.csv", "--device", "cpu")
+    assert r.exit_code == 0 and "b-broad.pt" in r.output, r.output
+    assert shipped_for("eval").name == "a-paper.pt"
