@@ -169,8 +169,14 @@ class ClusteringTask(Task):
         return BROAD_TRAINING if model_cfg.dim_out > MAX_CLUSTERS else ClusteringParams()
 
     def training_range(self, model_cfg: ModelConfig) -> TrainingRange:
-        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads)."""
-        return _range_of(self.training_prior(model_cfg))
+        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads); the broad
+        prior's model also saw the paper's tasks (a quarter of each epoch), so its range holds both."""
+        prior = self.training_prior(model_cfg)
+        if not isinstance(prior, BroadParams):
+            return _range_of(prior)
+        a, b = _range_of(prior), _range_of(ClusteringParams())
+        return TrainingRange(min(a.n_min, b.n_min), max(a.n_max, b.n_max), min(a.k_min, b.k_min),
+                             max(a.k_max, b.k_max), min(a.spread_lo, b.spread_lo), max(a.spread_hi, b.spread_hi))
 
     @torch.no_grad()
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,

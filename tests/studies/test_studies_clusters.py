@@ -95,3 +95,15 @@ def test_the_figure_keeps_its_limits_on_the_data_and_its_legend_off_the_points()
         assert col.min() - 0.1 * span <= lo <= col.min() and col.max() <= hi <= col.max() + 0.1 * span
     legend = ax.get_legend().get_window_extent()
     assert not legend.overlaps(ax.get_window_extent())
+
+
+def test_the_training_range_follows_the_models_cluster_slots():
+    """A model with the paper's 10 slots was trained on the paper's generator; one with 16 on the broad prior
+    and the paper's tasks."""
+    from swarmctl.config import ModelConfig
+    from swarmctl.tasks.clustering import ClusteringTask
+
+    paper, broad = (ClusteringTask().training_range(ModelConfig(dim_out=d)) for d in (10, 16))
+    assert (paper.n_min, paper.n_max, paper.k_min, paper.k_max) == (100, 1000, 3, 10)
+    assert (broad.n_min, broad.n_max, broad.k_min, broad.k_max) == (50, 1000, 1, 16)
+    assert broad.spread_lo < paper.spread_lo < paper.spread_hi <= broad.spread_hi
