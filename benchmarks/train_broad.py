@@ -8,7 +8,13 @@ Every epoch draws fresh tasks (RandomState(10_000 + epoch)): ``--broad`` from th
 generator, so that it keeps what it knew. Each task is mapped to the training scale exactly as `swarmctl
 cluster` maps a user's points (centred, one factor), so the model sees what it will be given. Validation:
 200 fixed broad-prior tasks (seed 999). The run folder is runs/NAME, as `swarmctl train` writes one; ship it
-with `swarmctl.runs.export_weights`.
+with `--export`:
+
+    python benchmarks/train_broad.py --export runs/broad-cpu/best.pt --record numbers.json
+
+writes swarmctl/pretrained/swarm-192-16-1-clustering-broad.pt and its record (``default_for: ["cluster"]``:
+`swarmctl cluster` uses it when no run is named; `eval` and `plot-entropy` keep the paper's model), the
+record holding ``numbers.json`` (the benchmark's numbers).
 """
 
 from __future__ import annotations
@@ -76,7 +82,12 @@ def main() -> None:
     ap.add_argument("--n-max", type=int, default=800)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--export", type=Path, default=None, help="ship this checkpoint instead of training")
+    ap.add_argument("--record", type=Path, default=None, help="with --export: a JSON object added to the record")
     args = ap.parse_args()
+    if args.export is not None:
+        export(args.export, json.loads(args.record.read_text()) if args.record else {})
+        return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
@@ -129,6 +140,24 @@ def main() -> None:
         res = fit(model, TrainingData(train=train, val=val, loss_fn=clustering_loss), train_cfg,
                   RunWriter(run_dir, config, "clustering"), device=torch.device("cpu"))
     print(res)
+
+
+def export(checkpoint: Path, extra: dict) -> None:
+    import platform
+
+    from swarmctl.runs import export_weights
+
+    dest = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained" / "swarm-192-16-1-clustering-broad.pt"
+    config = json.loads((checkpoint.parent / "config.json").read_text())
+    metrics = [json.loads(line) for line in (checkpoint.parent / "metrics.jsonl").read_text().splitlines()]
+    record = {"dataset": "broad prior (swarmctl.data.clustering_generator.BroadParams, N up to 800) and the paper's "
+                         "generator, drawn fresh every epoch",
+              "trained_on": f"2-core {platform.machine()} CPU shared with other jobs, torch {torch.__version__}, "
+                            "2 threads, nice 19",
+              "epochs": len(metrics), "command": config["run"].get("recipe", "benchmarks/train_broad.py"),
+              "default_for": ["cluster"], **extra}
+    export_weights(checkpoint, dest, data_path=None, record=record)
+    print(f"wrote {dest} and {dest.with_suffix('.json')}")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def _save_plot(res: ClusterResult, path: Path) -> Path:
 
 def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     c = res.clusters
-    say(f"model: {'the shipped ' if res.shipped else ''}{res.model} from {res.checkpoint}")
+    say(f"model: {'the shipped ' if res.shipped else ''}{res.model}, {c.slots} cluster slots, from {res.checkpoint}")
     if res.points.skipped:
         say(f"skipped {res.points.skipped:,} row(s) with an empty, non-numeric or missing value (--skip-bad-rows)")
     if c.transform is None:
