@@ -70,7 +70,7 @@ def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> 
     name, _, refine = method.partition("+")
     model, cfg = models[name]
     clusters, _, _ = cluster_values(TASK, model, x, CPU, refine=bool(refine))
-    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg)))
+    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg), refined=bool(refine)))
     return clusters.cluster, warned
 
 

@@ -129,7 +129,8 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     result = ClusterResult(pts, clusters, out, outputs.get("plot"), opened.label, opened.checkpoint, opened.shipped,
                            seconds, inputs, force, model_k, refine, merged, training,
                            cluster_warnings(pts.values, clusters, training,
-                                            as_given_scale=None if standardize else float(task.point_std())))
+                                            as_given_scale=None if standardize else float(task.point_std()),
+                                            refined=refine))
     with staged_writes(inputs, replace=force):
         write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
         written = [out]
@@ -157,11 +158,12 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
 
 
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
-                     as_given_scale: float | None = None) -> tuple[str, ...]:
+                     as_given_scale: float | None = None, refined: bool = False) -> tuple[str, ...]:
     """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
     reached, many unsure points, a set or clusters outside what the model was trained on
     (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
-    from the training scale."""
+    from the training scale. Pairs of clusters that look like one Gaussian are named only for a result
+    not ``refined`` (the refinement weighs each merge by BIC itself)."""
     n, K = len(values), len(clusters.sizes)
     out = []
     if clusters.slots and K >= clusters.slots:
@@ -177,7 +179,7 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     if not training.k_min <= K <= training.k_max:
         out.append(f"{K} cluster(s) lie outside the {training.k_min}..{training.k_max} clusters per set the model was "
                    "trained on")
-    pairs = mergeable_pairs(values, clusters)
+    pairs = 0 if refined else mergeable_pairs(values, clusters)
     if pairs:
         out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
                    "model may have split clusters; refine them (`refine` merges such pairs)")

@@ -272,6 +272,7 @@ def test_the_help_says_what_the_model_was_trained_on_and_its_cap(cli):
     text = " ".join(r.output.split())
     assert r.exit_code == 0
     assert "3..10" in text and "100..1,000" in text and "at most 10 clusters" in text and "inverse-Wishart" in text
+    assert "1..16 clusters" in text and "at most 16 clusters" in text and "2-core CPU" in text
 
 
 def test_a_shipped_model_recorded_as_clusters_default_is_used_by_cluster_alone(cli, trained_runs, values, tmp_path,
