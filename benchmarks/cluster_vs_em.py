@@ -4,8 +4,7 @@ prior, on scikit-learn's `make_blobs` families, on real data sets that scikit-le
 two principal components each) and at N = 10,000.
 
     pip install -e '.[bench]'          # scikit-learn, for the baselines and the real data sets only
-    python benchmarks/cluster_vs_em.py [--val-tasks 100] [--broad-tasks 60] [--broad-model runs/broad-cpu/best.pt]
-                                       [--json results.json]
+    python benchmarks/cluster_vs_em.py [--val-tasks 1000] [--broad-tasks 200] [--large 10] [--json results.json]
 
 Methods (each set is clustered alone, on the CPU, as `swarmctl cluster` does: the map to the training scale
 first, one factor for all coordinates):
@@ -36,8 +35,8 @@ from scipy.optimize import linear_sum_assignment
 
 from swarmctl.data.clustering_generator import BroadParams, ClusteringParams, draw_broad_task
 from swarmctl.data.hdf5 import generate_dataset, read_split
-from swarmctl.runs import load_model, shipped_for
-from swarmctl.studies.clusters import cluster_values, cluster_warnings
+from swarmctl.runs import load_model
+from swarmctl.studies.clusters import cluster_values, cluster_warnings, default_model
 from swarmctl.tasks.clustering import ClusteringTask
 
 CPU = torch.device("cpu")
@@ -171,9 +170,7 @@ def main() -> None:
     models = {"paper": load_model(Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained" /
                                   "swarm-192-10-1-clustering.pt", CPU)}
     if args.broad_model is None:
-        candidate = shipped_for("cluster")
-        if "broad" in candidate.name:
-            args.broad_model = candidate
+        args.broad_model = default_model()  # the shipped broad-prior model, when there is one
     if args.broad_model is not None:
         models["broad"] = load_model(args.broad_model, CPU)
     models = {name: (m, ck.model_config) for name, (m, ck) in models.items()}
