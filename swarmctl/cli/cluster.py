@@ -149,8 +149,8 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         merged = f"; {res.merged} duplicate pair(s) merged" if res.merged else ""
         say(f"refined by EM from the model's {res.model_clusters} clusters{merged}")
     chunks = ", in chunks" if c.chunked else ""
-    say(f"clustering pass {_seconds(res.seconds)}{chunks} (reading, warm-up and writing excluded) -> "
-        f"{', '.join(map(str, res.written))}")
+    say(f"clustered in {_seconds(res.seconds)}{chunks} (the clustering pass: reading, warm-up and writing excluded) "
+        f"-> {', '.join(map(str, res.written))}")
 
 
 def _seconds(s: float) -> str:
