@@ -1,17 +1,23 @@
-"""Amortized clustering against EM: matched accuracy and seconds per task of the shipped SWARM (192-10-1),
-of EM for a Gaussian mixture with full covariances (scikit-learn, told the true K, or K by BIC over 1..10)
-and of the oracle (the true mixture), on the seed-0 validation split and on fresh tasks at larger N.
+"""`swarmctl cluster` against EM, side by side on one machine: adjusted Rand index (ARI), matched accuracy,
+clusters found and seconds per set, on the paper's seed-0 validation split, on held-out tasks of the broad
+prior, on scikit-learn's `make_blobs` families, on real data sets that scikit-learn ships (two columns or
+two principal components each) and at N = 10,000.
 
-    pip install -e '.[bench]'          # scikit-learn, for this benchmark only
-    python benchmarks/cluster_vs_em.py [--sizes 100 1000 10000 100000 1000000] [--json results.json]
+    pip install -e '.[bench]'          # scikit-learn, for the baselines and the real data sets only
+    python benchmarks/cluster_vs_em.py [--val-tasks 1000] [--broad-tasks 200] [--large 10] [--json results.json]
 
-The validation split is the 1,000 tasks of data/clustering-seed0.h5 (N in 100..1,000; generated with
-`swarmctl gen-data --seed 0` when missing). Fresh tasks are drawn from the same distribution at a fixed N
-(benchmarks/mixtures.py, RandomState(1000 + N)); fewer at large N (--tasks-per-size), so that the run
-stays within about an hour on two cores. SWARM runs each task alone, as `swarmctl cluster` does, on the
-CPU: with the default map to the training scale (one factor), with `--per-coordinate`, and without a map
-("raw": the tasks are at the training scale already, which a user's points are not). Matched accuracy: the fraction of
-points whose cluster is mapped to their true cluster by the best one-to-one matching (Hungarian).
+Methods (each set is clustered alone, on the CPU, as `swarmctl cluster` does: the map to the training scale
+first, one factor for all coordinates):
+
+- ``paper``: the shipped paper model (192-10-1) alone; ``paper+em``: refined by EM (`--refine`);
+- ``broad`` / ``broad+em``: the model trained on the broad prior (``--broad-model``), alone / refined;
+- ``em-true-k``: scikit-learn's GaussianMixture (full covariances, k-means start) told the true K;
+- ``em-bic``: the same with K chosen by BIC over 1..10 (1..16 on the broad prior, whose K reaches 16).
+
+Per group: mean ARI, mean matched accuracy, mean K found against the true K, seconds per set, and the sets
+that came back with more than twice their true number of clusters without a warning
+(swarmctl.studies.clusters.cluster_warnings). Matched accuracy: the share of points whose cluster maps to
+their true class under the best one-to-one matching (Hungarian).
 """
 
 from __future__ import annotations
@@ -25,18 +31,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from mixtures import draw_task
 from scipy.optimize import linear_sum_assignment
-from scipy.stats import multivariate_normal
 
-from swarmctl.data.clustering_generator import ClusteringParams
+from swarmctl.data.clustering_generator import BroadParams, ClusteringParams, draw_broad_task
 from swarmctl.data.hdf5 import generate_dataset, read_split
-from swarmctl.runs import load_model, shipped_for
+from swarmctl.runs import load_model
+from swarmctl.studies.clusters import cluster_values, cluster_warnings, default_model
 from swarmctl.tasks.clustering import ClusteringTask
 
-METHODS = ("swarm", "swarm-per-coordinate", "swarm-raw", "em-true-k", "em-bic", "oracle")
-TASKS_PER_SIZE = {100: 200, 1000: 200, 10_000: 40, 100_000: 8, 1_000_000: 2}
 CPU = torch.device("cpu")
+TASK = ClusteringTask()
 
 
 def matched_accuracy(pred: np.ndarray, truth: np.ndarray) -> float:
@@ -46,7 +50,7 @@ def matched_accuracy(pred: np.ndarray, truth: np.ndarray) -> float:
     return float(table[rows, cols].sum() / len(truth))
 
 
-def em(points: np.ndarray, k: int):
+def _gmm(points: np.ndarray, k: int):
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.mixture import GaussianMixture
 
@@ -55,91 +59,164 @@ def em(points: np.ndarray, k: int):
         return GaussianMixture(n_components=k, covariance_type="full", random_state=0).fit(points)
 
 
-def cluster(method: str, model, points: np.ndarray, k: int, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
-    """Predicted labels of one task's points (float64) by ``method``."""
-    if method.startswith("swarm"):
-        return ClusteringTask().cluster_points(model, points, CPU, standardize=method != "swarm-raw",
-                                               per_coordinate=method == "swarm-per-coordinate").cluster
+def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> tuple[np.ndarray, bool]:
+    """(labels, warned) of one set by ``method``."""
     if method == "em-true-k":
-        return em(points, k).predict(points)
+        return _gmm(x, k).predict(x), False
     if method == "em-bic":
-        fits = [em(points, j) for j in range(1, 11)]
-        return min(fits, key=lambda g: g.bic(points)).predict(points)
-    # the oracle: the most probable component of the true mixture (equal weights)
-    logp = np.stack([multivariate_normal(means[j], covs[j]).logpdf(points) for j in range(k)], axis=1)
-    return logp.argmax(axis=1)
+        fits = [_gmm(x, j) for j in range(1, min(k_max, len(x) - 1) + 1)]
+        return min(fits, key=lambda g: g.bic(x)).predict(x), False
+    name, _, refine = method.partition("+")
+    model, cfg = models[name]
+    clusters, _, _ = cluster_values(TASK, model, x, CPU, refine=bool(refine))
+    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg), refined=bool(refine)))
+    return clusters.cluster, warned
 
 
-def score(tasks, model, methods) -> dict[str, tuple[float, float]]:
-    """{method: (mean matched accuracy, seconds per task)} over ``tasks`` (an iterable of draws)."""
-    acc = {m: [] for m in methods}
-    secs = {m: 0.0 for m in methods}
-    n = 0
-    for points, labels, means, covs in tasks:
-        x = points.astype(np.float64)
+def score(sets, models: dict, methods: list[str], k_max: int) -> dict[str, dict[str, float]]:
+    """Per method: mean ARI, matched accuracy, K found, true K, seconds per set, sets over 2x K unwarned."""
+    from sklearn.metrics import adjusted_rand_score
+
+    res = {m: {"ari": [], "acc": [], "k": [], "true_k": [], "secs": [], "over": 0} for m in methods}
+    for x, labels in sets:
+        x = np.asarray(x, dtype=np.float64)
+        k = len(np.unique(labels))
         for m in methods:
             start = time.perf_counter()
-            pred = cluster(m, model, x, len(means), means, covs)
-            secs[m] += time.perf_counter() - start
-            acc[m].append(matched_accuracy(pred, labels))
-        n += 1
-    return {m: (float(np.mean(acc[m])), secs[m] / n) for m in methods}
+            pred, warned = run_method(m, models, x, k, k_max)
+            res[m]["secs"].append(time.perf_counter() - start)
+            res[m]["ari"].append(adjusted_rand_score(labels, pred))
+            res[m]["acc"].append(matched_accuracy(pred, labels))
+            found = len(np.unique(pred))
+            res[m]["k"].append(found)
+            res[m]["true_k"].append(k)
+            res[m]["over"] += int(found > 2 * k and not warned)
+    return {m: {"ari": float(np.mean(r["ari"])), "accuracy": float(np.mean(r["acc"])), "k": float(np.mean(r["k"])),
+                "true_k": float(np.mean(r["true_k"])), "seconds": float(np.mean(r["secs"])), "over_2k_unwarned":
+                r["over"], "sets": len(r["ari"])} for m, r in res.items()}
 
 
-def validation_tasks(path: Path):
+def validation_sets(path: Path, count: int):
     split, _ = read_split(path, "val")
-    for t in range(len(split)):
+    for t in range(min(count, len(split))):
         points, labels = split.task(t)
-        present = np.unique(labels)  # an empty cluster has no points: the metric counts the clusters present
-        yield points, np.searchsorted(present, labels), split.means[t, present], split.covs[t, present]
+        yield points, np.searchsorted(np.unique(labels), labels)
 
 
-def fresh_tasks(n: int, count: int):
-    rs = np.random.RandomState(1000 + n)
+def broad_sets(count: int, seed: int = 2024, n: int | None = None):
+    rs = np.random.RandomState(seed)
     for _ in range(count):
-        points, labels, means, covs = draw_task(n, rs)
-        present = np.unique(labels)
-        yield points, np.searchsorted(present, labels), means[present], covs[present]
+        points, labels, *_ = draw_broad_task(BroadParams(), rs, n=n)
+        yield points, np.searchsorted(np.unique(labels), labels)
+
+
+def blob_sets(kind: str, count: int):
+    """scikit-learn's make_blobs: ``isotropic``, ``sheared`` (one shared linear map) or ``elongated``
+    (each blob stretched 4:1 along its own random direction); 3..8 blobs of 100..500 points each."""
+    from sklearn.datasets import make_blobs
+
+    rs = np.random.RandomState({"isotropic": 1, "sheared": 2, "elongated": 3}[kind])
+    for _ in range(count):
+        k = rs.randint(3, 9)
+        x, y = make_blobs(n_samples=list(rs.randint(100, 501, size=k)), centers=None, cluster_std=1.0,
+                          center_box=(-10, 10), random_state=rs.randint(1 << 30))
+        if kind == "sheared":
+            x = x @ np.array([[0.6, -0.64], [-0.41, 0.85]])
+        elif kind == "elongated":
+            for j in range(k):
+                a = rs.uniform(0, np.pi)
+                rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+                centre = x[y == j].mean(axis=0)
+                x[y == j] = centre + (x[y == j] - centre) @ rot.T @ np.diag([2.0, 0.5]) @ rot
+        yield x, y
+
+
+def real_sets():
+    """Labelled data sets that scikit-learn ships, two columns or the first two principal components of the
+    standardized features each."""
+    from sklearn import datasets
+    from sklearn.decomposition import PCA
+
+    def pcs(data):
+        z = (data - data.mean(0)) / np.where(data.std(0) > 0, data.std(0), 1.0)
+        return PCA(2, random_state=0).fit_transform(z)
+
+    iris, wine, cancer, digits = (datasets.load_iris(), datasets.load_wine(), datasets.load_breast_cancer(),
+                                  datasets.load_digits())
+    small = digits.target < 5
+    return {
+        "iris petals (2 columns)": (iris.data[:, 2:4], iris.target),
+        "iris sepals (2 columns)": (iris.data[:, 0:2], iris.target),
+        "iris, 2 PCs": (pcs(iris.data), iris.target),
+        "wine, 2 PCs": (pcs(wine.data), wine.target),
+        "wine: flavanoids, colour (2 columns)": (wine.data[:, [6, 9]], wine.target),
+        "breast cancer, 2 PCs": (pcs(cancer.data), cancer.target),
+        "digits, 2 PCs": (pcs(digits.data), digits.target),
+        "digits 0-4, 2 PCs": (pcs(digits.data[small]), digits.target[small]),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", nargs="*", type=int, default=list(TASKS_PER_SIZE))
-    ap.add_argument("--tasks-per-size", nargs="*", type=int, default=None, help="one count per --sizes entry")
-    ap.add_argument("--val-tasks", type=int, default=1000, help="validation tasks scored (the first ones)")
-    ap.add_argument("--methods", nargs="*", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--val-tasks", type=int, default=100, help="seed-0 validation tasks scored (the first ones)")
+    ap.add_argument("--broad-tasks", type=int, default=60, help="held-out broad-prior tasks (RandomState(2024))")
+    ap.add_argument("--blobs", type=int, default=10, help="make_blobs sets per family")
+    ap.add_argument("--large", type=int, default=3, help="broad-prior tasks at N = 10,000")
+    ap.add_argument("--real", action=argparse.BooleanOptionalAction, default=True, help="the real data sets")
+    ap.add_argument("--broad-model", type=Path, default=None, help="checkpoint of the broad-prior model")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()
-    counts = args.tasks_per_size or [TASKS_PER_SIZE.get(n, 10) for n in args.sizes]
-    model, _ = load_model(shipped_for("cluster"), CPU)
-    data = Path(ClusteringTask().default_data)
+    torch.set_num_threads(1)
+    models = {"paper": load_model(Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained" /
+                                  "swarm-192-10-1-clustering.pt", CPU)}
+    if args.broad_model is None:
+        args.broad_model = default_model()  # the shipped broad-prior model, when there is one
+    if args.broad_model is not None:
+        models["broad"] = load_model(args.broad_model, CPU)
+    models = {name: (m, ck.model_config) for name, (m, ck) in models.items()}
+    methods = [f"{name}{suffix}" for name in models for suffix in ("", "+em")] + ["em-true-k", "em-bic"]
+    data = Path(TASK.default_data)
     if args.val_tasks and not data.exists():
-        print(f"generating {data} (seed 0)", flush=True)
         generate_dataset(data, ClusteringParams(), seed=0)
-    print(f"torch threads {torch.get_num_threads()}; load: {_uptime()}", flush=True)
-    rows = []
+    print(f"torch threads {torch.get_num_threads()}; load: {_load()}", flush=True)
+    groups: list[tuple[str, dict]] = []
+
+    def run(name: str, sets, k_max: int = 10) -> None:
+        groups.append((name, score(list(sets), models, methods, k_max)))
+        print(name, json.dumps(groups[-1][1]), f"load: {_load()}", flush=True)
+
+    for name, (x, y) in real_sets().items() if args.real else ():
+        run(f"real: {name}", [(x, y)])
     if args.val_tasks:
-        tasks = (t for i, t in zip(range(args.val_tasks), validation_tasks(data), strict=False))
-        rows.append((f"validation split (seed 0), {args.val_tasks} tasks, N 100..1,000", score(tasks, model,
-                                                                                                  args.methods)))
-        print(rows[-1], flush=True)
-    for n, count in zip(args.sizes, counts, strict=True):
-        rows.append((f"fresh, N = {n:,}, {count} tasks", score(fresh_tasks(n, count), model, args.methods)))
-        print(rows[-1], f"load: {_uptime()}", flush=True)
+        run(f"seed-0 validation split, first {args.val_tasks} tasks", validation_sets(data, args.val_tasks))
+    if args.broad_tasks:
+        run(f"broad prior, {args.broad_tasks} held-out tasks", broad_sets(args.broad_tasks), k_max=16)
+    for kind in ("isotropic", "sheared", "elongated"):
+        if args.blobs:
+            run(f"make_blobs {kind}, {args.blobs} sets", blob_sets(kind, args.blobs))
+    if args.large:
+        run(f"broad prior at N = 10,000, {args.large} tasks", broad_sets(args.large, seed=77, n=10_000), k_max=16)
     print()
-    print("| tasks | " + " | ".join(args.methods) + " |")
-    print("|---|" + "---|" * len(args.methods))
-    for name, res in rows:
-        print(f"| {name} | " + " | ".join(f"{res[m][0]:.1%} ({_secs(res[m][1])})" for m in args.methods) + " |")
+    print("| sets | " + " | ".join(methods) + " |")
+    print("|---|" + "---|" * len(methods))
+    for name, res in groups:
+        print(f"| {name} (K {res[methods[0]]['true_k']:.1f}) | " + " | ".join(
+            f"{res[m]['ari']:.2f} / K {res[m]['k']:.1f} / {_secs(res[m]['seconds'])}"
+            + (f" / {res[m]['over_2k_unwarned']} over 2K unwarned" if res[m]["over_2k_unwarned"] else "")
+            for m in methods) + " |")
+    real_names = [n for n, _ in groups if n.startswith("real: ")]
+    if real_names:
+        print("\nmean ARI over the real sets: " + ", ".join(
+            f"{m} {np.mean([dict(groups)[n][m]['ari'] for n in real_names]):.3f}" for m in methods))
     if args.json:
-        args.json.write_text(json.dumps({name: res for name, res in rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps(dict(groups), indent=2) + "\n")
 
 
 def _secs(s: float) -> str:
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
-def _uptime() -> str:
+def _load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip().split("load average: ")[-1]
 
 

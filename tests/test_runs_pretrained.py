@@ -94,13 +94,13 @@ def test_sample_uses_the_shipped_image_model_when_runs_has_none(tmp_path, fake_m
     assert r.exit_code == 1 and "train one with" in r.output
 
 
-SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt")
+SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt", "swarm-192-16-1-clustering-broad.pt")
 
 
 def test_the_shipped_models_are_found_by_their_records_and_match_them(monkeypatch):
     monkeypatch.delenv("SWARMCTL_PRETRAINED")
     models = shipped_models()
-    assert sorted(m.checkpoint.name for m in models) == sorted(SHIPPED)  # both there, each with its record
+    assert sorted(m.checkpoint.name for m in models) == sorted(SHIPPED)  # all there, each with its record
     for m in models:
         model, ckpt = load_model(m.checkpoint)
         assert ckpt.optimizer is None and m.checkpoint.stat().st_size < 16 * 2**20
@@ -117,7 +117,7 @@ def test_the_shipped_clustering_model_scores_what_its_record_says(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     r = cli("eval", "--device", "cpu")
     assert r.exit_code == 0, r.output
-    (model,) = [m for m in shipped_models() if m.task == "clustering"]
+    (model,) = [m for m in shipped_models() if m.task == "clustering" and "default_for" not in m.record]
     res = json.loads((tmp_path / "runs" / f"pretrained-{model.checkpoint.stem}" / "eval-val.json").read_text())
     for key in ("loss", "accuracy", "oracle_loss", "oracle_accuracy"):  # trained and scored on a GPU (TF32)
         assert res[key] == pytest.approx(model.record["eval"][key], rel=2e-3), key

@@ -156,3 +156,126 @@ def generate_clustering(
     weights = (np.arange(MAX_CLUSTERS)[None, :] < n_clusters[:, None]) / n_clusters[:, None]  # equal weights
     return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs,
                            weights)
+
+
+BROAD_MAX_CLUSTERS = 16  # the cluster slots of a model trained on the broad prior
+
+
+@dataclass(frozen=True)
+class BroadParams:
+    """A broad prior over clustering tasks, for models meant for real data (the paper's generator draws
+    3..10 small, round clusters at one scale).
+
+    Per task: K uniform in ``k_min..k_max``; N log-uniform in ``n_min..n_max``; mixture weights from a
+    symmetric Dirichlet (``weight_concentration``: small values give very unequal clusters); means
+    N(0, I); one relative spread r per task, log-uniform in ``spread_min..spread_max``, times the means'
+    typical spacing 1 / sqrt(K): a cluster's major standard deviation is r * spacing * exp(0.3 z) (z
+    standard normal), so r = 0.05 gives tight, well-separated blobs and r = 0.7 overlapping ones; its minor
+    one is that times an axis ratio uniform in ``axis_ratio_min..1`` (elongated), rotated by a uniform
+    angle."""
+
+    n_tasks: int = 10_000
+    k_min: int = 1
+    k_max: int = BROAD_MAX_CLUSTERS
+    n_min: int = 50
+    n_max: int = 3000
+    spread_min: float = 0.05
+    spread_max: float = 0.7
+    axis_ratio_min: float = 0.1
+    weight_concentration: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.n_tasks < 1:
+            raise ConfigError(f"`n_tasks` must be >= 1, got {self.n_tasks}")
+        if not 1 <= self.k_min <= self.k_max <= BROAD_MAX_CLUSTERS:
+            raise ConfigError(f"need 1 <= `k_min` <= `k_max` <= {BROAD_MAX_CLUSTERS}, got {self.k_min}..{self.k_max}")
+        if not 2 <= self.n_min <= self.n_max <= MAX_SET_SIZE:
+            raise ConfigError(f"need 2 <= `n_min` <= `n_max` <= {MAX_SET_SIZE:,}, got {self.n_min}..{self.n_max}")
+        if not 0 < self.spread_min <= self.spread_max < math.inf:
+            raise ConfigError(f"need 0 < `spread_min` <= `spread_max`, got {self.spread_min}..{self.spread_max}")
+        if not 0 < self.axis_ratio_min <= 1:
+            raise ConfigError(f"`axis_ratio_min` must be in (0, 1], got {self.axis_ratio_min}")
+        if not 0 < self.weight_concentration < math.inf:
+            raise ConfigError(f"`weight_concentration` must be a finite number > 0, got {self.weight_concentration}")
+
+
+def draw_broad_task(params: BroadParams, rs: np.random.RandomState, n: int | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One task of the broad prior (``n`` points, or N drawn): points (N, 2) float32, labels (N,) int64,
+    and the K means (K, 2), covariances (K, 2, 2) and weights (K,) that generated them."""
+    K = rs.randint(params.k_min, params.k_max + 1)
+    N = n if n is not None else int(round(math.exp(rs.uniform(math.log(params.n_min), math.log(params.n_max)))))
+    weights = rs.dirichlet(np.full(K, params.weight_concentration))
+    means = rs.randn(K, 2)
+    r = math.exp(rs.uniform(math.log(params.spread_min), math.log(params.spread_max)))
+    major = r / math.sqrt(K) * np.exp(0.3 * rs.randn(K))
+    minor = major * rs.uniform(params.axis_ratio_min, 1.0, size=K)
+    angle = rs.uniform(0.0, math.pi, size=K)
+    rot = np.stack([np.stack([np.cos(angle), -np.sin(angle)], -1), np.stack([np.sin(angle), np.cos(angle)], -1)], -2)
+    covs = rot @ (np.stack([major, minor], -1)[:, :, None] ** 2 * rot.transpose(0, 2, 1))
+    labels = rs.choice(K, size=N, p=weights)
+    z = rs.randn(N, 2)
+    factors = rot * np.stack([major, minor], -1)[:, None, :]  # (K, 2, 2): R diag(major, minor)
+    points = means[labels] + np.einsum("nij,nj->ni", factors[labels], z)
+    return points.astype(np.float32), labels.astype(np.int64), means, covs, weights
+
+
+def generate_broad(params: BroadParams, seed: int) -> ClusteringTasks:
+    """``params.n_tasks`` tasks of the broad prior from ``RandomState(seed)``, as ragged tasks with
+    ``BROAD_MAX_CLUSTERS`` slots for the means, covariances and weights (zero beyond each task's K)."""
+    rs = np.random.RandomState(seed)
+    n, slots = params.n_tasks, BROAD_MAX_CLUSTERS
+    means, covs, weights = np.zeros((n, slots, 2)), np.zeros((n, slots, 2, 2)), np.zeros((n, slots))
+    n_clusters, sizes = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    all_points, all_labels = [], []
+    for t in range(n):
+        pts, lab, mu, cov, w = draw_broad_task(params, rs)
+        K = len(mu)
+        means[t, :K], covs[t, :K], weights[t, :K], n_clusters[t], sizes[t] = mu, cov, w, K, len(pts)
+        all_points.append(pts)
+        all_labels.append(lab)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs,
+                           weights)
+
+
+@dataclass(frozen=True)
+class TrainingRange:
+    """What a model trained on a prior has seen: set sizes ``n_min..n_max``, ``k_min..k_max`` clusters,
+    and clusters whose major standard deviation relative to their set's spread (the root mean square of its
+    coordinates' standard deviations) lay in ``spread_lo..spread_hi`` (the prior's 2nd and 98th
+    percentiles; the ratio is the same in any units)."""
+
+    n_min: int
+    n_max: int
+    k_min: int
+    k_max: int
+    spread_lo: float
+    spread_hi: float
+
+
+def relative_spreads(means: np.ndarray, covs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The major standard deviation of each of K clusters (K, 2) / (K, 2, 2) / (K,) divided by the
+    mixture's spread: the root mean square of the standard deviations of its coordinates."""
+    mean = weights @ means
+    second = np.einsum("k,kij->ij", weights, covs + np.einsum("ki,kj->kij", means, means))
+    total = second - np.outer(mean, mean)
+    rms = math.sqrt(max(float(np.trace(total)) / means.shape[1], 1e-300))
+    return np.sqrt(np.linalg.eigvalsh(covs)[:, -1]) / rms
+
+
+def training_range(params: ClusteringParams | BroadParams, draws: int = 400, seed: int = 0) -> TrainingRange:
+    """The :class:`TrainingRange` of a prior, its spreads from ``draws`` tasks' mixtures (no points drawn)."""
+    rs = np.random.RandomState(seed)
+    spreads = []
+    for _ in range(draws):
+        if isinstance(params, BroadParams):
+            _, _, means, covs, weights = draw_broad_task(params, rs, n=1)
+        else:
+            K = rs.randint(params.k_min, params.k_max + 1)
+            covs = invwishart.rvs(df=params.wishart_df, scale=params.wishart_scale * np.eye(2), size=K,
+                                  random_state=rs).reshape(K, 2, 2)
+            means, weights = rs.randn(K, 2), np.full(K, 1.0 / K)
+        spreads.append(relative_spreads(means, covs, weights))
+    lo, hi = np.quantile(np.concatenate(spreads), [0.02, 0.98])
+    return TrainingRange(params.n_min, params.n_max, params.k_min, params.k_max, float(lo), float(hi))

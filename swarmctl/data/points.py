@@ -29,14 +29,38 @@ _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 @dataclass(frozen=True)
 class PointSet:
-    """Points read from a file: ``values`` (N, D) float64, all finite; ``names`` one per column."""
+    """Points read from a file: ``values`` (N, D) float64, all finite; ``names`` one per column.
+
+    The file's other columns (those ``columns`` did not pick) ride along for the output: ``other_names``
+    and ``other_values`` (N, M) text, as written in the file (numbers of a binary file as Python writes
+    them); ``layout`` gives the file's column order, an entry j >= 0 for picked column j and -1 - m for
+    other column m. ``skipped``: rows left out because a cell was empty, not a number, NaN or inf, or
+    missing (only when asked to skip such rows)."""
 
     values: np.ndarray
     names: tuple[str, ...]
     source: str  # the file as the user named it ("-" for standard input), with the key when there is one
+    other_names: tuple[str, ...] = ()
+    other_values: np.ndarray | None = None
+    layout: tuple[int, ...] | None = None  # None: the picked columns, in order
+    skipped: int = 0
 
     def __len__(self) -> int:
         return len(self.values)
+
+    def output_columns(self) -> tuple[list[str], list[list]]:
+        """The names and the columns (lists) of the output CSV, in the file's order: picked columns as
+        float64, the others as their text."""
+        layout = self.layout if self.layout is not None else tuple(range(len(self.names)))
+        names, columns = [], []
+        for j in layout:
+            if j >= 0:
+                names.append(self.names[j])
+                columns.append(self.values[:, j].tolist())
+            else:
+                names.append(self.other_names[-1 - j])
+                columns.append(self.other_values[:, -1 - j].tolist())  # type: ignore[index]
+        return names, columns
 
 
 COLUMNS_HELP = ("comma-separated header names or 0-based indices, e.g. x,y or 0,2; name:X and index:N say "
@@ -68,7 +92,8 @@ def is_plain_name(name: str) -> bool:
             and not name.startswith(("name:", "index:")))
 
 
-def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ...] | None = None) -> PointSet:
+def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ...] | None = None,
+                skip_bad_rows: bool = False) -> PointSet:
     """Read and check a point file (``"-"``: standard input, text or .npy).
 
     The format is told by the file's first bytes (.npy, .npz, HDF5), else it is text: comma-separated
@@ -77,7 +102,9 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
     name or 0-based index. Raises DataError naming the problem (unreadable or empty file, ragged rows,
     text in a numeric column, NaN or inf, fewer than 2 points) and ConfigError for a key or column that
-    is not there.
+    is not there. With ``skip_bad_rows`` a row whose picked cells are not all finite numbers (empty, text,
+    NaN, inf, or missing: a short row) is left out instead, and counted in ``skipped``; the other columns
+    are kept (see :class:`PointSet`).
     """
     source = str(path)
     if source == STDIN:
@@ -114,15 +141,29 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             values, names, label = _read_npz(raw, where, key)
         else:
             _no_key(key, where, "text")
-            values, names = _read_text(raw, where, columns)
-            label = ""
-            columns = None  # picked while parsing: the other columns may hold text
+            text = _read_text(raw, where, columns, skip_bad_rows)
+            _check_values(text.values, where)
+            return PointSet(np.ascontiguousarray(text.values, dtype=np.float64), text.names, source, text.other_names,
+                            text.other_values, text.layout, text.skipped)
     names = names or tuple(f"x{j}" for j in range(values.shape[1]))
+    other_names, other_values, layout = (), None, None
     if columns is not None:
         index = _column_indices(columns, names, False, where)
+        rest = [j for j in range(len(names)) if j not in index]
+        other_names = tuple(names[j] for j in rest)
+        other_values = np.array([[repr(v) for v in row] for row in values[:, rest].tolist()], dtype=object) \
+            .reshape(len(values), len(rest))
+        layout = tuple(index.index(j) if j in index else -1 - rest.index(j) for j in range(len(names)))
         values, names = values[:, index], tuple(names[j] for j in index)
+    skipped = 0
+    if skip_bad_rows:
+        good = np.isfinite(values).all(axis=1)
+        skipped = int((~good).sum())
+        values = values[good]
+        other_values = other_values[good] if other_values is not None else None
     _check_values(values, where)
-    return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label)
+    return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label, other_names, other_values,
+                    layout, skipped)
 
 
 _HEAD = 1 << 16  # bytes read first, to tell the format (and refuse a binary stream) before reading on
@@ -156,7 +197,7 @@ def _read_stream(fh: BinaryIO, where: str, head: bytes = b"") -> bytes:
 
 def _no_key(key: str | None, where: str, kind: str) -> None:
     if key is not None:
-        raise DataError(f"--key is for .npz and HDF5 files; {where} is a {kind} file: leave --key out")
+        raise DataError(f"`key` is for .npz and HDF5 files; {where} is a {kind} file: leave `key` out")
 
 
 def _check_values(values: np.ndarray, where: str) -> None:
@@ -166,7 +207,8 @@ def _check_values(values: np.ndarray, where: str) -> None:
     if bad.any():
         row, col = (int(i) for i in np.argwhere(bad)[0])
         raise DataError(f"{where}: row {row + 1}, column {col + 1} is {values[row, col]}; every value must be a "
-                        f"finite number (remove or fill the {int(bad.any(axis=1).sum()):,} row(s) with NaN or inf)")
+                        f"finite number (remove or fill the {int(bad.any(axis=1).sum()):,} row(s) with NaN or inf, "
+                        "or skip them with `skip_bad_rows`)")
     if len(values) < 2:
         raise DataError(f"{where} holds {len(values)} point(s); clustering needs at least 2")
 
@@ -206,10 +248,10 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None
             keys = list(npz.files)
             if key is None:
                 if len(keys) != 1:
-                    raise DataError(f"{where} holds {len(keys)} arrays ({', '.join(keys)}); pick one with --key")
+                    raise DataError(f"{where} holds {len(keys)} arrays ({', '.join(keys)}); pick one with `key`")
                 key = keys[0]
             elif key not in keys:
-                raise DataError(f"--key: {where} has no array {key!r}; it has {', '.join(keys)}")
+                raise DataError(f"`key`: {where} has no array {key!r}; it has {', '.join(keys)}")
             arr = npz[key]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
@@ -225,11 +267,11 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
                 if len(datasets) != 1:
                     shown = ", ".join(datasets[:8]) + (" ..." if len(datasets) > 8 else "")
                     raise DataError(f"{file} holds {len(datasets)} datasets ({shown or 'none'}); pick one with "
-                                      "--key PATH")
+                                      "`key` PATH")
                 key = datasets[0]
             obj = f.get(key.strip("/"))
             if not isinstance(obj, h5py.Dataset):
-                raise DataError(f"--key: {file} has no dataset {key!r}; its datasets are "
+                raise DataError(f"`key`: {file} has no dataset {key!r}; its datasets are "
                                   f"{', '.join(datasets[:8]) or 'none'}")
             arr = obj[()]
     except OSError as exc:
@@ -243,10 +285,20 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:120] or type(exc).__name__
 
 
-def _read_text(raw: bytes, where: str,
-               columns: tuple[str, ...] | None = None) -> tuple[np.ndarray, tuple[str, ...] | None]:
+@dataclass(frozen=True)
+class _Text:
+    values: np.ndarray
+    names: tuple[str, ...]
+    other_names: tuple[str, ...]
+    other_values: np.ndarray | None
+    layout: tuple[int, ...] | None
+    skipped: int
+
+
+def _read_text(raw: bytes, where: str, columns: tuple[str, ...] | None = None, skip_bad_rows: bool = False) -> _Text:
     """CSV or whitespace-separated numbers, with an optional header line; only ``columns`` (all if None)
-    need to hold numbers.
+    need to hold numbers, the others are kept as text. ``skip_bad_rows``: rows that do not have a finite
+    number in every picked column (or not the header's number of fields) are left out and counted.
 
     Lines end in LF, CRLF or CR; ``#`` starts a comment anywhere; a line holding only whitespace (and
     comments) is blank and skipped. Every other line is a row, and the rows returned are these, one to
@@ -275,8 +327,39 @@ def _read_text(raw: bytes, where: str,
     width = len(fields)
     all_names = names or tuple(f"x{j}" for j in range(width))
     use = list(range(width)) if columns is None else _column_indices(columns, all_names, names is not None, where)
-    return _parse_rows(rows, numbers, delimiter, width, use, where, header=names is not None), \
-        tuple(all_names[j] for j in use)
+    if skip_bad_rows:
+        good = _good_rows(rows, delimiter, width, use)
+        skipped = len(rows) - len(good)
+        rows, numbers = [rows[i] for i in good], [numbers[i] for i in good]
+        if not rows:
+            raise DataError(f"{where}: every one of its {skipped:,} data rows has an empty, non-numeric or missing "
+                            "value in the columns picked; check the file and `columns`")
+    else:
+        skipped = 0
+    values = _parse_rows(rows, numbers, delimiter, width, use, where, header=names is not None)
+    rest = [j for j in range(width) if j not in use]
+    other_values, layout = None, None
+    if rest:
+        other_values = np.array([[row[j].strip() for j in rest] for row in (_split(line, delimiter) for line in rows)],
+                                dtype=object).reshape(len(rows), len(rest))
+        layout = tuple(use.index(j) if j in use else -1 - rest.index(j) for j in range(width))
+    return _Text(values, tuple(all_names[j] for j in use), tuple(all_names[j] for j in rest), other_values, layout,
+                 skipped)
+
+
+def _good_rows(rows: list[str], delimiter: str | None, width: int, use: list[int]) -> list[int]:
+    """The indices of the rows with ``width`` fields and a finite number in each ``use`` column."""
+    good = []
+    for i, line in enumerate(rows):
+        row = _split(line, delimiter)
+        if len(row) != width:
+            continue
+        try:
+            if all(np.isfinite(float(row[j])) for j in use):
+                good.append(i)
+        except ValueError:
+            continue
+    return good
 
 
 def _parse_rows(rows: list[str], numbers: list[int], delimiter: str | None, width: int, use: list[int], where: str,
@@ -296,7 +379,7 @@ def _parse_rows(rows: list[str], numbers: list[int], delimiter: str | None, widt
         row = _split(line, delimiter)
         if len(row) != width:
             raise DataError(f"{where}, line {number}: {len(row)} values where the first row has {width}; every row "
-                            "needs the same number of columns")
+                            "needs the same number of columns (or skip the others with `skip_bad_rows`)")
         for k, col in enumerate(use):
             try:
                 out[i, k] = float(row[col])
@@ -304,8 +387,9 @@ def _parse_rows(rows: list[str], numbers: list[int], delimiter: str | None, widt
                 shown = row[col].strip()[:30] or "an empty value"
                 rule = "; a first line is a header only when none of its fields is a number" \
                     if i == 0 and not header else ""
-                raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value "
-                                f"or pick numeric columns with --columns{rule}") from None
+                raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value, "
+                                f"pick numeric columns with `columns`, or skip such rows with `skip_bad_rows`{rule}"
+                                ) from None
     return out
 
 
@@ -331,7 +415,7 @@ def _column_indices(columns: tuple[str, ...], names: tuple[str, ...], header: bo
     for column in columns:
         index = _column_index(column, names, header, where)
         if index in picked:
-            raise DataError(f"--columns picks column {index} twice ({picked[index]} and {column}); pick each column "
+            raise DataError(f"`columns` picks column {index} twice ({picked[index]} and {column}); pick each column "
                             "once")
         picked[index] = column
     return list(picked)
@@ -345,7 +429,7 @@ def _column_index(column: str, names: tuple[str, ...], header: bool, where: str)
         return _by_name(rest.strip(), names, where)
     if re.fullmatch(r"[0-9]+", column):
         if header and column in names and names.index(column) != int(column):
-            raise DataError(f"--columns {column} could mean the column named {column!r} (index {names.index(column)}) "
+            raise DataError(f"`columns` {column} could mean the column named {column!r} (index {names.index(column)}) "
                             f"or index {column}; write name:{column} or index:{column}")
         return _in_range(int(column), names, where)
     return _by_name(column, names, where)
@@ -354,7 +438,7 @@ def _column_index(column: str, names: tuple[str, ...], header: bool, where: str)
 def _in_range(index: int, names: tuple[str, ...], where: str) -> int:
     if index < len(names):
         return index
-    raise DataError(f"--columns: column {index} is out of range; {where} has {len(names)} columns (0.."
+    raise DataError(f"`columns`: column {index} is out of range; {where} has {len(names)} columns (0.."
                     f"{len(names) - 1})")
 
 
@@ -363,9 +447,9 @@ def _by_name(name: str, names: tuple[str, ...], where: str) -> int:
     if len(found) == 1:
         return found[0]
     if found:
-        raise DataError(f"--columns: the header of {where} names {len(found)} columns {name!r} (indices "
+        raise DataError(f"`columns`: the header of {where} names {len(found)} columns {name!r} (indices "
                         f"{', '.join(map(str, found))}); pick one by index")
-    raise DataError(f"--columns: {where} has no column {name!r}; its columns are {', '.join(names)} (or give "
+    raise DataError(f"`columns`: {where} has no column {name!r}; its columns are {', '.join(names)} (or give "
                     "0-based indices)")
 
 
@@ -383,13 +467,19 @@ def _is_number(text: str) -> bool:
 
 def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probability: np.ndarray,
                       entropy: np.ndarray) -> None:
-    """Write the points (user units, the shortest text that reads back exactly) with their cluster, its
-    probability and the entropy of the class distribution (nats, 6 digits), one row per point, atomically."""
+    """Write the points (every column of the file, in its order: the picked ones as the shortest text that
+    reads back exactly, the others as they were written) with their cluster, its probability and the
+    entropy of the class distribution (nats, 6 digits), one row per point, atomically."""
+    names, data = points.output_columns()
     line = io.StringIO()
-    csv.writer(line, lineterminator="").writerow([*points.names, "cluster", "probability", "entropy"])
-    D = points.values.shape[1]
-    row = ",".join(["{!r}"] * D + ["{}", "{:.6g}", "{:.6g}"])
-    columns = [*points.values.T.tolist(), cluster.tolist(), probability.tolist(), entropy.tolist()]
+    csv.writer(line, lineterminator="").writerow([*names, "cluster", "probability", "entropy"])
+    layout = points.layout if points.layout is not None else tuple(range(len(points.names)))
+    cells = ["{!r}" if j >= 0 else "{}" for j in layout]
+    for k, j in enumerate(layout):
+        if j < 0:
+            data[k] = [_csv_field(v) for v in data[k]]
+    row = ",".join([*cells, "{}", "{:.6g}", "{:.6g}"])
+    columns = [*data, cluster.tolist(), probability.tolist(), entropy.tolist()]
 
     def write(fh: BinaryIO) -> None:
         fh.write((line.getvalue() + "\n").encode())
@@ -398,6 +488,13 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
             fh.write(("\n".join(block) + "\n").encode())
 
     atomic_write(path, write)
+
+
+def _csv_field(text: str) -> str:
+    """``text`` as one CSV field: quoted when it holds a comma, a quote or a line break."""
+    if any(c in text for c in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 __all__ = ["STDIN", "PointSet", "is_plain_name", "parse_columns", "read_points", "write_cluster_csv"]

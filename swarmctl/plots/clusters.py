@@ -20,7 +20,7 @@ def plot_clusters(values: np.ndarray, names: tuple[str, ...], cluster: np.ndarra
     palette = to_rgba_array([f"C{k % 10}" for k in range(int(cluster.max()) + 1)])
     colors = palette[cluster[idx]]
     colors[:, 3] = np.clip(probability[idx], 0.05, 1.0)
-    fig = new_figure(6.4, 5.6)
+    fig = new_figure(7.6, 5.6)
     ax = fig.subplots()
     x = values[idx, 0]
     y = values[idx, 1] if values.shape[1] > 1 else probability[idx]
@@ -28,14 +28,30 @@ def plot_clusters(values: np.ndarray, names: tuple[str, ...], cluster: np.ndarra
     ax.scatter(x, y, c=colors, s=size, linewidths=0, rasterized=len(idx) > 5000)
     ax.set_xlabel(literal(names[0]))  # column names and file names are drawn as written
     ax.set_ylabel(literal(names[1]) if values.shape[1] > 1 else "probability of its cluster")
-    if values.shape[1] == 2:
-        ax.set_aspect("equal", adjustable="datalim")
+    _fit_limits(ax, x, y, equal=values.shape[1] == 2)
     sizes = np.bincount(cluster)
     for k, count in enumerate(sizes[:10]):
         ax.scatter([], [], color=palette[k], s=20, label=f"{k}: {count:,}")
-    ax.legend(title="cluster: points", fontsize="small", title_fontsize="small", loc="best", markerscale=1.0)
+    more = f"({len(sizes) - 10} more)" if len(sizes) > 10 else None
+    ax.legend(title="cluster: points", fontsize="small", title_fontsize="small", loc="upper left",
+              bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # beside the axes, never on the points
+    if more is not None:
+        ax.text(1.02, 0.0, more, transform=ax.transAxes, fontsize="small", va="bottom")
     drawn = "" if len(idx) == n else f", {len(idx):,} drawn"
     extra = f", first 2 of {values.shape[1]} coordinates" if values.shape[1] > 2 else ""
     ax.set_title(f"{literal(title)}\n{n:,} points{drawn}, {len(sizes)} clusters{extra}; alpha = probability",
                  fontsize="medium")
     return fig
+
+
+def _fit_limits(ax, x: np.ndarray, y: np.ndarray, equal: bool, margin: float = 0.04) -> None:
+    """Axis limits on the data (a small margin each side). With ``equal`` (two coordinates in one unit)
+    the axes box takes the data's aspect, never the limits: no axis runs far past the points, and a set
+    many times longer than wide gets a flat box (down to 1:20) instead of an axis stretched to match."""
+    lo = np.array([x.min(), y.min()], dtype=float)
+    hi = np.array([x.max(), y.max()], dtype=float)
+    span = np.where(hi > lo, hi - lo, np.maximum(np.abs(hi), 1.0))
+    ax.set_xlim(lo[0] - margin * span[0], hi[0] + margin * span[0])
+    ax.set_ylim(lo[1] - margin * span[1], hi[1] + margin * span[1])
+    if equal:
+        ax.set_box_aspect(float(np.clip(span[1] / span[0], 0.05, 20.0)))

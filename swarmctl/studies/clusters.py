@@ -1,34 +1,62 @@
 """Clustering a user's own point file with a trained model (`swarmctl cluster`): check every output path,
-open the model, read and check the points, cluster them in one forward pass; then write the CSV (and the
-figure) all together, or nothing."""
+open the model, read and check the points, cluster them in one forward pass, refine the clusters by EM
+seeded with the model's probabilities, say where the result should not be trusted; then write the CSV
+(and the figure) all together, or nothing."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from swarmctl.data.points import STDIN, PointSet, is_plain_name, read_points, write_cluster_csv
+import numpy as np
+
+from swarmctl.data.clustering_generator import TrainingRange, relative_spreads
+from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, read_points, write_cluster_csv
 from swarmctl.errors import ConfigError, DataError, ResourceError
 from swarmctl.files import check_output_file, staged_writes
-from swarmctl.runs import open_run
-from swarmctl.tasks.point_clusters import PointClusters
+from swarmctl.runs import open_run, shipped_models
+from swarmctl.studies.em import refine as em_refine
+from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
+
+__all__ = ["CHUNK_SIZE", "ClusterResult", "check_outputs", "cluster_file", "cluster_values", "cluster_warnings",
+           "default_output", "mergeable_pairs", "parse_columns"]
+
+LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
+UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
+SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
+WARM_UP_POINTS = 256
 
 
 @dataclass(frozen=True)
 class ClusterResult:
     points: PointSet
     clusters: PointClusters
-    out: Path  # the CSV to write
-    plot: Path | None  # the figure to draw, if any
+    out: Path  # the CSV
+    plot: Path | None  # the figure, if any
     model: str  # e.g. "swarm (192-10-1)"
     checkpoint: Path
     shipped: bool
-    seconds: float  # the forward pass and its summary, reading and writing excluded
+    seconds: float  # the clustering pass: the forward pass, the refinement and the summary (warm-up excluded)
     inputs: tuple[Path, ...]  # every file read: never written, with or without force
     force: bool  # an existing output may be replaced
+    model_clusters: int = 0  # the clusters the model found, before any refinement
+    refined: bool = False
+    merged: int = 0  # duplicate pairs the refinement merged
+    training: TrainingRange | None = None  # what the model was trained on
+    warnings: tuple[str, ...] = ()  # one line each, for the user
+    written: tuple[Path, ...] = ()  # the files written, once they are
+
+
+def default_model() -> Path | None:
+    """The shipped model `swarmctl cluster` uses when no run is named: one whose record says
+    ``"default_for": ["cluster"]`` (a model trained for real data), else None (the task's shipped model,
+    the one `eval` and `plot-entropy` use)."""
+    for model in shipped_models():
+        if "cluster" in model.record.get("default_for", ()):
+            return model.checkpoint
+    return None
 
 
 def default_output(points: str) -> Path:
@@ -40,8 +68,8 @@ def default_output(points: str) -> Path:
 
 
 def check_outputs(outputs: dict[str, Path], force: bool, inputs: tuple[Path, ...]) -> None:
-    """Refuse, before any work, an output (option -> path) that may never be written (an input, a run's
-    own file or lock, a shipped model, a link or special file: ``force`` changes nothing), two options
+    """Refuse, before any work, an output (parameter -> path) that may never be written (an input, a run's
+    own file or lock, a shipped model, a link or special file: ``force`` changes nothing), two parameters
     naming one file, and an existing file without ``force``."""
     for path in outputs.values():
         check_output_file(path, inputs)
@@ -49,48 +77,179 @@ def check_outputs(outputs: dict[str, Path], force: bool, inputs: tuple[Path, ...
     for option, path in outputs.items():
         same = seen.setdefault(path.resolve(), option)
         if same != option:
-            raise ConfigError(f"{same} and {option} name the same file {path}; give each its own path")
+            raise ConfigError(f"`{same}` and `{option}` name the same file {path}; give each its own path")
     for option, path in outputs.items():
         if path.exists() and not force:
-            raise ResourceError(f"{path} exists; pass --force to overwrite it or choose another {option}")
+            raise ResourceError(f"{path} exists; pass `force` to overwrite it or choose another `{option}`")
 
 
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,
                  columns: tuple[str, ...] | None = None, out: Path | None = None, plot: Path | None = None,
                  force: bool = False, standardize: bool = True, per_coordinate: bool = False,
-                 chunk_size: int | None = None, device: str = "auto",
-                 progress: Callable[[float], None] | None = None) -> ClusterResult:
+                 refine: bool = True, skip_bad_rows: bool = False, chunk_size: int | None = None,
+                 device: str = "auto", progress: Callable[[float], None] | None = None,
+                 save_plot: Callable[[ClusterResult, Path], Path] | None = None,
+                 report: Callable[[ClusterResult], None] | None = None) -> ClusterResult:
     """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run``
-    (None: the shipped clustering model); nothing is written yet (see :func:`written`).
+    (None: the shipped clustering model) and write the CSV ``out`` (default: :func:`default_output`)
+    and, with ``plot``, the figure that ``save_plot(result, path)`` draws and saves (returning the path).
 
-    The outputs, ``out`` (default: :func:`default_output`) and ``plot``, are checked before anything is
-    read, and again once the checkpoint is known: a bad path fails with nothing written.
+    The outputs are checked before anything is read, and again once the checkpoint is known: a bad path
+    fails with nothing written. ``refine``: EM from the model's probabilities (:mod:`swarmctl.studies.em`).
+    ``report(result)`` is called once the files are written but before they appear (a summary printed
+    there that cannot be printed leaves no file); all appear together, or none. Returns the result with
+    its ``warnings`` and the paths ``written``.
     """
     out = Path(out) if out is not None else default_output(points)
-    outputs = {"--out": out, **({"--plot": Path(plot)} if plot is not None else {})}
+    outputs = {"out": out, **({"plot": Path(plot)} if plot is not None else {})}
+    if plot is not None and save_plot is None:
+        raise ValueError("a plot was asked for but no save_plot given")
     source = () if points == STDIN else (Path(points),)
+    run = default_model() if run is None else run
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
     check_outputs(outputs, force, (*source, *named))
     opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses a run of another task
     inputs = (*source, opened.checkpoint)
     check_outputs(outputs, force, inputs)
     dim_in = opened.model_cfg.dim_in
-    pts = read_points(points, key, columns)
+    pts = read_points(points, key, columns, skip_bad_rows)
     D = pts.values.shape[1]
     if D != dim_in:
         raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) but "
                         f"{opened.label} takes {dim_in} coordinates per point{_pick_hint(pts.names, dim_in)}")
+    task = opened.task
+    options = {"standardize": standardize, "per_coordinate": per_coordinate, "refine": refine,
+               "chunk_size": chunk_size}
+    cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **options)  # loads the kernels
     start = time.perf_counter()
-    clusters = opened.task.cluster_points(opened.model, pts.values, opened.device, standardize, chunk_size, progress,
-                                          per_coordinate=per_coordinate)
+    clusters, model_k, merged = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
+                                               **options)
     seconds = time.perf_counter() - start
-    return ClusterResult(pts, clusters, out, outputs.get("--plot"), opened.label, opened.checkpoint, opened.shipped,
-                         seconds, inputs, force)
+    training = task.training_range(opened.model_cfg)
+    result = ClusterResult(pts, clusters, out, outputs.get("plot"), opened.label, opened.checkpoint, opened.shipped,
+                           seconds, inputs, force, model_k, refine, merged, training,
+                           cluster_warnings(pts.values, clusters, training,
+                                            as_given_scale=None if standardize else float(task.point_std()),
+                                            refined=refine))
+    with staged_writes(inputs, replace=force):
+        write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
+        written = [out]
+        if plot is not None:
+            written.append(save_plot(result, Path(plot)))  # type: ignore[misc]
+        result = replace(result, written=tuple(written))
+        if report is not None:
+            report(result)
+    return result
+
+
+def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool = True,
+                   per_coordinate: bool = False, refine: bool = True, chunk_size: int | None = None,
+                   progress: Callable[[float], None] | None = None) -> tuple[PointClusters, int, int]:
+    """One set of points ``values`` (N, D) clustered by ``model`` (of the clustering ``task``) and, with
+    ``refine``, by EM from its probabilities: (the clusters, the number the model found, the duplicate
+    pairs merged)."""
+    clusters = task.cluster_points(model, values, device, standardize, chunk_size, progress,
+                                   per_coordinate=per_coordinate, keep_probabilities=refine)
+    model_k, merged = len(clusters.sizes), 0
+    if refine:
+        fitted = em_refine(values, clusters.probabilities)
+        clusters, merged = summarize_probabilities(fitted.resp, clusters), fitted.merged
+    return clusters, model_k, merged
+
+
+def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
+                     as_given_scale: float | None = None, refined: bool = False) -> tuple[str, ...]:
+    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
+    reached, many unsure points, a set or clusters outside what the model was trained on
+    (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
+    from the training scale. Pairs of clusters that look like one Gaussian are named only for a result
+    not ``refined`` (the refinement weighs each merge by BIC itself)."""
+    n, K = len(values), len(clusters.sizes)
+    out = []
+    if clusters.slots and K >= clusters.slots:
+        out.append(f"{K} clusters is the most this model can give (it has {clusters.slots} cluster slots): the points "
+                   "may hold more")
+    unsure = float(np.mean(clusters.probability < LOW_CONFIDENCE))
+    if unsure > UNSURE_SHARE:
+        out.append(f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
+                   "the clusters overlap, or the model splits what may be one cluster")
+    if not training.n_min <= n <= training.n_max:
+        out.append(f"{n:,} points lie outside the {training.n_min:,}..{training.n_max:,} points per set the model "
+                   "was trained on")
+    if not training.k_min <= K <= training.k_max:
+        out.append(f"{K} cluster(s) lie outside the {training.k_min}..{training.k_max} clusters per set the model was "
+                   "trained on")
+    pairs = 0 if refined else mergeable_pairs(values, clusters)
+    if pairs:
+        out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
+                   "model may have split clusters; refine them (`refine` merges such pairs)")
+    spread = _median_spread(values, clusters)
+    if spread is not None and not training.spread_lo <= spread <= training.spread_hi:
+        kind = "broader" if spread > training.spread_hi else "tighter"
+        out.append(f"the clusters are {kind} relative to the whole set (typical spread {spread:.2f}) than any the "
+                   f"model was trained on ({training.spread_lo:.2f}..{training.spread_hi:.2f})")
+    if as_given_scale is not None:
+        with np.errstate(over="ignore"):
+            std = float(np.sqrt(np.mean(np.var(values, axis=0)))) if n > 1 else 0.0
+        if not as_given_scale / SCALE_FACTOR <= std <= as_given_scale * SCALE_FACTOR:
+            out.append(f"the points used as given have a spread of {std:.3g}, far from the {as_given_scale:.2f} the "
+                       "model was trained on: its clusters are not to be trusted; leave out `no_standardize`")
+    return tuple(out)
+
+
+def mergeable_pairs(values: np.ndarray, clusters: PointClusters) -> int:
+    """The pairs of clusters (each of more points than parameters) whose points one Gaussian explains
+    better than two, by BIC on the hard assignment: the sign of a split the model made inside one cluster."""
+    x = standardization(values, 1.0).apply(values)  # unit spread: no overflow, whatever the units
+    N, D = x.shape
+    per_gaussian = D + D * (D + 1) // 2
+    groups = [x[clusters.cluster == k] for k in range(len(clusters.sizes))]
+    groups = [g for g in groups if len(g) > per_gaussian + 1]
+    count = 0
+    for i in range(len(groups)):
+        for j in range(i + 1, len(groups)):
+            a, b = groups[i], groups[j]
+            both = np.concatenate([a, b])
+            n_a, n_b, n = len(a), len(b), len(both)
+            two = _gaussian_ll(a) + _gaussian_ll(b) + n_a * np.log(n_a / n) + n_b * np.log(n_b / n)
+            one = _gaussian_ll(both)
+            if -2 * one + per_gaussian * np.log(n) < -2 * two + (2 * per_gaussian + 1) * np.log(n):
+                count += 1
+    return count
+
+
+def _gaussian_ll(x: np.ndarray) -> float:
+    """The log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian."""
+    n, D = x.shape
+    cov = np.cov(x, rowvar=False, bias=True).reshape(D, D) + 1e-9 * np.eye(D)
+    sign, logdet = np.linalg.slogdet(cov)
+    if sign <= 0:
+        return float("inf")  # degenerate (points on a line): never merged into anything
+    return float(-0.5 * n * (D * np.log(2 * np.pi) + logdet + D))
+
+
+def _median_spread(values: np.ndarray, clusters: PointClusters) -> float | None:
+    """The median over the clusters of 5 points or more of their major standard deviation, relative to the
+    spread of the whole set (two or more coordinates; None when no cluster qualifies)."""
+    if values.shape[1] < 2:
+        return None
+    keep = np.flatnonzero(clusters.sizes >= 5)
+    if not len(keep):
+        return None
+    x = standardization(values[:, :2], 1.0).apply(values[:, :2])  # unit spread: no overflow, whatever the units
+    means, covs = [], []
+    for k in keep:
+        pts = x[clusters.cluster == k]
+        means.append(pts.mean(axis=0))
+        covs.append(np.cov(pts, rowvar=False))
+    weights = clusters.sizes[keep] / clusters.sizes[keep].sum()
+    spread = float(np.median(relative_spreads(np.array(means), np.array(covs), weights)))
+    return spread if np.isfinite(spread) else None
 
 
 def _pick_hint(names: tuple[str, ...], dim_in: int) -> str:
-    """How to pick ``dim_in`` columns with --columns, in a form --columns takes for these names: the first
-    names when each names one column and reads as a name, else indices."""
+    """How to pick ``dim_in`` columns with `columns`, in a form it takes for these names: the first names
+    when each names one column and reads as a name, else indices."""
     if len(names) <= dim_in:
         return ""
     first = names[:dim_in]
@@ -99,23 +258,4 @@ def _pick_hint(names: tuple[str, ...], dim_in: int) -> str:
         indices = [f"index:{k}" for k in indices]
     by_name = all(names.count(n) == 1 and is_plain_name(n) for n in first)
     example = ",".join(first if by_name else indices)
-    return f"; pick {dim_in} with --columns (e.g. --columns {example})"
-
-
-@contextmanager
-def written(result: ClusterResult, save_plot: Callable[[ClusterResult, Path], Path] | None = None
-            ) -> Iterator[tuple[Path, ...]]:
-    """Write the CSV and, when ``result.plot`` is set, the figure (``save_plot(result, path)`` draws and
-    saves it, returning the path written), all at once when the block ends without error, or none: what
-    the caller prints inside the block comes first, so an output that cannot be printed leaves no file.
-    Yields the paths. No input is written; no existing file is replaced without ``result.force``, even
-    one that appears while this runs."""
-    with staged_writes(result.inputs, replace=result.force):
-        c = result.clusters
-        write_cluster_csv(result.out, result.points, c.cluster, c.probability, c.entropy)
-        paths = [result.out]
-        if result.plot is not None:
-            if save_plot is None:
-                raise ValueError("a plot was asked for but no save_plot given")
-            paths.append(save_plot(result, result.plot))
-        yield tuple(paths)
+    return f"; pick {dim_in} with `columns` (e.g. `columns` {example})"

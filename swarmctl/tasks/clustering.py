@@ -5,6 +5,7 @@ own points (any N: a SWARM with mean pooling runs the entity axis in chunks)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -15,8 +16,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, host_memory
-from swarmctl.data.clustering_generator import ClusteringParams
+from swarmctl.config import DATA_DIR, DataConfig, ModelConfig, TrainConfig, check_memory, host_memory
+from swarmctl.data.clustering_generator import (
+    MAX_CLUSTERS,
+    BroadParams,
+    ClusteringParams,
+    TrainingRange,
+    training_range,
+)
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
@@ -46,6 +53,8 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
 
 _GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
 
+
+BROAD_TRAINING = BroadParams(n_max=800)  # the broad prior as benchmarks/train_broad.py draws it (N up to 800)
 
 GRAPH_N_BUCKET = 100  # with CUDA graphs, training sets are padded to a multiple of this many points
 
@@ -153,17 +162,34 @@ class ClusteringTask(Task):
         generator): where :meth:`cluster_points` maps a user's points to."""
         return ClusteringParams().point_std()
 
+    def training_prior(self, model_cfg: ModelConfig) -> ClusteringParams | BroadParams:
+        """The prior a clustering model was trained on: a model with more cluster slots than the paper's
+        generator fills (10) was trained on the broad prior (benchmarks/train_broad.py), any other on the
+        paper's generator."""
+        return BROAD_TRAINING if model_cfg.dim_out > MAX_CLUSTERS else ClusteringParams()
+
+    def training_range(self, model_cfg: ModelConfig) -> TrainingRange:
+        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads); the broad
+        prior's model also saw the paper's tasks (a quarter of each epoch), so its range holds both."""
+        prior = self.training_prior(model_cfg)
+        if not isinstance(prior, BroadParams):
+            return _range_of(prior)
+        a, b = _range_of(prior), _range_of(ClusteringParams())
+        return TrainingRange(min(a.n_min, b.n_min), max(a.n_max, b.n_max), min(a.k_min, b.k_min),
+                             max(a.k_max, b.k_max), min(a.spread_lo, b.spread_lo), max(a.spread_hi, b.spread_hi))
+
     @torch.no_grad()
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
                        chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
-                       per_coordinate: bool = False) -> PointClusters:
+                       per_coordinate: bool = False, keep_probabilities: bool = False) -> PointClusters:
         """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``.
 
         With ``standardize`` the points are first mapped affinely to the training scale
         (:func:`standardization`: one factor for all coordinates or, ``per_coordinate``, one each). A
         model with ``forward_chunked`` and mean pooling (SWARM) runs the entity axis ``chunk_size``
         entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
-        model runs all N at once. ``progress(fraction_done)``.
+        model runs all N at once. ``progress(fraction_done)``. ``keep_probabilities``: also every point's
+        probabilities of the clusters found (for a refinement).
         """
         if not standardize:
             check_as_given(values)
@@ -177,9 +203,14 @@ class ClusteringTask(Task):
             logits = model(x[None], torch.ones(1, len(x), dtype=torch.bool, device=device))[0]
             if progress is not None:
                 progress(1.0)
-        return summarize_logits(logits, transform, chunked)
+        return summarize_logits(logits, transform, chunked, keep_probabilities)
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         return (["", "loss (nats/entity)", "matched accuracy"],
                 [["model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}"],
                  ["oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}"]])
+
+
+@functools.cache
+def _range_of(prior: ClusteringParams | BroadParams) -> TrainingRange:
+    return training_range(prior)

@@ -67,7 +67,9 @@ class PointClusters:
     """One set's clustering. Per point (N,): ``cluster`` (numbered 0.. from the largest cluster down),
     ``probability`` of that cluster and the ``entropy`` (nats) of the class distribution. Per cluster (K,):
     ``sizes`` and ``mean_confidence`` (the mean probability of its points). ``transform``: the map applied
-    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks."""
+    before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks;
+    ``probabilities`` (N, K) float64, the class distribution of every point over the clusters found (the
+    columns in cluster order), when asked for; ``slots``: the number of classes the model can give."""
 
     cluster: np.ndarray
     probability: np.ndarray
@@ -76,11 +78,15 @@ class PointClusters:
     mean_confidence: np.ndarray
     transform: AffineMap | None
     chunked: bool
+    probabilities: np.ndarray | None = None
+    slots: int = 0
 
 
-def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False) -> PointClusters:
+def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False,
+                     keep_probabilities: bool = False) -> PointClusters:
     """Per-point class logits (N, C) -> the clusters (argmax), renumbered by size (ties: lower class first),
-    with each point's probability of its cluster and the entropy of its class distribution."""
+    with each point's probability of its cluster and the entropy of its class distribution; with
+    ``keep_probabilities`` also every point's probabilities of the clusters found (renormalized over them)."""
     bad = ~torch.isfinite(logits).all(dim=-1)
     if bool(bad.any()):
         raise DataError(f"the model's output is not a number for {int(bad.sum()):,} of {len(logits):,} points: their "
@@ -99,5 +105,30 @@ def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, c
     probability = best.exp().cpu().numpy()
     sizes = counts[order[:K]]
     confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
+    probabilities = None
+    if keep_probabilities:
+        probabilities = logp.exp().cpu().numpy().astype(np.float64)[:, order[:K]]
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
     return PointClusters(cluster.astype(np.int64), probability, entropy.cpu().numpy(), sizes.astype(np.int64),
-                         confidence, transform, chunked)
+                         confidence, transform, chunked, probabilities, logits.shape[-1])
+
+
+def summarize_probabilities(resp: np.ndarray, like: PointClusters) -> PointClusters:
+    """Per-point probabilities (N, K) of K clusters (a refinement's) -> the clusters, renumbered by size
+    like :func:`summarize_logits`; ``like`` gives the transform, chunking and slots."""
+    resp = np.asarray(resp, dtype=np.float64)
+    label = resp.argmax(axis=1)
+    counts = np.bincount(label, minlength=resp.shape[1])
+    order = np.argsort(-counts, kind="stable")
+    K = int(np.count_nonzero(counts))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    cluster = rank[label].astype(np.int64)
+    probability = resp[np.arange(len(resp)), label]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(resp > 0, resp * np.log(resp), 0.0).sum(axis=1)
+    sizes = counts[order[:K]].astype(np.int64)
+    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
+    kept = resp[:, order[:K]]
+    return PointClusters(cluster, probability, entropy, sizes, confidence, like.transform, like.chunked,
+                         kept / kept.sum(axis=1, keepdims=True), like.slots)

@@ -97,7 +97,11 @@ def test_every_input_form_gives_the_same_clusters(cli, trained_runs, values, tmp
     args = ["cluster", str(source), *map(str, _run_args(trained_runs)), "--out", str(out), *extra]
     r = CliRunner().invoke(app, args, input=stdin, env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    assert np.array_equal(_read(out)[1], expected)
+    got = _read(out)[1]
+    if form == "columns":  # the column not clustered on is kept, in its place
+        assert _read(out)[0][0] == "id" and np.all(got[:, 0] == 1)
+        got = got[:, 1:]
+    assert np.array_equal(got, expected)
 
 
 def test_the_shipped_model_is_used_without_generating_its_dataset(cli, trained_runs, values, tmp_path, monkeypatch):
@@ -227,3 +231,84 @@ def test_out_and_plot_naming_one_file_is_refused(cli, trained_runs, values, tmp_
     r = cli("cluster", points, *_run_args(trained_runs), "--out", same, "--plot", tmp_path / "." / "o.png")
     assert r.exit_code == 2 and "same file" in r.output and len(r.output.strip().splitlines()) <= 3, r.output
     assert _snapshot(tmp_path) == before
+
+
+# ---- issue #25: honest output ---------------------------------------------------------------------------------
+
+def test_points_far_from_the_training_scale_used_as_given_warn(cli, trained_runs, values, tmp_path):
+    """--no-standardize on points in raw units must not collapse silently: one warning line, exit 0."""
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--no-standardize")
+    assert r.exit_code == 0, r.output
+    warned = [line for line in r.output.splitlines() if line.startswith("warning:") and "used as given" in line]
+    assert len(warned) == 1 and "standardize" in warned[0], r.output
+
+
+def test_skip_bad_rows_leaves_them_out_and_says_how_many(cli, trained_runs, values, tmp_path):
+    text = "id,lon,lat\n" + "".join(f"p{i},{x!r},{y!r}\n" for i, (x, y) in enumerate(values.tolist()))
+    text += "bad1,,3.5\nbad2,abc,1\nbad3,1\n"  # an empty cell, text, a short row
+    points = tmp_path / "pts.csv"
+    points.write_text(text)
+    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat")
+    assert r.exit_code == 1 and "not a number" in r.output, r.output
+    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat", "--skip-bad-rows")
+    assert r.exit_code == 0 and "skipped 3 row(s)" in r.output, r.output
+    with open(tmp_path / "pts-clusters.csv") as fh:
+        header, *rows = list(csv.reader(fh))
+    assert header == ["id", "lon", "lat", "cluster", "probability", "entropy"]
+    assert [row[0] for row in rows] == [f"p{i}" for i in range(len(values))]  # the unpicked column, kept
+
+
+def test_refine_is_on_by_default_and_can_be_turned_off(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "a.csv")
+    assert r.exit_code == 0 and "refined by EM from the model's" in r.output, r.output
+    r = cli("cluster", points, *_run_args(trained_runs), "--no-refine", "--out", tmp_path / "b.csv")
+    assert r.exit_code == 0 and "refined by EM" not in r.output, r.output
+
+
+def test_the_help_says_what_the_model_was_trained_on_and_its_cap(cli):
+    r = cli("cluster", "--help")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0
+    assert "3..10" in text and "100..1,000" in text and "at most 10 clusters" in text and "inverse-Wishart" in text
+    assert "1..16 clusters" in text and "at most 16 clusters" in text and "2-core CPU" in text
+
+
+def test_a_shipped_model_recorded_as_clusters_default_is_used_by_cluster_alone(cli, trained_runs, values, tmp_path,
+                                                                            monkeypatch):
+    """A model trained for real data ships beside the paper's: `cluster` takes the one whose record says
+    default_for cluster; the task's shipped model (the first record) stays the default of the others."""
+    from swarmctl.runs import shipped_for
+
+    runs, _ = trained_runs
+    shipped = tmp_path / "pretrained"
+    export_weights(runs / "swarm" / "best.pt", shipped / "a-paper.pt", data_path="data/clustering-seed0.h5")
+    export_weights(runs / "swarm" / "best.pt", shipped / "b-broad.pt", data_path=None,
+                   record={"default_for": ["cluster"]})
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    monkeypatch.chdir(tmp_path)
+    _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", "pts.csv", "--device", "cpu")
+    assert r.exit_code == 0 and "b-broad.pt" in r.output, r.output
+    assert shipped_for("eval").name == "a-paper.pt"
+
+
+def test_the_timing_is_the_clustering_pass_without_the_warm_up(trained_runs, values, tmp_path, monkeypatch):
+    """The first pass pays for loading kernels: the time reported is the pass that clusters the points."""
+    import time
+
+    from swarmctl.studies import clusters
+
+    runs, _ = trained_runs
+    real, calls = clusters.cluster_values, []
+
+    def slow_first(*args, **kwargs):
+        calls.append(len(args[2]))
+        if len(calls) == 1:
+            time.sleep(0.5)  # a slow first pass
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(clusters, "cluster_values", slow_first)
+    res = clusters.cluster_file(str(_csv(tmp_path / "pts.csv", values)), "swarm", runs, device="cpu")
+    assert calls == [min(len(values), clusters.WARM_UP_POINTS), len(values)] and res.seconds < 0.5

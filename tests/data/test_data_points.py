@@ -1,6 +1,7 @@
 """Point files for `swarmctl cluster`: every format reads to the same numbers, and every kind of bad file
 is refused with a message that names the problem and the place."""
 
+import csv
 import io
 import sys
 
@@ -112,7 +113,7 @@ def test_keys_pick_an_array_or_dataset(tmp_path):
         f["x"], f["g/y"] = POINTS, POINTS[:, :1]
     assert read_points(tmp_path / "two.h5", key="/g/y").values.shape == (4, 1)
     for name in ("two.npz", "two.h5"):
-        with pytest.raises(DataError, match="--key"):
+        with pytest.raises(DataError, match="`key`"):
             read_points(tmp_path / name)  # two to choose from
         with pytest.raises(DataError, match="no (array|dataset) 'zz'"):
             read_points(tmp_path / name, key="zz")
@@ -223,7 +224,7 @@ def test_key_on_a_text_or_npy_file_is_refused(tmp_path):
     (tmp_path / "p.csv").write_text(_text(POINTS))
     np.save(tmp_path / "p.npy", POINTS)
     for name in ("p.csv", "p.npy"):
-        with pytest.raises(DataError, match="leave --key out"):
+        with pytest.raises(DataError, match="leave `key` out"):
             read_points(tmp_path / name, key="x")
 
 
@@ -257,3 +258,31 @@ def test_columns_not_picked_may_hold_text(tmp_path):
     with pytest.raises(DataError, match="line 2, column 3: 'z' is not a number"):
         read_points(path)
     assert np.array_equal(read_points(path, columns=("a", "b")).values, [[1, 2], [3, 4]])
+
+
+def test_skip_bad_rows_leaves_out_rows_without_a_finite_number_in_the_picked_columns(tmp_path):
+    values = np.array([[1.0, 2.0, 7.0], [np.nan, 3.0, 8.0], [4.0, 5.0, np.nan], [6.0, np.inf, 9.0], [0.5, 1.5, 2.5]])
+    np.save(tmp_path / "p.npy", values)
+    with pytest.raises(DataError, match="`skip_bad_rows`"):
+        read_points(tmp_path / "p.npy", columns=("0", "1"))
+    got = read_points(tmp_path / "p.npy", columns=("0", "1"), skip_bad_rows=True)
+    assert got.skipped == 2 and got.values.tolist() == [[1, 2], [4, 5], [0.5, 1.5]]  # NaN beyond the pick: kept
+    (tmp_path / "p.txt").write_text("a b c\n1 2 x\n3 4\n5 six 7\n8 9 y,z\n")
+    got = read_points(tmp_path / "p.txt", columns=("a", "b"), skip_bad_rows=True)
+    assert got.skipped == 2 and got.values.tolist() == [[1, 2], [8, 9]]
+    out = tmp_path / "o.csv"
+    write_cluster_csv(out, got, np.array([0, 1]), np.array([1.0, 0.5]), np.array([0.0, 0.7]))
+    with open(out) as fh:
+        rows = list(csv.reader(fh))
+    assert rows == [["a", "b", "c", "cluster", "probability", "entropy"], ["1.0", "2.0", "x", "0", "1", "0"],
+                    ["8.0", "9.0", "y,z", "1", "0.5", "0.7"]]  # the column not picked, kept as written
+
+
+def test_the_columns_not_picked_keep_their_place(tmp_path):
+    np.save(tmp_path / "p.npy", np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
+    got = read_points(tmp_path / "p.npy", columns=("2", "0"))
+    out = tmp_path / "o.csv"
+    write_cluster_csv(out, got, np.array([0, 0]), np.array([1.0, 1.0]), np.array([0.0, 0.0]))
+    with open(out) as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][:3] == ["x0", "x1", "x2"] and rows[1][:3] == ["1.0", "2.0", "3.0"]

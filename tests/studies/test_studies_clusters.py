@@ -1,0 +1,109 @@
+"""When `swarmctl cluster` warns (swarmctl.studies.clusters.cluster_warnings), and its figure's limits and
+legend (swarmctl.plots.clusters)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from swarmctl.data.clustering_generator import TrainingRange
+from swarmctl.studies.clusters import cluster_warnings
+from swarmctl.tasks.point_clusters import PointClusters
+
+PAPER = TrainingRange(n_min=100, n_max=1000, k_min=3, k_max=10, spread_lo=0.1, spread_hi=0.77)
+
+
+def _blobs(k: int, n_each: int, sd: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rs = np.random.RandomState(seed)
+    centres = np.stack([np.cos(np.arange(k) * 2 * np.pi / k), np.sin(np.arange(k) * 2 * np.pi / k)], 1) * 3
+    labels = np.repeat(np.arange(k), n_each)
+    return centres[labels] + sd * rs.randn(len(labels), 2), labels
+
+
+def _clusters(labels: np.ndarray, probability: float | np.ndarray = 0.99, slots: int = 10) -> PointClusters:
+    sizes = np.bincount(labels)
+    prob = np.broadcast_to(np.asarray(probability, dtype=float), labels.shape).copy()
+    return PointClusters(labels, prob, np.zeros(len(labels)), sizes, np.ones(len(sizes)), None, False, None, slots)
+
+
+def test_a_clean_result_inside_the_training_range_has_no_warning():
+    x, labels = _blobs(4, 100, 0.6)
+    assert cluster_warnings(x, _clusters(labels), PAPER) == ()
+
+
+@pytest.mark.parametrize(("case", "needle"), [
+    ("cap", "most this model can give"),
+    ("unsure", "unsure"),
+    ("few points", "points per set"),
+    ("many points", "points per set"),
+    ("one cluster", "clusters per set"),
+    ("broad", "broader"),
+    ("tight", "tighter"),
+    ("raw units", "used as given"),
+    ("split", "one Gaussian than by two"),
+])
+def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
+    x, labels = _blobs(4, 100, 0.6)
+    kwargs = {}
+    clusters = _clusters(labels)
+    if case == "cap":
+        x, labels = _blobs(10, 50, 0.3)
+        clusters = _clusters(labels)
+    elif case == "unsure":
+        clusters = _clusters(labels, np.where(np.arange(len(labels)) % 3 == 0, 0.4, 0.9))
+    elif case == "few points":
+        x, labels = _blobs(4, 20, 0.6)
+        clusters = _clusters(labels)
+    elif case == "many points":
+        x, labels = _blobs(4, 300, 0.6)
+        clusters = _clusters(labels)
+    elif case == "one cluster":
+        x, labels = _blobs(4, 100, 0.6)
+        labels = np.zeros_like(labels)
+        clusters = _clusters(labels)
+    elif case == "broad":
+        x, labels = _blobs(4, 100, 3.0)
+        clusters = _clusters(labels)
+    elif case == "tight":
+        x, labels = _blobs(4, 100, 0.05)
+        clusters = _clusters(labels)
+    elif case == "split":  # the first blob cut in two by a line through its centre
+        labels = np.where((labels == 0) & (x[:, 1] > 0), 4, labels)
+        clusters = _clusters(labels)
+    else:
+        x = x * 1000
+        kwargs = {"as_given_scale": 0.93}
+    got = cluster_warnings(x, clusters, PAPER, **kwargs)
+    assert len([w for w in got if needle in w]) == 1, got
+    if case not in ("one cluster", "broad"):  # a set of one broad cluster is also broad, and so on
+        assert len(got) == 1, got
+
+
+def test_the_figure_keeps_its_limits_on_the_data_and_its_legend_off_the_points():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from swarmctl.plots.clusters import plot_clusters
+
+    rs = np.random.RandomState(0)
+    x = np.column_stack([rs.uniform(0, 2, 500), rs.uniform(0, 10, 500)])  # five times taller than wide
+    labels = (x[:, 0] > 50).astype(int)
+    fig = plot_clusters(x, ("a", "b"), labels, np.full(500, 0.9), "t")
+    ax = fig.axes[0]
+    FigureCanvasAgg(fig).draw()  # an aspect is applied when drawn
+    for (lo, hi), col in ((ax.get_xlim(), x[:, 0]), (ax.get_ylim(), x[:, 1])):
+        span = col.max() - col.min()
+        assert col.min() - 0.1 * span <= lo <= col.min() and col.max() <= hi <= col.max() + 0.1 * span
+    legend = ax.get_legend().get_window_extent()
+    assert not legend.overlaps(ax.get_window_extent())
+
+
+def test_the_training_range_follows_the_models_cluster_slots():
+    """A model with the paper's 10 slots was trained on the paper's generator; one with 16 on the broad prior
+    and the paper's tasks."""
+    from swarmctl.config import ModelConfig
+    from swarmctl.tasks.clustering import ClusteringTask
+
+    paper, broad = (ClusteringTask().training_range(ModelConfig(dim_out=d)) for d in (10, 16))
+    assert (paper.n_min, paper.n_max, paper.k_min, paper.k_max) == (100, 1000, 3, 10)
+    assert (broad.n_min, broad.n_max, broad.k_min, broad.k_max) == (50, 1000, 1, 16)
+    assert broad.spread_lo < paper.spread_lo < paper.spread_hi <= broad.spread_hi
