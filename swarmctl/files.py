@@ -221,22 +221,34 @@ class Outputs:
 
     def __init__(self, stage: _Staging) -> None:
         self._stage = stage
+        self._named: dict[Path, tuple[Path, str | None]] = {}  # resolved path -> (path, the parameter naming it)
 
     def input(self, *paths: Path | None) -> None:
-        """Files the command reads: none of them is ever written, whatever ``replace`` says."""
-        self._stage.inputs.extend(Path(p) for p in paths if p is not None)
+        """Files the command reads: none of them is ever written, whatever ``replace`` says. The outputs named
+        so far are checked again against them (an input known only after the outputs, e.g. a checkpoint)."""
+        new = [Path(p) for p in paths if p is not None]
+        self._stage.inputs.extend(new)
+        for path, _ in self._named.values():
+            check_output_file(path, new)
 
     def folder(self, folder: Path | str) -> Path:
         """Refuse a folder that cannot be created or written (:func:`check_output_folder`); returns it."""
         check_output_folder(Path(folder))
         return Path(folder)
 
-    def file(self, path: Path | str) -> Path:
+    def file(self, path: Path | str, name: str | None = None) -> Path:
         """Refuse an output file that may not be written: a link, folder or special file in its place, an
-        input, a run's own file, a folder that cannot be written, and without ``replace`` an existing file
+        input, a run's own file, a folder that cannot be written, a file this block already names (``name``:
+        the parameter the path came from, for the message), and without ``replace`` an existing file
         (:func:`_check_writable_target`, :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
         path = Path(path)
         check_output_file(path, self._stage.inputs)
+        key = _resolved(path)
+        if key in self._named:
+            earlier = self._named[key][1]
+            raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path"
+                              if earlier and name else f"{path} is named twice as an output; give each its own path")
+        self._named[key] = (path, name)
         _check_new_target(path, self._stage.replace)
         return path
 

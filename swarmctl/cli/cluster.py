@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import numpy as np
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from swarmctl.catalog import catalog
 from swarmctl.cli._app import app
 from swarmctl.cli._options import (
     RUNS_DIR,
@@ -25,28 +25,24 @@ from swarmctl.cli._options import (
 )
 from swarmctl.cli._progress import DelayedBar
 from swarmctl.errors import ConfigError, SwarmctlWarning
-from swarmctl.plots.clusters import plot_clusters
-from swarmctl.plots.style import save_figure
-from swarmctl.studies.clusters import CHUNK_SIZE, ClusterResult, cluster_file, parse_columns
+
+if TYPE_CHECKING:
+    from swarmctl.studies.clusters import ClusterResult
 
 
 def _columns(value: str | None) -> tuple[str, ...] | None:
     """--columns parsed once, here: the command gets the tuple."""
     if value is None:
         return None
+    from swarmctl.studies.clusters import parse_columns  # the library loads when the command runs, not for --help
+
     try:
         return parse_columns(value)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc)) from None
 
 
-def _png(value: Path | None) -> Path | None:
-    if value is not None and value.suffix.lower() != ".png":
-        raise typer.BadParameter(f"the figure is a PNG file; give a path ending in .png, got {value}")
-    return value
-
-
-def _vector(v: np.ndarray) -> str:
+def _vector(v) -> str:  # a NumPy vector
     return "[" + ", ".join(f"{x:.6g}" for x in v) + "]"
 
 
@@ -67,7 +63,7 @@ def cluster_cmd(
     out: Annotated[Path | None, option(help="Output CSV [default: POINTS-clusters.csv beside the input; "
                                             "clusters.csv for standard input].")] = None,
     plot: Annotated[Path | None, option(help="Also draw the points coloured by cluster, alpha by confidence, "
-                                             "to this PNG file.", callback=_png)] = None,
+                                             "to this PNG file.")] = None,
     force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist (never a file "
                                                   "the command reads, a run's own files or a shipped model).")]
     = False,
@@ -88,7 +84,7 @@ def cluster_cmd(
                                                "the columns clustered (the count is printed) instead of refusing "
                                                "the file.")] = False,
     chunk_size: Annotated[int, option(min=1, help="Points per chunk when a SWARM model runs a large set "
-                                                  "(memory, not the result).")] = CHUNK_SIZE,
+                                                  "(memory, not the result).")] = catalog()["cluster_chunk_size"],
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
 ) -> None:
@@ -108,6 +104,8 @@ def cluster_cmd(
     is: the cluster cap reached, many unsure points, clusters that look like one, a set unlike the
     training sets.
     """
+    from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
+
     with user_errors():
         def report(res: ClusterResult) -> None:  # inside the library's writes: no file appears unless printed
             _print_summary(res, per_coordinate)
@@ -124,6 +122,9 @@ def cluster_cmd(
 
 
 def _save_plot(res: ClusterResult, path: Path) -> Path:
+    from swarmctl.plots.clusters import plot_clusters
+    from swarmctl.plots.style import save_figure
+
     fig = plot_clusters(res.points.values, res.points.names, res.clusters.cluster, res.clusters.probability,
                         f"{res.model} on {Path(res.points.source).name}")
     return save_figure(fig, path)

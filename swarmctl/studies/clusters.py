@@ -14,14 +14,14 @@ import numpy as np
 
 from swarmctl.data.clustering_generator import TrainingRange, relative_spreads
 from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, read_points, write_cluster_csv
-from swarmctl.errors import ConfigError, DataError, ResourceError
-from swarmctl.files import check_output_file, staged_writes
+from swarmctl.errors import DataError
+from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
 from swarmctl.studies.em import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
-__all__ = ["CHUNK_SIZE", "ClusterResult", "check_outputs", "cluster_file", "cluster_values", "cluster_warnings",
-           "default_output", "mergeable_pairs", "parse_columns"]
+__all__ = ["CHUNK_SIZE", "ClusterResult", "cluster_file", "cluster_values", "cluster_warnings",
+           "mergeable_pairs", "parse_columns"]
 
 LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
 UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
@@ -59,28 +59,12 @@ def default_model() -> Path | None:
     return None
 
 
-def default_output(points: str) -> Path:
+def _default_output(points: str) -> Path:
     """``DIR/NAME-clusters.csv`` beside the input; ``clusters.csv`` in the working folder for standard input."""
     if points == STDIN:
         return Path("clusters.csv")
     path = Path(points)
     return path.with_name(f"{path.stem}-clusters.csv")
-
-
-def check_outputs(outputs: dict[str, Path], force: bool, inputs: tuple[Path, ...]) -> None:
-    """Refuse, before any work, an output (parameter -> path) that may never be written (an input, a run's
-    own file or lock, a shipped model, a link or special file: ``force`` changes nothing), two parameters
-    naming one file, and an existing file without ``force``."""
-    for path in outputs.values():
-        check_output_file(path, inputs)
-    seen: dict[Path, str] = {}
-    for option, path in outputs.items():
-        same = seen.setdefault(path.resolve(), option)
-        if same != option:
-            raise ConfigError(f"`{same}` and `{option}` name the same file {path}; give each its own path")
-    for option, path in outputs.items():
-        if path.exists() and not force:
-            raise ResourceError(f"{path} exists; pass `force` to overwrite it or choose another `{option}`")
 
 
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,
@@ -91,7 +75,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
                  save_plot: Callable[[ClusterResult, Path], Path] | None = None,
                  report: Callable[[ClusterResult], None] | None = None) -> ClusterResult:
     """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run``
-    (None: the shipped clustering model) and write the CSV ``out`` (default: :func:`default_output`)
+    (None: the shipped clustering model) and write the CSV ``out`` (default: :func:`_default_output`)
     and, with ``plot``, the figure that ``save_plot(result, path)`` draws and saves (returning the path).
 
     The outputs are checked before anything is read, and again once the checkpoint is known: a bad path
@@ -100,42 +84,43 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     there that cannot be printed leaves no file); all appear together, or none. Returns the result with
     its ``warnings`` and the paths ``written``.
     """
-    out = Path(out) if out is not None else default_output(points)
-    outputs = {"out": out, **({"plot": Path(plot)} if plot is not None else {})}
+    out = Path(out) if out is not None else _default_output(points)
     if plot is not None and save_plot is None:
         raise ValueError("a plot was asked for but no save_plot given")
+    check_png(plot, "plot")
     source = () if points == STDIN else (Path(points),)
     run = default_model() if run is None else run
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
-    check_outputs(outputs, force, (*source, *named))
-    opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses a run of another task
-    inputs = (*source, opened.checkpoint)
-    check_outputs(outputs, force, inputs)
-    dim_in = opened.model_cfg.dim_in
-    pts = read_points(points, key, columns, skip_bad_rows)
-    D = pts.values.shape[1]
-    if D != dim_in:
-        raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) but "
-                        f"{opened.label} takes {dim_in} coordinates per point{_pick_hint(pts.names, dim_in)}")
-    task = opened.task
-    options = {"standardize": standardize, "per_coordinate": per_coordinate, "refine": refine,
-               "chunk_size": chunk_size}
-    cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **options)  # loads the kernels
-    start = time.perf_counter()
-    clusters, model_k, merged = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
-                                               **options)
-    seconds = time.perf_counter() - start
-    training = task.training_range(opened.model_cfg)
-    result = ClusterResult(pts, clusters, out, outputs.get("plot"), opened.label, opened.checkpoint, opened.shipped,
-                           seconds, inputs, force, model_k, refine, merged, training,
-                           cluster_warnings(pts.values, clusters, training,
-                                            as_given_scale=None if standardize else float(task.point_std()),
-                                            refined=refine))
-    with staged_writes(inputs, replace=force):
+    with staged_outputs((*source, *named), replace=force) as outputs:  # every output checked before any work
+        out = outputs.file(out, "out")
+        plot = outputs.file(plot, "plot") if plot is not None else None
+        opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses another task's run
+        outputs.input(opened.checkpoint)
+        inputs = (*source, opened.checkpoint)
+        dim_in = opened.model_cfg.dim_in
+        pts = read_points(points, key, columns, skip_bad_rows)
+        D = pts.values.shape[1]
+        if D != dim_in:
+            raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) "
+                            f"but {opened.label} takes {dim_in} coordinates per point{_pick_hint(pts.names, dim_in)}")
+        task = opened.task
+        options = {"standardize": standardize, "per_coordinate": per_coordinate, "refine": refine,
+                   "chunk_size": chunk_size}
+        cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **options)  # loads kernels
+        start = time.perf_counter()
+        clusters, model_k, merged = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
+                                                   **options)
+        seconds = time.perf_counter() - start
+        training = task.training_range(opened.model_cfg)
+        result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
+                               seconds, inputs, force, model_k, refine, merged, training,
+                               cluster_warnings(pts.values, clusters, training,
+                                                as_given_scale=None if standardize else float(task.point_std()),
+                                                refined=refine))
         write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
         written = [out]
         if plot is not None:
-            written.append(save_plot(result, Path(plot)))  # type: ignore[misc]
+            written.append(save_plot(result, plot))  # type: ignore[misc]
         result = replace(result, written=tuple(written))
         if report is not None:
             report(result)
