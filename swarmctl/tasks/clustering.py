@@ -203,7 +203,8 @@ class ClusteringTask(Task):
             logits = model(x[None], torch.ones(1, len(x), dtype=torch.bool, device=device))[0]
             if progress is not None:
                 progress(1.0)
-        return summarize_logits(logits, transform, chunked, keep_probabilities)
+        ran_in_chunks = chunked and len(x) > (chunk_size or CHUNK_SIZE)  # one chunk is the plain pass
+        return summarize_logits(logits, transform, ran_in_chunks, keep_probabilities)
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         return (["", "loss (nats/entity)", "matched accuracy"],

@@ -312,3 +312,11 @@ def test_the_timing_is_the_clustering_pass_without_the_warm_up(trained_runs, val
     monkeypatch.setattr(clusters, "cluster_values", slow_first)
     res = clusters.cluster_file(str(_csv(tmp_path / "pts.csv", values)), "swarm", runs, device="cpu")
     assert calls == [min(len(values), clusters.WARM_UP_POINTS), len(values)] and res.seconds < 0.5
+
+
+def test_in_chunks_is_said_only_when_the_set_ran_in_more_than_one_chunk(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)  # 300 points
+    r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "a.csv")
+    assert r.exit_code == 0 and "in chunks" not in r.output, r.output
+    r = cli("cluster", points, *_run_args(trained_runs), "--chunk-size", "100", "--out", tmp_path / "b.csv")
+    assert r.exit_code == 0 and "in chunks" in r.output, r.output
