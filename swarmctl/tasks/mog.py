@@ -91,13 +91,13 @@ class MogTask(Task):
             raise ConfigError(f"tasks must be >= 1, got {n_tasks}")
         params = ClusteringParams(n_tasks=max(n_tasks, 2), k_min=MogParams.n_clusters, k_max=MogParams.n_clusters,
                                   n_min=MogParams.n_min, n_max=MogParams.n_max)
-        check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower --tasks")
+        check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower `tasks`")
         path = prepare_output(self, path, seed, force)
         return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
         if data_cfg.path is not None:
-            raise DataError("mog models train on tasks drawn fresh every step; drop --data (use it with eval)")
+            raise DataError("mog models train on tasks drawn fresh every step; drop `data` (use it with eval)")
         params = MogParams()
         steps = train_cfg.steps_per_epoch or self.defaults.steps_per_epoch
         n_val = train_cfg.val_batches or self.defaults.val_batches
