@@ -16,7 +16,8 @@ trace figures, which their own time limit excludes, are switched off (``-update_
 
 ``--clock wall`` (default) is the side-by-side on an idle machine; ``--clock cpu`` measures the window in
 the process's CPU time instead (use it with ``--threads 1`` on a busy machine). For the authors' script the
-runner supplies what NumPy 2 removed (``np.long``, ``np.int``) before it runs; nothing else is changed.
+runner supplies the NumPy aliases it uses where NumPy lacks them (``np.int``, ``np.long``); nothing else
+is changed.
 """
 
 from __future__ import annotations
