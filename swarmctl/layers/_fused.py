@@ -162,8 +162,8 @@ def iterate(
 
     ``inp`` is the input x (B, N, D) with its projection ``w_in``, ``b_in``, or the input projection
     (B, N, 4H) itself with ``w_in`` None. Kept: the activated gates (n_iter, R, 4H), h and c of every
-    iteration (n_iter, R, H), and for mean pooling the pooled h of iterations 1..n_iter-1 (n_iter - 1, B, H).
-    R = B * N rows.
+    iteration (n_iter, R, H), and the pooled h of iterations 1..n_iter-1: (n_iter - 1, B, H) for mean pooling,
+    (n_iter - 1, R, H) for causal pooling (so the backward needs no second cumulative sum). R = B * N rows.
     """
     B, N, _ = inp.shape
     G = w_rec.shape[0]
@@ -175,7 +175,7 @@ def iterate(
     gates = inp.new_empty(n_iter if keep else 1, R, G)
     hs = inp.new_empty(n_iter if keep else 2, R, H)
     cs = inp.new_empty(n_iter if keep else 2, R, H)
-    pooled = inp.new_empty(max(n_iter - 1, 0), B, H) if keep and pooling == "mean" else None
+    pooled = inp.new_empty(max(n_iter - 1, 0), B if pooling == "mean" else R, H) if keep else None
     _kernel_step(kernels, None, None, None, w_rec, w_pop, terms, gates[0], hs[0], cs[0])
     for t in range(1, n_iter):
         prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
@@ -186,6 +186,8 @@ def iterate(
                 pooled[t - 1] = pool
         else:
             pool = causal_mean(h_prev).view(R, H)  # one per row
+            if pooled is not None:
+                pooled[t - 1] = pool
         _kernel_step(kernels, hs[prev], cs[prev], pool, w_rec, w_pop, terms, gates[t if keep else 0], hs[cur], cs[cur])
     last = n_iter - 1 if keep else (n_iter - 1) % 2
     saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
@@ -234,6 +236,9 @@ class FusedIterations(torch.autograd.Function):
             d_rec, d_pop = w_rec.new_zeros(G, H), w_pop.new_zeros(G, H)
         da = gates.new_empty(R, G)
         dp = gates.new_empty(B, G) if mean else None
+        if not mean and n_iter > 1:  # one product gives both gradients of an iteration's h: [Wh | Wp]
+            w_both = torch.cat([w_rec, w_pop], dim=1)  # (G, 2H)
+            dh_both = gates.new_empty(R, 2 * H)
         dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
         dpool = None
         if not mean:
@@ -249,15 +254,15 @@ class FusedIterations(torch.autograd.Function):
                 break
             h_prev = hs[t - 1]
             d_rec.addmm_(da.t(), h_prev)
-            dh_t = da @ w_rec  # (R, H)
+            d_pop.addmm_((dp if mean else da).t(), rest[0][t - 1])  # rest[0][t - 1]: the pooled h this iteration saw
             if mean:
-                d_pop.addmm_(dp.t(), rest[0][t - 1])  # rest[0][t - 1]: the pooled h this iteration saw
-                dpool = dp @ w_pop  # (B, H): gradient of the pooled h, spread over rows by the kernel
+                dh, dpool = (da @ w_rec, H), dp @ w_pop  # dpool (B, H): spread over rows by the kernel
             else:  # causal mean: out_j = cumsum(h)_j / (j + 1), so dh_i = sum_{j >= i} d_j / (j + 1)
-                d_pop.addmm_(da.t(), causal_mean(h_prev.view(B, N, H)).view(R, H))
-                s = (da @ w_pop).view(B, N, H).div_(steps)
-                dh_t += s.flip(1).cumsum(1).flip(1).view(R, H)  # suffix sums: exact zeros stay zero (causality)
-            dh, dc = (dh_t, H), (dc_prev, H)
+                torch.mm(da, w_both, out=dh_both)  # [da Wh | da Wp], (R, 2H)
+                s = dh_both[:, H:].view(B, N, H).div(steps)
+                dh_both[:, :H] += s.flip(1).cumsum(1).flip(1).view(R, H)  # suffix sums: exact zeros stay zero
+                dh = (dh_both, 2 * H)  # the kernel reads the first H columns of each row
+            dc = (dc_prev, H)
         if narrow:
             d_inp = terms["dx"].view(inp.shape) if need[0] else None
             d_w_in, d_b_in = terms["dwxT"].t(), terms["db"]

@@ -116,6 +116,30 @@ void forward(int64_t rows, int64_t H, int64_t D, const T* a, const T* b, const T
     }
 }
 
+// backward_row where dh and dc are given, specialised on the pooled gradient and the previous state:
+// without per-element tests on optional inputs the loop vectorises without masked loads (ten times faster).
+template <typename T, bool POOL, bool PREV>
+inline void backward_row_given(int64_t H, const T* gr, T* dar, const T* cp, const T* cn, const T* dh, const T* dc,
+                               const T* dpool, T w, T* dcp) {
+    const T* gi = gr;
+    const T* gf = gr + H;
+    const T* go = gr + 2 * H;
+    const T* gg = gr + 3 * H;
+#pragma omp simd
+    for (int64_t k = 0; k < H; ++k) {
+        T dhk = POOL ? dh[k] + w * dpool[k] : dh[k];
+        T tc = tanh_(cn[k]);
+        T i = gi[k], f = gf[k], o = go[k], g = gg[k];
+        T dct = dc[k] + dhk * o * (T(1) - tc * tc);
+        dar[k] = dct * g * i * (T(1) - i);
+        T c0 = PREV ? cp[k] : T(0);
+        dar[H + k] = dct * c0 * f * (T(1) - f);
+        dar[2 * H + k] = dhk * tc * o * (T(1) - o);
+        dar[3 * H + k] = dct * i * (T(1) - g * g);
+        if (PREV) dcp[k] = dct * f;
+    }
+}
+
 template <typename T>
 inline void backward_row(int64_t H, const T* gr, T* dar, const T* cp, const T* cn, const T* dh, const T* dc,
                          const T* dpool, T w, T* dcp) {
@@ -180,9 +204,23 @@ void backward(int64_t rows, int64_t H, int64_t D, const T* gates, T* da, const T
                     dpr = dpool + (r / rows_per_set) * H;
                     w = weights ? weights[r] : T(1) / T(rows_per_set);
                 }
-                backward_row<T>(H, gr, dar, c_prev ? c_prev + r * H : nullptr, c_new + r * H,
-                                dh ? dh + r * ld_dh : nullptr, dc ? dc + r * ld_dc : nullptr, dpr, w,
-                                dc_prev ? dc_prev + r * H : nullptr);
+                const T* cp = c_prev ? c_prev + r * H : nullptr;
+                T* dcp = dc_prev ? dc_prev + r * H : nullptr;
+                if (dh && dc && (cp != nullptr) == (dcp != nullptr)) {
+                    const T* dhr = dh + r * ld_dh;
+                    const T* dcr = dc + r * ld_dc;
+                    if (dpr && cp)
+                        backward_row_given<T, true, true>(H, gr, dar, cp, c_new + r * H, dhr, dcr, dpr, w, dcp);
+                    else if (dpr)
+                        backward_row_given<T, true, false>(H, gr, dar, cp, c_new + r * H, dhr, dcr, dpr, w, dcp);
+                    else if (cp)
+                        backward_row_given<T, false, true>(H, gr, dar, cp, c_new + r * H, dhr, dcr, dpr, w, dcp);
+                    else
+                        backward_row_given<T, false, false>(H, gr, dar, cp, c_new + r * H, dhr, dcr, dpr, w, dcp);
+                } else {
+                    backward_row<T>(H, gr, dar, cp, c_new + r * H, dh ? dh + r * ld_dh : nullptr,
+                                    dc ? dc + r * ld_dc : nullptr, dpr, w, dcp);
+                }
                 if (dps) {
 #pragma omp simd
                     for (int64_t k = 0; k < G; ++k) dps[k] += dar[k];
