@@ -101,10 +101,10 @@ if not state["stopped"]:
 '''
 
 
-def authors_command(authors: Path, minutes: float) -> list[str]:
-    """The authors' script for (64-5-1), 10 tasks per step, lr 0.01 on the CPU; its own limit well past
-    the window (the runner stops it), trace figures off."""
-    return [str(authors / "amortised_MOG.py"), "-n_hidden", "64", "-n_iter", "5", "-n_layers", "1", "-bs", "10",
+def authors_command(authors: Path, minutes: float, hidden: int = 64) -> list[str]:
+    """The authors' script for (64-5-1) (``hidden``: another width, e.g. their default 128), 10 tasks per
+    step, lr 0.01 on the CPU; its own limit well past the window (the runner stops it), trace figures off."""
+    return [str(authors / "amortised_MOG.py"), "-n_hidden", str(hidden), "-n_iter", "5", "-n_layers", "1", "-bs", "10",
             "-lr", "0.01", "-no_cuda", "-wc", f"{10 * minutes + 5:g}", "-update_interval", "1000000"]
 
 
@@ -155,6 +155,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads on both sides (0: torch's default)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--only", choices=("authors", "swarmctl"), default=None)
+    ap.add_argument("--authors-hidden", type=int, default=64,
+                    help="the authors' hidden size (their script's default is 128; the comparison is at 64)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
     if not (args.authors / "amortised_MOG.py").is_file():
@@ -167,8 +169,8 @@ def main() -> None:
         work = Path(tmp)
         sides = {}
         if args.only in (None, "authors"):
-            sides["authors"] = run_side("authors", authors_command(args.authors.resolve(), args.minutes), args.minutes,
-                                        args.clock, args.threads, work)
+            command = authors_command(args.authors.resolve(), args.minutes, args.authors_hidden)
+            sides["authors"] = run_side("authors", command, args.minutes, args.clock, args.threads, work)
             print(f"authors:  {sides['authors']['steps']:6,} steps in {args.minutes:g} min "
                   f"({sides['authors']['steps_per_second']:.2f}/s)", flush=True)
         if args.only in (None, "swarmctl"):
