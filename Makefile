@@ -37,7 +37,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/layer_throughput.py
 
-# After a device session: FROM is the folder its returned files lie in (the run tool's files_at);
+# After a GPU job: FROM is the folder its output files were copied back to (the job's $OUT);
 # COMMIT_OPTS passes options on (e.g. COMMIT_OPTS="--data-dir DIR", or "--keep-shipped").
 # Checks everything it was given, then puts it into campaigns/ (and swarmctl/pretrained/ when a campaign
 # beat a shipped model on its re-evaluation), all or nothing, then commits. FROM reaches the shell through
@@ -47,7 +47,7 @@ campaign-commit: $(STAMP)
 	@test -n "$$FROM" || { echo "usage: make campaign-commit FROM=<folder with session.json> [COMMIT_OPTS=...]"; exit 1; }
 	$(PY) benchmarks/gpu/commit_session.py "$$FROM" $(COMMIT_OPTS)
 	git add campaigns swarmctl/pretrained
-	git commit -m "Campaigns: results of the device session in $$FROM"
+	git commit -m "Campaigns: results of the GPU job in $$FROM"
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -238,17 +238,15 @@ class Outputs:
 
     def file(self, path: Path | str, name: str | None = None) -> Path:
         """Refuse an output file that may not be written: a link, folder or special file in its place, an
-        input, a run's own file, a folder that cannot be written, a file this block already names (``name``:
-        the parameter the path came from, for the message), and without ``replace`` an existing file
+        input, a run's own file, a folder that cannot be written, a file this block already names for another
+        parameter (``name``: the parameter the path came from; naming a file again for the same one re-checks it), and without ``replace`` an existing file
         (:func:`_check_writable_target`, :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
         path = Path(path)
         check_output_file(path, self._stage.inputs)
         key = _resolved(path)
-        if key in self._named:
-            earlier = self._named[key][1]
-            raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path"
-                              if earlier and name else f"{path} is named twice as an output; give each its own path")
-        self._named[key] = (path, name)
+        earlier = self._named.setdefault(key, (path, name))[1]
+        if earlier is not None and name is not None and earlier != name:
+            raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path")
         _check_new_target(path, self._stage.replace)
         return path
 

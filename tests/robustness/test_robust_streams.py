@@ -198,7 +198,9 @@ def test_an_ascii_output_encoding_in_process(case):
 def test_an_unwritable_home_prints_no_matplotlib_warning(case):
     env = {"HOME": "/dev/null", "MPLCONFIGDIR": "", "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": ""}
     proc = _swarmctl(_commands(case)["cluster"], env=env)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    # swarmctl's own one-line warnings about the set (it is smaller than the model's training sets) may appear
+    assert proc.returncode == 0 and "atplotlib" not in proc.stderr, proc.stderr
+    assert all(line.startswith("warning: ") and "trained on" in line for line in proc.stderr.splitlines()), proc.stderr
     assert (case / "o.png").read_bytes()[:4] == b"\x89PNG"
 
 
