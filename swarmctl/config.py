@@ -19,7 +19,7 @@ def _check_positive(obj: Any, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and value < 1:
-            raise ConfigError(f"{name} must be >= 1, got {value}")
+            raise ConfigError(f"`{name}` must be >= 1, got {value}")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _check_positive(self, "dim_in", "dim_out", "dim_hidden", "n_iter", "n_layers", "n_inducing", "n_heads")
         if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+            raise ConfigError(f"`dropout` must be in [0, 1), got {self.dropout}")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -94,24 +94,24 @@ def check_device(name: str) -> None:
     """A device name swarmctl accepts: auto, cpu, cuda or cuda:N."""
     index = name[5:] if name.startswith("cuda:") else None
     if not (name in DEVICES or (index is not None and index.isdigit())):
-        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {name!r}")
+        raise ConfigError(f"`device` must be auto, cpu, cuda or cuda:N, got {name!r}")
 
 
 def check_seed(seed: int, name: str = "seed") -> None:
     if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise ConfigError(f"{name} must be in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got {seed}")
+        raise ConfigError(f"`{name}` must be in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got {seed}")
 
 
 def check_finite(name: str, value: float | None) -> None:
     if value is not None and not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value}")
+        raise ConfigError(f"`{name}` must be a finite number, got {value}")
 
 
 def check_positive(name: str, value: float) -> None:
     """A finite number > 0."""
     check_finite(name, value)
     if not value > 0:
-        raise ConfigError(f"{name} must be > 0, got {value}")
+        raise ConfigError(f"`{name}` must be > 0, got {value}")
 
 
 def check_memory(needed: float, limit: float, what: str, fix: str) -> None:
@@ -160,20 +160,20 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check_positive(self, "steps_per_epoch", "val_batches")
         if self.lr_decay_epoch is not None and self.lr_decay_epoch < 0:
-            raise ConfigError(f"lr_decay_epoch must be >= 0, got {self.lr_decay_epoch}")
+            raise ConfigError(f"`lr_decay_epoch` must be >= 0, got {self.lr_decay_epoch}")
         if not 0 < self.lr_decay <= 1:
-            raise ConfigError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+            raise ConfigError(f"`lr_decay` must be in (0, 1], got {self.lr_decay}")
         if not 0 < self.lr <= MAX_LR:
-            raise ConfigError(f"lr must be in (0, {MAX_LR:g}], got {self.lr}")
+            raise ConfigError(f"`lr` must be in (0, {MAX_LR:g}], got {self.lr}")
         _check_positive(self, "batch_size", "max_epochs")
         if not self.minutes > 0:
-            raise ConfigError(f"minutes must be > 0, got {self.minutes}")
+            raise ConfigError(f"`minutes` must be > 0, got {self.minutes}")
         check_device(self.device)
         check_seed(self.seed)
         if not 0 <= self.beta < math.inf:
-            raise ConfigError(f"beta must be a finite number >= 0, got {self.beta}")
+            raise ConfigError(f"`beta` must be a finite number >= 0, got {self.beta}")
         if not 0 < self.alpha <= 1:
-            raise ConfigError(f"alpha must be in (0, 1], got {self.alpha}")
+            raise ConfigError(f"`alpha` must be in (0, 1], got {self.alpha}")
 
 
 @dataclass(frozen=True)

@@ -239,8 +239,9 @@ class Outputs:
     def file(self, path: Path | str, name: str | None = None) -> Path:
         """Refuse an output file that may not be written: a link, folder or special file in its place, an
         input, a run's own file, a folder that cannot be written, a file this block already names for another
-        parameter (``name``: the parameter the path came from; naming a file again for the same one re-checks it), and without ``replace`` an existing file
-        (:func:`_check_writable_target`, :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
+        parameter (``name``: the parameter the path came from; naming a file again for the same one re-checks
+        it), and without ``replace`` an existing file (:func:`_check_writable_target`,
+        :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
         path = Path(path)
         check_output_file(path, self._stage.inputs)
         key = _resolved(path)

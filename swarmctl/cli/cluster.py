@@ -140,7 +140,9 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     else:
         scale = _vector(c.transform.scale) if per_coordinate else f"{c.transform.scale[0]:.6g}"
         say(f"standardized to the training scale: x' = (x - {_vector(c.transform.shift)}) * {scale}")
-    table = Table(title=escape(f"{len(c.sizes)} clusters in {len(res.points):,} points of {res.points.source}"))
+    k = len(c.sizes)
+    title = f"{k} cluster{'' if k == 1 else 's'} in {len(res.points):,} points of {res.points.source}"
+    table = Table(title=escape(title))
     for col in ("cluster", "points", "share", "mean confidence"):
         table.add_column(col, justify="right")
     for k, (size, conf) in enumerate(zip(c.sizes, c.mean_confidence, strict=True)):

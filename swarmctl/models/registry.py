@@ -140,7 +140,7 @@ def create_model(cfg: ModelConfig) -> nn.Module:
 def check_heads_divide_hidden(cfg: ModelConfig) -> None:
     """Attention splits the hidden units evenly over the heads."""
     if cfg.dim_hidden % cfg.n_heads != 0:
-        raise ConfigError(f"heads ({cfg.n_heads}) must divide hidden ({cfg.dim_hidden}); choose a hidden size "
+        raise ConfigError(f"`heads` ({cfg.n_heads}) must divide `hidden` ({cfg.dim_hidden}); choose a hidden size "
                           "that is a multiple of the heads, or other heads")
 
 

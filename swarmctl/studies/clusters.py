@@ -116,7 +116,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
                                seconds, inputs, force, model_k, refine, merged, training,
                                cluster_warnings(pts.values, clusters, training,
                                                 as_given_scale=None if standardize else float(task.point_std()),
-                                                refined=refine))
+                                                refined=refine, model_clusters=model_k))
         write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
         written = [out]
         if plot is not None:
@@ -143,27 +143,30 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
 
 
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
-                     as_given_scale: float | None = None, refined: bool = False) -> tuple[str, ...]:
+                     as_given_scale: float | None = None, refined: bool = False,
+                     model_clusters: int | None = None) -> tuple[str, ...]:
     """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
     reached, many unsure points, a set or clusters outside what the model was trained on
     (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
     from the training scale. Pairs of clusters that look like one Gaussian are named only for a result
-    not ``refined`` (the refinement weighs each merge by BIC itself)."""
+    not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many clusters
+    the model found before a refinement merged some (the cap is the model's)."""
     n, K = len(values), len(clusters.sizes)
     out = []
-    if clusters.slots and K >= clusters.slots:
-        out.append(f"{K} clusters is the most this model can give (it has {clusters.slots} cluster slots): the points "
-                   "may hold more")
+    found = max(K, model_clusters or 0)
+    if clusters.slots and found >= clusters.slots:
+        out.append(f"the model filled all {clusters.slots} of its cluster slots, the most it can give"
+                   f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
     unsure = float(np.mean(clusters.probability < LOW_CONFIDENCE))
     if unsure > UNSURE_SHARE:
         out.append(f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
                    "the clusters overlap, or the model splits what may be one cluster")
     if not training.n_min <= n <= training.n_max:
-        out.append(f"{n:,} points lie outside the {training.n_min:,}..{training.n_max:,} points per set the model "
-                   "was trained on")
+        out.append(f"the set has {n:,} points, outside the {training.n_min:,}..{training.n_max:,} points per set the "
+                   "model was trained on")
     if not training.k_min <= K <= training.k_max:
-        out.append(f"{K} cluster(s) lie outside the {training.k_min}..{training.k_max} clusters per set the model was "
-                   "trained on")
+        out.append(f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
+                   "per set the model was trained on")
     pairs = 0 if refined else mergeable_pairs(values, clusters)
     if pairs:
         out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
@@ -176,9 +179,15 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     if as_given_scale is not None:
         with np.errstate(over="ignore"):
             std = float(np.sqrt(np.mean(np.var(values, axis=0)))) if n > 1 else 0.0
+        centre = float(np.sqrt(np.sum(np.mean(values, axis=0) ** 2))) if n else 0.0
+        off = []
         if not as_given_scale / SCALE_FACTOR <= std <= as_given_scale * SCALE_FACTOR:
-            out.append(f"the points used as given have a spread of {std:.3g}, far from the {as_given_scale:.2f} the "
-                       "model was trained on: its clusters are not to be trusted; leave out `no_standardize`")
+            off.append(f"a spread of {std:.3g}, far from the {as_given_scale:.2f} of the model's training sets")
+        if centre > SCALE_FACTOR * max(as_given_scale, 1.0):  # the training sets' means are drawn around 0
+            off.append(f"a centre {centre:.3g} from the origin, far from where the training sets lie")
+        if off:
+            out.append(f"the points used as given have {' and '.join(off)}: the model's clusters are not to be "
+                       "trusted; leave out `no_standardize`")
     return tuple(out)
 
 

@@ -132,10 +132,10 @@ def test_train_rejects_bad_data_and_writes_nothing(kind, tiny_h5, tmp_path, cli)
     ("args", "message"),
     [
         (["nope"], "unknown model 'nope'; choose one of:"),
-        (["swarm", "--iters", 0], "n_iter must be >= 1"),
-        (["swarm", "--hidden", 0], "dim_hidden must be >= 1"),
-        (["set-transformer", "--hidden", 30, "--heads", 4], "heads (4) must divide hidden (30)"),
-        (["swarm", "--minutes", -1], "minutes must be > 0"),
+        (["swarm", "--iters", 0], "--iters must be >= 1"),
+        (["swarm", "--hidden", 0], "--hidden must be >= 1"),
+        (["set-transformer", "--hidden", 30, "--heads", 4], "--heads (4) must divide --hidden (30)"),
+        (["swarm", "--minutes", -1], "--minutes must be > 0"),
     ],
 )
 def test_train_rejects_bad_hyper_parameters_and_writes_nothing(args, message, tiny_h5, tmp_path, cli):

@@ -32,7 +32,9 @@ def test_a_clean_result_inside_the_training_range_has_no_warning():
 
 
 @pytest.mark.parametrize(("case", "needle"), [
-    ("cap", "most this model can give"),
+    ("cap", "the most it can give"),
+    ("cap before refining", "the most it can give"),
+    ("off centre", "from the origin"),
     ("unsure", "unsure"),
     ("few points", "points per set"),
     ("many points", "points per set"),
@@ -49,6 +51,11 @@ def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
     if case == "cap":
         x, labels = _blobs(10, 50, 0.3)
         clusters = _clusters(labels)
+    elif case == "cap before refining":  # the model filled its 10 slots, the refinement merged them to 4
+        kwargs = {"model_clusters": 10}
+    elif case == "off centre":  # the training spread, far from the origin
+        x = x - x.mean(axis=0) + [100.0, 0.0]
+        kwargs = {"as_given_scale": float(np.sqrt(np.mean(np.var(x, axis=0))))}
     elif case == "unsure":
         clusters = _clusters(labels, np.where(np.arange(len(labels)) % 3 == 0, 0.4, 0.9))
     elif case == "few points":
