@@ -14,7 +14,7 @@ import numpy as np
 
 from swarmctl.data.clustering_generator import TrainingRange, relative_spreads
 from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, read_points, write_cluster_csv
-from swarmctl.errors import DataError
+from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
 from swarmctl.studies.em import refine as em_refine
@@ -88,6 +88,9 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     if plot is not None and save_plot is None:
         raise ValueError("a plot was asked for but no save_plot given")
     check_png(plot, "plot")
+    if per_coordinate and not standardize:
+        raise ConfigError("`per_coordinate` scales the points and `no_standardize` uses them as given: give one "
+                          "of the two")
     source = () if points == STDIN else (Path(points),)
     run = default_model() if run is None else run
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file

@@ -320,3 +320,10 @@ def test_in_chunks_is_said_only_when_the_set_ran_in_more_than_one_chunk(cli, tra
     assert r.exit_code == 0 and "in chunks" not in r.output, r.output
     r = cli("cluster", points, *_run_args(trained_runs), "--chunk-size", "100", "--out", tmp_path / "b.csv")
     assert r.exit_code == 0 and "in chunks" in r.output, r.output
+
+
+def test_per_coordinate_with_no_standardize_is_refused(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", points, *_run_args(trained_runs), "--per-coordinate", "--no-standardize")
+    assert r.exit_code == 2 and "--per-coordinate" in r.output and "--no-standardize" in r.output, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pts.csv"]
