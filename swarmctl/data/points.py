@@ -315,7 +315,8 @@ def _read_text(raw: bytes, where: str, columns: tuple[str, ...] | None = None, s
     delimiter = "," if "," in rows[0] else None
     fields = _split(rows[0], delimiter)
     names = None
-    if not any(_is_number(f) for f in fields):
+    raw = rows[0].split(delimiter) if delimiter else rows[0].split()  # quotes kept: a quoted "1" is a name
+    if not any(_is_number(f) for f in raw):
         if delimiter:  # a CSV header may quote names that hold commas
             fields = next(csv.reader([rows[0]], skipinitialspace=True))
         names = tuple(f.strip().strip('"').strip("'") for f in fields)
@@ -454,6 +455,10 @@ def _by_name(name: str, names: tuple[str, ...], where: str) -> int:
 
 
 def _split(line: str, delimiter: str | None) -> list[str]:
+    """The fields of one line: a CSV line with a quote is read as CSV (a quoted field may hold the delimiter
+    and doubled quotes), any other by splitting on the delimiter (or whitespace)."""
+    if delimiter and '"' in line:
+        return next(csv.reader([line], delimiter=delimiter, skipinitialspace=True))
     return line.split(delimiter) if delimiter else line.split()
 
 
@@ -479,7 +484,7 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
         if j < 0:
             data[k] = [_csv_field(v) for v in data[k]]
     row = ",".join([*cells, "{}", "{:.6g}", "{:.6g}"])
-    columns = [*data, cluster.tolist(), probability.tolist(), entropy.tolist()]
+    columns = [*data, cluster.tolist(), probability.tolist(), (entropy + 0.0).tolist()]  # no -0
 
     def write(fh: BinaryIO) -> None:
         fh.write((line.getvalue() + "\n").encode())

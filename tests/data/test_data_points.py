@@ -286,3 +286,22 @@ def test_the_columns_not_picked_keep_their_place(tmp_path):
     with open(out) as fh:
         rows = list(csv.reader(fh))
     assert rows[0][:3] == ["x0", "x1", "x2"] and rows[1][:3] == ["1.0", "2.0", "3.0"]
+
+
+def test_quoted_csv_fields_are_read_as_csv_and_written_back_the_same(tmp_path):
+    """A text column written by a CSV writer (a comma or a doubled quote inside quotes) is one field, its
+    value decoded; the output CSV quotes it again, so reading the output gives the same text; an entropy of
+    minus zero is written as 0."""
+    path = tmp_path / "q.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(["x", "y", "name"])
+        w.writerows([[1, 2, "a, b"], [3, 4, 'say "hi"'], [5, 1, "plain"]])
+    got = read_points(path, columns=("x", "y"))
+    assert got.values.tolist() == [[1, 2], [3, 4], [5, 1]]
+    out = tmp_path / "o.csv"
+    write_cluster_csv(out, got, np.array([0, 1, 0]), np.array([1.0, 0.5, 1.0]), np.array([-0.0, 0.7, 0.0]))
+    with open(out, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert [r[2] for r in rows[1:]] == ["a, b", 'say "hi"', "plain"]
+    assert [r[5] for r in rows[1:]] == ["0", "0.7", "0"]
