@@ -26,7 +26,7 @@ def plot_entropy_cmd(
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
     method: Annotated[str | None, option(help="probe (x* alone against the set's pooled states; SWARM with "
-                                              "mean pooling only; an approximation, see the README) or "
+                                              "mean pooling only; an approximation, see docs/experiments.md) or "
                                               "exact (x* joins each set)", show_default="exact")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
 ) -> None:
@@ -34,7 +34,7 @@ def plot_entropy_cmd(
 
     Figure 1: the task with its generating ellipses, and the model's assignment over the entropy of x*'s
     class distribution at every grid location. Figure 2: one panel per class with x*'s probability.
-    ``--method exact`` (the paper's definition) runs the set of N + 1 entities for every location; ``probe``
+    --method exact (the paper's definition) runs the set of N + 1 entities for every location; probe
     runs the set once and x* alone with population input (N m_k + h*_k) / (N + 1), ignoring x*'s O(1/N)
     influence on the others: seconds instead of minutes, but on a trained model up to 1 nat from exact.
     Both figures' titles name the method.
