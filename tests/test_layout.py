@@ -130,6 +130,13 @@ def _run_file_literals(path):
     """(line, literal) of each string literal in ``path`` (docstrings excepted) that is a run's file name or
     a path to one (``"best.pt"``, ``"*/config.json"``, the ``"/last.pt"`` of an f-string). A name inside a
     sentence a user reads (help text, a message) is prose, not a path, and is not counted."""
+    for line, text in _string_literals(path):
+        if any(part in RUN_FILE_NAMES for part in text.split("/")):
+            yield line, text
+
+
+def _string_literals(path):
+    """(line, text) of each string literal in the module at ``path``, docstrings excepted."""
     import ast
 
     tree = ast.parse(path.read_text())
@@ -138,8 +145,7 @@ def _run_file_literals(path):
                   and node.body and isinstance(node.body[0], ast.Expr)
                   and isinstance(node.body[0].value, ast.Constant)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
-                and any(part in RUN_FILE_NAMES for part in node.value.split("/")):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             yield node.lineno, node.value
 
 
@@ -220,7 +226,6 @@ def _cli_flags() -> set[str]:
 def test_the_library_never_spells_a_flag():
     """Outside cli/, messages name an option by its parameter in backticks (`force`); the command maps it to
     its flag. Docstrings and comments may spell flags."""
-    import ast
     import re
 
     flags = _cli_flags()
@@ -231,13 +236,7 @@ def test_the_library_never_spells_a_flag():
     for path in sorted(root.rglob("*.py")):
         if path.relative_to(root).parts[0] == "cli":
             continue
-        tree = ast.parse(path.read_text())
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-                      and node.body and isinstance(node.body[0], ast.Expr)
-                      and isinstance(node.body[0].value, ast.Constant)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
-                    and node.value not in flags:  # a flag alone is an argument of another program (cc --version)
-                found += [f"{path.relative_to(root)}:{node.lineno} {m}" for m in pattern.findall(node.value)]
+        for line, text in _string_literals(path):
+            if text not in flags:  # a flag alone is an argument of another program (cc --version)
+                found += [f"{path.relative_to(root)}:{line} {m}" for m in pattern.findall(text)]
     assert not found, f"{len(found)} flag spellings outside cli/: " + "; ".join(found)
