@@ -26,7 +26,6 @@ from swarmctl.errors import (
     OutputExists,
     ResourceError,
     SwarmctlWarning,
-    describe_os_error,  # noqa: F401  (now in errors.py, under the CLI; runs.py still imports it from here)
 )
 from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 

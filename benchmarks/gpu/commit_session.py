@@ -84,8 +84,7 @@ from swarmctl.config import DataConfig, ModelConfig, from_dict  # noqa: E402
 from swarmctl.data.dataset import bucketed_batches  # noqa: E402
 from swarmctl.data.hdf5 import read_dataset  # noqa: E402
 from swarmctl.data.images import ImageBatches, ImageSet, load_images  # noqa: E402
-from swarmctl.errors import SwarmctlError  # noqa: E402
-from swarmctl.files import describe_os_error  # noqa: E402
+from swarmctl.errors import SwarmctlError, describe_os_error  # noqa: E402
 from swarmctl.models import get_spec, paper_code  # noqa: E402
 from swarmctl.runs import RESUMABLE, export_weights, read_run_config  # noqa: E402
 from swarmctl.tasks import get_task  # noqa: E402

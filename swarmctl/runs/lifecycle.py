@@ -27,9 +27,10 @@ from swarmctl.errors import (
     ResourceError,
     SwarmctlError,
     SwarmctlWarning,
+    describe_os_error,
     shell_command,
 )
-from swarmctl.files import atomic_write_text, check_output_folder, describe_os_error
+from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import agree, writing
