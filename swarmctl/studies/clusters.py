@@ -39,8 +39,6 @@ class ClusterResult:
     checkpoint: Path
     shipped: bool
     seconds: float  # the clustering pass: the forward pass, the refinement and the summary (warm-up excluded)
-    inputs: tuple[Path, ...]  # every file read: never written, with or without force
-    force: bool  # an existing output may be replaced
     model_clusters: int = 0  # the clusters the model found, before any refinement
     refined: bool = False
     merged: int = 0  # duplicate pairs the refinement merged
@@ -99,7 +97,6 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         plot = outputs.file(plot, "plot") if plot is not None else None
         opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses another task's run
         outputs.input(opened.checkpoint)
-        inputs = (*source, opened.checkpoint)
         dim_in = opened.model_cfg.dim_in
         pts = read_points(points, key, columns, skip_bad_rows)
         D = pts.values.shape[1]
@@ -109,14 +106,15 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         task = opened.task
         options = {"standardize": standardize, "per_coordinate": per_coordinate, "refine": refine,
                    "chunk_size": chunk_size}
-        cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **options)  # loads kernels
+        warm_up = {**options, "refine": False}  # loads the model's kernels; EM needs no warming up
+        cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **warm_up)
         start = time.perf_counter()
         clusters, model_k, merged = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
                                                    **options)
         seconds = time.perf_counter() - start
         training = task.training_range(opened.model_cfg)
         result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
-                               seconds, inputs, force, model_k, refine, merged, training,
+                               seconds, model_k, refine, merged, training,
                                cluster_warnings(pts.values, clusters, training,
                                                 as_given_scale=None if standardize else float(task.point_std()),
                                                 refined=refine, model_clusters=model_k))
