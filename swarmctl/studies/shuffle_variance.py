@@ -5,7 +5,6 @@ violin plot shows."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterator
@@ -142,11 +141,10 @@ def shuffle_variance_study(
     summary = {r.label: {"median_rel_std": float(np.median(r.rel_std)), "max_rel_std": float(r.rel_std.max()),
                          "tasks": len(r.sizes), "shuffles": r.n_shuffles} for r in results}
     study = ShuffleVarianceStudy(out_dir, results, summary)
-    if not replot:
-        with _new_files_removed_on_failure(out_dir):
-            for key, res in zip(keys, results, strict=True):
-                save_result(res, out_dir / f"{key}.npz")
-            atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
+    if not replot:  # staged by the caller's block (:func:`shuffle_variance`): all files appear, or none
+        for key, res in zip(keys, results, strict=True):
+            save_result(res, out_dir / f"{key}.npz")
+        atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
     return study
 
 
@@ -166,25 +164,6 @@ def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
             raise ConfigError(f"runs {run_dirs[keys.index(key)]} and {run_dirs[k]} would both save their result as "
                               f"{key}.npz; name each run once, or study them with separate `out` folders")
     return keys
-
-
-@contextmanager
-def _new_files_removed_on_failure(folder: Path) -> Iterator[None]:
-    """When the block fails, remove the files it added to ``folder`` (and ``folder`` if it made it): a failed
-    study leaves no partial set of results behind. Files that were there before are kept."""
-    folder = Path(folder)
-    existed = folder.exists()
-    before = set(folder.iterdir()) if existed else set()
-    try:
-        yield
-    except BaseException:
-        if folder.is_dir():
-            for path in set(folder.iterdir()) - before:
-                path.unlink(missing_ok=True)
-            if not existed:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
-        raise
 
 
 @contextmanager
