@@ -149,8 +149,14 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         table.add_row(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
     console.print(table)
     if res.refined:
-        merged = f"; {res.merged} duplicate pair(s) merged" if res.merged else ""
-        say(f"refined by EM from the model's {res.model_clusters} clusters{merged}")
+        merged = f" ({res.merged} duplicate pair(s) merged)" if res.merged else ""
+        found = len(c.sizes)
+        if res.searched:
+            say(f"refined by EM, K by BIC: the model's {res.model_clusters} clusters{merged} against fresh fits at "
+                f"{res.searched[0]}..{res.searched[-1]} clusters; best: {'the model' if res.from_model else 'a fresh fit'}"
+                f"'s {found} cluster{'' if found == 1 else 's'}")
+        else:
+            say(f"refined by EM from the model's {res.model_clusters} clusters{merged}")
     chunks = ", in chunks" if c.chunked else ""
     say(f"clustered in {_seconds(res.seconds)}{chunks} (the clustering pass: reading, warm-up and writing excluded) "
         f"-> {', '.join(map(str, res.written))}")

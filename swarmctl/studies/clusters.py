@@ -17,6 +17,7 @@ from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, 
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
+from swarmctl.studies.em import EMResult
 from swarmctl.studies.em import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
@@ -41,7 +42,9 @@ class ClusterResult:
     seconds: float  # the clustering pass: the forward pass, the refinement and the summary (warm-up excluded)
     model_clusters: int = 0  # the clusters the model found, before any refinement
     refined: bool = False
-    merged: int = 0  # duplicate pairs the refinement merged
+    merged: int = 0  # duplicate pairs the refinement merged from the model's start
+    searched: tuple[int, ...] = ()  # the numbers of clusters of the refinement's fresh fits
+    from_model: bool = True  # whether the refined clusters grew from the model's start (not a fresh fit)
     training: TrainingRange | None = None  # what the model was trained on
     warnings: tuple[str, ...] = ()  # one line each, for the user
     written: tuple[Path, ...] = ()  # the files written, once they are
@@ -109,12 +112,13 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         warm_up = {**options, "refine": False}  # loads the model's kernels; EM needs no warming up
         cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **warm_up)
         start = time.perf_counter()
-        clusters, model_k, merged = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
+        clusters, model_k, fitted = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
                                                    **options)
         seconds = time.perf_counter() - start
         training = task.training_range(opened.model_cfg)
         result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
-                               seconds, model_k, refine, merged, training,
+                               seconds, model_k, refine, fitted.merged if fitted else 0,
+                               fitted.searched if fitted else (), fitted.from_model if fitted else True, training,
                                cluster_warnings(pts.values, clusters, training,
                                                 as_given_scale=None if standardize else float(task.point_std()),
                                                 refined=refine, model_clusters=model_k))
@@ -130,17 +134,17 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
 
 def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool = True,
                    per_coordinate: bool = False, refine: bool = True, chunk_size: int | None = None,
-                   progress: Callable[[float], None] | None = None) -> tuple[PointClusters, int, int]:
+                   progress: Callable[[float], None] | None = None) -> tuple[PointClusters, int, EMResult | None]:
     """One set of points ``values`` (N, D) clustered by ``model`` (of the clustering ``task``) and, with
-    ``refine``, by EM from its probabilities: (the clusters, the number the model found, the duplicate
-    pairs merged)."""
+    ``refine``, by EM from its probabilities: (the clusters, the number the model found, the EM fit or
+    None)."""
     clusters = task.cluster_points(model, values, device, standardize, chunk_size, progress,
                                    per_coordinate=per_coordinate, keep_probabilities=refine)
-    model_k, merged = len(clusters.sizes), 0
+    model_k, fitted = len(clusters.sizes), None
     if refine:
         fitted = em_refine(values, clusters.probabilities)
-        clusters, merged = summarize_probabilities(fitted.resp, clusters), fitted.merged
-    return clusters, model_k, merged
+        clusters = summarize_probabilities(fitted.resp, clusters)
+    return clusters, model_k, fitted
 
 
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,

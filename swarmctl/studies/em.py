@@ -1,10 +1,13 @@
 """EM for a Gaussian mixture with full covariances, seeded by a model's responsibilities (`swarmctl cluster
---refine`): the model's soft assignment is the first E-step, EM runs to convergence from there, and the
-model's number of clusters stands, except that empty components are dropped and duplicate ones merged (two
-components are duplicates when one Gaussian explains their points better by BIC).
+--refine`): the model's soft assignment is the first E-step and EM runs to convergence from there; duplicate
+components are then merged while that lowers the BIC, and the number of clusters is settled by BIC among that
+result and fresh EM fits (k-means++ starts) at a few numbers of clusters around it. The model thus gives EM
+its start and the neighbourhood of K to search, instead of the ten or more fits that EM with K by BIC needs.
 
-NumPy only, float64, vectorized over points and components: no extra dependency, and fast enough on a CPU
-for a million points (each iteration is a few passes over an (N, K) array).
+NumPy only, float64, vectorized over points and components: no extra dependency, and fast on a CPU (each
+iteration is a few matrix products of (N, K) and (N, D*D) arrays). The search runs on at most
+:data:`SEARCH_POINTS` points (a seeded sample); the winner is then fitted to all of them. Every random choice
+is made on the points sorted by their coordinates, so the result does not depend on the order of the rows.
 """
 
 from __future__ import annotations
@@ -17,8 +20,14 @@ from swarmctl.tasks.point_clusters import standardization
 
 MAX_ITER = 300
 TOL = 1e-4  # stop when the mean log-likelihood per point gains less than this
+SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fitted to TOL
 MIN_POINTS = 1.0  # a component whose responsibilities sum to less than this many points is empty
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
+SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
+SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
+KMEANS_ITER = 20
+RESTARTS = 1  # k-means++ starts per number of clusters
+SEED = 0
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,9 @@ class EMResult:
     """The fitted ``mixture``; per point (N, K) ``resp`` (posterior probabilities); the mean
     ``log_likelihood`` per point after each iteration of the last fit (``history``: never decreasing, but for
     rounding and a component dropped as empty);
-    ``merged``: the number of duplicate pairs merged and ``dropped``: empty components removed."""
+    ``merged``: the number of duplicate pairs merged from the model's start (whether or not it won) and ``dropped``: empty components
+    removed; ``searched``: the numbers of clusters of the fresh fits tried (empty when there was no search)
+    and ``from_model``: whether the winner grew from the model's start (not a fresh one)."""
 
     mixture: Mixture
     resp: np.ndarray
@@ -50,20 +61,31 @@ class EMResult:
     history: tuple[float, ...]
     merged: int
     dropped: int
+    searched: tuple[int, ...] = ()
+    from_model: bool = True
 
     def bic(self, n: int) -> float:
         return -2.0 * self.log_likelihood * n + self.mixture.n_parameters() * np.log(n)
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
-    """log N(x_n | mu_k, Sigma_k), (N, K)."""
-    D = x.shape[1]
+    """log N(x_n | mu_k, Sigma_k), (N, K): the Mahalanobis terms as two matrix products,
+    (x - mu)' P (x - mu) = x' P x - 2 mu' P x + mu' P mu with P = Sigma^-1 (from its Cholesky factor)."""
+    N, D = x.shape
     chol = np.linalg.cholesky(covs)  # (K, D, D)
-    diff = x[None, :, :] - means[:, None, :]  # (K, N, D)
-    z = np.linalg.solve(chol, diff.transpose(0, 2, 1))  # (K, D, N): L^-1 (x - mu)
-    maha = np.einsum("kdn,kdn->kn", z, z)
+    inv_chol = np.linalg.inv(chol)
+    prec = np.einsum("kji,kjl->kil", inv_chol, inv_chol)  # (K, D, D): L^-T L^-1
+    p_mu = np.einsum("kij,kj->ki", prec, means)  # (K, D)
+    maha = (_outer_rows(x) @ prec.reshape(len(means), D * D).T - 2.0 * (x @ p_mu.T)
+            + np.einsum("ki,ki->k", means, p_mu)[None, :])
+    np.maximum(maha, 0.0, out=maha)  # rounding can take a point at a mean just below zero
     logdet = 2.0 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
-    return (-0.5 * (maha + logdet[:, None] + D * np.log(2 * np.pi))).T
+    return -0.5 * (maha + logdet[None, :] + D * np.log(2 * np.pi))
+
+
+def _outer_rows(x: np.ndarray) -> np.ndarray:
+    """(N, D*D): each row's outer product with itself, flattened."""
+    return (x[:, :, None] * x[:, None, :]).reshape(len(x), -1)
 
 
 def _logsumexp(a: np.ndarray) -> np.ndarray:
@@ -84,9 +106,13 @@ def m_step(x: np.ndarray, resp: np.ndarray, reg: float) -> Mixture:
     """Maximum-likelihood weights, means and covariances for responsibilities ``resp`` (N, K)."""
     nk = resp.sum(axis=0)  # (K,)
     means = (resp.T @ x) / nk[:, None]
-    diff = x[None, :, :] - means[:, None, :]  # (K, N, D)
-    covs = np.einsum("nk,kni,knj->kij", resp, diff, diff) / nk[:, None, None]
-    covs += reg * np.eye(x.shape[1])[None]
+    D = x.shape[1]
+    # centred on the responsibility-weighted mean of all points, so that the sums of squares stay small
+    centre = x.mean(axis=0)
+    xc, mc = x - centre, means - centre
+    second = (resp.T @ _outer_rows(xc)).reshape(-1, D, D) / nk[:, None, None]
+    covs = second - mc[:, :, None] * mc[:, None, :]
+    covs = 0.5 * (covs + covs.transpose(0, 2, 1)) + reg * np.eye(D)[None]
     return Mixture(nk / nk.sum(), means, covs)
 
 
@@ -135,49 +161,119 @@ def _bic(ll: float, mix: Mixture, n: int) -> float:
     return -2.0 * ll * n + mix.n_parameters() * np.log(n)
 
 
-def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 2) -> EMResult:
-    """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
-    component), to convergence; then, with ``merge``, while merging a pair of components and refitting
-    lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
-    tried). Components holding less than one point's worth are
-    dropped along the way.
-
-    EM runs on the points centred and scaled to unit spread (one factor: the result is the same in any
-    units, and values near 1e300 or 1e-300 neither overflow nor underflow); the mixture is returned in
-    the units of ``x`` and its log-likelihood in the scaled ones."""
-    x = np.asarray(x, dtype=np.float64)
+def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = KMEANS_ITER) -> np.ndarray:
+    """Hard responsibilities (N, k) of k-means (Lloyd's iterations, at most ``iters``) from a greedy k-means++
+    seeding (each centre the best of 2 + log k candidates drawn in proportion to the squared distance)."""
     n = len(x)
-    unit = standardization(x, 1.0)
-    x = unit.apply(x)
-    reg = REG
-    resp, dropped = _drop_empty(np.asarray(resp, dtype=np.float64), MIN_POINTS)
-    mix, resp, history, gone = _fit(x, resp, reg, max_iter, tol)
-    dropped += gone
-    merged = 0
-    while merge and len(mix) > 1:
+    sq = np.einsum("nd,nd->n", x, x)
+    centres = [x[rs.randint(n)]]
+    d2 = ((x - centres[0]) ** 2).sum(axis=1)
+    for _ in range(1, k):
+        total = d2.sum()
+        if total <= 0:  # fewer distinct points than centres: the rest stay empty
+            break
+        trials = rs.choice(n, size=2 + int(np.log(k)), p=d2 / total)
+        cand = np.minimum(d2[None, :], sq[None, :] - 2.0 * x[trials] @ x.T + sq[trials][:, None])
+        best = int(np.argmin(cand.sum(axis=1)))
+        centres.append(x[trials[best]])
+        d2 = np.maximum(cand[best], 0.0)
+    c = np.array(centres)
+    label = np.zeros(n, dtype=np.int64)
+    for _ in range(iters):
+        label = np.argmin(sq[:, None] - 2.0 * x @ c.T + np.einsum("kd,kd->k", c, c)[None, :], axis=1)
+        counts = np.bincount(label, minlength=len(c))
+        sums = np.zeros_like(c)
+        np.add.at(sums, label, x)
+        moved = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], c)
+        if np.array_equal(moved, c):
+            break
+        c = moved
+    resp = np.zeros((n, k))
+    resp[np.arange(n), label] = 1.0
+    return resp
+
+
+def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: float, max_iter: int,
+                tol: float, candidates: int) -> tuple[Mixture, np.ndarray, list[float], int, int]:
+    """While merging a pair of components and refitting lowers the BIC, the best such merge (of the
+    ``candidates`` pairs whose responsibilities overlap most): (mixture, resp, history, merged, dropped)."""
+    n = len(x)
+    merged = dropped = 0
+    while len(mix) > 1:
         current = _bic(history[-1], mix, n)
         # the pairs most alike first: the cosine of their responsibility columns (Ueda et al. 2000's merge
         # criterion), all pairs in one (K, K) product
         norms = np.sqrt((resp * resp).sum(axis=0))
         overlap = (resp.T @ resp) / np.outer(norms, norms)
         i_up, j_up = np.triu_indices(len(mix), k=1)
-        pairs = list(zip(i_up.tolist(), j_up.tolist(), strict=True))
-        lls = overlap[i_up, j_up]
         best = None
-        for p in np.argsort(lls)[::-1][:candidates]:
-            i, j = pairs[p]
-            start = e_step(x, _merged(mix, i, j))[0]
+        for p in np.argsort(overlap[i_up, j_up])[::-1][:candidates]:
+            start = e_step(x, _merged(mix, int(i_up[p]), int(j_up[p])))[0]
             m2, r2, h2, g2 = _fit(x, start, reg, max_iter, tol)
             if _bic(h2[-1], m2, n) < current and (best is None or h2[-1] > best[2][-1]):
                 best = (m2, r2, h2, g2)
         if best is None:
             break
-        mix, resp, h2, g2 = best
-        history = h2
-        dropped += g2
+        mix, resp, history, gone = best
+        dropped += gone
         merged += 1
+    return mix, resp, history, merged, dropped
+
+
+def _largest_k(n: int, d: int) -> int:
+    """The most components a fresh fit on ``n`` points in ``d`` dimensions tries: each with more points
+    than a Gaussian has parameters."""
+    return max(1, n // (d + d * (d + 1) // 2 + 2))
+
+
+def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
+           candidates: int = 2, search: bool = True) -> EMResult:
+    """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
+    component), to convergence. Then, with ``merge``, while merging a pair of components and refitting
+    lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
+    tried); with ``search`` (which needs ``merge``), fresh EM fits from k-means++ starts at K-1 .. K+4
+    components around that result's K, and the lowest BIC of them all wins. Components holding less than
+    one point's worth are dropped along the way. On more than :data:`SEARCH_POINTS` points the merges and
+    the search run on a seeded sample of that many, and the winner is fitted to all points.
+
+    EM runs on the points centred and scaled to unit spread (one factor: the result is the same in any
+    units, and values near 1e300 or 1e-300 neither overflow nor underflow); the mixture is returned in
+    the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the set of rows,
+    not on their order."""
+    x = np.asarray(x, dtype=np.float64)
+    n, D = x.shape
+    unit = standardization(x, 1.0)
+    order = np.lexsort(x.T[::-1]) if n else np.arange(0)  # every random choice on the sorted points
+    x = unit.apply(x)[order]
+    reg = REG
+    resp, dropped = _drop_empty(np.asarray(resp, dtype=np.float64)[order], MIN_POINTS)
+    rs = np.random.RandomState(SEED)
+    sample = np.sort(rs.choice(n, SEARCH_POINTS, replace=False)) if merge and n > SEARCH_POINTS else None
+    xs, rs_resp = (x, resp) if sample is None else (x[sample], _drop_empty(resp[sample], MIN_POINTS)[0])
+    coarse = max(tol, SEARCH_TOL) if merge else tol
+    mix, r, history, gone = _fit(xs, rs_resp, reg, max_iter, coarse)
+    dropped += gone
+    merged, searched, from_model = 0, (), True
+    if merge:
+        mix, r, history, merged, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
+        dropped += gone
+    if merge and search:
+        best = _bic(history[-1], mix, len(xs))
+        k_model = len(mix)
+        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, _largest_k(len(xs), D)) + 1))
+        for k in searched:
+            for _ in range(RESTARTS):
+                m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), MIN_POINTS)[0], reg, max_iter,
+                                      coarse)
+                if _bic(h2[-1], m2, len(xs)) < best:
+                    best, mix, r, history, from_model = _bic(h2[-1], m2, len(xs)), m2, r2, h2, False
+    if merge:  # the winner, fitted to all points to the full tolerance
+        mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
+        dropped += gone
     s = 1.0 / unit.scale[0]
     with np.errstate(over="ignore"):
         mix = Mixture(mix.weights, mix.means * s + unit.shift, mix.covs * s * s)
-    return EMResult(mix, resp, history[-1], tuple(history), merged, dropped)
+    back = np.empty_like(order)
+    back[order] = np.arange(n)
+    return EMResult(mix, r[back], history[-1], tuple(history), merged, dropped, searched,
+                    from_model)
