@@ -370,8 +370,10 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
             for col in use:
                 if not _is_number(r.fields[col]):
                     shown = r.fields[col][:30] or "an empty value"
-                    rule = "; a first line is a header only when none of its fields is a number" \
+                    rule = "; a first line is a header only when none of its fields is a finite number" \
                         if r is first else ""
+                    if "#" in shown:
+                        rule += "; a # starts a comment only at the start of a line or after a blank"
                     raise DataError(f"{where}, line {r.line}, column {col + 1}: {shown!r} is not a number; fix the "
                                     "value, pick numeric columns with `columns`, or skip such rows with "
                                     f"`skip_bad_rows`{rule}")
@@ -393,10 +395,13 @@ def _no_cycle_collection() -> Iterator[None]:
 
 
 def _records(text: str, where: str) -> list[_Record]:
-    """The records of a text file, blank and comment lines left out (see :func:`_read_text`)."""
+    """The records of a text file, blank and comment lines left out (see :func:`_read_text`). The file is
+    comma-separated when its first record (read as CSV: it may run over lines) holds a comma."""
     lines = io.StringIO(text, newline="").readlines()  # ends in LF, CRLF or CR, and nothing else
-    first = next((kept for kept in (_uncomment(line, ",", False) for line in lines) if kept.strip()), "")
-    delimiter = "," if "," in first else None  # else whitespace-separated: one line, one record, no quoting
+    first = _csv_records(lines, where, limit=1) if '"' in text else []
+    first_text = first[0].text if first else next((k for k in (_uncomment(line, ",", False) for line in lines)
+                                                     if k.strip()), "")
+    delimiter = "," if "," in first_text else None  # else whitespace-separated: one line, one record, no quoting
     if delimiter is None or '"' not in text:  # no quoting: one line, one record
         kept = [_uncomment(line, delimiter, False) for line in lines] if "#" in text else lines
         numbers = [n for n, line in enumerate(kept, start=1) if line and not line.isspace()]
@@ -404,6 +409,12 @@ def _records(text: str, where: str) -> list[_Record]:
         fields = [r.split() for r in rows] if delimiter is None else \
             [list(map(str.strip, r.split(delimiter))) for r in rows]
         return list(map(_Record, numbers, numbers, rows, fields))
+    return _csv_records(lines, where)
+
+
+def _csv_records(lines: list[str], where: str, limit: int | None = None) -> list[_Record]:
+    """The records of a comma-separated file of ``lines`` (the first ``limit`` of them), read by the csv
+    module: a quoted field may hold commas, doubled quotes and line breaks."""
     state = {"start": True, "line": 0, "last": 0}
     parts: list[str] = []
 
@@ -419,13 +430,15 @@ def _records(text: str, where: str) -> list[_Record]:
             parts.append(kept)
             yield kept
 
-    records = []
+    records: list[_Record] = []
     reader = csv.reader(feed(), skipinitialspace=True)
     try:
         for fields in reader:
             records.append(_Record(state["line"], state["last"], "".join(parts).rstrip("\r\n"),
                                    [f.strip() for f in fields]))
             state["start"] = True
+            if len(records) == limit:
+                break
     except csv.Error as exc:
         raise DataError(f"{where}, line {state['line']}: {_short(exc)}; check the file's quotes") from None
     return records
