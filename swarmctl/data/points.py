@@ -98,13 +98,13 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
                 skip_bad_rows: bool = False) -> PointSet:
     """Read and check a point file (``"-"``: standard input, text or .npy).
 
-    The format is told by the file's first bytes (.npy, .npz, HDF5), else it is text: comma-separated
-    when the first data line holds a comma, whitespace-separated otherwise; ``#`` starts a comment; a
-    first line that is not all numbers is the header. ``key`` names the array of an .npz file or the
-    dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
-    name or 0-based index. Raises DataError naming the problem (unreadable or empty file, ragged rows,
-    text in a numeric column, NaN or inf, fewer than 2 points) and ConfigError for a key or column that
-    is not there. With ``skip_bad_rows`` a row whose picked cells are not all finite numbers (empty, text,
+    The format is told by the file's first bytes (.npy, .npz, HDF5), else it is text (see
+    :func:`_read_text`: comma-separated when the first record holds a comma, whitespace-separated
+    otherwise; quoted CSV fields; comments; the header rule). ``key`` names the array of an .npz file or
+    the dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
+    name or 0-based index. Raises DataError naming the problem and its place (the file's line and
+    column, from 1; a row of an array): an unreadable or empty file, ragged rows, text in a numeric
+    column, NaN or inf, fewer than 2 points, a key or column that is not there. With ``skip_bad_rows`` a row whose picked cells are not all finite numbers (empty, text,
     NaN, inf, or missing: a short row) is left out instead, and counted in ``skipped``; the other columns
     are kept (see :class:`PointSet`).
     """
