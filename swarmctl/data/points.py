@@ -104,9 +104,9 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     the dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
     name or 0-based index. Raises DataError naming the problem and its place (the file's line and
     column, from 1; a row of an array): an unreadable or empty file, ragged rows, text in a numeric
-    column, NaN or inf, fewer than 2 points, a key or column that is not there. With ``skip_bad_rows`` a row whose picked cells are not all finite numbers (empty, text,
-    NaN, inf, or missing: a short row) is left out instead, and counted in ``skipped``; the other columns
-    are kept (see :class:`PointSet`).
+    column, NaN or inf, fewer than 2 points, a key or column that is not there. With ``skip_bad_rows`` a
+    row whose picked cells are not all finite numbers (empty, text, NaN, inf, or missing: a short row) is
+    left out instead, and counted in ``skipped``; the other columns are kept (see :class:`PointSet`).
     """
     source = str(path)
     if source == STDIN:
@@ -353,20 +353,21 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
             raise DataError(f"{where}: every one of its {skipped:,} data rows has an empty, non-numeric or missing "
                             "value in the columns picked; check the file and `columns`")
         records = kept
-    for r in records:
-        if len(r.fields) != width:
-            run_on = f" (a quoted field runs on to line {r.last}: check its quotes)" if r.last > r.line else ""
-            raise DataError(f"{where}, line {r.line}: {len(r.fields)} values where the first row has {width}{run_on}; "
-                            "every row needs the same number of columns (or skip the others with `skip_bad_rows`)")
-    cells = np.empty((len(records), width), dtype=object)
-    cells[:] = [r.fields for r in records] if width > 1 else [[r.fields[0]] for r in records]
-    lines = np.array([r.line for r in records])
-    try:
-        values = cells[:, use].astype(np.float64)
-    except ValueError:
-        values = None
-    if values is None:  # name the first cell that is not a number
+    values = None
+    if all(len(r.fields) == width for r in records):
+        cells = np.empty((len(records), width), dtype=object)
+        cells[:] = [r.fields for r in records] if width > 1 else [[r.fields[0]] for r in records]
+        try:
+            values = cells[:, use].astype(np.float64)
+        except ValueError:
+            pass
+    if values is None:  # name the first place, in the file's order, that is not right
         for r in records:
+            if len(r.fields) != width:
+                run_on = f" (a quoted field runs on to line {r.last}: check its quotes)" if r.last > r.line else ""
+                raise DataError(f"{where}, line {r.line}: {len(r.fields)} values where the first row has {width}"
+                                f"{run_on}; every row needs the same number of columns (or skip the others with "
+                                "`skip_bad_rows`)")
             for col in use:
                 if not _is_number(r.fields[col]):
                     shown = r.fields[col][:30] or "an empty value"
@@ -378,6 +379,7 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
                                     "value, pick numeric columns with `columns`, or skip such rows with "
                                     f"`skip_bad_rows`{rule}")
         raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
+    lines = np.array([r.line for r in records])
     _check_values(values, where, use, lines)
     return PointSet(np.ascontiguousarray(values), tuple(all_names[j] for j in use), source, all_names, cells, lines,
                     skipped)

@@ -140,8 +140,8 @@ def test_an_existing_output_is_overwritten_only_with_force(cli, trained_runs, va
 
 
 BAD_FILES = {
-    "nan": ("x,y\n1,2\n3,nan\n5,6\n", "row 2, column 2 is nan"),
-    "inf": ("1 2\n3 4\ninf 6\n", "is inf"),
+    "nan": ("x,y\n1,2\n3,nan\n5,6\n", "line 3, column 2: nan is not a finite number"),
+    "inf": ("1 2\n3 4\ninf 6\n", "line 3, column 1: inf is not a finite number"),
     "ragged": ("1,2\n3,4,5\n6,7\n", "line 2: 3 values"),
     "text": ("x,y\n1,2\n3,abc\n", "'abc' is not a number"),
     "one-point": ("x,y\n1,2\n", "holds 1 point"),
