@@ -314,6 +314,7 @@ def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | N
     except UnicodeDecodeError:
         raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file; give a CSV or text file of "
                         "numbers (UTF-8)") from None
+    records: list[_Record] = []
     try:
         with _no_cycle_collection():  # a million small lists, none in a cycle: the collector would only slow it down
             records = _records(text, where)

@@ -340,3 +340,13 @@ def test_large_values_are_clustered_or_refused_never_nan(trained_runs, tmp_path,
         assert r.exit_code == 0, r.output
     if not standardize and np.abs(values).max() > np.finfo(np.float32).max:
         assert r.exit_code == 1 and "float32" in r.output, r.output
+
+
+# ---- quotes left open -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows", [3, 30_000])  # a few lines: a short row; many: past the csv module's field limit
+def test_a_quote_left_open_is_named_at_the_line_it_opens(tmp_path, rows):
+    path = tmp_path / "p.csv"
+    path.write_bytes(b'x,y,label\n1,2,a\n3,"4,b\n' + b"5,6,c\n" * rows)
+    with pytest.raises(DataError, match=r"p\.csv, line 3: .*check (the file's|its) quotes"):
+        read_points(path, columns=("x", "y"))
