@@ -324,9 +324,9 @@ def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | N
     except DataError:
         fields = {len(r.text.split(";")) for r in records}
         if len(fields) == 1 and (width := fields.pop()) > 1:
-            raise DataError(f"{where} looks like `;`-separated ({width} fields per line at `;`), which swarmctl does not "
-                            "read; convert it, e.g. tr ';,' ',.' (decimal commas become points), and give that file"
-                            ) from None
+            raise DataError(f"{where} looks like `;`-separated ({width} fields per line at `;`), which swarmctl does "
+                            "not read; convert it, e.g. tr ';,' ',.' (decimal commas become points), and give that "
+                            "file") from None
         raise
 
 
