@@ -42,6 +42,15 @@ def _columns(value: str | None) -> tuple[str, ...] | None:
         raise typer.BadParameter(str(exc)) from None
 
 
+def _out(value: Path | None) -> Path | None:
+    """--out checked in itself: ``-`` is standard output to a Unix user, where this command does not write
+    (its summary goes there, and its outputs appear together or not at all)."""
+    if value is not None and str(value) == "-":
+        raise typer.BadParameter("cluster writes its CSV to a file, not to standard output; give a file path "
+                                 "such as clusters.csv (and cat it to see it)")
+    return value
+
+
 def _vector(v) -> str:  # a NumPy vector
     return "[" + ", ".join(f"{x:.6g}" for x in v) + "]"
 
@@ -50,7 +59,8 @@ def _vector(v) -> str:  # a NumPy vector
 def cluster_cmd(
     points: Annotated[str, argument(metavar="POINTS", help="Points, one per row: CSV or whitespace-separated "
                                                            "text (the first row is a header when none of its "
-                                                           "fields is a number; # starts a comment), .npy, .npz or "
+                                                           "fields is a finite number; a # at the start of a line "
+                                                           "or after a blank starts a comment), .npy, .npz or "
                                                            "HDF5; - reads standard input.")],
     run: Annotated[str | None, argument(metavar="RUN", help="Run name, run folder or checkpoint file [default: "
                                                             "the shipped SWARM clustering model].")] = None,
@@ -61,7 +71,7 @@ def cluster_cmd(
                                                "which is meant) [default: all].",
                                           callback=_columns)] = None,
     out: Annotated[Path | None, option(help="Output CSV [default: POINTS-clusters.csv beside the input; "
-                                            "clusters.csv for standard input].")] = None,
+                                            "clusters.csv for standard input].", callback=_out)] = None,
     plot: Annotated[Path | None, option(help="Also draw the points coloured by cluster, alpha by confidence, "
                                              "to this PNG file.")] = None,
     force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist (never a file "

@@ -4,16 +4,20 @@ as CSV."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import gc
 import io
+import math
 import os
 import re
 import stat
 import sys
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import h5py
 import numpy as np
@@ -29,38 +33,36 @@ _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 @dataclass(frozen=True)
 class PointSet:
-    """Points read from a file: ``values`` (N, D) float64, all finite; ``names`` one per column.
+    """Points read from a file: ``values`` (N, D) float64, all finite; ``names`` one per picked column.
 
-    The file's other columns (those ``columns`` did not pick) ride along for the output: ``other_names``
-    and ``other_values`` (N, M) text, as written in the file (numbers of a binary file as Python writes
-    them); ``layout`` gives the file's column order, an entry j >= 0 for picked column j and -1 - m for
-    other column m. ``skipped``: rows left out because a cell was empty, not a number, NaN or inf, or
-    missing (only when asked to skip such rows)."""
+    The output carries every column of the file, as the user wrote it: ``columns`` names them all, in
+    the file's order, and ``cells`` (N, len(columns)) holds each point's row as text (a text file: its
+    own cells, so ``007`` stays ``007``; a binary file: its numbers as Python writes them). ``lines``: the
+    file line (1-based) where each point's record starts, for a text file (None for a binary file, whose
+    points are its rows). ``skipped``: rows left out because a picked cell was empty, not a number, NaN or
+    inf, or missing (only when asked to skip such rows)."""
 
     values: np.ndarray
     names: tuple[str, ...]
     source: str  # the file as the user named it ("-" for standard input), with the key when there is one
-    other_names: tuple[str, ...] = ()
-    other_values: np.ndarray | None = None
-    layout: tuple[int, ...] | None = None  # None: the picked columns, in order
+    columns: tuple[str, ...] = ()  # () : the picked columns are all there is
+    cells: np.ndarray | None = None  # None: the values, as Python writes them
+    lines: np.ndarray | None = None
     skipped: int = 0
 
     def __len__(self) -> int:
         return len(self.values)
 
-    def output_columns(self) -> tuple[list[str], list[list]]:
-        """The names and the columns (lists) of the output CSV, in the file's order: picked columns as
-        float64, the others as their text."""
-        layout = self.layout if self.layout is not None else tuple(range(len(self.names)))
-        names, columns = [], []
-        for j in layout:
-            if j >= 0:
-                names.append(self.names[j])
-                columns.append(self.values[:, j].tolist())
-            else:
-                names.append(self.other_names[-1 - j])
-                columns.append(self.other_values[:, -1 - j].tolist())  # type: ignore[index]
-        return names, columns
+    def output_columns(self) -> tuple[tuple[str, ...], np.ndarray]:
+        """The names and the cells (N, M) text of the output CSV's first columns: the file's, in its order."""
+        if self.cells is None:
+            return self.names, _as_text(self.values)
+        return self.columns, self.cells
+
+
+def _as_text(values: np.ndarray) -> np.ndarray:
+    """Numbers of a binary file as text cells: the shortest text that reads back exactly."""
+    return np.array([[repr(v) for v in row] for row in values.tolist()], dtype=object).reshape(values.shape)
 
 
 COLUMNS_HELP = ("comma-separated header names or 0-based indices, e.g. x,y or 0,2; name:X and index:N say "
@@ -96,15 +98,15 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
                 skip_bad_rows: bool = False) -> PointSet:
     """Read and check a point file (``"-"``: standard input, text or .npy).
 
-    The format is told by the file's first bytes (.npy, .npz, HDF5), else it is text: comma-separated
-    when the first data line holds a comma, whitespace-separated otherwise; ``#`` starts a comment; a
-    first line that is not all numbers is the header. ``key`` names the array of an .npz file or the
-    dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
-    name or 0-based index. Raises DataError naming the problem (unreadable or empty file, ragged rows,
-    text in a numeric column, NaN or inf, fewer than 2 points) and ConfigError for a key or column that
-    is not there. With ``skip_bad_rows`` a row whose picked cells are not all finite numbers (empty, text,
-    NaN, inf, or missing: a short row) is left out instead, and counted in ``skipped``; the other columns
-    are kept (see :class:`PointSet`).
+    The format is told by the file's first bytes (.npy, .npz, HDF5), else it is text (see
+    :func:`_read_text`: comma-separated when the first record holds a comma, whitespace-separated
+    otherwise; quoted CSV fields; comments; the header rule). ``key`` names the array of an .npz file or
+    the dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
+    name or 0-based index. Raises DataError naming the problem and its place (the file's line and
+    column, from 1; a row of an array): an unreadable or empty file, ragged rows, text in a numeric
+    column, NaN or inf, fewer than 2 points, a key or column that is not there. With ``skip_bad_rows`` a
+    row whose picked cells are not all finite numbers (empty, text, NaN, inf, or missing: a short row) is
+    left out instead, and counted in ``skipped``; the other columns are kept (see :class:`PointSet`).
     """
     source = str(path)
     if source == STDIN:
@@ -141,29 +143,23 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             values, names, label = _read_npz(raw, where, key)
         else:
             _no_key(key, where, "text")
-            text = _read_text(raw, where, columns, skip_bad_rows)
-            _check_values(text.values, where)
-            return PointSet(np.ascontiguousarray(text.values, dtype=np.float64), text.names, source, text.other_names,
-                            text.other_values, text.layout, text.skipped)
+            return _read_text(raw, where, source, columns, skip_bad_rows)
     names = names or tuple(f"x{j}" for j in range(values.shape[1]))
-    other_names, other_values, layout = (), None, None
+    all_names, cells = names, None
+    index = list(range(len(names)))
     if columns is not None:
         index = _column_indices(columns, names, False, where)
-        rest = [j for j in range(len(names)) if j not in index]
-        other_names = tuple(names[j] for j in rest)
-        other_values = np.array([[repr(v) for v in row] for row in values[:, rest].tolist()], dtype=object) \
-            .reshape(len(values), len(rest))
-        layout = tuple(index.index(j) if j in index else -1 - rest.index(j) for j in range(len(names)))
+        cells = _as_text(values)  # every column rides along, in its place
         values, names = values[:, index], tuple(names[j] for j in index)
     skipped = 0
     if skip_bad_rows:
         good = np.isfinite(values).all(axis=1)
         skipped = int((~good).sum())
         values = values[good]
-        other_values = other_values[good] if other_values is not None else None
-    _check_values(values, where)
-    return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label, other_names, other_values,
-                    layout, skipped)
+        cells = cells[good] if cells is not None else None
+    _check_values(values, where, index)
+    return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label,
+                    all_names if cells is not None else (), cells, None, skipped)
 
 
 _HEAD = 1 << 16  # bytes read first, to tell the format (and refuse a binary stream) before reading on
@@ -200,15 +196,19 @@ def _no_key(key: str | None, where: str, kind: str) -> None:
         raise DataError(f"`key` is for .npz and HDF5 files; {where} is a {kind} file: leave `key` out")
 
 
-def _check_values(values: np.ndarray, where: str) -> None:
+def _check_values(values: np.ndarray, where: str, index: list[int], lines: np.ndarray | None = None) -> None:
+    """Refuse no columns, a value that is not finite and fewer than 2 points. ``index``: the file's column
+    (0-based) of each column of ``values``; ``lines``: each row's line in a text file (None: an array, whose
+    rows are counted from 1). Places are named as an editor shows them: line (or row) and column from 1."""
     if values.shape[1] == 0:
         raise DataError(f"{where} has no columns; give one point per row")
     bad = ~np.isfinite(values)
     if bad.any():
         row, col = (int(i) for i in np.argwhere(bad)[0])
-        raise DataError(f"{where}: row {row + 1}, column {col + 1} is {values[row, col]}; every value must be a "
-                        f"finite number (remove or fill the {int(bad.any(axis=1).sum()):,} row(s) with NaN or inf, "
-                        "or skip them with `skip_bad_rows`)")
+        place = f"line {lines[row]}" if lines is not None else f"row {row + 1}"
+        raise DataError(f"{where}, {place}, column {index[col] + 1}: {values[row, col]} is not a finite number; "
+                        f"remove or fill the {int(bad.any(axis=1).sum()):,} row(s) with NaN or inf, or skip them "
+                        "with `skip_bad_rows`")
     if len(values) < 2:
         raise DataError(f"{where} holds {len(values)} point(s); clustering needs at least 2")
 
@@ -285,128 +285,202 @@ def _short(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:120] or type(exc).__name__
 
 
-@dataclass(frozen=True)
-class _Text:
-    values: np.ndarray
-    names: tuple[str, ...]
-    other_names: tuple[str, ...]
-    other_values: np.ndarray | None
-    layout: tuple[int, ...] | None
-    skipped: int
+class _Record(NamedTuple):
+    """One record of a text file: the file ``line`` (1-based) where it starts, the ``last`` line it takes
+    (a quoted CSV field may hold line breaks), its ``text`` (comments removed) and its ``fields`` (as the
+    csv module reads them for a CSV file, surrounding whitespace removed)."""
+
+    line: int
+    last: int
+    text: str
+    fields: list[str]
 
 
-def _read_text(raw: bytes, where: str, columns: tuple[str, ...] | None = None, skip_bad_rows: bool = False) -> _Text:
+def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | None = None,
+               skip_bad_rows: bool = False) -> PointSet:
     """CSV or whitespace-separated numbers, with an optional header line; only ``columns`` (all if None)
-    need to hold numbers, the others are kept as text. ``skip_bad_rows``: rows that do not have a finite
+    need to hold numbers, the others ride along as text. ``skip_bad_rows``: rows that do not have a finite
     number in every picked column (or not the header's number of fields) are left out and counted.
 
-    Lines end in LF, CRLF or CR; ``#`` starts a comment anywhere; a line holding only whitespace (and
-    comments) is blank and skipped. Every other line is a row, and the rows returned are these, one to
-    one and in order. The first row is the header when none of its fields is a number (Python's float
-    reads it), else data."""
+    Lines end in LF, CRLF or CR. A ``#`` at the start of a line or after a blank, outside quotes, starts a
+    comment that runs to the end of the line; a ``#`` inside a cell (``a#1``, ``"a #1"``) is part of it. A
+    line holding only whitespace (and a comment) is blank and skipped. Every other line starts a record:
+    one line, or more where a quoted CSV field holds line breaks (read as the csv module reads it). The
+    first record is the header when none of its fields is a finite number (quoted fields are text), else
+    data. When the file does not read and ``;`` splits every record into the same number of fields, the
+    message says so: swarmctl reads comma- or whitespace-separated text, and does not guess decimal commas."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file; give a CSV or text file of "
                         "numbers (UTF-8)") from None
-    numbers, rows = _content_lines(text)
-    if not rows:
-        raise DataError(f"{where} holds no data rows (only blank or comment lines); give one point per row")
-    delimiter = "," if "," in rows[0] else None
-    fields = _split(rows[0], delimiter)
+    records: list[_Record] = []
+    try:
+        with _no_cycle_collection():  # a million small lists, none in a cycle: the collector would only slow it down
+            records = _records(text, where)
+            if not records:
+                raise DataError(f"{where} holds no data rows (only blank or comment lines); give one point per row")
+            return _points_from_records(records, where, source, columns, skip_bad_rows)
+    except DataError:
+        fields = {len(r.text.split(";")) for r in records}
+        if len(fields) == 1 and (width := fields.pop()) > 1:
+            raise DataError(f"{where} looks like `;`-separated ({width} fields per line at `;`), which swarmctl does "
+                            "not read; convert it, e.g. tr ';,' ',.' (decimal commas become points), and give that "
+                            "file") from None
+        raise
+
+
+def _points_from_records(records: list[_Record], where: str, source: str, columns: tuple[str, ...] | None,
+                         skip_bad_rows: bool) -> PointSet:
+    delimiter = "," if "," in records[0].text else None
+    first = records[0]
     names = None
-    raw = rows[0].split(delimiter) if delimiter else rows[0].split()  # quotes kept: a quoted "1" is a name
-    if not any(_is_number(f) for f in raw):
-        if delimiter:  # a CSV header may quote names that hold commas
-            fields = next(csv.reader([rows[0]], skipinitialspace=True))
-        names = tuple(f.strip().strip('"').strip("'") for f in fields)
+    pieces = first.text.split(delimiter) if delimiter else first.text.split()  # quotes kept: a quoted "1" is a name
+    if not any(_is_finite_number(f) for f in pieces):
+        names = tuple(f.strip('"').strip("'") for f in first.fields)
         if any(not n for n in names):
-            raise DataError(f"{where}, line {numbers[0]}: the header has an empty column name; name every column")
-        if len(rows) == 1:
+            raise DataError(f"{where}, line {first.line}: the header has an empty column name; name every column")
+        if len(records) == 1:
             raise DataError(f"{where} has a header but no data rows; give one point per row")
-        numbers, rows = numbers[1:], rows[1:]
-    width = len(fields)
+        records = records[1:]
+    width = len(first.fields)
     all_names = names or tuple(f"x{j}" for j in range(width))
     use = list(range(width)) if columns is None else _column_indices(columns, all_names, names is not None, where)
+    skipped = 0
     if skip_bad_rows:
-        good = _good_rows(rows, delimiter, width, use)
-        skipped = len(rows) - len(good)
-        rows, numbers = [rows[i] for i in good], [numbers[i] for i in good]
-        if not rows:
+        kept = [r for r in records if len(r.fields) == width and all(_is_finite_number(r.fields[j]) for j in use)]
+        skipped = len(records) - len(kept)
+        if not kept:
             raise DataError(f"{where}: every one of its {skipped:,} data rows has an empty, non-numeric or missing "
                             "value in the columns picked; check the file and `columns`")
-    else:
-        skipped = 0
-    values = _parse_rows(rows, numbers, delimiter, width, use, where, header=names is not None)
-    rest = [j for j in range(width) if j not in use]
-    other_values, layout = None, None
-    if rest:
-        other_values = np.array([[row[j].strip() for j in rest] for row in (_split(line, delimiter) for line in rows)],
-                                dtype=object).reshape(len(rows), len(rest))
-        layout = tuple(use.index(j) if j in use else -1 - rest.index(j) for j in range(width))
-    return _Text(values, tuple(all_names[j] for j in use), tuple(all_names[j] for j in rest), other_values, layout,
-                 skipped)
-
-
-def _good_rows(rows: list[str], delimiter: str | None, width: int, use: list[int]) -> list[int]:
-    """The indices of the rows with ``width`` fields and a finite number in each ``use`` column."""
-    good = []
-    for i, line in enumerate(rows):
-        row = _split(line, delimiter)
-        if len(row) != width:
-            continue
+        records = kept
+    values = None
+    if all(len(r.fields) == width for r in records):
+        cells = np.empty((len(records), width), dtype=object)
+        cells[:] = [r.fields for r in records] if width > 1 else [[r.fields[0]] for r in records]
         try:
-            if all(np.isfinite(float(row[j])) for j in use):
-                good.append(i)
+            values = cells[:, use].astype(np.float64)
         except ValueError:
-            continue
-    return good
+            pass
+    if values is None:  # name the first place, in the file's order, that is not right
+        for r in records:
+            if len(r.fields) != width:
+                run_on = f" (a quoted field runs on to line {r.last}: check its quotes)" if r.last > r.line else ""
+                raise DataError(f"{where}, line {r.line}: {len(r.fields)} values where the first row has {width}"
+                                f"{run_on}; every row needs the same number of columns (or skip the others with "
+                                "`skip_bad_rows`)")
+            for col in use:
+                if not _is_number(r.fields[col]):
+                    shown = r.fields[col][:30] or "an empty value"
+                    rule = "; a first line is a header only when none of its fields is a finite number" \
+                        if r is first else ""
+                    if "#" in shown:
+                        rule += "; a # starts a comment only at the start of a line or after a blank"
+                    raise DataError(f"{where}, line {r.line}, column {col + 1}: {shown!r} is not a number; fix the "
+                                    "value, pick numeric columns with `columns`, or skip such rows with "
+                                    f"`skip_bad_rows`{rule}")
+        raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
+    lines = np.array([r.line for r in records])
+    _check_values(values, where, use, lines)
+    return PointSet(np.ascontiguousarray(values), tuple(all_names[j] for j in use), source, all_names, cells, lines,
+                    skipped)
 
 
-def _parse_rows(rows: list[str], numbers: list[int], delimiter: str | None, width: int, use: list[int], where: str,
-                header: bool) -> np.ndarray:
-    """The ``use`` columns of ``rows`` (comments removed) as float64, one row each; every row must have
-    ``width`` fields and a number in each used one. numpy's parser is the fast path; where it fails or
-    disagrees in shape, every line is read by Python's float, which decides and names the place."""
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        values = np.loadtxt(rows, delimiter=delimiter, dtype=np.float64, ndmin=2, comments=None,
-                            usecols=None if len(use) == width and use == list(range(width)) else use)
-        if values.shape == (len(rows), len(use)) and (len(use) == width or _same_width(rows, delimiter, width)):
-            return values
-    except ValueError:
-        pass
-    out = np.empty((len(rows), len(use)))
-    for i, (number, line) in enumerate(zip(numbers, rows, strict=True)):
-        row = _split(line, delimiter)
-        if len(row) != width:
-            raise DataError(f"{where}, line {number}: {len(row)} values where the first row has {width}; every row "
-                            "needs the same number of columns (or skip the others with `skip_bad_rows`)")
-        for k, col in enumerate(use):
-            try:
-                out[i, k] = float(row[col])
-            except ValueError:
-                shown = row[col].strip()[:30] or "an empty value"
-                rule = "; a first line is a header only when none of its fields is a number" \
-                    if i == 0 and not header else ""
-                raise DataError(f"{where}, line {number}, column {col + 1}: {shown!r} is not a number; fix the value, "
-                                f"pick numeric columns with `columns`, or skip such rows with `skip_bad_rows`{rule}"
-                                ) from None
-    return out
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
-def _same_width(rows: list[str], delimiter: str | None, width: int) -> bool:
-    """Whether every row has ``width`` fields (loadtxt with usecols does not check the others)."""
-    return all(len(_split(line, delimiter)) == width for line in rows)
+def _records(text: str, where: str) -> list[_Record]:
+    """The records of a text file, blank and comment lines left out (see :func:`_read_text`). The file is
+    comma-separated when its first record (read as CSV: it may run over lines) holds a comma."""
+    lines = io.StringIO(text, newline="").readlines()  # ends in LF, CRLF or CR, and nothing else
+    first = _csv_records(lines, where, limit=1) if '"' in text else []
+    first_text = first[0].text if first else next((k for k in (_uncomment(line, ",", False) for line in lines)
+                                                     if k.strip()), "")
+    delimiter = "," if "," in first_text else None  # else whitespace-separated: one line, one record, no quoting
+    if delimiter is None or '"' not in text:  # no quoting: one line, one record
+        kept = [_uncomment(line, delimiter, False) for line in lines] if "#" in text else lines
+        numbers = [n for n, line in enumerate(kept, start=1) if line and not line.isspace()]
+        rows = [kept[n - 1] for n in numbers]
+        fields = [r.split() for r in rows] if delimiter is None else \
+            [list(map(str.strip, r.split(delimiter))) for r in rows]
+        return list(map(_Record, numbers, numbers, rows, fields))
+    return _csv_records(lines, where)
 
 
-def _content_lines(text: str) -> tuple[list[int], list[str]]:
-    """The line numbers and contents (comments removed) of the lines that are not blank: lines end in LF,
-    CRLF or CR (and nothing else), ``#`` starts a comment, and a line of whitespace is blank."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if "#" in text:
-        lines = [line.split("#", 1)[0] for line in lines]
-    numbers = [n for n, line in enumerate(lines, start=1) if line and not line.isspace()]
-    return numbers, [lines[n - 1] for n in numbers]
+def _csv_records(lines: list[str], where: str, limit: int | None = None) -> list[_Record]:
+    """The records of a comma-separated file of ``lines`` (the first ``limit`` of them), read by the csv
+    module: a quoted field may hold commas, doubled quotes and line breaks."""
+    state = {"start": True, "line": 0, "last": 0}
+    parts: list[str] = []
+
+    def feed():  # the lines the csv reader asks for; blank and comment lines only between records
+        for n, line in enumerate(lines, start=1):
+            kept = _uncomment(line, ",", not state["start"])
+            if state["start"]:
+                if not kept.strip():
+                    continue
+                state["line"], state["start"] = n, False
+                parts.clear()
+            state["last"] = n
+            parts.append(kept)
+            yield kept
+
+    records: list[_Record] = []
+    reader = csv.reader(feed(), skipinitialspace=True)
+    try:
+        for fields in reader:
+            records.append(_Record(state["line"], state["last"], "".join(parts).rstrip("\r\n"),
+                                   [f.strip() for f in fields]))
+            state["start"] = True
+            if len(records) == limit:
+                break
+    except csv.Error as exc:
+        raise DataError(f"{where}, line {state['line']}: {_short(exc)}; check the file's quotes") from None
+    return records
+
+
+def _uncomment(line: str, delimiter: str | None, quoted: bool) -> str:
+    """``line`` without its comment: from a ``#`` at the start of the line or after a blank, outside quotes.
+    ``quoted``: the line goes on with a quoted CSV field the line before opened. Quotes follow the csv
+    module (with ``delimiter`` set): a field that starts with a quote (after spaces) runs to the next
+    quote that is not doubled; a quote inside an unquoted field is a character like any other."""
+    if "#" not in line:
+        return line
+    if delimiter is None or '"' not in line:
+        if not quoted:
+            for i, c in enumerate(line):
+                if c == "#" and (i == 0 or line[i - 1].isspace()):
+                    return line[:i]
+            return line
+    start, field, inside, closing = 0, 1, 2, 3
+    state = inside if quoted else start
+    for i, c in enumerate(line):
+        if state == inside:
+            if c == '"':
+                state = closing
+            continue
+        if state == closing:
+            if c == '"':
+                state = inside
+                continue
+            state = field
+        if c == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+        if c == delimiter:
+            state = start
+        elif state == start and c == '"':
+            state = inside
+        elif state == start and c != " ":
+            state = field
+    return line
 
 
 def _column_indices(columns: tuple[str, ...], names: tuple[str, ...], header: bool, where: str) -> list[int]:
@@ -454,14 +528,6 @@ def _by_name(name: str, names: tuple[str, ...], where: str) -> int:
                     "0-based indices)")
 
 
-def _split(line: str, delimiter: str | None) -> list[str]:
-    """The fields of one line: a CSV line with a quote is read as CSV (a quoted field may hold the delimiter
-    and doubled quotes), any other by splitting on the delimiter (or whitespace)."""
-    if delimiter and '"' in line:
-        return next(csv.reader([line], delimiter=delimiter, skipinitialspace=True))
-    return line.split(delimiter) if delimiter else line.split()
-
-
 def _is_number(text: str) -> bool:
     try:
         float(text)
@@ -470,34 +536,35 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _is_finite_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
 def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probability: np.ndarray,
                       entropy: np.ndarray) -> None:
-    """Write the points (every column of the file, in its order: the picked ones as the shortest text that
-    reads back exactly, the others as they were written) with their cluster, its probability and the
-    entropy of the class distribution (nats, 6 digits), one row per point, atomically."""
-    names, data = points.output_columns()
-    line = io.StringIO()
-    csv.writer(line, lineterminator="").writerow([*names, "cluster", "probability", "entropy"])
-    layout = points.layout if points.layout is not None else tuple(range(len(points.names)))
-    cells = ["{!r}" if j >= 0 else "{}" for j in layout]
-    for k, j in enumerate(layout):
-        if j < 0:
-            data[k] = [_csv_field(v) for v in data[k]]
-    row = ",".join([*cells, "{}", "{:.6g}", "{:.6g}"])
-    columns = [*data, cluster.tolist(), probability.tolist(), (entropy + 0.0).tolist()]  # no -0
+    """Write the points (every column of the file, in its order, each cell as the user wrote it: see
+    :class:`PointSet`) with their cluster, its probability and the entropy of the class distribution (nats,
+    6 digits), one row per point, atomically."""
+    names, cells = points.output_columns()
+    head = ",".join(_csv_field(n) for n in (*names, "cluster", "probability", "entropy")) + "\n"
+    rows = zip(cells.tolist(), cluster.tolist(), probability.tolist(), (entropy + 0.0).tolist(), strict=True)  # no -0
 
     def write(fh: BinaryIO) -> None:
-        fh.write((line.getvalue() + "\n").encode())
-        rows = zip(*columns, strict=True)
-        while block := [row.format(*r) for _, r in zip(range(100_000), rows, strict=False)]:
+        fh.write(head.encode())
+        while block := [f"{','.join(map(_csv_field, c))},{k},{p:.6g},{e:.6g}"
+                        for _, (c, k, p, e) in zip(range(100_000), rows, strict=False)]:
             fh.write(("\n".join(block) + "\n").encode())
 
     atomic_write(path, write)
 
 
 def _csv_field(text: str) -> str:
-    """``text`` as one CSV field: quoted when it holds a comma, a quote or a line break."""
-    if any(c in text for c in ',"\n\r'):
+    """``text`` as one CSV field that swarmctl and the csv module read back as ``text``: quoted when it holds
+    a comma, a quote, a line break or a ``#`` (which could start a comment)."""
+    if any(c in text for c in ',"\n\r#'):
         return '"' + text.replace('"', '""') + '"'
     return text
 

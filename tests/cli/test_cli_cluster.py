@@ -140,8 +140,8 @@ def test_an_existing_output_is_overwritten_only_with_force(cli, trained_runs, va
 
 
 BAD_FILES = {
-    "nan": ("x,y\n1,2\n3,nan\n5,6\n", "row 2, column 2 is nan"),
-    "inf": ("1 2\n3 4\ninf 6\n", "is inf"),
+    "nan": ("x,y\n1,2\n3,nan\n5,6\n", "line 3, column 2: nan is not a finite number"),
+    "inf": ("1 2\n3 4\ninf 6\n", "line 3, column 1: inf is not a finite number"),
     "ragged": ("1,2\n3,4,5\n6,7\n", "line 2: 3 values"),
     "text": ("x,y\n1,2\n3,abc\n", "'abc' is not a number"),
     "one-point": ("x,y\n1,2\n", "holds 1 point"),
@@ -327,3 +327,32 @@ def test_per_coordinate_with_no_standardize_is_refused(cli, trained_runs, values
     r = cli("cluster", points, *_run_args(trained_runs), "--per-coordinate", "--no-standardize")
     assert r.exit_code == 2 and "--per-coordinate" in r.output and "--no-standardize" in r.output, r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pts.csv"]
+
+
+# ---- exit codes: 2 for an option value wrong in itself, 1 for one the files on disk refuse ----------------------
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["--out", "-"], 2, "not to standard output"),  # no file named -, no CSV on standard output
+    (["--columns", "lon,lon"], 2, "must not repeat a column"),
+    (["--columns", "lon,,lat"], 2, "comma-separated"),
+    (["--plot", "fig.jpg"], 2, "does not end in .png"),
+    (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], 2, "name the same file"),
+    (["--per-coordinate", "--no-standardize"], 2, "give one of the two"),
+    (["--columns", "lon,height"], 1, "no column 'height'"),  # a name another file may have
+    (["--columns", "0,5"], 1, "out of range"),
+    (["--key", "pts"], 1, "leave --key out"),  # a key an .npz file may have
+    (["--out", "{tmp}/pts.csv", "--force"], 1, "an input of this command"),
+    (["--out", "{tmp}/folder"], 1, "is a folder"),
+    (["--out", "{tmp}/pts.csv/o.csv"], 1, "is a file, not a folder"),
+])
+def test_an_option_wrong_in_itself_exits_2_and_one_the_files_refuse_exits_1(cli, trained_runs, values, tmp_path,
+                                                                           monkeypatch, args, code, message):
+    """docs/guarantees.md: 2 when the value is wrong whatever the files, 1 when it conflicts with them."""
+    points = _csv(tmp_path / "pts.csv", values)
+    (tmp_path / "folder").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = _snapshot(tmp_path)
+    r = cli("cluster", points, *_run_args(trained_runs), *(a.format(tmp=tmp_path) for a in args))
+    assert r.exit_code == code and message in " ".join(r.output.split()), r.output
+    assert len(r.output.strip().splitlines()) <= 3 and "Traceback" not in r.output, r.output
+    assert _snapshot(tmp_path) == before

@@ -3,6 +3,7 @@ is refused with a message that names the problem and the place."""
 
 import csv
 import io
+import re
 import sys
 
 import h5py
@@ -146,8 +147,8 @@ def test_columns_option_refuses_repeats():
 
 
 BAD_TEXT = {
-    "nan": ("1,2\n3,nan\n", "row 2, column 2 is nan"),
-    "inf": ("x y\n1 2\n-inf 4\n", "row 2, column 1 is -inf"),
+    "nan": ("1,2\n3,nan\n", "line 2, column 2: nan is not a finite number"),
+    "inf": ("x y\n1 2\n-inf 4\n", "line 3, column 1: -inf is not a finite number"),
     "ragged": ("1,2\n3,4\n5\n", "line 3: 1 values where the first row has 2"),
     "ragged-long": ("1 2\n3 4 5\n", "line 2: 3 values where the first row has 2"),
     "text": ("a,b\n1,2\n3,hello\n", "line 3, column 2: 'hello' is not a number"),
@@ -172,7 +173,7 @@ def test_bad_text_files_are_refused_with_the_place(tmp_path, case):
 
 
 @pytest.mark.parametrize(("array", "message"), [
-    (np.array([[1.0, np.nan], [2.0, 3.0]]), "is nan"),
+    (np.array([[1.0, np.nan], [2.0, 3.0]]), "row 1, column 2: nan is not a finite number"),
     (np.array([[1.0, 2.0]]), "holds 1 point"),
     (np.zeros((0, 2)), "holds 0 point"),
     (np.zeros((3, 2, 2)), "shape (3, 2, 2)"),
@@ -274,8 +275,8 @@ def test_skip_bad_rows_leaves_out_rows_without_a_finite_number_in_the_picked_col
     write_cluster_csv(out, got, np.array([0, 1]), np.array([1.0, 0.5]), np.array([0.0, 0.7]))
     with open(out) as fh:
         rows = list(csv.reader(fh))
-    assert rows == [["a", "b", "c", "cluster", "probability", "entropy"], ["1.0", "2.0", "x", "0", "1", "0"],
-                    ["8.0", "9.0", "y,z", "1", "0.5", "0.7"]]  # the column not picked, kept as written
+    assert rows == [["a", "b", "c", "cluster", "probability", "entropy"], ["1", "2", "x", "0", "1", "0"],
+                    ["8", "9", "y,z", "1", "0.5", "0.7"]]  # every column kept as written
 
 
 def test_the_columns_not_picked_keep_their_place(tmp_path):
@@ -305,3 +306,89 @@ def test_quoted_csv_fields_are_read_as_csv_and_written_back_the_same(tmp_path):
         rows = list(csv.reader(fh))
     assert [r[2] for r in rows[1:]] == ["a, b", 'say "hi"', "plain"]
     assert [r[5] for r in rows[1:]] == ["0", "0.7", "0"]
+
+
+# ---- the user's own text, quoted records, comments, the header rule, places, `;` (issue #25 follow-up) -------
+
+def _clustered(tmp_path, text, columns=None):
+    """The rows of the output CSV for ``text`` (every point in cluster 0), read by the csv module."""
+    path = tmp_path / "in.csv"
+    path.write_text(text, newline="")
+    got = read_points(path, columns=columns)
+    n = len(got)
+    write_cluster_csv(tmp_path / "out.csv", got, np.zeros(n, dtype=int), np.ones(n), np.zeros(n))
+    with open(tmp_path / "out.csv", newline="") as fh:
+        return got, list(csv.reader(fh))
+
+
+def test_the_output_carries_the_users_own_text_for_every_cell(tmp_path):
+    got, rows = _clustered(tmp_path, "id,x,y\n007,007,1e3\nA-2,2.50,-0\n", columns=("x", "y"))
+    assert got.values.tolist() == [[7, 1000], [2.5, 0]] and got.names == ("x", "y")
+    assert [r[:3] for r in rows] == [["id", "x", "y"], ["007", "007", "1e3"], ["A-2", "2.50", "-0"]]
+
+
+def test_a_quoted_field_may_hold_line_breaks_and_lines_are_still_counted(tmp_path):
+    text = 'x,y,label\n1,2,"two\nlines"\n3,4,"say ""hi""\r\nthere"\n5,6,c\n'
+    got, rows = _clustered(tmp_path, text, columns=("x", "y"))
+    assert got.values.tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert got.lines.tolist() == [2, 4, 6]  # where each record starts, as an editor numbers the lines
+    assert [r[2] for r in rows[1:]] == ["two\nlines", 'say "hi"\r\nthere', "c"]  # read back as written
+    path = tmp_path / "bad.csv"
+    for bad, message in [(text + "7,x,d\n", "line 7, column 2: 'x' is not a number"),
+                         (text + "7,nan,d\n", "line 7, column 2: nan is not a finite number"),
+                         # a quote left open takes the rest of the file into its field: the message says so
+                         (text + '7,"8,d\n9,10,e\n', "line 7: 2 values where the first row has 3 (a quoted field "
+                                                        "runs on to line 8: check its quotes)")]:
+        path.write_text(bad, newline="")
+        with pytest.raises(DataError) as err:
+            read_points(path, columns=("x", "y"))
+        assert message in str(err.value)
+
+
+def test_a_hash_inside_a_cell_is_kept_and_a_comment_starts_a_line_or_follows_a_blank(tmp_path):
+    text = ('# exported\n  # indented comment\nx,y,label # the header\n1,2,"a #1"\n3,4,b#2\t# a note\n'
+            '# between\n5,6,"#3"\n')
+    got, rows = _clustered(tmp_path, text, columns=("x", "y"))
+    assert got.values.tolist() == [[1, 2], [3, 4], [5, 6]] and got.lines.tolist() == [4, 5, 7]
+    assert [r[2] for r in rows[1:]] == ["a #1", "b#2", "#3"]
+    path = tmp_path / "back.csv"
+    path.write_text((tmp_path / "out.csv").read_text())  # the output reads back, its cells unchanged
+    assert read_points(path, columns=("x", "y")).cells[:, 2].tolist() == ["a #1", "b#2", "#3"]
+    path.write_text("x y\n1 2#3\n")  # no blank before the #: a cell, which is not a number
+    with pytest.raises(DataError, match="line 2, column 2: '2#3' is not a number.*a # starts a comment only at the "
+                                        "start of a line or after a blank"):
+        read_points(path)
+
+
+def test_a_place_is_the_files_line_and_column_whatever_is_wrong_there(tmp_path):
+    """One convention for every message: the line an editor shows (comments, blank lines and the header
+    counted) and the file's column, both from 1."""
+    path = tmp_path / "p.csv"
+    head = "# points\nid,x,y\n\n1,0.5,2\n"
+    for cell, message in [("nan", "nan is not a finite number"), ("-inf", "-inf is not a finite number"),
+                          ("", "'an empty value' is not a number"), ("abc", "'abc' is not a number")]:
+        path.write_text(head + f"2,1.5,{cell}\n3,2.5,1\n")
+        with pytest.raises(DataError, match=f", line 5, column 3: {re.escape(message)}"):
+            read_points(path, columns=("x", "y"))
+    np.save(tmp_path / "p.npy", np.array([[1.0, 2.0, 3.0], [4.0, 5.0, np.inf]]))  # an array has rows, not lines
+    with pytest.raises(DataError, match="row 2, column 3: inf is not a finite number"):
+        read_points(tmp_path / "p.npy", columns=("0", "2"))
+
+
+@pytest.mark.parametrize("text", ["x;y\n1,5;2,5\n3,5;4\n4,25;1\n", "1;2\n3;4\n5;6\n", "a;b;c\n1;2;3\n4;5;6\n"])
+def test_a_semicolon_separated_file_is_named_as_such_with_the_fix(tmp_path, text):
+    path = tmp_path / "eu.csv"
+    path.write_text(text)
+    width = text.split("\n")[0].count(";") + 1
+    with pytest.raises(DataError, match=f"looks like `;`-separated \\({width} fields per line at `;`\\).*tr ';,' ',.'"):
+        read_points(path)
+
+
+def test_a_file_that_reads_or_fails_for_another_reason_gets_no_semicolon_hint(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text("x,y,note\n1,2,a;b\n3,4,c;d\n")  # a `;` in a text cell of every row: a CSV all the same
+    assert read_points(path, columns=("x", "y")).values.tolist() == [[1, 2], [3, 4]]
+    path.write_text("x,y,note\n1,2,a;b\n3,zz,c;d\n")
+    with pytest.raises(DataError, match="line 3, column 2: 'zz' is not a number") as err:
+        read_points(path, columns=("x", "y"))
+    assert "looks like" not in str(err.value)
