@@ -75,3 +75,66 @@ def test_empty_components_are_dropped():
     start = np.concatenate([np.eye(2)[labels], np.zeros((500, 3))], axis=1)  # three slots with no point
     res = refine(x, start, merge=False)
     assert len(res.mixture) == 2 and res.dropped == 3 and res.resp.shape == (500, 2)
+
+
+def _blobs(rs: np.random.RandomState, centres, n: int = 150, spread: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([rs.randn(n, 2) * spread + c for c in centres])
+    return x, np.repeat(np.arange(len(centres)), n)
+
+
+def test_the_number_of_clusters_is_searched_around_the_model_start():
+    """A start that lumps three separated blobs into one component (a model that under-splits) comes back
+    with three: the fresh fits around the start's K find them, by BIC; without the search it stays one."""
+    rs = np.random.RandomState(5)
+    x, labels = _blobs(rs, ([0, 0], [4, 0], [0, 4]))
+    lumped = np.ones((len(x), 1))
+    assert len(refine(x, lumped, search=False).mixture) == 1
+    res = refine(x, lumped)
+    assert len(res.mixture) == 3 and not res.from_model and res.searched[0] == 1
+    table = np.zeros((3, 3))
+    np.add.at(table, (res.resp.argmax(1), labels), 1)
+    assert table.max(axis=0).sum() == len(x)  # every blob whole, in a cluster of its own
+
+
+def test_the_result_does_not_depend_on_the_order_of_the_points():
+    rs = np.random.RandomState(6)
+    x = rs.rand(400, 2)  # no clusters at all: many local optima, so the random starts decide
+    start = rs.dirichlet(np.ones(6), size=len(x))
+    res = refine(x, start)
+    perm = rs.permutation(len(x))
+    back = refine(x[perm], start[perm])
+    assert len(back.mixture) == len(res.mixture)
+    np.testing.assert_allclose(back.resp, res.resp[perm][:, _matching(back.resp, res.resp[perm])], atol=1e-6)
+
+
+def _matching(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The column order of ``b`` that lines it up with ``a``."""
+    return np.array([int(np.argmax(b.T @ a[:, k])) for k in range(a.shape[1])])
+
+
+def test_a_large_set_is_searched_on_a_sample_and_fitted_on_all_points(monkeypatch):
+    from swarmctl.studies import em
+
+    monkeypatch.setattr(em, "SEARCH_POINTS", 300)
+    rs = np.random.RandomState(7)
+    x, labels, truth = _two_blobs(3000, rs)
+    res = refine(x, np.ones((len(x), 1)))
+    assert len(res.mixture) == 2 and res.resp.shape == (3000, 2)
+    order = np.argsort(res.mixture.weights)
+    np.testing.assert_allclose(res.mixture.means[order], truth.means, atol=0.08)  # from all 3000 points
+    assert (res.resp.argmax(1) == np.argsort(order)[labels]).mean() > 0.98
+
+
+def test_kmeans_start_is_a_partition_even_with_fewer_distinct_points_than_clusters():
+    from swarmctl.studies.em import kmeans_start
+
+    rs = np.random.RandomState(8)
+    x, labels = _blobs(rs, ([0, 0], [5, 0], [0, 5]), n=40, spread=0.1)
+    resp = kmeans_start(x, 3, rs)
+    assert set(np.unique(resp)) == {0.0, 1.0} and (resp.sum(1) == 1).all()
+    assert len({(int(a), int(b)) for a, b in zip(resp.argmax(1), labels, strict=True)}) == 3
+    twice = np.repeat(np.array([[0.0, 0.0], [1.0, 1.0]]), 5, axis=0)
+    resp = kmeans_start(twice, 4, rs)
+    assert (resp.sum(1) == 1).all() and len(np.unique(resp.argmax(1))) == 2
+    res = refine(twice, np.full((10, 4), 0.25))
+    assert np.isfinite(res.resp).all() and len(res.mixture) <= 2
