@@ -151,7 +151,7 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
         if out is not None:
             outputs.folder(out)
         if replot:
-            run_dir = resolve_run(run, runs_dir) if run is not None else \
+            run_dir = resolve_run(run, runs_dir, shipped=True) if run is not None else \
                 shipped_results_dir(shipped_for(STUDY), runs_dir)
             out_dir = Path(out or run_dir / "entropy")
             outputs.input(out_dir / "entropy.npz")
@@ -160,7 +160,7 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
             check_grid(grid)
             if out is None and run is None:
                 outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
-            opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
+            opened = open_run(resolve_run(run, runs_dir, shipped=True) if run is not None else None, runs_dir, device,
                               study=STUDY, data=data, progress=data_progress)
             if opened.shipped and announce is not None:
                 announce(f"using the shipped model {opened.checkpoint}")

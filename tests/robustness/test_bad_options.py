@@ -221,3 +221,21 @@ def test_replot_of_an_empty_or_cut_saved_result_is_one_line(cli, world, command,
         assert r.exit_code == 1 and "Traceback" not in r.output, (cut, r.output)
         assert "study result" in r.output and len(r.output.strip().splitlines()) <= 3, (cut, r.output)
         assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("args", "instead"), [
+    (["shuffle-variance", "{runs}/clu/best.pt"], "give its run folder {runs}/clu"),
+    (["shuffle-variance", "clu", "{file}"], "give a run name or a run folder"),
+    (["plot-entropy", "{runs}/clu/last.pt"], "give its run folder {runs}/clu, or leave out RUN for the shipped model"),
+    (["plot-entropy", "{file}", "--replot"], "give a run name or a run folder"),
+    (["train", "swarm", "--resume", "{runs}/clu/best.pt"], "give its run folder {runs}/clu"),
+], ids=["shuffle-variance", "shuffle-variance-any-file", "plot-entropy", "plot-entropy-replot", "train-resume"])
+def test_a_checkpoint_file_where_a_run_is_expected_says_so(cli, world, args, instead):
+    """`eval` and `cluster` take a checkpoint file; the commands that take a run say that a file is not one,
+    and what to give instead, rather than that there is no such run."""
+    before = _snapshot(world)
+    r = cli(*[_fill(a, world) for a in args], "--runs-dir", world / "runs", "--device", "cpu")
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    message = " ".join(r.output.split())
+    assert "takes a run, not a checkpoint file" in message and _fill(instead, world) in message, message
+    assert "no run" not in message and _snapshot(world) == before
