@@ -9,6 +9,7 @@ devices, run names leaving the runs folder, and output paths under a file or ont
 import hashlib
 import math
 import random
+import re
 import shutil
 import string
 
@@ -152,6 +153,11 @@ def _fill(value, world):
                              folder=world / "a-folder")
 
 
+# What a message built for the library's own eyes looks like: a parameter in backticks the command did not
+# turn into its flag (`dim_hidden`), a Python tuple or list of choices (('mean', 'causal')).
+_UNREAD = re.compile(r"`[a-z][a-z0-9_]*`|[(\[]'[^']*',")
+
+
 @pytest.mark.parametrize(("command", "option", "kind"), CASES, ids=[f"{c}{o}-{k}" for c, o, k in CASES])
 def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, option, kind):
     rng = random.Random(f"{command} {option} {kind}")
@@ -171,6 +177,9 @@ def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, 
         assert r.exception is None or isinstance(r.exception, SystemExit), context
         assert 1 <= len(lines) <= 3, context
         assert _snapshot(world) == before, context  # no new file; every input byte-identical
+        assert not _UNREAD.search(r.output), context
+        if r.exit_code == 2:  # a value wrong in itself: the message names the option it came through
+            assert option in r.output, context
 
 
 @pytest.mark.parametrize("command", list(SWEEP))
