@@ -8,6 +8,7 @@ cannot be written) exits 1.
 
 import errno
 import shlex
+from collections.abc import Iterable
 
 
 class SwarmctlError(Exception):
@@ -85,3 +86,10 @@ def command_line(command: str, *words: object, **options: object) -> str:
     ```swarmctl gen-data --force```. A message names its own command's options by parameter (```force```,
     mapped to the flag by the CLI); a command to run next is written whole, by :func:`shell_command`."""
     return "`" + shell_command(command, *words, **options) + "`"
+
+
+def either(words: Iterable[object], last: str = "or") -> str:
+    """The values a message offers, as prose rather than a Python tuple: ``either(("mean", "causal"))`` is
+    ``mean or causal``; three or more are ``a, b or c`` (``last="and"``: ``a, b and c``)."""
+    items = [str(w) for w in words]
+    return f"{', '.join(items[:-1])} {last} {items[-1]}" if len(items) > 1 else "".join(items)

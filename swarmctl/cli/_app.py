@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import sys
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
@@ -16,11 +17,109 @@ from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, 
 _ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+# A line that keeps its own line in a help text: a list item, or an indented (code) line.
+_LIST_ITEM = re.compile(r"(?:[-*+]|[0-9]+[.)])\s")
+
+
+def reflow(text: str | None) -> str | None:
+    """``text`` (a docstring) with each paragraph's lines joined, so that the terminal wraps it at its own
+    width: a docstring is broken at the source's column, and Typer keeps those breaks. Paragraph breaks
+    (blank lines) stay; so do list items (``- ``, ``* ``, ``1. ``: a line that continues one, indented or
+    not, joins it), indented lines (code), paragraphs marked ``\\b`` and everything after ``\\f``."""
+    if not text:
+        return text
+    head, cut, tail = inspect.cleandoc(text).partition("\f")
+    paragraphs = []
+    for paragraph in head.split("\n\n"):
+        if paragraph.startswith("\b"):
+            paragraphs.append(paragraph)
+            continue
+        lines: list[str] = []
+        kind = ""  # of the last line kept: "prose", "item" or "code"
+        for line in paragraph.split("\n"):
+            if not line.strip():
+                continue
+            if _LIST_ITEM.match(line):
+                lines.append(line.rstrip())
+                kind = "item"
+            elif line[0].isspace() and kind != "item":
+                lines.append(line.rstrip())
+                kind = "code"
+            elif lines and kind in ("prose", "item"):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.strip())
+                kind = "prose"
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs) + cut + tail
+
+
+class _Argument(TyperArgument):
+    """An argument shown as ``NAME`` when required and ``[NAME]`` when optional (``NAME...`` for several),
+    as the help's table shows it, instead of Typer's ``{NAME}``."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        return name if self.required else f"[{name}]"
+
+
+class _Switch(TyperOption):
+    """A boolean flag, shown as the switch it is (``--refine / --no-refine``) without a ``<bool>`` type."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+def _plain_parameters(params: list[Any]) -> None:
+    """One convention for every command's parameters in its help: an argument's name upper-case (its
+    metavar; ``RUN...`` for one taking several values), and switches without a type."""
+    for param in params:
+        if isinstance(param, TyperArgument):
+            if param.metavar is None:
+                param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+            param.__class__ = _Argument
+        elif isinstance(param, TyperOption) and param.is_flag:
+            param.__class__ = _Switch
+
+
+class _Command(TyperCommand):
+    """Every command: its help reflowed to the terminal's width (:func:`reflow`), its parameters shown by
+    one convention (:func:`_plain_parameters`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = reflow(self.help)
+        _plain_parameters(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _plain_parameters([option])
+        return option
+
+
+class _Typer(typer.Typer):
+    """The application: its commands are :class:`_Command` unless one names another class."""
+
+    def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Any:
+        return super().command(name, cls=cls or _Command, **kwargs)
+
+
 class _OneLineErrors(TyperGroup):
     """Usage errors (a bad option value, a missing argument) as one line on stderr with exit code 2,
     instead of Typer's usage text and boxed message; a standard output that cannot be written (a full
     disk, a closed pipe) as one line with exit code 1. The streams and terminal settings are made safe
-    first (:mod:`swarmctl.cli._streams`), and every integer option takes whole numbers only."""
+    first (:mod:`swarmctl.cli._streams`), and every integer option takes whole numbers only. Its help and
+    options follow the commands' conventions (:class:`_Command`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = reflow(self.help)
+        _plain_parameters(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        _plain_parameters([option])
+        return option
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -89,7 +188,7 @@ def _whole_numbers_only(command: Any) -> None:
     command._swarmctl_whole_numbers = True
 
 
-app = typer.Typer(
+app = _Typer(
     name="swarmctl",
     cls=_OneLineErrors,
     help="SWARM mappings: set-equivariant recurrent layers, baselines, and the paper's experiments.",

@@ -28,8 +28,8 @@ DATASETS = [d for t in _SAMPLED for d in t["datasets"]]
 def sample_cmd(
     dataset: Annotated[str, option(help=f"{', '.join(DATASETS)}.")]
     = next((t["default_dataset"] for t in _SAMPLED if t["default_dataset"]), ""),
-    run: Annotated[str | None, option(help="Run name or folder [default: the newest finished image run "
-                                           "for --dataset, else the shipped model].")] = None,
+    run: Annotated[str | None, option(help="Run name, run folder or checkpoint file [default: the newest "
+                                           "finished image run for --dataset, else the shipped model].")] = None,
     per_class: Annotated[int, option(help="Images per class (one row per class).", min=1)] = 2,
     temperature: Annotated[float, option(help="Softmax temperature (> 0).", callback=positive)] = 1.0,
     seed: Annotated[int, seed_option(help="Seed of the sampling noise.")] = 0,

@@ -23,6 +23,7 @@ from swarmctl.cli._options import (
     user_errors,
 )
 from swarmctl.config import ModelConfig, TrainConfig
+from swarmctl.errors import either
 
 _TASKS = catalog_tasks()
 _NAMED_DATA = [t for t in _TASKS if t["datasets"]]  # tasks whose data is a named dataset in a folder
@@ -47,10 +48,10 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
     given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
              and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
     if given:
-        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        flags = either(("--" + name.replace("_", "-") for name in given), "and")
         raise typer.BadParameter(f"{flags} cannot change when resuming (the run keeps its own); drop "
                                  f"{'it' if len(given) == 1 else 'them'}, or start a new run with --name. Only "
-                                 f"{', '.join('--' + n.replace('_', '-') for n in RESUMABLE)} may change.")
+                                 f"{either(('--' + n.replace('_', '-') for n in RESUMABLE), 'and')} may change.")
 
 
 _THE_MODELS = "the model's"

@@ -31,18 +31,20 @@ class ClusteringParams:
 
     def __post_init__(self) -> None:
         if self.n_tasks < 2:
-            raise ConfigError(f"tasks must be >= 2 (one train and one validation task), got {self.n_tasks}")
+            raise ConfigError(f"`n_tasks` must be >= 2 (one train and one validation task), got {self.n_tasks}")
         if not 0.0 < self.val_fraction < 1.0:
-            raise ConfigError(f"val_fraction must be in (0, 1), got {self.val_fraction}")
+            raise ConfigError(f"`val_fraction` must be in (0, 1), got {self.val_fraction}")
         if not 1 <= self.k_min <= self.k_max <= MAX_CLUSTERS:
-            raise ConfigError(f"need 1 <= k_min <= k_max <= {MAX_CLUSTERS}, got {self.k_min}..{self.k_max}")
+            raise ConfigError(f"need 1 <= `k_min` <= `k_max` <= {MAX_CLUSTERS}, got {self.k_min}..{self.k_max}")
         if not 2 <= self.n_min <= self.n_max:
-            raise ConfigError(f"need 2 <= n_min <= n_max (sets of at least 2 points), got {self.n_min}..{self.n_max}")
+            raise ConfigError(f"need 2 <= `n_min` <= `n_max` (sets of at least 2 points), got "
+                              f"{self.n_min}..{self.n_max}")
         if self.n_max > MAX_SET_SIZE:
-            raise ConfigError(f"n_max must be <= {MAX_SET_SIZE:,}, got {self.n_max:,}")
-        if not (1 < self.wishart_df < math.inf and 0 < self.wishart_scale < math.inf):
-            raise ConfigError(f"wishart_df must be a finite number > 1 and wishart_scale a finite number > 0, got "
-                              f"{self.wishart_df} and {self.wishart_scale}")
+            raise ConfigError(f"`n_max` must be <= {MAX_SET_SIZE:,}, got {self.n_max:,}")
+        if not 1 < self.wishart_df < math.inf:
+            raise ConfigError(f"`wishart_df` must be a finite number > 1, got {self.wishart_df}")
+        if not 0 < self.wishart_scale < math.inf:
+            raise ConfigError(f"`wishart_scale` must be a finite number > 0, got {self.wishart_scale}")
 
     def memory_bytes(self) -> float:
         """Estimated peak memory of generating and writing these tasks: per point float64 coordinates and

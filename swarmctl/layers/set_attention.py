@@ -27,7 +27,7 @@ class MultiheadAttention(nn.Module):
     def __init__(self, dim: int, n_heads: int) -> None:
         super().__init__()
         if dim % n_heads != 0:
-            raise ValueError(f"n_heads ({n_heads}) must divide dim ({dim})")
+            raise ValueError(f"`n_heads` ({n_heads}) must divide the width ({dim})")
         self.n_heads = n_heads
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)

@@ -25,7 +25,7 @@ class SetLinear(nn.Module):
     def __init__(self, dim_in: int, dim_out: int, pooling: Literal["mean", "max"] = "mean") -> None:
         super().__init__()
         if pooling not in ("mean", "max"):
-            raise ValueError(f"pooling must be 'mean' or 'max', got {pooling!r}")
+            raise ValueError(f"`pooling` must be mean or max, got {pooling!r}")
         self.pooling = pooling
         self.local = nn.Linear(dim_in, dim_out)  # A, a
         self.glob = nn.Linear(dim_in, dim_out)  # G, g

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from swarmctl.errors import either
 from swarmctl.layers import _ext, _fused
 from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
 
@@ -59,7 +60,7 @@ class SwarmCell(nn.Module):
     def __init__(self, dim_in: int, dim_hidden: int, pooling: Pooling = "mean") -> None:
         super().__init__()
         if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
+            raise ValueError(f"`pooling` must be {either(POOLINGS)}, got {pooling!r}")
         self.dim_hidden = dim_hidden
         self.pooling = pooling
         self.input = nn.Linear(dim_in, 4 * dim_hidden)  # Wx, b
@@ -168,7 +169,7 @@ class SwarmLayer(nn.Module):
     ) -> None:
         super().__init__()
         if n_iter < 1:
-            raise ValueError(f"n_iter must be >= 1, got {n_iter}")
+            raise ValueError(f"`n_iter` must be >= 1, got {n_iter}")
         self.n_iter = n_iter
         self.dropout = dropout
         self.cell = SwarmCell(dim_in, dim_hidden, pooling)

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from swarmctl.config import ModelConfig
 from swarmctl.data.images import DATASETS, image_shape
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, either
 from swarmctl.models.registry import register_model
 from swarmctl.models.swarm import SwarmNet
 
@@ -129,6 +129,6 @@ class SwarmTransformer(nn.Module):
                 summary="SWARM Transformer, class-conditional images")
 def build_swarm_image(cfg: ModelConfig) -> SwarmTransformer:
     if cfg.dataset not in DATASETS:
-        raise ConfigError(f"dataset must be one of {', '.join(DATASETS)}, got {cfg.dataset!r}")
+        raise ConfigError(f"`dataset` must be {either(DATASETS)}, got {cfg.dataset!r}")
     C, H, W = image_shape(cfg.dataset)
     return SwarmTransformer(C, H, W, cfg.dim_hidden, cfg.n_iter, cfg.n_layers)

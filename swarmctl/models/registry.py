@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from swarmctl.config import ModelConfig
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, either
 
 Builder = Callable[[ModelConfig], nn.Module]
 
@@ -108,9 +108,9 @@ def check_fields(name: str, given: set[str] | frozenset[str]) -> None:
     spec = get_spec(name)
     bad = sorted(set(given) - spec.fields, key=list(OPTION_NAMES).index)
     if bad:
-        takes = [OPTION_NAMES[f] for f in OPTION_NAMES if f in spec.fields]
-        raise ConfigError(f"model {name} has no {', '.join(OPTION_NAMES[f] for f in bad)}; it takes "
-                          f"{', '.join(takes)}")
+        takes = [f"`{f}`" for f in OPTION_NAMES if f in spec.fields]
+        raise ConfigError(f"model {name} has no {either(f'`{f}`' for f in bad)}; it takes "
+                          f"{either(takes, 'and') or 'no hyper-parameter'}")
 
 
 def complete_config(cfg: ModelConfig) -> ModelConfig:

@@ -72,10 +72,10 @@ def run_path(name: str, runs_dir: Path) -> Path:
     if not name.strip() or name.startswith("/") or any(p in ("", ".", "..") for p in parts) \
             or any(not (c.isprintable() or "\udc80" <= c <= "\udcff") for c in name):  # a byte the locale
         # could not decode arrives as a lone surrogate (PEP 383): it is part of the name, not a control character
-        raise ConfigError(f"run name {name!r} must stay inside `runs_dir`: plain names such as exp1 or "
+        raise ConfigError(f"`name` {name!r} must stay inside `runs_dir`: plain names such as exp1 or "
                           "group/exp1, without '..', '.', a leading '/' or control characters")
     if any(len(os.fsencode(p)) > MAX_NAME_BYTES for p in parts):
-        raise ConfigError(f"run name {name[:40]!r}... has a part longer than {MAX_NAME_BYTES} bytes, more than a "
+        raise ConfigError(f"`name` {name[:40]!r}... has a part longer than {MAX_NAME_BYTES} bytes, more than a "
                           "file system allows; choose a shorter name")
     return Path(runs_dir) / name
 

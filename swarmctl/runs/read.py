@@ -17,7 +17,7 @@ from swarmctl.devices import resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
 from swarmctl.files import check_plain_file, check_regular_file, read_bytes
 from swarmctl.models import count_parameters, create_model, paper_code
-from swarmctl.rundir import BEST, RunDir
+from swarmctl.rundir import BEST, CONFIG, RunDir
 from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
@@ -80,12 +80,20 @@ def run_progress(run_dir: Path) -> RunProgress:
     return RunProgress("finished" if state.finished else "stopped", config, state)
 
 
-def resolve_run(run: str | Path, runs_dir: Path) -> Path:
-    """A run given as a folder path or as a name inside ``runs_dir``."""
+def resolve_run(run: str | Path, runs_dir: Path, *, shipped: bool = False) -> Path:
+    """A run given as a folder path or as a name inside ``runs_dir``. A file given in its place (a checkpoint,
+    which `eval` and `cluster` take) is refused as such, naming what to give instead: its run folder when it
+    sits in one; with ``shipped`` (the command uses the shipped model when no `run` is named), that too."""
     candidates = (RunDir(Path(run)), RunDir(Path(runs_dir) / str(run)))
     for candidate in candidates:
         if candidate.has_run():
             return candidate.path
+    if Path(run).is_file():
+        folder = RunDir(Path(run).parent)
+        instead = (f"give its run folder {folder.path}" if folder.has_run() else
+                   f"give a run name or a run folder (the folder holding {CONFIG})")
+        raise CheckpointError(f"{run} is a file; this command takes a run, not a checkpoint file: {instead}"
+                              + (", or leave out `run` for the shipped model" if shipped else ""))
     raise CheckpointError(f"no run {str(run)!r} (looked for {candidates[0].config} and {candidates[1].path}); "
                           f"list runs with `ls {runs_dir}`")
 

@@ -16,7 +16,7 @@ from torch import nn
 from swarmctl.config import check_memory, host_memory
 from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, either
 from swarmctl.files import staged_outputs
 from swarmctl.runs import Run, open_run, resolve_run, shipped_for, shipped_results_dir
 from swarmctl.studies.probe import DEFAULT_METHOD, METHODS, probe_outputs
@@ -30,7 +30,7 @@ def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int =
     """``task`` itself, or the task with ``clusters`` clusters whose size is closest to ``size``."""
     if task is not None:
         if not 0 <= task < len(tasks):
-            raise ConfigError(f"task must be in 0..{len(tasks) - 1}, got {task}")
+            raise ConfigError(f"`index` must be in 0..{len(tasks) - 1}, got {task}")
         return task
     candidates = np.flatnonzero(tasks.n_clusters == clusters)
     if len(candidates) == 0:
@@ -51,7 +51,7 @@ def _grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.nda
 def check_grid(grid: int) -> None:
     """Grid locations per axis: at least 2, at most MAX_GRID, and within the machine's memory."""
     if not 2 <= grid <= MAX_GRID:
-        raise ConfigError(f"grid must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
+        raise ConfigError(f"`grid` must be in 2..{MAX_GRID} (a figure cannot show more locations per axis), got {grid}")
     check_memory(grid * grid * 200.0, host_memory(), f"a {grid}x{grid} grid", "lower `grid`")
 
 
@@ -75,7 +75,7 @@ def compute_entropy_map(
     """
     check_grid(grid)
     if method not in METHODS:
-        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise ConfigError(f"`method` must be {either(METHODS)}, got {method!r}")
     start = time.perf_counter()
     model.eval()
     pts, lab = tasks.task(task_index)
@@ -146,12 +146,12 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
     appear when it ends without error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told
     which shipped model is used."""
     if method is not None and method not in METHODS:
-        raise ConfigError(f"`method` must be one of {', '.join(METHODS)}, got {method!r}")
+        raise ConfigError(f"`method` must be {either(METHODS)}, got {method!r}")
     with staged_outputs([data]) as outputs:
         if out is not None:
             outputs.folder(out)
         if replot:
-            run_dir = resolve_run(run, runs_dir) if run is not None else \
+            run_dir = resolve_run(run, runs_dir, shipped=True) if run is not None else \
                 shipped_results_dir(shipped_for(STUDY), runs_dir)
             out_dir = Path(out or run_dir / "entropy")
             outputs.input(out_dir / "entropy.npz")
@@ -160,7 +160,7 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
             check_grid(grid)
             if out is None and run is None:
                 outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
-            opened = open_run(resolve_run(run, runs_dir) if run is not None else None, runs_dir, device,
+            opened = open_run(resolve_run(run, runs_dir, shipped=True) if run is not None else None, runs_dir, device,
                               study=STUDY, data=data, progress=data_progress)
             if opened.shipped and announce is not None:
                 announce(f"using the shipped model {opened.checkpoint}")

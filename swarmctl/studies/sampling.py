@@ -14,7 +14,7 @@ from torch import nn
 
 from swarmctl.config import check_memory
 from swarmctl.devices import memory_limit
-from swarmctl.errors import CheckpointError, ConfigError, command_line
+from swarmctl.errors import CheckpointError, ConfigError, command_line, either
 from swarmctl.files import atomic_write, check_png, staged_outputs
 from swarmctl.models import list_models
 from swarmctl.rundir import RunDir
@@ -40,7 +40,7 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
                 n_classes: int = 10, incremental: bool = True, device: torch.device | str = "cpu") -> SampleGrid:
     """``per_class`` images for each class, drawn together in one batch."""
     if per_class < 1:
-        raise ConfigError(f"per_class must be >= 1, got {per_class}")
+        raise ConfigError(f"`per_class` must be >= 1, got {per_class}")
     check_memory(_sampling_bytes(model, n_classes * per_class, incremental), memory_limit(torch.device(device)),
                  f"sampling {n_classes * per_class:,} images", "lower `per_class`")
     y = torch.arange(n_classes, device=device).repeat_interleave(per_class)
@@ -128,7 +128,7 @@ def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto",
     ``announce`` is told which run was chosen when none was named."""
     check_png(out, "out")
     if dataset not in datasets():
-        raise ConfigError(f"unknown `dataset` {dataset!r}; choose one of {', '.join(datasets())}")
+        raise ConfigError(f"unknown `dataset` {dataset!r}; choose {either(datasets())}")
     with staged_outputs() as outputs:
         if out is not None:
             outputs.file(out)

@@ -32,7 +32,7 @@ STUDY = "shuffle-variance"
 def spread_task_indices(sizes: np.ndarray, n_tasks: int) -> np.ndarray:
     """``n_tasks`` task indices spread evenly over the range of set sizes (sorted by N, evenly spaced)."""
     if n_tasks < 1:
-        raise ConfigError(f"tasks must be >= 1, got {n_tasks}")
+        raise ConfigError(f"`tasks` must be >= 1, got {n_tasks}")
     order = np.argsort(sizes, kind="stable")
     n_tasks = min(n_tasks, len(order))
     picks = np.unique(np.round(np.linspace(0, len(order) - 1, n_tasks)).astype(int))
@@ -57,7 +57,7 @@ def measure_shuffle_variance(
     padding is needed since all orderings of a task have the same size. Runs in float32, eval mode.
     """
     if n_shuffles < 2:
-        raise ConfigError(f"shuffles must be >= 2, got {n_shuffles}")
+        raise ConfigError(f"`shuffles` must be >= 2, got {n_shuffles}")
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     index = spread_task_indices(tasks.sizes, n_tasks)

@@ -7,7 +7,7 @@ read the registry.
 
 from __future__ import annotations
 
-from swarmctl.errors import CheckpointError, ConfigError
+from swarmctl.errors import CheckpointError, ConfigError, either
 from swarmctl.models import get_spec, list_models
 from swarmctl.tasks.base import DataProgress, Prepared, Task
 from swarmctl.tasks.clustering import ClusteringTask
@@ -30,7 +30,7 @@ def data_task(kind: str) -> Task:
     try:
         return kinds[kind]
     except KeyError:
-        raise ConfigError(f"`kind` must be {' or '.join(kinds)}, got {kind!r}") from None
+        raise ConfigError(f"`kind` must be {either(kinds)}, got {kind!r}") from None
 
 
 def data_kinds() -> list[str]:

@@ -18,7 +18,7 @@ from torch import nn
 from swarmctl.config import DataConfig, TrainConfig, check_seed
 from swarmctl.data.dataset import random_sets
 from swarmctl.data.hdf5 import ensure_writable
-from swarmctl.errors import ConfigError
+from swarmctl.errors import ConfigError, either
 from swarmctl.files import check_output_file, remove_orphan_temps
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
@@ -124,7 +124,7 @@ def check_generator_params(task: Task, params: dict[str, Any]) -> None:
     """Refuse generator parameters ``task``'s data does not have (e.g. --k-min for a fixed-K kind)."""
     unknown = sorted(set(params) - set(task.generator))
     if unknown:
-        flags = ", ".join(f"`{k}`" for k in unknown)
+        flags = either((f"`{k}`" for k in unknown), "and")
         allowed = ", ".join(f"`{k}`" for k in task.generator) or "none"
         raise ConfigError(f"{flags} {'does' if len(unknown) == 1 else 'do'} not apply to `kind` {task.data_kind} "
                           f"(its generator options: {allowed}); drop {'it' if len(unknown) == 1 else 'them'}")

@@ -88,7 +88,7 @@ class ImageTask(Task):
         dataset = ckpt.model_config.dataset
         root = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
         if split not in ("test", "train"):
-            raise ConfigError(f"image splits are test and train, got {split!r}")
+            raise ConfigError(f"`split` must be test or train for image models, got {split!r}")
         try:
             images = load_images(dataset, root, train=split == "train")
         except DataError as exc:  # its fix names train's option; eval's is `data`

@@ -88,7 +88,7 @@ class MogTask(Task):
         check_generator_params(self, params)
         n_tasks = self.default_tasks if n_tasks is None else n_tasks
         if n_tasks < 1:
-            raise ConfigError(f"tasks must be >= 1, got {n_tasks}")
+            raise ConfigError(f"`tasks` must be >= 1, got {n_tasks}")
         params = ClusteringParams(n_tasks=max(n_tasks, 2), k_min=MogParams.n_clusters, k_max=MogParams.n_clusters,
                                   n_min=MogParams.n_min, n_max=MogParams.n_max)
         check_memory(params.memory_bytes(), host_memory(), f"{n_tasks:,} mog4 tasks", "lower `tasks`")

@@ -56,7 +56,7 @@ def test_image_errors_are_one_line(tmp_path, fake_mnist, cli):
     assert "do not apply to clustering models" in fails("train", "swarm", "--dataset", "mnist", "--runs-dir", runs,
                                                                     code=2)
     out = fails("train", "swarm-image", "--dataset", "svhn", "--data-dir", fake_mnist, "--runs-dir", runs, code=2)
-    assert "dataset must be one of" in out
+    assert "--dataset must be mnist, fashion-mnist or cifar10" in out
 
 
 def snapshot(root):

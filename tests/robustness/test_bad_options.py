@@ -9,6 +9,7 @@ devices, run names leaving the runs folder, and output paths under a file or ont
 import hashlib
 import math
 import random
+import re
 import shutil
 import string
 
@@ -152,6 +153,11 @@ def _fill(value, world):
                              folder=world / "a-folder")
 
 
+# What a message built for the library's own eyes looks like: a parameter in backticks the command did not
+# turn into its flag (`dim_hidden`), a Python tuple or list of choices (('mean', 'causal')).
+_UNREAD = re.compile(r"`[a-z][a-z0-9_]*`|[(\[]'[^']*',")
+
+
 @pytest.mark.parametrize(("command", "option", "kind"), CASES, ids=[f"{c}{o}-{k}" for c, o, k in CASES])
 def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, option, kind):
     rng = random.Random(f"{command} {option} {kind}")
@@ -171,6 +177,9 @@ def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, 
         assert r.exception is None or isinstance(r.exception, SystemExit), context
         assert 1 <= len(lines) <= 3, context
         assert _snapshot(world) == before, context  # no new file; every input byte-identical
+        assert not _UNREAD.search(r.output), context
+        if r.exit_code == 2:  # a value wrong in itself: the message names the option it came through
+            assert option in r.output, context
 
 
 @pytest.mark.parametrize("command", list(SWEEP))
@@ -221,3 +230,21 @@ def test_replot_of_an_empty_or_cut_saved_result_is_one_line(cli, world, command,
         assert r.exit_code == 1 and "Traceback" not in r.output, (cut, r.output)
         assert "study result" in r.output and len(r.output.strip().splitlines()) <= 3, (cut, r.output)
         assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(("args", "instead"), [
+    (["shuffle-variance", "{runs}/clu/best.pt"], "give its run folder {runs}/clu"),
+    (["shuffle-variance", "clu", "{file}"], "give a run name or a run folder"),
+    (["plot-entropy", "{runs}/clu/last.pt"], "give its run folder {runs}/clu, or leave out RUN for the shipped model"),
+    (["plot-entropy", "{file}", "--replot"], "give a run name or a run folder"),
+    (["train", "swarm", "--resume", "{runs}/clu/best.pt"], "give its run folder {runs}/clu"),
+], ids=["shuffle-variance", "shuffle-variance-any-file", "plot-entropy", "plot-entropy-replot", "train-resume"])
+def test_a_checkpoint_file_where_a_run_is_expected_says_so(cli, world, args, instead):
+    """`eval` and `cluster` take a checkpoint file; the commands that take a run say that a file is not one,
+    and what to give instead, rather than that there is no such run."""
+    before = _snapshot(world)
+    r = cli(*[_fill(a, world) for a in args], "--runs-dir", world / "runs", "--device", "cpu")
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    message = " ".join(r.output.split())
+    assert "takes a run, not a checkpoint file" in message and _fill(instead, world) in message, message
+    assert "no run" not in message and _snapshot(world) == before

@@ -20,7 +20,7 @@ def test_an_option_the_model_does_not_have_is_refused(cli, tmp_path, model, opti
     runs = tmp_path / "runs"
     r = cli("train", model, f"--{option}", VALUES[option], "--runs-dir", runs, "--max-epochs", 1, "--device", "cpu")
     assert r.exit_code == 2, r.output
-    assert f"has no {option}" in r.output and "Traceback" not in r.output, r.output
+    assert f"has no --{option}" in r.output and "Traceback" not in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
     assert list(tmp_path.iterdir()) == []
 

@@ -70,7 +70,7 @@ def test_choose_task(trained_runs):
     assert tasks.n_clusters[i] == k
     with pytest.raises(ConfigError, match="no task with 9 clusters"):
         choose_task(tasks, None, clusters=9)
-    with pytest.raises(ConfigError, match="task must be in"):
+    with pytest.raises(ConfigError, match="`index` must be in"):
         choose_task(tasks, 999)
 
 
