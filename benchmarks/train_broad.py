@@ -82,6 +82,11 @@ def main() -> None:
     ap.add_argument("--n-max", type=int, default=800)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--init", type=Path, default=None,
+                    help="continue from this 16-slot checkpoint (e.g. the shipped broad model) instead of widening the "
+                         "paper's model; the epochs then draw new tasks (RandomState(10_000 + --first-epoch + epoch))")
+    ap.add_argument("--first-epoch", type=int, default=0, help="offset of the epochs' task seeds (with --init: the "
+                    "number of epochs the checkpoint has seen, so no task repeats)")
     ap.add_argument("--export", type=Path, default=None, help="ship this checkpoint instead of training")
     ap.add_argument("--record", type=Path, default=None, help="with --export: a JSON object added to the record")
     args = ap.parse_args()
@@ -91,11 +96,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    paper, _ = load_model(shipped_for("cluster"))
     model_cfg = complete_config(ModelConfig(name="swarm", dim_hidden=192, n_iter=10, n_layers=1,
                                             dim_out=BROAD_MAX_CLUSTERS))
     model = create_model(model_cfg)
-    state = paper.state_dict()
+    if args.init is not None:
+        model.load_state_dict(load_model(args.init)[0].state_dict())
+    state = {} if args.init is not None else load_model(shipped_for("cluster"))[0].state_dict()
     new = model.state_dict()
     for key, value in state.items():
         if new[key].shape == value.shape:
@@ -106,12 +112,14 @@ def main() -> None:
             extra = new[key].shape[0] - rows
             src = value[torch.arange(extra) % rows]
             new[key][rows:] = src + 0.01 * torch.randn_like(src) if value.dim() == 2 else src - 1.0
-    model.load_state_dict(new)
+    if state:
+        model.load_state_dict(new)
 
     broad = BroadParams(n_max=args.n_max)
     slots = BROAD_MAX_CLUSTERS
 
     def draw(epoch: int, n_broad: int, n_paper: int) -> ClusteringTasks:
+        epoch += args.first_epoch
         b = generate_broad(dataclasses.replace(broad, n_tasks=n_broad), 10_000 + epoch)
         if n_paper == 0:
             return standardized(b)
@@ -153,7 +161,7 @@ def export(checkpoint: Path, extra: dict) -> None:
     record = {"dataset": "broad prior (swarmctl.data.clustering_generator.BroadParams, N up to 800) and the paper's "
                          "generator, drawn fresh every epoch",
               "trained_on": f"2-core {platform.machine()} CPU shared with other jobs, torch {torch.__version__}, "
-                            "2 threads, nice 19",
+                            "nice 19 (threads and any earlier checkpoint it continued from: see command)",
               "epochs": len(metrics), "command": config["run"].get("recipe", "benchmarks/train_broad.py"),
               "default_for": ["cluster"], **extra}
     export_weights(checkpoint, dest, data_path=None, record=record)

@@ -162,9 +162,11 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         merged = f" ({res.merged} duplicate pair(s) merged)" if res.merged else ""
         found = len(c.sizes)
         if res.searched:
-            say(f"refined by EM, K by BIC: the model's {res.model_clusters} clusters{merged} against fresh fits at "
-                f"{res.searched[0]}..{res.searched[-1]} clusters; best: {'the model' if res.from_model else 'a fresh fit'}"
-                f"'s {found} cluster{'' if found == 1 else 's'}")
+            sample = f" (on a sample of {res.model_points:,} points)" if res.model_points < len(res.points) else ""
+            best = "the model" if res.from_model else "a fresh fit"
+            say(f"refined by EM, K by BIC: the model's {res.model_clusters} clusters{sample}{merged} against fresh "
+                f"fits at {res.searched[0]}..{res.searched[-1]} clusters; best: {best}'s {found} "
+                f"cluster{'' if found == 1 else 's'}")
         else:
             say(f"refined by EM from the model's {res.model_clusters} clusters{merged}")
     chunks = ", in chunks" if c.chunked else ""

@@ -17,7 +17,7 @@ from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, 
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
-from swarmctl.studies.em import EMResult
+from swarmctl.studies.em import EMResult, sample_rows
 from swarmctl.studies.em import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
@@ -28,6 +28,7 @@ LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is belo
 UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
 SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
 WARM_UP_POINTS = 256
+MODEL_POINTS = 1000  # refining a larger set, the model sees a sample of this many (the sizes it was trained on)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class ClusterResult:
     merged: int = 0  # duplicate pairs the refinement merged from the model's start
     searched: tuple[int, ...] = ()  # the numbers of clusters of the refinement's fresh fits
     from_model: bool = True  # whether the refined clusters grew from the model's start (not a fresh fit)
+    model_points: int = 0  # the points the model saw (a sample when refining a large set)
     training: TrainingRange | None = None  # what the model was trained on
     warnings: tuple[str, ...] = ()  # one line each, for the user
     written: tuple[Path, ...] = ()  # the files written, once they are
@@ -118,10 +120,12 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         training = task.training_range(opened.model_cfg)
         result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
                                seconds, model_k, refine, fitted.merged if fitted else 0,
-                               fitted.searched if fitted else (), fitted.from_model if fitted else True, training,
+                               fitted.searched if fitted else (), fitted.from_model if fitted else True,
+                               _model_points(len(pts.values), refine), training,
                                cluster_warnings(pts.values, clusters, training,
                                                 as_given_scale=None if standardize else float(task.point_std()),
-                                                refined=refine, model_clusters=model_k))
+                                                refined=refine, model_clusters=model_k,
+                                                model_points=_model_points(len(pts.values), refine)))
         write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
         written = [out]
         if plot is not None:
@@ -137,26 +141,35 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
                    progress: Callable[[float], None] | None = None) -> tuple[PointClusters, int, EMResult | None]:
     """One set of points ``values`` (N, D) clustered by ``model`` (of the clustering ``task``) and, with
     ``refine``, by EM from its probabilities: (the clusters, the number the model found, the EM fit or
-    None)."""
-    clusters = task.cluster_points(model, values, device, standardize, chunk_size, progress,
-                                   per_coordinate=per_coordinate, keep_probabilities=refine)
+    None). To refine a set of more than :data:`MODEL_POINTS` points the model sees a seeded sample of that
+    many (the sizes it was trained on; EM then fits all points), to cluster it alone all of them."""
+    rows = sample_rows(values, MODEL_POINTS) if _model_points(len(values), refine) < len(values) else None
+    clusters = task.cluster_points(model, values if rows is None else values[rows], device, standardize, chunk_size,
+                                   progress, per_coordinate=per_coordinate, keep_probabilities=refine)
     model_k, fitted = len(clusters.sizes), None
     if refine:
-        fitted = em_refine(values, clusters.probabilities)
+        fitted = em_refine(values, clusters.probabilities, rows=rows)
         clusters = summarize_probabilities(fitted.resp, clusters)
     return clusters, model_k, fitted
 
 
+def _model_points(n: int, refine: bool) -> int:
+    """How many of ``n`` points the model sees."""
+    return min(n, MODEL_POINTS) if refine else n
+
+
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
                      as_given_scale: float | None = None, refined: bool = False,
-                     model_clusters: int | None = None) -> tuple[str, ...]:
+                     model_clusters: int | None = None, model_points: int | None = None) -> tuple[str, ...]:
     """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
     reached, many unsure points, a set or clusters outside what the model was trained on
     (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
     from the training scale. Pairs of clusters that look like one Gaussian are named only for a result
     not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many clusters
-    the model found before a refinement merged some (the cap is the model's)."""
+    the model found before a refinement merged some (the cap is the model's); ``model_points``: how many of
+    the points the model saw (all when None)."""
     n, K = len(values), len(clusters.sizes)
+    seen = n if model_points is None else model_points
     out = []
     found = max(K, model_clusters or 0)
     if clusters.slots and found >= clusters.slots:
@@ -166,9 +179,9 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     if unsure > UNSURE_SHARE:
         out.append(f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
                    "the clusters overlap, or the model splits what may be one cluster")
-    if not training.n_min <= n <= training.n_max:
-        out.append(f"the set has {n:,} points, outside the {training.n_min:,}..{training.n_max:,} points per set the "
-                   "model was trained on")
+    if not training.n_min <= seen <= training.n_max:
+        out.append(f"the set has {seen:,} points, outside the {training.n_min:,}..{training.n_max:,} points per set "
+                   "the model was trained on")
     if not training.k_min <= K <= training.k_max:
         out.append(f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
                    "per set the model was trained on")

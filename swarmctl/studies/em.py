@@ -21,7 +21,6 @@ from swarmctl.tasks.point_clusters import standardization
 MAX_ITER = 300
 TOL = 1e-4  # stop when the mean log-likelihood per point gains less than this
 SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fitted to TOL
-MIN_POINTS = 1.0  # a component whose responsibilities sum to less than this many points is empty
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
@@ -50,8 +49,8 @@ class Mixture:
 class EMResult:
     """The fitted ``mixture``; per point (N, K) ``resp`` (posterior probabilities); the mean
     ``log_likelihood`` per point after each iteration of the last fit (``history``: never decreasing, but for
-    rounding and a component dropped as empty);
-    ``merged``: the number of duplicate pairs merged from the model's start (whether or not it won) and ``dropped``: empty components
+    rounding and a component dropped as empty); ``merged``: the number of duplicate pairs merged from the
+    model's start (whether or not it won) and ``dropped``: empty components
     removed; ``searched``: the numbers of clusters of the fresh fits tried (empty when there was no search)
     and ``from_model``: whether the winner grew from the model's start (not a fresh one)."""
 
@@ -116,9 +115,16 @@ def m_step(x: np.ndarray, resp: np.ndarray, reg: float) -> Mixture:
     return Mixture(nk / nk.sum(), means, covs)
 
 
-def _drop_empty(resp: np.ndarray, min_points: float) -> tuple[np.ndarray, int]:
-    keep = resp.sum(axis=0) >= min_points
-    if not keep.any():  # nothing holds a point's worth: one component for all
+def min_points(d: int) -> float:
+    """The fewest points' worth of responsibility a component in ``d`` dimensions keeps: d + 1, the fewest
+    points whose covariance is not singular (below that EM can buy likelihood without limit by shrinking a
+    component onto a few points, and BIC does not stop it on small sets)."""
+    return d + 1.0
+
+
+def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
+    keep = resp.sum(axis=0) >= least
+    if not keep.any():  # no component holds enough: one component for all
         keep = resp.sum(axis=0) == resp.sum(axis=0).max()
         keep[np.argmax(keep) + 1:] = False
     resp = resp[:, keep]
@@ -138,7 +144,7 @@ def _fit(x: np.ndarray, resp: np.ndarray, reg: float, max_iter: int, tol: float
         history.append(ll)
         if len(history) > 1 and history[-1] - history[-2] < tol:
             break
-        resp, gone = _drop_empty(resp, MIN_POINTS)
+        resp, gone = _drop_empty(resp, min_points(x.shape[1]))
         dropped += gone
         mix = m_step(x, resp, reg)
     return mix, resp, history, dropped
@@ -226,15 +232,27 @@ def _largest_k(n: int, d: int) -> int:
     return max(1, n // (d + d * (d + 1) // 2 + 2))
 
 
+def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
+    """Row indices of a seeded sample of ``m`` of the points ``x`` (N, D) (all rows when N <= m), drawn from the
+    points sorted by their coordinates: the same points whatever the order of the rows."""
+    n = len(x)
+    order = np.lexsort(np.asarray(x).T[::-1])
+    if n <= m:
+        return order
+    return order[np.sort(np.random.RandomState(SEED).choice(n, m, replace=False))]
+
+
 def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 2, search: bool = True) -> EMResult:
+           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
     component), to convergence. Then, with ``merge``, while merging a pair of components and refitting
     lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
     tried); with ``search`` (which needs ``merge``), fresh EM fits from k-means++ starts at K-1 .. K+4
     components around that result's K, and the lowest BIC of them all wins. Components holding less than
-    one point's worth are dropped along the way. On more than :data:`SEARCH_POINTS` points the merges and
-    the search run on a seeded sample of that many, and the winner is fitted to all points.
+    D + 1 points' worth (:func:`min_points`) are dropped along the way. On more than :data:`SEARCH_POINTS`
+    points the merges and the search run on a seeded sample of that many, and the winner is fitted to all
+    points. ``rows``: the points that ``resp`` belongs to (its rows are those of ``x[rows]``: EM starts on
+    them, and the winner is fitted to all points); None: all points, in order.
 
     EM runs on the points centred and scaled to unit spread (one factor: the result is the same in any
     units, and values near 1e300 or 1e-300 neither overflow nor underflow); the mixture is returned in
@@ -246,10 +264,19 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     order = np.lexsort(x.T[::-1]) if n else np.arange(0)  # every random choice on the sorted points
     x = unit.apply(x)[order]
     reg = REG
-    resp, dropped = _drop_empty(np.asarray(resp, dtype=np.float64)[order], MIN_POINTS)
+    back = np.empty_like(order)
+    back[order] = np.arange(n)
+    given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
+    by_place = np.argsort(given, kind="stable")
+    given = given[by_place]
+    resp, dropped = _drop_empty(np.asarray(resp, dtype=np.float64)[by_place], min_points(D))
     rs = np.random.RandomState(SEED)
-    sample = np.sort(rs.choice(n, SEARCH_POINTS, replace=False)) if merge and n > SEARCH_POINTS else None
-    xs, rs_resp = (x, resp) if sample is None else (x[sample], _drop_empty(resp[sample], MIN_POINTS)[0])
+    if merge and len(given) > SEARCH_POINTS:
+        pick = np.sort(rs.choice(len(given), SEARCH_POINTS, replace=False))
+        given, resp = given[pick], _drop_empty(resp[pick], min_points(D))[0]
+    xs = x[given]
+    sampled = len(given) < n
+    rs_resp = resp
     coarse = max(tol, SEARCH_TOL) if merge else tol
     mix, r, history, gone = _fit(xs, rs_resp, reg, max_iter, coarse)
     dropped += gone
@@ -263,17 +290,15 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, _largest_k(len(xs), D)) + 1))
         for k in searched:
             for _ in range(RESTARTS):
-                m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), MIN_POINTS)[0], reg, max_iter,
+                m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter,
                                       coarse)
                 if _bic(h2[-1], m2, len(xs)) < best:
                     best, mix, r, history, from_model = _bic(h2[-1], m2, len(xs)), m2, r2, h2, False
-    if merge:  # the winner, fitted to all points to the full tolerance
+    if merge or sampled:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
     s = 1.0 / unit.scale[0]
     with np.errstate(over="ignore"):
         mix = Mixture(mix.weights, mix.means * s + unit.shift, mix.covs * s * s)
-    back = np.empty_like(order)
-    back[order] = np.arange(n)
     return EMResult(mix, r[back], history[-1], tuple(history), merged, dropped, searched,
                     from_model)

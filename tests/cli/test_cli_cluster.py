@@ -262,7 +262,7 @@ def test_skip_bad_rows_leaves_them_out_and_says_how_many(cli, trained_runs, valu
 def test_refine_is_on_by_default_and_can_be_turned_off(cli, trained_runs, values, tmp_path):
     points = _csv(tmp_path / "pts.csv", values)
     r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "a.csv")
-    assert r.exit_code == 0 and "refined by EM from the model's" in r.output, r.output
+    assert r.exit_code == 0 and "refined by EM, K by BIC: the model's" in " ".join(r.output.split()), r.output
     r = cli("cluster", points, *_run_args(trained_runs), "--no-refine", "--out", tmp_path / "b.csv")
     assert r.exit_code == 0 and "refined by EM" not in r.output, r.output
 
@@ -356,3 +356,29 @@ def test_an_option_wrong_in_itself_exits_2_and_one_the_files_refuse_exits_1(cli,
     assert r.exit_code == code and message in " ".join(r.output.split()), r.output
     assert len(r.output.strip().splitlines()) <= 3 and "Traceback" not in r.output, r.output
     assert _snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("refine", [True, False])
+def test_refining_a_large_set_the_model_sees_a_sample_and_every_point_is_clustered(cli, trained_runs, values, tmp_path,
+                                                                                  monkeypatch, refine):
+    from swarmctl.studies import clusters
+    from swarmctl.tasks.clustering import ClusteringTask
+
+    monkeypatch.setattr(clusters, "MODEL_POINTS", 120)  # the 300 points are a large set
+    seen = []
+    real = ClusteringTask.cluster_points
+
+    def spy(self, model, values, *args, **kwargs):
+        seen.append(len(values))
+        return real(self, model, values, *args, **kwargs)
+
+    monkeypatch.setattr(ClusteringTask, "cluster_points", spy)
+    out = tmp_path / "a.csv"
+    r = cli("cluster", _csv(tmp_path / "pts.csv", values), *_run_args(trained_runs), "--out", out,
+            "--refine" if refine else "--no-refine")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert seen[-1] == (120 if refine else 300)
+    assert ("on a sample of 120 points" in text) == refine
+    header, rows = _read(out)
+    assert len(rows) == 300 and np.isfinite(rows).all()
