@@ -185,6 +185,11 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     if not training.k_min <= K <= training.k_max:
         out.append(f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
                    "per set the model was trained on")
+    tiny = _too_small(values.shape[1])
+    small = int(np.count_nonzero(clusters.sizes <= tiny)) if K > 1 else 0
+    if small:
+        out.append(f"{small} of the {K} clusters hold {tiny} or fewer points each, too few to tell a cluster from a "
+                   "few stray points" + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
     pairs = 0 if refined else mergeable_pairs(values, clusters)
     if pairs:
         out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
@@ -209,6 +214,12 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     return tuple(out)
 
 
+def _too_small(d: int) -> int:
+    """The most points a cluster in ``d`` dimensions can hold and still be too small to judge: one more
+    than a full-covariance Gaussian has parameters."""
+    return d + d * (d + 1) // 2 + 1
+
+
 def mergeable_pairs(values: np.ndarray, clusters: PointClusters) -> int:
     """The pairs of clusters (each of more points than parameters) whose points one Gaussian explains
     better than two, by BIC on the hard assignment: the sign of a split the model made inside one cluster."""
@@ -216,7 +227,7 @@ def mergeable_pairs(values: np.ndarray, clusters: PointClusters) -> int:
     N, D = x.shape
     per_gaussian = D + D * (D + 1) // 2
     groups = [x[clusters.cluster == k] for k in range(len(clusters.sizes))]
-    groups = [g for g in groups if len(g) > per_gaussian + 1]
+    groups = [g for g in groups if len(g) > _too_small(D)]
     count = 0
     for i in range(len(groups)):
         for j in range(i + 1, len(groups)):

@@ -43,6 +43,7 @@ def test_a_clean_result_inside_the_training_range_has_no_warning():
     ("tight", "tighter"),
     ("raw units", "used as given"),
     ("split", "one Gaussian than by two"),
+    ("stray points", "stray points"),
 ])
 def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
     x, labels = _blobs(4, 100, 0.6)
@@ -76,6 +77,10 @@ def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
         clusters = _clusters(labels)
     elif case == "split":  # the first blob cut in two by a line through its centre
         labels = np.where((labels == 0) & (x[:, 1] > 0), 4, labels)
+        clusters = _clusters(labels)
+    elif case == "stray points":  # two clusters of 3 and 6 points split off a 100-point blob
+        labels = labels.copy()
+        labels[:3], labels[3:9] = 4, 5
         clusters = _clusters(labels)
     else:
         x = x * 1000
