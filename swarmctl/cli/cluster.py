@@ -87,8 +87,9 @@ def cluster_cmd(
                                                 "keeps the shapes.")] = False,
     refine: Annotated[bool, option("--refine/--no-refine",
                                    help="Refine the model's clusters by EM (full-covariance Gaussians) started from "
-                                        "its probabilities, merging clusters that one Gaussian explains better "
-                                        "(by BIC); the model's number of clusters is the most.")] = True,
+                                        "its probabilities, the number of clusters settled by BIC against fresh "
+                                        "fits at K-1..K+4 around the model's; on more than 1,000 points the model "
+                                        "sees a sample of 1,000 and EM fits all.")] = True,
     skip_bad_rows: Annotated[bool, option("--skip-bad-rows",
                                           help="Leave out rows with an empty, non-numeric, NaN or missing value in "
                                                "the columns clustered (the count is printed) instead of refusing "
@@ -101,8 +102,8 @@ def cluster_cmd(
     """Cluster your own points with a trained model in one forward pass, refined by EM.
 
     Writes a CSV with every column of your file, each point's cluster (0 = the largest), the probability
-    of that cluster and the entropy of its class distribution (nats), and prints the clusters found. A
-    SWARM model runs a large set in chunks of points: a million points take about 2.4 GB.
+    of that cluster and the entropy of its class distribution (nats), and prints the clusters found. With
+    --no-refine a SWARM model runs a large set in chunks of points: a million points take about 2.4 GB.
 
     Two models ship. The paper's (the default of eval and plot-entropy) was trained on sets of 100..1,000
     points with 3..10 round-ish Gaussian clusters of equal weight (means N(0, I), inverse-Wishart
@@ -110,9 +111,9 @@ def cluster_cmd(
     here was fine-tuned from it, on a 2-core CPU, on a broad prior (1..16 clusters of unequal weight, 50..800
     points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
     clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
-    default) merges what they split. A warning on stderr says when a result should not be trusted as it
-    is: the cluster cap reached, many unsure points, clusters that look like one, a set unlike the
-    training sets.
+    default) starts EM from the model's answer and settles the number of clusters by BIC near it. A
+    warning on stderr says when a result should not be trusted as it is: the cluster cap reached, many
+    unsure points, clusters that look like one or hold a few stray points, a set unlike the training sets.
     """
     from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
 
