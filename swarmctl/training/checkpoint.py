@@ -62,8 +62,9 @@ class TrainState:
                 raise ValueError(f"whose {key} is {value!r}, not an integer >= {low}")
         for key in _STATE_FLOATS:
             value = data.get(key, 0.0 if key in _STATE_OPTIONAL else None)
-            if not _is_number(value) or math.isnan(value) or value < 0 or (key != "best_val" and math.isinf(value)) \
-                    or (key == "lr" and value == 0):
+            # best_val is a validation loss: a negative log-likelihood can be below 0, +inf before the first one
+            if not _is_number(value) or math.isnan(value) or (value == -math.inf if key == "best_val" else value < 0) \
+                    or (key != "best_val" and math.isinf(value)) or (key == "lr" and value == 0):
                 raise ValueError(f"whose {key} is {value!r}")
         loss_sum = data.get("epoch_loss_sum", 0.0)
         if not _is_number(loss_sum) or not math.isfinite(loss_sum):

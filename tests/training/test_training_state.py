@@ -32,12 +32,18 @@ def test_a_state_round_trips_and_the_history_is_its_own():
     assert stored["history"] == state.history
 
 
+def test_a_negative_best_validation_loss_is_a_valid_state():
+    """A validation loss that is a negative log-likelihood (a mixture's density above 1) can be below 0."""
+    state = TrainState(lr=0.01, epoch=3, best_val=-1.47, best_epoch=2, history=[math.inf, -1.2, -1.47])
+    assert TrainState.from_dict(state.to_dict()) == state
+
+
 def _good():
     return TrainState(lr=0.01, epoch=2, best_val=0.5, best_epoch=1, history=[math.inf, 0.6, 0.5]).to_dict()
 
 
 BAD = [("lr", 0), ("lr", math.inf), ("epoch", -1), ("epoch", 1.5), ("epoch", True), ("cursor", None),
-       ("best_epoch", -2), ("best_val", math.nan), ("net_seconds", -1.0), ("history", [0.5, "x"]),
+       ("best_epoch", -2), ("best_val", math.nan), ("best_val", -math.inf), ("net_seconds", -1.0), ("history", [0.5, "x"]),
        ("history", None), ("eval_seconds", math.nan), ("backtracks", -1), ("epoch_loss_count", 2.5),
        ("epoch_loss_sum", math.inf), ("finished", "yes"), ("lr_decayed", 1), ("stop_reason", 3)]
 
