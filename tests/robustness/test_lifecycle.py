@@ -140,7 +140,7 @@ def test_a_best_pt_of_another_run_is_refused_by_resume_and_eval(cli, trained, ti
 def test_run_names_stay_inside_the_runs_folder(cli, tiny_h5, tmp_path, name):
     runs = tmp_path / "deep" / "runs"
     r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", name, "--max-epochs", 1)
-    assert "run name" in _one_line_error(r, code=2)
+    assert "--name" in _one_line_error(r, code=2)  # the flag the user typed names the problem
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.h5"]
 
 
