@@ -215,6 +215,18 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
             _remove_folders(stage.created)
 
 
+@contextlib.contextmanager
+def immediate_writes() -> Iterator[None]:
+    """Inside :func:`staged_writes`, writes in this block publish at once, as outside any stage: for a file
+    the command goes on to read, such as a dataset generated on first use, which is an input of the
+    command, not one of the outputs it publishes at the end."""
+    token = _staging.set(None)
+    try:
+        yield
+    finally:
+        _staging.reset(token)
+
+
 class Outputs:
     """The outputs of one :func:`staged_outputs` block: each is checked when named, before any work."""
 

@@ -27,6 +27,7 @@ from swarmctl.data.clustering_generator import (
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
+from swarmctl.files import immediate_writes
 from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, check_as_given, standardization, summarize_logits
@@ -88,7 +89,8 @@ class ClusteringTask(Task):
         message = f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first"
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
             try:
-                generate_dataset(path, params, seed=0, progress=update)
+                with immediate_writes():  # read next by this command, whose own outputs may be staged
+                    generate_dataset(path, params, seed=0, progress=update)
             except OutputExists:  # another command (a parallel sweep shard) made it meanwhile: read theirs
                 pass
 

@@ -86,3 +86,19 @@ def test_with_cuda_graphs_the_training_batches_come_in_a_few_shapes_and_lose_not
     for a, b in zip(plain.train, graphed.train, strict=True):
         assert torch.equal(a.index, b.index) and torch.equal(a.mask.sum(1), b.mask.sum(1))
         torch.testing.assert_close(graphed.loss_fn(model, b), plain.loss_fn(model, a), rtol=1e-5, atol=1e-6)
+
+
+def test_the_default_dataset_generated_inside_a_commands_staged_outputs_is_readable_at_once(tmp_path, monkeypatch):
+    """`eval` stages its own outputs to publish them together at the end; the paper's dataset it generates on
+    first use is read by the same command, so it is written at once (it was staged, and `eval` then found
+    no dataset file)."""
+    from swarmctl.config import DataConfig
+    from swarmctl.files import staged_writes
+    from swarmctl.tasks import get_task
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(clustering, "ClusteringParams", lambda: ClusteringParams(n_tasks=20))
+    task = get_task("clustering")
+    with staged_writes():
+        task.ensure_data(DataConfig(path=task.default_data))
+        assert (tmp_path / task.default_data).is_file()

@@ -43,7 +43,8 @@ def _good():
 
 
 BAD = [("lr", 0), ("lr", math.inf), ("epoch", -1), ("epoch", 1.5), ("epoch", True), ("cursor", None),
-       ("best_epoch", -2), ("best_val", math.nan), ("best_val", -math.inf), ("net_seconds", -1.0), ("history", [0.5, "x"]),
+       ("best_epoch", -2), ("best_val", math.nan), ("best_val", -math.inf), ("net_seconds", -1.0),
+       ("history", [0.5, "x"]),
        ("history", None), ("eval_seconds", math.nan), ("backtracks", -1), ("epoch_loss_count", 2.5),
        ("epoch_loss_sum", math.inf), ("finished", "yes"), ("lr_decayed", 1), ("stop_reason", 3)]
 
