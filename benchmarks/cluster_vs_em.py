@@ -168,6 +168,8 @@ def main() -> None:
     ap.add_argument("--large", type=int, default=3, help="broad-prior tasks at N = 10,000")
     ap.add_argument("--real", action=argparse.BooleanOptionalAction, default=True, help="the real data sets")
     ap.add_argument("--broad-model", type=Path, default=None, help="checkpoint of the broad-prior model")
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=CHECKPOINT",
+                    help="one more model to score beside them, alone and refined (e.g. a candidate to ship)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each real set, timed by their median")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()
@@ -178,6 +180,9 @@ def main() -> None:
         args.broad_model = default_model()  # the shipped broad-prior model, when there is one
     if args.broad_model is not None:
         models["broad"] = load_model(args.broad_model, CPU)
+    for spec in args.model:
+        name, _, path = spec.partition("=")
+        models[name] = load_model(Path(path), CPU)
     models = {name: (m, ck.model_config) for name, (m, ck) in models.items()}
     methods = [f"{name}{suffix}" for name in models for suffix in ("", "+em")] + ["em-true-k", "em-bic"]
     data = Path(TASK.default_data)
