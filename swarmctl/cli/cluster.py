@@ -160,19 +160,27 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         table.add_row(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
     console.print(table)
     if res.refined:
-        merged = f" ({res.merged} duplicate pair(s) merged)" if res.merged else ""
-        found = len(c.sizes)
-        if res.searched:
-            sample = f" (on a sample of {res.model_points:,} points)" if res.model_points < len(res.points) else ""
-            best = "the model" if res.from_model else "a fresh fit"
-            say(f"refined by EM, K by BIC: the model's {res.model_clusters} clusters{sample}{merged} against fresh "
-                f"fits at {res.searched[0]}..{res.searched[-1]} clusters; best: {best}'s {found} "
-                f"cluster{'' if found == 1 else 's'}")
-        else:
-            say(f"refined by EM from the model's {res.model_clusters} clusters{merged}")
+        say(_refinement_line(res, len(c.sizes)))
     chunks = ", in chunks" if c.chunked else ""
     say(f"clustered in {_seconds(res.seconds)}{chunks} (the clustering pass: reading, warm-up and writing excluded) "
         f"-> {', '.join(map(str, res.written))}")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _refinement_line(res: ClusterResult, found: int) -> str:
+    """What the refinement started from, what it tried and which fit won."""
+    model = f"the model's {_plural(res.model_clusters, 'cluster')}"
+    if res.model_points < len(res.points):
+        model += f" on a sample of {res.model_points:,} points"
+    merged = f", {res.merged} duplicate pair(s) merged," if res.merged else ""
+    if not res.searched:
+        return f"refined by EM from {model}{merged.rstrip(',')}"
+    best = "the model's start" if res.from_model else "a fresh fit"
+    return (f"refined by EM, K by BIC: {model}{merged} against fresh fits at {res.searched[0]}..{res.searched[-1]} "
+            f"clusters; best: {best}, {_plural(found, 'cluster')}")
 
 
 def _seconds(s: float) -> str:
