@@ -35,7 +35,7 @@ def test_gen_data_writes_and_refuses_to_overwrite(tmp_path, cli):
 
 
 def test_gen_data_bad_parameters(tmp_path, cli):
-    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "--k-max", code=2)  # the flag the user typed
+    assert_user_error(cli("gen-data", "--k-max", 12, "--out", tmp_path / "x.h5"), "--k-max", code=2)
     assert not (tmp_path / "x.h5").exists()
     assert cli("gen-data", "--tasks", "many").exit_code == 2
 
