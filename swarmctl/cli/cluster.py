@@ -145,7 +145,8 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     c = res.clusters
     say(f"model: {'the shipped ' if res.shipped else ''}{res.model}, {c.slots} cluster slots, from {res.checkpoint}")
     if res.points.skipped:
-        say(f"skipped {res.points.skipped:,} row(s) with an empty, non-numeric or missing value (--skip-bad-rows)")
+        say(f"skipped {_plural(res.points.skipped, 'row')} with an empty, non-numeric or missing value "
+            "(--skip-bad-rows)")
     if c.transform is None:
         say("points used as given (--no-standardize)")
     else:
@@ -167,7 +168,7 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
 
 
 def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _refinement_line(res: ClusterResult, found: int) -> str:
@@ -175,12 +176,16 @@ def _refinement_line(res: ClusterResult, found: int) -> str:
     model = f"the model's {_plural(res.model_clusters, 'cluster')}"
     if res.model_points < len(res.points):
         model += f" on a sample of {res.model_points:,} points"
-    merged = f", {res.merged} duplicate pair(s) merged," if res.merged else ""
+    changes = [f"{_plural(res.merged, 'duplicate pair')} merged"] if res.merged else []
+    if res.dropped:
+        changes.append(f"{_plural(res.dropped, 'component')} under {res.points.values.shape[1] + 1} points dropped")
+    model += "".join(f", {c}" for c in changes) + ("," if changes and res.searched else "")
     if not res.searched:
-        return f"refined by EM from {model}{merged.rstrip(',')}"
+        return f"refined by EM from {model}"
+    lo, hi = res.searched[0], res.searched[-1]
+    fresh = f"a fresh fit at {_plural(lo, 'cluster')}" if lo == hi else f"fresh fits at {lo}..{hi} clusters"
     best = "the model's start" if res.from_model else "a fresh fit"
-    return (f"refined by EM, K by BIC: {model}{merged} against fresh fits at {res.searched[0]}..{res.searched[-1]} "
-            f"clusters; best: {best}, {_plural(found, 'cluster')}")
+    return f"refined by EM, K by BIC: {model} against {fresh}; best: {best}, {_plural(found, 'cluster')}"
 
 
 def _seconds(s: float) -> str:

@@ -362,6 +362,8 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
             values = cells[:, use].astype(np.float64)
         except ValueError:
             pass
+        if values is not None and not all(map(_plain_text, cells[:, use].ravel().tolist())):
+            values = None  # Python's float also reads 1_000 and digits of other scripts: named below
     if values is None:  # name the first place, in the file's order, that is not right
         for r in records:
             if len(r.fields) != width:
@@ -370,13 +372,17 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
                                 f"{run_on}; every row needs the same number of columns (or skip the others with "
                                 "`skip_bad_rows`)")
             for col in use:
+                if _is_number(r.fields[col]) and not _is_finite_number(r.fields[col]):
+                    raise DataError(f"{where}, line {r.line}, column {col + 1}: {r.fields[col].strip()} is not a "
+                                    "finite number; remove or fill the rows with NaN or inf, or skip them with "
+                                    "`skip_bad_rows`")
                 if not _is_number(r.fields[col]):
-                    shown = r.fields[col][:30] or "an empty value"
+                    shown = repr(r.fields[col][:30]) if r.fields[col] else "an empty value"
                     rule = "; a first line is a header only when none of its fields is a finite number" \
                         if r is first else ""
                     if "#" in shown:
                         rule += "; a # starts a comment only at the start of a line or after a blank"
-                    raise DataError(f"{where}, line {r.line}, column {col + 1}: {shown!r} is not a number; fix the "
+                    raise DataError(f"{where}, line {r.line}, column {col + 1}: {shown} is not a number; fix the "
                                     "value, pick numeric columns with `columns`, or skip such rows with "
                                     f"`skip_bad_rows`{rule}")
         raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
@@ -528,7 +534,14 @@ def _by_name(name: str, names: tuple[str, ...], where: str) -> int:
                     "0-based indices)")
 
 
+def _plain_text(text: str) -> bool:
+    """Whether a cell is written as a number is in a CSV file: ASCII, without Python's digit separator."""
+    return text.isascii() and "_" not in text
+
+
 def _is_number(text: str) -> bool:
+    if not _plain_text(text):
+        return False
     try:
         float(text)
     except ValueError:
@@ -537,6 +550,8 @@ def _is_number(text: str) -> bool:
 
 
 def _is_finite_number(text: str) -> bool:
+    if not _plain_text(text):
+        return False
     try:
         return math.isfinite(float(text))
     except ValueError:

@@ -46,6 +46,7 @@ class ClusterResult:
     merged: int = 0  # duplicate pairs the refinement merged from the model's start
     searched: tuple[int, ...] = ()  # the numbers of clusters of the refinement's fresh fits
     from_model: bool = True  # whether the refined clusters grew from the model's start (not a fresh fit)
+    dropped: int = 0  # components the refinement dropped as too small
     model_points: int = 0  # the points the model saw (a sample when refining a large set)
     training: TrainingRange | None = None  # what the model was trained on
     warnings: tuple[str, ...] = ()  # one line each, for the user
@@ -121,7 +122,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
                                seconds, model_k, refine, fitted.merged if fitted else 0,
                                fitted.searched if fitted else (), fitted.from_model if fitted else True,
-                               _model_points(len(pts.values), refine), training,
+                               fitted.dropped if fitted else 0, _model_points(len(pts.values), refine), training,
                                cluster_warnings(pts.values, clusters, training,
                                                 as_given_scale=None if standardize else float(task.point_std()),
                                                 refined=refine, model_clusters=model_k,
@@ -186,15 +187,16 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
         out.append(f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
                    "per set the model was trained on")
     tiny = _too_small(values.shape[1])
-    small = int(np.count_nonzero(clusters.sizes <= tiny)) if K > 1 else 0
+    small = sum(len(np.unique(values[clusters.cluster == k], axis=0)) <= tiny for k in range(K)) if K > 1 else 0
     if small:
-        out.append(f"{small} of the {K} clusters hold {tiny} or fewer points each, too few to tell a cluster from a "
-                   "few stray points" + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
+        out.append(f"{small} of the {K} clusters hold{'s' if small == 1 else ''} {tiny} or fewer distinct points, too "
+                   "few to tell a cluster from a few stray or repeated points (rounded values?)"
+                   + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
     pairs = 0 if refined else mergeable_pairs(values, clusters)
     if pairs:
         out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
                    "model may have split clusters; refine them (`refine` merges such pairs)")
-    spread = _median_spread(values, clusters)
+    spread = _median_spread(values, clusters) if K > 1 else None  # one cluster's spread is the whole set's
     if spread is not None and not training.spread_lo <= spread <= training.spread_hi:
         kind = "broader" if spread > training.spread_hi else "tighter"
         out.append(f"the clusters are {kind} relative to the whole set (typical spread {spread:.2f}) than any the "

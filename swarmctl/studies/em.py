@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from swarmctl.tasks.point_clusters import standardization
+from swarmctl.tasks.point_clusters import AffineMap, standardization
 
 MAX_ITER = 300
 TOL = 1e-4  # stop when the mean log-likelihood per point gains less than this
@@ -232,6 +232,21 @@ def _largest_k(n: int, d: int) -> int:
     return max(1, n // (d + d * (d + 1) // 2 + 2))
 
 
+def _unit_map(x: np.ndarray) -> tuple[AffineMap, np.ndarray, float]:
+    """(unit, centre, robust): ``(unit.apply(x) - centre) * robust`` is centred on the points' median and of
+    unit robust spread, the median absolute deviation from it over all coordinates times 1.4826 (a normal's
+    standard deviation), where that is positive (else the root mean square of the coordinates' standard
+    deviations). ``unit`` (:func:`standardization`, exact powers of two) first maps the points to unit
+    spread without overflow or underflow at any magnitude."""
+    unit = standardization(x, 1.0)
+    if not len(x):
+        return unit, np.zeros(x.shape[1]), 1.0
+    z = unit.apply(x)
+    centre = np.median(z, axis=0)
+    mad = float(np.median(np.abs(z - centre))) * 1.4826
+    return unit, centre, 1.0 / mad if mad > 1e-300 else 1.0
+
+
 def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
     """Row indices of a seeded sample of ``m`` of the points ``x`` (N, D) (all rows when N <= m), drawn from the
     points sorted by their coordinates: the same points whatever the order of the rows."""
@@ -254,15 +269,17 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     points. ``rows``: the points that ``resp`` belongs to (its rows are those of ``x[rows]``: EM starts on
     them, and the winner is fitted to all points); None: all points, in order.
 
-    EM runs on the points centred and scaled to unit spread (one factor: the result is the same in any
-    units, and values near 1e300 or 1e-300 neither overflow nor underflow); the mixture is returned in
-    the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the set of rows,
-    not on their order."""
+    EM runs on the points centred on their median and scaled to a unit robust spread (:func:`_unit_map`:
+    one factor, so the result is the same in any units; values near 1e300 or 1e-300 neither overflow nor
+    underflow, and a far outlier does not squeeze the other points under the covariance floor); the mixture
+    is returned in the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the
+    set of rows, not on their order."""
     x = np.asarray(x, dtype=np.float64)
     n, D = x.shape
-    unit = standardization(x, 1.0)
-    order = np.lexsort(x.T[::-1]) if n else np.arange(0)  # every random choice on the sorted points
-    x = unit.apply(x)[order]
+    order = np.lexsort(x.T[::-1]) if n else np.arange(0)  # every choice, the scale included, on the sorted points
+    x = x[order]
+    unit, centre, robust = _unit_map(x)
+    x = (unit.apply(x) - centre) * robust
     reg = REG
     back = np.empty_like(order)
     back[order] = np.arange(n)
@@ -297,8 +314,8 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     if merge or sampled:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
-    s = 1.0 / unit.scale[0]
+    s = 1.0 / (unit.scale[0] * robust)
     with np.errstate(over="ignore"):
-        mix = Mixture(mix.weights, mix.means * s + unit.shift, mix.covs * s * s)
+        mix = Mixture(mix.weights, (mix.means / robust + centre) / unit.scale[0] + unit.shift, mix.covs * s * s)
     return EMResult(mix, r[back], history[-1], tuple(history), merged, dropped, searched,
                     from_model)

@@ -252,7 +252,7 @@ def test_skip_bad_rows_leaves_them_out_and_says_how_many(cli, trained_runs, valu
     r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat")
     assert r.exit_code == 1 and "not a number" in r.output, r.output
     r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat", "--skip-bad-rows")
-    assert r.exit_code == 0 and "skipped 3 row(s)" in r.output, r.output
+    assert r.exit_code == 0 and "skipped 3 rows" in r.output, r.output
     with open(tmp_path / "pts-clusters.csv") as fh:
         header, *rows = list(csv.reader(fh))
     assert header == ["id", "lon", "lat", "cluster", "probability", "entropy"]

@@ -152,7 +152,10 @@ BAD_TEXT = {
     "ragged": ("1,2\n3,4\n5\n", "line 3: 1 values where the first row has 2"),
     "ragged-long": ("1 2\n3 4 5\n", "line 2: 3 values where the first row has 2"),
     "text": ("a,b\n1,2\n3,hello\n", "line 3, column 2: 'hello' is not a number"),
-    "empty-value": ("1,2\n,4\n", "line 2, column 1: 'an empty value' is not a number"),
+    "empty-value": ("1,2\n,4\n", "line 2, column 1: an empty value is not a number"),
+    "nan-before-text": ("1,2\nnan,3\n,4\n", "line 2, column 1: nan is not a finite number"),
+    "digit-separator": ("1,2\n1_0,3\n", "line 2, column 1: '1_0' is not a number"),
+    "other-script-digits": ("1,2\n\uff15,3\n", "line 2, column 1: '\uff15' is not a number"),
     "one-point": ("x,y\n1,2\n", "holds 1 point"),
     "header-only": ("x,y\n", "a header but no data rows"),
     "empty": ("", "is empty"),
@@ -366,7 +369,7 @@ def test_a_place_is_the_files_line_and_column_whatever_is_wrong_there(tmp_path):
     path = tmp_path / "p.csv"
     head = "# points\nid,x,y\n\n1,0.5,2\n"
     for cell, message in [("nan", "nan is not a finite number"), ("-inf", "-inf is not a finite number"),
-                          ("", "'an empty value' is not a number"), ("abc", "'abc' is not a number")]:
+                          ("", "an empty value is not a number"), ("abc", "'abc' is not a number")]:
         path.write_text(head + f"2,1.5,{cell}\n3,2.5,1\n")
         with pytest.raises(DataError, match=f", line 5, column 3: {re.escape(message)}"):
             read_points(path, columns=("x", "y"))

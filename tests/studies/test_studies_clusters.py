@@ -43,7 +43,8 @@ def test_a_clean_result_inside_the_training_range_has_no_warning():
     ("tight", "tighter"),
     ("raw units", "used as given"),
     ("split", "one Gaussian than by two"),
-    ("stray points", "stray points"),
+    ("stray points", "too few to tell a cluster"),
+    ("repeated points", "too few to tell a cluster"),
 ])
 def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
     x, labels = _blobs(4, 100, 0.6)
@@ -77,6 +78,11 @@ def test_each_reason_not_to_trust_a_result_gives_one_warning(case, needle):
         clusters = _clusters(labels)
     elif case == "split":  # the first blob cut in two by a line through its centre
         labels = np.where((labels == 0) & (x[:, 1] > 0), 4, labels)
+        clusters = _clusters(labels)
+    elif case == "repeated points":  # a cluster of 40 rows on 2 distinct points (rounded values)
+        x, labels = x.copy(), labels.copy()
+        x[:40] = np.where(np.arange(40)[:, None] % 2 == 0, x[0], x[1])
+        labels[:40] = 4
         clusters = _clusters(labels)
     elif case == "stray points":  # two clusters of 3 and 6 points split off a 100-point blob
         labels = labels.copy()
@@ -119,3 +125,10 @@ def test_the_training_range_follows_the_models_cluster_slots():
     assert (paper.n_min, paper.n_max, paper.k_min, paper.k_max) == (100, 1000, 3, 10)
     assert (broad.n_min, broad.n_max, broad.k_min, broad.k_max) == (50, 1000, 1, 16)
     assert broad.spread_lo < paper.spread_lo < paper.spread_hi <= broad.spread_hi
+
+
+def test_one_clean_cluster_is_not_called_broad():
+    """One cluster's spread relative to the whole set is about 1 by definition: no spread warning."""
+    broad = TrainingRange(n_min=50, n_max=1000, k_min=1, k_max=16, spread_lo=0.01, spread_hi=0.77)
+    x = np.random.RandomState(0).randn(300, 2)
+    assert cluster_warnings(x, _clusters(np.zeros(300, dtype=int)), broad) == ()
