@@ -62,6 +62,10 @@ class _Argument(TyperArgument):
         name = self.display_name_raw
         return name if self.required else f"[{name}]"
 
+    def display_type_rich(self, ctx: Any) -> str | None:
+        """No ``<list[str]>`` for an argument of several values: ``NAME...`` says so."""
+        return None if self.nargs != 1 else super().display_type_rich(ctx)
+
 
 class _Switch(TyperOption):
     """A boolean flag, shown as the switch it is (``--refine / --no-refine``) without a ``<bool>`` type."""

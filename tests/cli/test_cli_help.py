@@ -134,6 +134,12 @@ def test_arguments_are_named_in_upper_case_and_required_ones_bare(args):
 
 
 @pytest.mark.parametrize("args", HELPS, ids=lambda a: " ".join(a) or "swarmctl")
+def test_an_argument_of_several_values_shows_no_python_type(args):
+    """`RUN...` says that it takes several; Typer's `<list[str]>` beside it is Python, not help."""
+    assert not [line for line in _help(args, 120) if "<list[" in line]
+
+
+@pytest.mark.parametrize("args", HELPS, ids=lambda a: " ".join(a) or "swarmctl")
 def test_switches_are_shown_without_a_type(args):
     """A boolean option is a switch: `--replot`, `--refine / --no-refine`, never `--replot <bool>`."""
     lines = _help(args, 120)
