@@ -86,9 +86,9 @@ def _plain_parameters(params: list[Any]) -> None:
             param.__class__ = _Switch
 
 
-class _Command(TyperCommand):
-    """Every command: its help reflowed to the terminal's width (:func:`reflow`), its parameters shown by
-    one convention (:func:`_plain_parameters`)."""
+class _PlainHelp:
+    """For a command or the group: its help reflowed to the terminal's width (:func:`reflow`), its
+    parameters (the help option included) shown by one convention (:func:`_plain_parameters`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -99,6 +99,10 @@ class _Command(TyperCommand):
         option = super().get_help_option(ctx)
         _plain_parameters([option])
         return option
+
+
+class _Command(_PlainHelp, TyperCommand):
+    """Every command, with the help conventions of :class:`_PlainHelp`."""
 
 
 class _Typer(typer.Typer):
@@ -108,22 +112,12 @@ class _Typer(typer.Typer):
         return super().command(name, cls=cls or _Command, **kwargs)
 
 
-class _OneLineErrors(TyperGroup):
+class _OneLineErrors(_PlainHelp, TyperGroup):
     """Usage errors (a bad option value, a missing argument) as one line on stderr with exit code 2,
     instead of Typer's usage text and boxed message; a standard output that cannot be written (a full
     disk, a closed pipe) as one line with exit code 1. The streams and terminal settings are made safe
     first (:mod:`swarmctl.cli._streams`), and every integer option takes whole numbers only. Its help and
-    options follow the commands' conventions (:class:`_Command`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = reflow(self.help)
-        _plain_parameters(self.params)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        _plain_parameters([option])
-        return option
+    options follow the commands' conventions (:class:`_PlainHelp`)."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
