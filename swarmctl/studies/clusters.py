@@ -117,16 +117,17 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         start = time.perf_counter()
         clusters, model_k, fitted = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
                                                    **options)
+        seen = _model_points(len(pts.values), refine)
         seconds = time.perf_counter() - start
         training = task.training_range(opened.model_cfg)
         result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
                                seconds, model_k, refine, fitted.merged if fitted else 0,
                                fitted.searched if fitted else (), fitted.from_model if fitted else True,
-                               fitted.dropped if fitted else 0, _model_points(len(pts.values), refine), training,
+                               fitted.dropped if fitted else 0, seen, training,
                                cluster_warnings(pts.values, clusters, training,
                                                 as_given_scale=None if standardize else float(task.point_std()),
                                                 refined=refine, model_clusters=model_k,
-                                                model_points=_model_points(len(pts.values), refine)))
+                                                model_points=seen))
         write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
         written = [out]
         if plot is not None:

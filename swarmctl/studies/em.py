@@ -25,7 +25,6 @@ REG = 1e-6  # added to each covariance's diagonal, times the data's variance: ke
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
-RESTARTS = 1  # k-means++ starts per number of clusters
 SEED = 0
 
 
@@ -62,9 +61,6 @@ class EMResult:
     dropped: int
     searched: tuple[int, ...] = ()
     from_model: bool = True
-
-    def bic(self, n: int) -> float:
-        return -2.0 * self.log_likelihood * n + self.mixture.n_parameters() * np.log(n)
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -106,7 +102,7 @@ def m_step(x: np.ndarray, resp: np.ndarray, reg: float) -> Mixture:
     nk = resp.sum(axis=0)  # (K,)
     means = (resp.T @ x) / nk[:, None]
     D = x.shape[1]
-    # centred on the responsibility-weighted mean of all points, so that the sums of squares stay small
+    # centred on the mean of all points, so that the sums of squares stay small
     centre = x.mean(axis=0)
     xc, mc = x - centre, means - centre
     second = (resp.T @ _outer_rows(xc)).reshape(-1, D, D) / nk[:, None, None]
@@ -292,10 +288,8 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         pick = np.sort(rs.choice(len(given), SEARCH_POINTS, replace=False))
         given, resp = given[pick], _drop_empty(resp[pick], min_points(D))[0]
     xs = x[given]
-    sampled = len(given) < n
-    rs_resp = resp
     coarse = max(tol, SEARCH_TOL) if merge else tol
-    mix, r, history, gone = _fit(xs, rs_resp, reg, max_iter, coarse)
+    mix, r, history, gone = _fit(xs, resp, reg, max_iter, coarse)
     dropped += gone
     merged, searched, from_model = 0, (), True
     if merge:
@@ -306,12 +300,10 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         k_model = len(mix)
         searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, _largest_k(len(xs), D)) + 1))
         for k in searched:
-            for _ in range(RESTARTS):
-                m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter,
-                                      coarse)
-                if _bic(h2[-1], m2, len(xs)) < best:
-                    best, mix, r, history, from_model = _bic(h2[-1], m2, len(xs)), m2, r2, h2, False
-    if merge or sampled:  # the winner, fitted to all points to the full tolerance
+            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter, coarse)
+            if (score := _bic(h2[-1], m2, len(xs))) < best:
+                best, mix, r, history, from_model = score, m2, r2, h2, False
+    if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
     s = 1.0 / (unit.scale[0] * robust)
