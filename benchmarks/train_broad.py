@@ -64,6 +64,21 @@ def widen(tasks: ClusteringTasks, slots: int) -> ClusteringTasks:
                                weights=np.pad(tasks.weights, ((0, 0), (0, pad))))
 
 
+def widened(paper: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The paper model's weights in a model with more cluster slots: the output layer's 10 slots copied,
+    then the extra slots as copies of them, slightly perturbed and lowered."""
+    for key, value in paper.items():
+        if new[key].shape == value.shape:
+            new[key] = value
+        else:
+            rows = value.shape[0]
+            new[key][:rows] = value
+            extra = new[key].shape[0] - rows
+            src = value[torch.arange(extra) % rows]
+            new[key][rows:] = src + 0.01 * torch.randn_like(src) if value.dim() == 2 else src - 1.0
+    return new
+
+
 def concat(a: ClusteringTasks, b: ClusteringTasks) -> ClusteringTasks:
     return ClusteringTasks(np.concatenate([a.points, b.points]), np.concatenate([a.labels, b.labels]),
                            np.concatenate([a.offsets, b.offsets[1:] + a.offsets[-1]]),
@@ -101,19 +116,8 @@ def main() -> None:
     model = create_model(model_cfg)
     if args.init is not None:
         model.load_state_dict(load_model(args.init)[0].state_dict())
-    state = {} if args.init is not None else load_model(shipped_for("cluster"))[0].state_dict()
-    new = model.state_dict()
-    for key, value in state.items():
-        if new[key].shape == value.shape:
-            new[key] = value
-        else:  # the output layer: the paper's 10 slots, then 6 more that start as copies, slightly lowered
-            rows = value.shape[0]
-            new[key][:rows] = value
-            extra = new[key].shape[0] - rows
-            src = value[torch.arange(extra) % rows]
-            new[key][rows:] = src + 0.01 * torch.randn_like(src) if value.dim() == 2 else src - 1.0
-    if state:
-        model.load_state_dict(new)
+    else:
+        model.load_state_dict(widened(load_model(shipped_for("cluster"))[0].state_dict(), model.state_dict()))
 
     broad = BroadParams(n_max=args.n_max)
     slots = BROAD_MAX_CLUSTERS
