@@ -178,7 +178,10 @@ def _refinement_line(res: ClusterResult, found: int) -> str:
         model += f" on a sample of {res.model_points:,} points"
     changes = [f"{_plural(res.merged, 'duplicate pair')} merged"] if res.merged else []
     if res.dropped:
-        changes.append(f"{_plural(res.dropped, 'component')} under {res.points.values.shape[1] + 1} points dropped")
+        from swarmctl.studies.em import min_points  # loaded by now: the command has clustered
+
+        least = min_points(res.points.values.shape[1])
+        changes.append(f"{_plural(res.dropped, 'component')} under {least:g} points dropped")
     model += "".join(f", {c}" for c in changes) + ("," if changes and res.searched else "")
     if not res.searched:
         return f"refined by EM from {model}"
