@@ -52,6 +52,9 @@ def main() -> None:
     from swarmctl.cli._streams import prepare
 
     prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
+    from swarmctl import threads
+
+    threads.apply(threads.choose())  # the cores free to this process, before PyTorch reads its variables
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _stopped_while_loading)
     app = _load_app()

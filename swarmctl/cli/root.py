@@ -1,4 +1,4 @@
-"""Top-level options: --version."""
+"""Top-level options: --version, --threads."""
 
 from __future__ import annotations
 
@@ -9,6 +9,14 @@ import typer
 from swarmctl import __version__
 from swarmctl.cli._app import app
 from swarmctl.cli._options import option
+
+
+def _threads(value: int | None) -> int | None:
+    if value is not None:
+        from swarmctl import threads
+
+        threads.apply(threads.choose(value))
+    return value
 
 
 def _version(value: bool) -> None:
@@ -22,5 +30,12 @@ def root(
     version: Annotated[
         bool, option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    threads: Annotated[
+        int | None,
+        option("--threads", min=1, callback=_threads, metavar="N",
+               help="CPU threads for PyTorch and the fused kernels [default: the cores free to this process: "
+                    "its usable cores less those a high load keeps busy; SWARMCTL_THREADS or OMP_NUM_THREADS "
+                    "when set]."),
+    ] = None,
 ) -> None:
     """SWARM mappings: set-equivariant recurrent layers, baselines, and the paper's experiments."""

@@ -1,0 +1,102 @@
+"""How many CPU threads a command's PyTorch and OpenMP work use: the cores free to this process.
+
+PyTorch starts one thread per core it sees. On a shared workstation or cluster node, where another busy
+process holds a core, those threads wait on a descheduled peer at every small operation, and a step runs
+many times slower than with fewer threads. The rule (docs/design.md, "Threads"):
+
+1. ``swarmctl --threads N`` wins;
+2. else ``SWARMCTL_THREADS``, then the usual ``OMP_NUM_THREADS`` (PyTorch's and OpenMP's own variable):
+   whichever the user set is used as it is;
+3. else the cores this process may run on (its CPU affinity, and a cgroup CPU quota where one is set),
+   less the cores other processes keep busy when the load is high: ``floor(load + 0.25)`` of them, from
+   the one-minute load average, so a single busy process takes one core away; never fewer than one.
+
+The result is written to ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` before PyTorch is imported (PyTorch
+reads them when it starts, and the processes a command starts inherit them), and set on PyTorch directly
+when it is already loaded. Plain standard library: the CLI calls it before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV = "SWARMCTL_THREADS"
+SET_BY_SWARMCTL = "_SWARMCTL_THREADS_CHOSEN"  # marks an OMP_NUM_THREADS that this rule wrote, not the user
+LOAD_SLACK = 0.25  # a load of 0.75 (one process busy three quarters of the last minute) takes a core away
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The thread count chosen and why (for a log line and the tests)."""
+
+    count: int
+    reason: str
+
+
+def _positive_int(text: str | None) -> int | None:
+    """``text`` as a whole number >= 1, else None (an unusable variable is ignored, like PyTorch does)."""
+    if text is None or not text.strip().isdigit():
+        return None
+    value = int(text.strip())
+    return value if value >= 1 else None
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.floor(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def load_average() -> float:
+    """The one-minute load average (0 where the system has none)."""
+    try:
+        return max(0.0, os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def choose(requested: int | None = None, environ: dict[str, str] | None = None, cores: int | None = None,
+           load: float | None = None) -> Threads:
+    """The thread count by the module's rule. ``requested`` is ``--threads``; the other arguments default
+    to this process's environment, cores and load (tests pass their own)."""
+    env = os.environ if environ is None else environ
+    if requested is not None:
+        return Threads(requested, "--threads")
+    for name in (ENV, "OMP_NUM_THREADS"):
+        if name == "OMP_NUM_THREADS" and env.get(SET_BY_SWARMCTL) == env.get(name):
+            continue  # written by this rule in a parent swarmctl process: choose again here
+        value = _positive_int(env.get(name))
+        if value is not None:
+            return Threads(value, name)
+    cores = usable_cores() if cores is None else cores
+    load = load_average() if load is None else load
+    busy = math.floor(load + LOAD_SLACK)
+    count = max(1, cores - busy)
+    reason = f"{cores} usable cores" + (f", load {load:.2f}" if busy else "")
+    return Threads(count, reason)
+
+
+def apply(threads: Threads, environ: dict[str, str] | None = None) -> None:
+    """Use ``threads``: the variables PyTorch and OpenMP read at start-up, and PyTorch itself if loaded."""
+    env = os.environ if environ is None else environ
+    value = str(threads.count)
+    if threads.reason != "OMP_NUM_THREADS":
+        env["OMP_NUM_THREADS"] = value
+        env["MKL_NUM_THREADS"] = value
+        env[SET_BY_SWARMCTL] = value
+    torch = sys.modules.get("torch")
+    if torch is not None and environ is None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(threads.count)
