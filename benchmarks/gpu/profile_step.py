@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -44,7 +43,7 @@ from swarmctl.tasks.mog import mog_loss
 from swarmctl.training.device import use_tf32
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from step_timing import PARTS, Sizes, adam_step, device_info, fresh_model, sync, wait_for, write_json_atomic  # noqa: E402
+import step_timing as st  # noqa: E402  (the workloads and the timing, as step_timing.py measures them)
 
 SLICES = ("matrix products", "cell pointwise", "pooling", "hungarian", "optimizer", "other", "host gaps")
 MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul",
@@ -117,50 +116,35 @@ def slices_of(events, cuda: bool) -> dict[str, float]:
 def profile_part(part: str, step, batches: list, warm: int, device: torch.device) -> dict[str, float]:
     """Milliseconds per step of every slice over ``batches[warm:]`` (after ``batches[:warm]`` unprofiled), and
     the step's time with and without the profiler."""
-    for b in batches[:warm]:
-        step(b)
-    timed = batches[warm:]
-    sync(device)
-    t = time.perf_counter()
-    for b in timed:
-        step(b)
-    sync(device)
-    plain = (time.perf_counter() - t) / len(timed)
+    endless = st.Budget(None)
+    st.timed(step, batches[:warm], device, endless)
+    steps = batches[warm:]
+    plain = st.timed(step, steps, device, endless) / len(steps)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities, with_stack=True) as prof:  # with_stack: the Python functions as events
-        sync(device)
-        t = time.perf_counter()
-        for b in timed:
-            step(b)
-        sync(device)
-        wall = (time.perf_counter() - t) / len(timed)
+        wall = st.timed(step, steps, device, endless) / len(steps)
     work = slices_of(prof.events(), device.type == "cuda")
-    ms = {k: v / 1e3 / len(timed) for k, v in work.items()}
+    ms = {k: v / 1e3 / len(steps) for k, v in work.items()}
     ms["host gaps"] = max(wall * 1e3 - sum(ms.values()), 0.0)
-    return {"slices_ms": ms, "profiled_step_ms": wall * 1e3, "step_ms": plain * 1e3, "steps": len(timed)}
+    return {"slices_ms": ms, "profiled_step_ms": wall * 1e3, "step_ms": plain * 1e3, "steps": len(steps)}
 
 
 def workloads(a: argparse.Namespace, device: torch.device):
     """(part, model, loss, lr, batches, warm-up steps) of every part asked for."""
-    s = Sizes(a.smoke)
-    for part in a.only or PARTS:
+    s = st.Sizes(a.smoke)
+    for part in a.only or st.PARTS:
         if part == "mog":
             H, T = s.mog_HT
             batches = s.mog_batches(device)[:s.mog_warm + 10]  # every N bucket seen before the profiled steps
-            yield part, fresh_model("swarm-mog", H, T, device), mog_loss, 0.01, batches, s.mog_warm
+            yield part, st.fresh_model("swarm-mog", H, T, device), mog_loss, 0.01, batches, s.mog_warm
         elif part == "image":
             H, T = s.image_HT
-            yield part, fresh_model("swarm-image", H, T, device, dataset="mnist"), image_loss, 1e-3, \
+            yield part, st.fresh_model("swarm-image", H, T, device, dataset="mnist"), image_loss, 1e-3, \
                 s.image_batches(device), s.image_warm
         else:
             H, T = s.clustering_HT
-            train = s.clustering_batches(wait_for(a.data, _NoBudget()), device)[0][False]
-            yield part, fresh_model("swarm", H, T, device), clustering_loss, 0.01, train[:10], min(5, len(train) - 1)
-
-
-class _NoBudget:
-    def left(self) -> float:
-        return float("inf")
+            train = s.clustering_batches(st.wait_for(a.data, st.Budget(None)), device)[0][False]
+            yield part, st.fresh_model("swarm", H, T, device), clustering_loss, 0.01, train[:10], min(5, len(train) - 1)
 
 
 def markdown(results: dict[str, dict]) -> str:
@@ -183,14 +167,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="?", help="the seed-0 clustering file (needed by the clustering part)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--only", choices=PARTS, action="append", help="profile only this part (repeatable)")
+    ap.add_argument("--only", choices=st.PARTS, action="append", help="profile only this part (repeatable)")
     ap.add_argument("--smoke", action="store_true", help="tiny models: seconds on a CPU")
     ap.add_argument("--triton", action="store_true", help="with the Triton cell (swarmctl.layers.swarm.triton_cell)")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
     ap.add_argument("--json", type=Path, metavar="PATH", help="write the numbers here")
     ap.add_argument("--markdown", type=Path, metavar="PATH", help="write the table here")
     a = ap.parse_args(argv)
-    if "clustering" in (a.only or PARTS) and not a.data:
+    if "clustering" in (a.only or st.PARTS) and not a.data:
         ap.error("the clustering part needs DATA (or choose parts with --only)")
     return a
 
@@ -198,7 +182,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     device = torch.device(a.device)
-    info = device_info(device)
+    info = st.device_info(device)
     mode = "eager" + (" + Triton cell" if a.triton else "") + (" + bf16 autocast" if a.amp else "")
     print(f"device: {info['name']}; torch {info['torch']}; {mode}; TF32 {'on' if device.type == 'cuda' else 'n/a'}",
           flush=True)
@@ -206,13 +190,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     with triton_cell(a.triton):
         for part, model, loss, lr, batches, warm in workloads(a, device):
-            step = adam_step(model, lr, loss, device, amp=a.amp)
+            step = st.adam_step(model, lr, loss, device, amp=a.amp)
             results[part] = profile_part(part, step, batches, warm, device)
             print(f"{part}: {results[part]['step_ms']:.3f} ms/step without the profiler", flush=True)
     table = markdown(results)
     print(f"\nms per step ({mode}; {info['name']}, torch {info['torch']}):\n\n{table}", flush=True)
     if a.json:
-        write_json_atomic(a.json, {"device": info, "mode": mode, "smoke": a.smoke, "parts": results})
+        st.write_json_atomic(a.json, {"device": info, "mode": mode, "smoke": a.smoke, "parts": results})
     if a.markdown:
         a.markdown.write_text(f"{mode}; {info['name']}, torch {info['torch']}\n\n{table}\n")
     return 0

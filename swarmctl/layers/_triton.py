@@ -39,7 +39,7 @@ def _tanh(x):
     return 2 * tl.sigmoid(2 * x) - 1  # tl has no tanh of its own; exact to rounding
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])  # one compiled kernel for every set size
 def _cell_forward(a_ptr, p_ptr, c_ptr, w_ptr, gates_ptr, h_ptr, cn_ptr, pool_ptr, N, H,
                   HAS_P: tl.constexpr, HAS_C: tl.constexpr, POOL: tl.constexpr, ACC: tl.constexpr,
                   BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr):
@@ -98,7 +98,7 @@ def _cell_forward(a_ptr, p_ptr, c_ptr, w_ptr, gates_ptr, h_ptr, cn_ptr, pool_ptr
         tl.store(pool_ptr + b * H + cols, total.to(pool_ptr.dtype.element_ty), mask=in_h)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["N"])  # one compiled kernel for every set size
 def _cell_backward(gates_ptr, c_ptr, cn_ptr, w_ptr, dh_ptr, dc_ptr, dpool_ptr, da_ptr, dp_ptr, dcp_ptr, N, H,
                    HAS_C: tl.constexpr, HAS_DH: tl.constexpr, HAS_DC: tl.constexpr, POOL: tl.constexpr,
                    HAS_DP: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr):

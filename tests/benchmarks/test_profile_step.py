@@ -13,13 +13,13 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu" / "profile_step.py"
 
 
-def _module():
-    sys.path.insert(0, str(SCRIPT.parent))
+def _script() -> dict:
+    """The script's names (run as a module, not as __main__; the folder it adds to sys.path is taken out)."""
+    path = list(sys.path)
     try:
-        import profile_step
+        return runpy.run_path(str(SCRIPT), run_name="profile_step")
     finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return profile_step
+        sys.path[:] = path
 
 
 def test_a_smoke_profile_prints_one_column_per_task_and_slices_that_add_up(tiny_h5, tmp_path, capsys, monkeypatch):
@@ -31,19 +31,19 @@ def test_a_smoke_profile_prints_one_column_per_task_and_slices_that_add_up(tiny_
         runpy.run_path(str(SCRIPT), run_name="__main__")
     assert ended.value.code == 0
     printed = capsys.readouterr().out
-    ps = _module()
+    ps = _script()
     doc = json.loads(out.read_text())
     assert list(doc["parts"]) == ["mog", "image", "clustering"] and doc["device"]["name"] == "cpu"
     for part, r in doc["parts"].items():
         ms = r["slices_ms"]
-        assert list(ms) == list(ps.SLICES) and all(v >= 0 for v in ms.values()), (part, ms)
+        assert list(ms) == list(ps['SLICES']) and all(v >= 0 for v in ms.values()), (part, ms)
         assert sum(ms.values()) == pytest.approx(r["profiled_step_ms"], rel=1e-6), part  # the gaps fill the rest
         assert r["step_ms"] > 0 and r["steps"] >= 1
         for busy in ("matrix products", "cell pointwise", "pooling", "optimizer"):  # every SWARM step has each
             assert ms[busy] > 0, (part, busy, ms)
         assert (ms["hungarian"] > 0) == (part == "clustering"), (part, ms)  # only clustering matches
     assert "| slice | mog | image | clustering |" in printed
-    for name in ps.SLICES:
+    for name in ps['SLICES']:
         assert f"| {name} | " in printed, name
     assert "| slice | mog | image | clustering |" in table.read_text()
 
@@ -69,4 +69,4 @@ def test_a_smoke_profile_prints_one_column_per_task_and_slices_that_add_up(tiny_
     ("void at::native::reduce_kernel<512, 1>", ["aten::sum", "swarmctl/tasks/mog.py(80): mog_loss"], "other"),
 ])
 def test_kernel_names_fall_into_their_slice(kernel, names, want):
-    assert _module().slice_of(kernel, names) == want
+    assert _script()['slice_of'](kernel, names) == want

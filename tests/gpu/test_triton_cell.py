@@ -1,15 +1,12 @@
 """The Triton cell of the SWARM layer compiled for the GPU (`swarm.triton_cell`): states and gradients
 against the float64 reference recurrence and the layer's CUDA PyTorch path, in float32 and under bf16
-autocast, at the paper's sizes, in a CUDA graph and without host syncs. Run with `pytest -m gpu` (skipped
-without CUDA); tests/layers/test_layers_swarm_triton.py checks the same kernels on the CPU (interpreter)."""
+autocast, at the paper's sizes; tests/gpu/test_cuda.py runs it in CUDA graphs and without host syncs. Run
+with `pytest -m gpu` (skipped without CUDA); tests/layers/test_layers_swarm_triton.py checks the same
+kernels on the CPU (interpreter)."""
 
-import warnings
-
-import numpy as np
 import pytest
 import torch
 
-from swarmctl import ModelConfig, create_model
 from swarmctl.layers.swarm import SwarmLayer, triton_cell
 from swarmctl.testing import random_sets, reference_swarm_states
 
@@ -106,43 +103,3 @@ def test_padding_changes_no_real_output_on_cuda():
         out = layer(x.to(CUDA), mask.to(CUDA))
         padded = layer(torch.cat([x, pad], 1).to(CUDA), torch.cat([mask, mask.new_zeros(4, 40)], 1).to(CUDA))
     torch.testing.assert_close(padded[:, :30][mask.to(CUDA)], out[mask.to(CUDA)], atol=1e-5, rtol=1e-4)
-
-
-def _mog_batches(n):
-    from swarmctl.data.mog import sample_mog_batch_torch
-
-    return [sample_mog_batch_torch(np.random.default_rng([0, i]), 10, device=CUDA) for i in range(n)]
-
-
-@pytest.mark.parametrize("pooling", ["mean", "causal"])
-def test_graphed_triton_steps_equal_eager_triton_steps_and_need_no_host_sync(pooling):
-    from swarmctl.tasks.mog import mog_loss
-    from swarmctl.training.steps import TrainStep
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(name="swarm-mog", dim_hidden=32, n_iter=3, pooling=pooling)
-    models = [create_model(cfg).to(CUDA) for _ in range(2)]
-    models[1].load_state_dict(models[0].state_dict())
-    steps = [TrainStep(m, torch.optim.Adam(m.parameters(), lr=0.01), mog_loss, CUDA, graphs=g)
-             for m, g in zip(models, (False, True), strict=True)]
-    batches = _mog_batches(12)
-    losses = [[], []]
-    with triton_cell():
-        for b in batches:
-            for k in range(2):
-                losses[k].append(steps[k](b).item())
-    assert len(steps[1]._graphs) >= 1  # the graphed path was used
-    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=1e-5)
-    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
-        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
-    torch.cuda.synchronize()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
-        torch.cuda.set_sync_debug_mode("error")
-    try:
-        with triton_cell():
-            steps[0](batches[0])  # any host sync in an eager Triton step raises
-    finally:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.cuda.set_sync_debug_mode("default")
