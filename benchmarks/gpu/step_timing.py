@@ -8,16 +8,20 @@ Timing modes (the default invocation), in this order, each one a unit of the JSO
 
 (1) swarm-mog (768-20-1): ms per step of 10 tasks drawn on the device (N padded to the sampler's buckets),
     120 warm-up steps then 40 timed: eager (TF32, as `swarmctl train` on CUDA), CUDA graphs (one per N
-    bucket), fp32 (eager, strict float32: what the old script measured as eager, its TF32 being off).
+    bucket), fp32 (eager, strict float32: what the old script measured as eager, its TF32 being off);
+    then with the Triton cell (swarmctl.layers.swarm.triton_cell): triton (eager, TF32), triton+graphs.
 (2) swarm-image (256-10-1): seconds per MNIST epoch (1,200 steps of 50 images), extrapolated from 8 timed
     steps after 4 warm-up steps: eager (TF32), bf16 autocast, CUDA graphs, graphs + bf16, fp32; the loss
-    of the same weights in float32 and bf16.
+    of the same weights in float32 and bf16; then with the Triton cell: triton, triton+bf16,
+    triton+graphs+bf16.
 (3) SWARM (192-10-1) on the seed-0 data file DATA (waited for: the session generates it meanwhile): one
     epoch = the bucketed batches of 100 tasks, Adam, Hungarian-matched loss; the second epoch is timed:
-    TF32, strict float32, bf16 autocast, TF32 + CUDA graphs; then the validation loss of one set of
-    weights (3 epochs trained) under fp32, TF32 and bf16.
+    TF32, strict float32, bf16 autocast, TF32 + CUDA graphs, then with the Triton cell: tf32+triton,
+    bf16+triton, tf32+triton+graphs; then the validation loss of one set of weights (3 epochs trained)
+    under fp32, TF32 and bf16, and TF32 and bf16 with the Triton cell (tf32+triton, bf16+triton).
 
-Modes that need CUDA (graphs, TF32) are not measured on the CPU: they are listed under "not_measured".
+Modes that need CUDA (graphs, TF32, the Triton cell) are not measured on the CPU: they are listed under
+"not_measured".
 A mode that raises is listed under "failed"; the others still run.
 
 The JSON (--json PATH) is rewritten atomically (a temporary file beside it, fsync, rename) after every
@@ -75,6 +79,7 @@ from swarmctl.data.dataset import bucketed_batches
 from swarmctl.data.hdf5 import read_dataset
 from swarmctl.data.images import ImageBatch
 from swarmctl.data.mog import FreshBatches, MogParams
+from swarmctl.layers.swarm import triton_cell
 from swarmctl.tasks.clustering import GRAPH_N_BUCKET, clustering_loss
 from swarmctl.tasks.image import image_loss
 from swarmctl.tasks.mog import mog_loss
@@ -297,21 +302,25 @@ class Timing:
         self.cuda = device.type == "cuda"
 
     def unit(self, part: str, mode: str, measure: Callable[[], tuple[Callable[[dict], None], str]],
-             graphs: bool = False, tf32: bool = False) -> None:
+             graphs: bool = False, tf32: bool = False, triton: bool = False) -> None:
         """Measure one mode unless this device has no such mode (``graphs``: CUDA graphs; ``tf32``: a mode
-        that differs from plain float32 by TF32 alone) or the budget cannot hold it; ``measure()`` returns
-        the update of the JSON (applied and written at once) and the line to print."""
+        that differs from plain float32 by TF32 alone; ``triton``: the Triton cell, measured inside
+        ``triton_cell()``) or the budget cannot hold it; ``measure()`` returns the update of the JSON (applied
+        and written at once) and the line to print."""
         key = f"{part}/{mode}"
         if graphs and not self.cuda:  # TrainStep would run it eagerly: not a graphs number
             return self._record("not_measured", key, f"needs CUDA graphs (device {self.device.type})")
         if tf32 and not self.cuda:
             return self._record("not_measured", key, f"TF32 exists on CUDA only (device {self.device.type})")
+        if triton and not self.cuda:  # the layer would keep its own path: not a Triton number
+            return self._record("not_measured", key, f"the Triton cell runs on CUDA (device {self.device.type})")
         need, left = self.budget.estimate(part), self.budget.left()
         if need > left:
             return self._record("not_measured", key, f"budget: about {need:.1f} s needed, {max(left, 0):.1f} s left")
         t = time.monotonic()
         try:
-            update, line = measure()
+            with triton_cell(triton):  # a Triton that cannot be imported fails this mode alone
+                update, line = measure()
         except OutOfBudget:
             self._record("not_measured", key, f"budget: ran out {time.monotonic() - t:.1f} s into the mode")
         except Exception as exc:
@@ -344,9 +353,10 @@ class Timing:
     def mog(self) -> None:
         s = self.sizes
         batches = s.mog_batches(self.device)
-        for mode, tf32, graphs in (("eager", True, False), ("graphs", True, True), ("fp32", False, False)):
+        for mode, tf32, graphs in (("eager", True, False), ("graphs", True, True), ("fp32", False, False),
+                                   ("triton", True, False), ("triton+graphs", True, True)):
             self.unit("mog", mode, lambda m=mode, t=tf32, g=graphs: self._mog(batches, m, t, g), graphs=graphs,
-                      tf32=mode == "fp32")  # off CUDA the fp32 mode is the eager mode
+                      tf32=mode == "fp32", triton="triton" in mode)  # off CUDA the fp32 mode is the eager mode
 
     def _mog(self, batches, mode, tf32, graphs):
         s = self.sizes
@@ -366,10 +376,11 @@ class Timing:
     def image(self) -> None:
         batches = self.sizes.image_batches(self.device)
         modes = (("eager", True, False, False), ("bf16-autocast", True, True, False), ("graphs", True, False, True),
-                 ("graphs+bf16", True, True, True), ("fp32", False, False, False))
+                 ("graphs+bf16", True, True, True), ("fp32", False, False, False), ("triton", True, False, False),
+                 ("triton+bf16", True, True, False), ("triton+graphs+bf16", True, True, True))
         for mode, tf32, amp, graphs in modes:
             self.unit("image", mode, lambda m=mode, t=tf32, p=amp, g=graphs: self._image(batches, m, t, p, g),
-                      graphs=graphs, tf32=mode == "fp32")  # off CUDA the fp32 mode is the eager mode
+                      graphs=graphs, tf32=mode == "fp32", triton="triton" in mode)  # off CUDA fp32 is eager
 
     def _image(self, batches, mode, tf32, amp, graphs):
         s = self.sizes
@@ -410,11 +421,12 @@ class Timing:
         torch.manual_seed(0)
         ref = create_model(ModelConfig(name="swarm", dim_hidden=H, n_iter=T))
         modes = (("tf32", True, False, False), ("fp32", False, False, False), ("bf16-autocast", True, True, False),
-                 ("tf32+graphs", True, False, True))
+                 ("tf32+graphs", True, False, True), ("tf32+triton", True, False, False),
+                 ("bf16+triton", True, True, False), ("tf32+triton+graphs", True, False, True))
         for mode, tf32, amp, graphs in modes:
             self.unit("clustering", mode,
                       lambda m=mode, t=tf32, p=amp, g=graphs: self._clustering(ref, batches[g], m, t, p, g),
-                      graphs=graphs, tf32=mode.startswith("tf32"))
+                      graphs=graphs, tf32=mode.startswith("tf32"), triton="triton" in mode)
         self.unit("clustering", "loss", lambda: self._clustering_loss(ref, train, val))
 
     def _clustering(self, ref, train, mode, tf32, amp, graphs):
@@ -443,6 +455,10 @@ class Timing:
         for name, tf32, amp in numerics if self.cuda else (numerics[0], numerics[2]):
             use_tf32(tf32)
             losses[name] = val_loss(model, val, amp, self.device)
+        for name, amp in (("tf32+triton", False), ("bf16+triton", True)) if self.cuda else ():
+            use_tf32(True)
+            with triton_cell():  # the same weights through the Triton cell
+                losses[name] = val_loss(model, val, amp, self.device)
         use_tf32(True)
         return (lambda d: d["loss"].__setitem__("clustering_val_same_weights", losses),
                 f"loss/clustering_val_same_weights ({self.sizes.loss_epochs} epochs trained): "

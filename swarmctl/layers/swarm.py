@@ -6,12 +6,14 @@ entity), and the input projection is computed once per forward pass.
 kernels (``_fused.py``, over ``_swarm_kernels.cpp`` loaded by ``_ext.py``): one pass over the gate block per
 iteration forward and one backward, with a hand-written backward over all iterations. Elsewhere (CUDA, half
 precision, dropout, ``torch.compile``, or no compiler) it runs the step's PyTorch code; both give the same
-results to float rounding.
+results to float rounding. On CUDA, inside :func:`triton_cell`, the layer runs its iterations through the
+Triton cell (``_triton.py``: the LSTM update and the pooling of the new h fused, forward and backward).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
@@ -24,6 +26,31 @@ from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
 
 Pooling = Literal["mean", "causal"]
 POOLINGS: tuple[str, ...] = ("mean", "causal")
+
+_triton_cell = False  # the switch of triton_cell(): off until a GPU job has measured the Triton cell
+
+
+@contextlib.contextmanager
+def triton_cell(enabled: bool = True) -> Iterator[None]:
+    """Inside, every :class:`SwarmLayer` whose input is on CUDA runs its iterations through the Triton cell
+    (``_triton.swarm_states``: per iteration two cuBLAS products and one fused kernel for the LSTM update and
+    the pooling of the new h, and one for its backward) instead of the step's PyTorch code; the setting found
+    is restored on the way out. Not for a layer compiled by ``compile_step`` or one training with dropout
+    (they keep their path). Off by default. Raises ImportError where Triton cannot be imported.
+    Under Triton's interpreter (``TRITON_INTERPRET=1``) CPU inputs take the Triton cell too (the CPU tests)."""
+    global _triton_cell
+    if enabled:
+        from swarmctl.layers import _triton  # noqa: F401  (fails here, not inside a forward, without Triton)
+    before, _triton_cell = _triton_cell, enabled
+    try:
+        yield
+    finally:
+        _triton_cell = before
+
+
+def triton_cell_enabled() -> bool:
+    """Whether :func:`triton_cell` is switched on here."""
+    return _triton_cell
 
 
 def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -205,10 +232,23 @@ class SwarmLayer(nn.Module):
         keep = F.dropout(h.new_ones(h.shape[0], 1, h.shape[2]), self.dropout, True)  # (B, 1, H)
         return h * keep
 
+    def _triton(self, x: Tensor) -> bool:
+        """Whether this call runs the Triton cell (:func:`triton_cell` on, and a device and mode it covers)."""
+        if not _triton_cell or self._compiled_step is not None or (self.training and self.dropout > 0):
+            return False
+        from swarmctl.layers import _triton
+
+        return _triton.usable(x)
+
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
         cell = self.cell
         weights = mask_weights(mask, x.shape[1], x.dtype) if cell.pooling == "mean" else None
+        if self._triton(x):
+            from swarmctl.layers import _triton
+
+            return _triton.swarm_states(cell.project_input(x), cell.recurrent.weight, cell.population.weight,
+                                        weights, self.n_iter, cell.pooling)
         kernels = self._kernels(x)
         if kernels is not None:
             if x.shape[-1] <= _fused.FUSED_INPUT_MAX:  # the kernels add Wx x + b themselves

@@ -63,7 +63,7 @@ def _check_document(doc: dict, cpu: bool = True) -> int:
             assert isinstance(value, float) and math.isfinite(value) and value > 0, (key, mode, value)
             assert isinstance(doc["warmup_s"][f"{part}/{mode}"], float), (part, mode)
             if cpu:
-                assert "graphs" not in mode and "tf32" not in mode, f"{part}/{mode} measured on the CPU"
+                assert not {"graphs", "tf32", "triton"} & set(re.split(r"[+-]", mode)), f"{part}/{mode} on the CPU"
             n += 1
     for name, losses in doc["loss"].items():
         assert losses and all(isinstance(v, float) and math.isfinite(v) for v in losses.values()), name
@@ -87,7 +87,9 @@ def test_a_smoke_run_writes_every_key_and_no_cuda_mode_on_the_cpu(tiny_h5, tmp_p
     assert set(doc["mog_ms_per_step"]) == {"eager"}  # the stale mode of the earlier file is gone
     assert {"fp32", "bf16-autocast"} <= set(doc["clustering_s_per_epoch"])
     assert {"eager", "bf16-autocast"} <= set(doc["image_s_per_epoch"])
-    for key in ("mog/graphs", "image/graphs", "image/graphs+bf16", "clustering/tf32+graphs", "clustering/tf32"):
+    for key in ("mog/graphs", "image/graphs", "image/graphs+bf16", "clustering/tf32+graphs", "clustering/tf32",
+                "mog/triton", "mog/triton+graphs", "image/triton", "image/triton+bf16", "image/triton+graphs+bf16",
+                "clustering/tf32+triton", "clustering/bf16+triton", "clustering/tf32+triton+graphs"):
         assert "CUDA" in doc["not_measured"][key], key  # listed as not measured, never as a number
     assert set(doc["loss"]) == {"image_same_weights", "clustering_val_same_weights"}
     assert doc["compile_probe"] == {"task": "mog", "compile_s": 1.5}  # kept: not this invocation's

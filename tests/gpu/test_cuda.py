@@ -188,6 +188,15 @@ def test_graphed_mog_steps_equal_eager_steps():
     _graphed_against_eager("swarm-mog", batches, mog_loss, lr_change_at=20, reload_at=30)
 
 
+@pytest.mark.parametrize("pooling", ["mean", "causal"])
+def test_graphed_mog_steps_with_the_triton_cell_equal_eager_steps(pooling):
+    from swarmctl.layers.swarm import triton_cell
+    from swarmctl.tasks.mog import mog_loss
+
+    with triton_cell():
+        _graphed_against_eager("swarm-mog", _mog_batches(40), mog_loss, lr_change_at=20, reload_at=30, pooling=pooling)
+
+
 def test_graphed_clustering_steps_equal_eager_steps():
     from swarmctl.data.dataset import ClusteringBatch
     from swarmctl.tasks.clustering import clustering_loss
@@ -199,7 +208,9 @@ def test_graphed_clustering_steps_equal_eager_steps():
     _graphed_against_eager("swarm", batches, clustering_loss)
 
 
-def test_a_clustering_step_on_cuda_needs_no_host_sync():
+@pytest.mark.parametrize("triton", [False, True])
+def test_a_clustering_step_on_cuda_needs_no_host_sync(triton):
+    from swarmctl.layers.swarm import triton_cell
     from swarmctl.tasks.clustering import clustering_loss
     from swarmctl.training.steps import TrainStep
 
@@ -208,9 +219,10 @@ def test_a_clustering_step_on_cuda_needs_no_host_sync():
     x, mask = random_sets(6, 40)
     from swarmctl.data.dataset import ClusteringBatch
     batch = ClusteringBatch(x.to(CUDA), torch.randint(0, 4, (6, 40)).to(CUDA), mask.to(CUDA), torch.arange(6).to(CUDA))
-    step(batch)  # first step: lazy initialisations
-    with no_host_sync():
-        loss = step(batch)
+    with triton_cell(triton):
+        step(batch)  # first step: lazy initialisations (and the Triton kernels' compilation)
+        with no_host_sync():
+            loss = step(batch)
     assert torch.isfinite(loss)
 
 
