@@ -18,6 +18,8 @@ Spec (see ``sweeps/*.toml``)::
     iters = [2, 5]
     layers = [1, 2]
 
+minutes, device, max_epochs and batch_size are the TrainConfig fields marked for sweeps (``config.SWEEP_KEYS``):
+a spec may set each (minutes it must), and the task's defaults give the rest; TrainConfig checks their values.
 Each grid names a model and, for the fields of its paper code only, values (hidden, iters, layers,
 inducing); fields left out take the model's default. Runs are named ``MODEL-CODE-sSEED`` and ordered seed
 by seed, each seed over the grids in file order; shard I of N takes runs I, I + N, I + 2N, ...
