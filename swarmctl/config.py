@@ -154,7 +154,8 @@ class TrainConfig:
     minutes: float = train_option(60.0, "Net optimisation budget in minutes (validation and checkpoints excluded)",
                                   sweep=True, resume=True)
     max_epochs: int = train_option(1000, "Stop after this many epochs", sweep=True, resume=True)
-    seed: int = train_option(0, "Seed for initialisation, batch order and drawn tasks")  # a sweep has `seeds`
+    # a sweep spec gives a list of them, `seeds`
+    seed: int = train_option(0, "Seed (0 to 2^32 - 1) for initialisation, batch order and drawn tasks")
     device: str = train_option("auto", "auto, cpu, cuda or cuda:N", sweep=True, resume=True)
     amp: bool = train_option(False, "bfloat16 autocast")
     compile: bool = train_option(False, "torch.compile the model (SWARM: its step)")
