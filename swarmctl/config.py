@@ -68,9 +68,7 @@ def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
-    for f in fields(cls):  # type: ignore[arg-type]
-        if f.name in data and not _has_type(data[f.name], str(f.type)):
-            raise ConfigError(f"{cls.__name__}.{f.name} must be {f.type}, got {data[f.name]!r}")
+    check_types(cls, data, prefix=f"{cls.__name__}.")
     return cls(**data)
 
 
@@ -137,24 +135,41 @@ def host_memory() -> int:
 MAX_LR = 1.0  # Adam with a step size above 1 diverges on every model here
 
 
+def train_option(default: Any, help: str, *, sweep: bool = False, resume: bool = False) -> Any:
+    """A :class:`TrainConfig` field that users set: `train`'s option ``--FIELD`` (a bool is a switch) with
+    ``help``, one phrase without a final period (the help adds each task's default, from its ``TrainConfig``;
+    ``{FIELD}`` in it shows another field's default), a key of a sweep spec when ``sweep``, and an option
+    `train --resume` may change when ``resume``. :data:`TRAIN_OPTIONS` is the table these fields make; their
+    values are checked by ``__post_init__``."""
+    return dataclasses.field(default=default, metadata={"help": help, "sweep": sweep, "resume": resume})
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings (protocol sec. 2.6-2.7). ``minutes`` counts optimisation time only."""
+    """Optimisation settings (protocol sec. 2.6-2.7). ``minutes`` counts optimisation time only. Each field
+    made by :func:`train_option` is an option of `swarmctl train` (see :data:`TRAIN_OPTIONS`)."""
 
-    lr: float = 0.01
-    batch_size: int = 100
-    minutes: float = 60.0
-    max_epochs: int = 1000
-    seed: int = 0
-    device: str = "auto"
-    amp: bool = False
-    compile: bool = False
-    cuda_graphs: bool = False  # on CUDA: each step shape captured once and replayed (training/steps.py)
-    beta: float = 0.2
-    alpha: float = 0.9
-    steps_per_epoch: int | None = None  # None: one pass over the training batches
-    val_batches: int | None = None  # tasks drawn fresh: validation batches per epoch
-    lr_decay_epoch: int | None = None  # multiply the lr by lr_decay once, at the start of this epoch
+    lr: float = train_option(0.01, "Adam learning rate")
+    batch_size: int = train_option(100, "Tasks (images) per batch", sweep=True)
+    minutes: float = train_option(60.0, "Net optimisation budget in minutes (validation and checkpoints excluded)",
+                                  sweep=True, resume=True)
+    max_epochs: int = train_option(1000, "Stop after this many epochs", sweep=True, resume=True)
+    # a sweep spec gives a list of them, `seeds`
+    seed: int = train_option(0, "Seed (0 to 2^32 - 1) for initialisation, batch order and drawn tasks")
+    device: str = train_option("auto", "auto, cpu, cuda or cuda:N", sweep=True, resume=True)
+    amp: bool = train_option(False, "bfloat16 autocast")
+    compile: bool = train_option(False, "torch.compile the model (SWARM: its step)")
+    # on CUDA: each step shape captured once and replayed (training/steps.py)
+    cuda_graphs: bool = train_option(False, "CUDA: capture each step shape in a CUDA graph and replay it (ignored "
+                                            "elsewhere)")
+    beta: float = train_option(0.2, "Backtracking: fraction of epochs without improvement")
+    alpha: float = train_option(0.9, "Backtracking: learning-rate factor")
+    # None: one pass over the training batches
+    steps_per_epoch: int | None = train_option(None, "Steps per epoch")
+    # tasks drawn fresh: validation batches per epoch
+    val_batches: int | None = train_option(None, "Validation batches per epoch (tasks drawn fresh)")
+    # multiply the lr by lr_decay once, at the start of this epoch
+    lr_decay_epoch: int | None = train_option(None, "Multiply the lr by {lr_decay} once, from this epoch on")
     lr_decay: float = 0.1
 
     def __post_init__(self) -> None:
@@ -166,14 +181,47 @@ class TrainConfig:
         if not 0 < self.lr <= MAX_LR:
             raise ConfigError(f"`lr` must be in (0, {MAX_LR:g}], got {self.lr}")
         _check_positive(self, "batch_size", "max_epochs")
-        if not self.minutes > 0:
-            raise ConfigError(f"`minutes` must be > 0, got {self.minutes}")
+        check_positive("minutes", self.minutes)
         check_device(self.device)
         check_seed(self.seed)
         if not 0 <= self.beta < math.inf:
             raise ConfigError(f"`beta` must be a finite number >= 0, got {self.beta}")
         if not 0 < self.alpha <= 1:
             raise ConfigError(f"`alpha` must be in (0, 1], got {self.alpha}")
+
+
+@dataclass(frozen=True)
+class TrainOption:
+    """A row of :data:`TRAIN_OPTIONS`: a :class:`TrainConfig` field users set (see :func:`train_option`)."""
+
+    field: str
+    type: str  # the field's annotation: int, float, str, bool, int | None
+    help: str
+    sweep: bool
+    resume: bool
+
+    @property
+    def switch(self) -> bool:
+        return self.type == "bool"
+
+
+def train_options(cls: type = TrainConfig) -> tuple[TrainOption, ...]:
+    """The table of ``cls``'s user-set fields, in field order (:data:`TRAIN_OPTIONS` for :class:`TrainConfig`)."""
+    return tuple(TrainOption(f.name, str(f.type), f.metadata["help"], f.metadata["sweep"], f.metadata["resume"])
+                 for f in fields(cls) if "help" in f.metadata)
+
+
+TRAIN_OPTIONS = train_options()  # `train`'s options, a sweep spec's training keys, what a resume may change
+RESUMABLE = tuple(o.field for o in TRAIN_OPTIONS if o.resume)  # the train options a resume may change
+SWEEP_KEYS = tuple(o.field for o in TRAIN_OPTIONS if o.sweep)  # the TrainConfig fields a sweep spec may set
+
+
+def check_types(cls: type, values: dict[str, Any], prefix: str = "") -> None:
+    """Each of ``values`` (JSON or TOML values by field name) has the type of ``cls``'s field; bool is no int."""
+    types = {f.name: str(f.type) for f in fields(cls)}
+    for name, value in values.items():
+        if not _has_type(value, types[name]):
+            raise ConfigError(f"{prefix}{name} must be {types[name]}, got {value!r}")
 
 
 @dataclass(frozen=True)

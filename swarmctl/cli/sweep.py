@@ -54,6 +54,10 @@ def sweep_cmd(
             _print_dry_run(plan, where)
             return
         spec = plan.spec
+        if not plan.runs:  # more shards than runs: this one trains nothing and makes no folder
+            say(f"sweep {spec.name}: {where}nothing to train ({len(plan.all_runs)} run(s) in {count} shards; this "
+                "shard has none)")
+            return
 
         def on_run(k: int, total: int, run, status: str) -> None:
             if k == 0:  # every check passed

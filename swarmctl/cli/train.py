@@ -11,18 +11,8 @@ import typer
 from swarmctl.catalog import catalog, models, per_task
 from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import (
-    RUNS_DIR,
-    RunsDir,
-    argument,
-    device_name,
-    float_option,
-    option,
-    say,
-    seed_option,
-    user_errors,
-)
-from swarmctl.config import ModelConfig, TrainConfig
+from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, checked, float_option, option, say, user_errors
+from swarmctl.config import RESUMABLE, TRAIN_OPTIONS, ModelConfig, TrainConfig, TrainOption
 from swarmctl.errors import either
 
 _TASKS = catalog_tasks()
@@ -34,17 +24,11 @@ _DATA_DIR_HELP = "; ".join(f"{t['name']} models: the folder holding the files [d
                            for t in _NAMED_DATA) or "not used by any task"
 
 
-def _with_default(text: str, field: str) -> str:
-    return f"{text} [default: {per_task('defaults.' + field)}]."
-
-
 _ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
 
 
 def _refuse_fixed_options(ctx: typer.Context) -> None:
     """A resumed run keeps its own settings: an option it cannot change is a usage error (exit 2)."""
-    from swarmctl.runs import RESUMABLE
-
     given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
              and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
     if given:
@@ -58,64 +42,66 @@ _THE_MODELS = "the model's"
 _TYPES = {"int": int, "float": float, "str": str}
 
 
-def _hyperparameter_options(command: Any) -> Any:
-    """Give ``command`` one option per model hyper-parameter of the registry's table (``--hidden``,
-    ``--iters``, ...; read from the help catalog), after its model argument; it receives them in
-    ``**hyperparameters``. None, the default, leaves the model's own default."""
+class _TaskDefaults(dict):
+    """``{FIELD}`` in a train option's help: that field's default per task."""
+
+    def __missing__(self, key: str) -> str:
+        return per_task("defaults." + key)
+
+
+def _hyperparameter(h: dict[str, Any], model_config: ModelConfig) -> inspect.Parameter:
+    """The option of one row of the models' hyper-parameter table (read from the help catalog). None, the
+    default, leaves the model's own default."""
+    default = getattr(model_config, h["field"])
+    text = f"{h['help']} [default: {_THE_MODELS if default is None else default}]."
+    kind = _TYPES[h["type"]]
+    make = float_option if kind is float else option
+    return inspect.Parameter(h["option"], inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[kind | None, make(help=text)])
+
+
+def _train_option(row: TrainOption) -> inspect.Parameter:
+    """The option of one row of :data:`TRAIN_OPTIONS`: a switch, or a value checked by TrainConfig as it is
+    parsed (exit 2) whose default, None, is the task's (shown per task)."""
+    if row.switch:
+        flag = "--" + row.field.replace("_", "-")
+        return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=False,
+                                 annotation=Annotated[bool, option(flag, help=row.help + ".")])
+    text = f"{row.help.format_map(_TaskDefaults())} [default: {per_task('defaults.' + row.field)}]."
+    kind = _TYPES[row.type.split("|")[0].strip()]
+    check = checked(lambda value: TrainConfig(**{row.field: value}))  # the value alone, against the defaults
+    return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[kind | None, option(help=text, callback=check)])
+
+
+def _table_options(command: Any) -> Any:
+    """Give ``command`` one option per row of the two tables, after its model argument: the model
+    hyper-parameters (``--hidden``, ``--iters``, ...), then the train options (``--lr``, ...). It receives
+    them in ``**options``: hyper-parameters by option name, train options by field name."""
     params = list(inspect.signature(command, eval_str=True).parameters.values())
     params = [p for p in params if p.kind is not p.VAR_KEYWORD]
     at = [p.name for p in params].index("model") + 1
-    model_config = ModelConfig()
-    added = []
-    for h in catalog()["hyperparameters"]:
-        default = getattr(model_config, h["field"])
-        text = f"{h['help']} [default: {_THE_MODELS if default is None else default}]."
-        kind = _TYPES[h["type"]]
-        make = float_option if kind is float else option
-        added.append(inspect.Parameter(h["option"], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                       annotation=Annotated[kind | None, make(help=text)]))
-    command.__signature__ = inspect.Signature(params[:at] + added + params[at:])
+    added = [_hyperparameter(h, ModelConfig()) for h in catalog()["hyperparameters"]]
+    added += [_train_option(row) for row in TRAIN_OPTIONS]
+    assert len({p.name for p in params + added}) == len(params + added), "an option name is taken twice"
+    positional = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[at:]]
+    command.__signature__ = inspect.Signature(params[:at] + added + positional)
     return command
 
 
 @app.command("train")
-@_hyperparameter_options
+@_table_options
 def train_cmd(
     ctx: typer.Context,
     model: Annotated[str, argument(help=f"Registered model: {', '.join(models())}.")],
-    lr: Annotated[float | None, float_option(help=_with_default("Adam learning rate", "lr"))] = None,
-    batch_size: Annotated[int | None, option(help=_with_default("Tasks (images) per batch", "batch_size"))]
-    = None,
-    minutes: Annotated[float | None, float_option(help=_with_default("Net optimisation budget in minutes (validation "
-                                                                     "and checkpoints excluded)", "minutes"))] = None,
-    max_epochs: Annotated[int | None, option(help=_with_default("Stop after this many epochs", "max_epochs"))]
-    = None,
-    seed: Annotated[int, seed_option(help="Seed for initialisation, batch order and drawn tasks.")]
-    = TrainConfig().seed,
-    steps_per_epoch: Annotated[int | None, option(help=_with_default("Steps per epoch", "steps_per_epoch"))]
-    = None,
-    val_batches: Annotated[int | None, option(help=_with_default("Validation batches per epoch (tasks drawn "
-                                                                       "fresh)", "val_batches"))] = None,
-    lr_decay_epoch: Annotated[int | None, option(help=_with_default(
-        f"Multiply the lr by {per_task('defaults.lr_decay')} once, from this epoch on", "lr_decay_epoch"))] = None,
-    beta: Annotated[float | None, float_option(help=_with_default("Backtracking: fraction of epochs without "
-                                                                  "improvement", "beta"))] = None,
-    alpha: Annotated[float | None, float_option(help=_with_default("Backtracking: learning-rate factor", "alpha"))]
-    = None,
     data: Annotated[Path | None, option(help=f"HDF5 dataset [default: {_DATA_HELP}].")] = None,
     dataset: Annotated[str | None, option(help=f"Named dataset: {_DATASET_HELP}.")] = None,
     data_dir: Annotated[Path | None, option(help=f"Torchvision root (e.g. DIR/MNIST/raw/): {_DATA_DIR_HELP}.")]
     = None,
     name: Annotated[str | None, option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
-    device: Annotated[str | None, option(help=_with_default("auto, cpu, cuda or cuda:N", "device"),
-                                         callback=device_name)] = None,
     resume: Annotated[str | None, option(help="Continue the run with this name or folder.")] = None,
-    compile: Annotated[bool, option("--compile", help="torch.compile the model (SWARM: its step).")] = False,
-    amp: Annotated[bool, option("--amp", help="bfloat16 autocast.")] = False,
-    cuda_graphs: Annotated[bool, option("--cuda-graphs", help="CUDA: capture each step shape in a CUDA graph "
-                                                              "and replay it (ignored elsewhere).")] = False,
-    **hyperparameters: Any,
+    **options: Any,
 ) -> None:
     """Train a registered model on its task until the time budget is spent.
 
@@ -134,11 +120,9 @@ def train_cmd(
         _refuse_fixed_options(ctx)
     with user_errors() as interruption:
         trained = train(
-            model, {h.field: hyperparameters[h.option] for h in HYPERPARAMETERS},
-            dict(lr=lr, batch_size=batch_size, minutes=minutes, max_epochs=max_epochs, seed=seed, device=device,
-                 amp=amp, compile=compile, cuda_graphs=cuda_graphs, beta=beta, alpha=alpha,
-                 steps_per_epoch=steps_per_epoch, val_batches=val_batches, lr_decay_epoch=lr_decay_epoch),
-            runs_dir, data=data, dataset=dataset, data_dir=data_dir, name=name, resume=resume,
+            model, {h.field: options[h.option] for h in HYPERPARAMETERS},
+            {row.field: options[row.field] for row in TRAIN_OPTIONS}, runs_dir, data=data, dataset=dataset,
+            data_dir=data_dir, name=name, resume=resume,
             display=EpochProgress, draw=save_run_curves, default_runs_dir=RUNS_DIR,
             on_continue=lambda command: setattr(interruption, "hint", command))  # a signal while drawing
         if trained is None:  # not rank 0: rank 0 reports

@@ -5,12 +5,15 @@ and last checkpoints, curves, lock). The package:
 
 - ``lifecycle``: configs from options, :func:`start_run` and :func:`resume_run` (one skeleton), what follows
   training (:func:`finish_runs`), and :func:`train`, the whole of `swarmctl train`;
+- ``plan``: what a run is before it trains, for `train` and `sweep` alike: its default name (:func:`run_name`)
+  and the refusal of a model too large for the device (:func:`parameter_count`, :func:`check_training_memory`);
 - ``lock``: :func:`run_lock`, one writer at a time;
 - ``read``: a run's config and progress, its checkpoint, :func:`open_run` (every command that reads a run
   goes through it), :func:`evaluate_run`;
 - ``shipped``: the shipped models (package data found by their JSON records) and :func:`export_weights`.
 """
 
+from swarmctl.config import RESUMABLE
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lifecycle import (
     Finished,
@@ -25,8 +28,8 @@ from swarmctl.runs.lifecycle import (
     train,
 )
 from swarmctl.runs.lock import run_lock
+from swarmctl.runs.plan import check_training_memory, parameter_count, run_name
 from swarmctl.runs.read import (
-    RESUMABLE,
     Run,
     RunProgress,
     evaluate_run,
@@ -49,8 +52,9 @@ from swarmctl.runs.shipped import (
 from swarmctl.training.device import is_main_process
 from swarmctl.training.loop import FitResult
 
-__all__ = ["RESUMABLE", "FitResult", "Finished", "Progress", "Run", "RunDir", "RunProgress", "ShippedModel",
-           "Trained", "configs_from_options", "evaluate_run", "export_weights", "find_checkpoint", "finish_runs",
-           "is_main_process", "list_runs", "load_model", "open_run", "read_run_config", "resolve_run",
-           "resume_command", "resume_run", "run_lock", "run_path", "run_progress", "shipped_checkpoint",
-           "shipped_for", "shipped_models", "shipped_results_dir", "start_run", "train"]
+__all__ = ["RESUMABLE", "FitResult", "Finished", "Progress", "Run", "RunDir", "RunProgress", "ShippedModel", "Trained",
+           "check_training_memory", "configs_from_options", "evaluate_run", "export_weights", "find_checkpoint",
+           "finish_runs", "is_main_process", "list_runs", "load_model", "open_run", "parameter_count",
+           "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_name", "run_path",
+           "run_progress", "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir", "start_run",
+           "train"]

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig, check_memory, from_dict, to_dict
+from swarmctl.config import RESUMABLE, DataConfig, ModelConfig, TrainConfig, from_dict, to_dict
 from swarmctl.devices import memory_limit, resolve_device
 from swarmctl.errors import (
     CheckpointError,
@@ -34,7 +34,8 @@ from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import agree, writing
-from swarmctl.runs.read import RESUMABLE, check_belongs, check_run_files, read_run_config, resolve_run
+from swarmctl.runs.plan import LOWER_SIZES, check_training_memory, parameter_count, run_name
+from swarmctl.runs.read import check_belongs, check_run_files, read_run_config, resolve_run
 from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
@@ -46,11 +47,6 @@ class Progress(ProgressHook, DataProgress, Protocol):
 
 
 MAX_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file systems take
-
-
-def _default_run_name(model_cfg: ModelConfig, seed: int) -> str:
-    """e.g. ``swarm-192-10-1-s0``."""
-    return f"{model_cfg.name}-{paper_code(model_cfg)}-s{seed}"
 
 
 def configs_from_options(model: str, model_options: dict[str, Any], train_options: dict[str, Any],
@@ -78,19 +74,6 @@ def run_path(name: str, runs_dir: Path) -> Path:
         raise ConfigError(f"`name` {name[:40]!r}... has a part longer than {MAX_NAME_BYTES} bytes, more than a "
                           "file system allows; choose a shorter name")
     return Path(runs_dir) / name
-
-
-def _check_training_memory(model_cfg: ModelConfig, device: torch.device) -> None:
-    """Refuse a model whose weights, gradients and Adam state alone would not fit the device's memory,
-    before anything is allocated (the model is built on the meta device to count its parameters)."""
-    try:
-        with torch.device("meta"):
-            n = count_parameters(create_model(model_cfg))
-    except RuntimeError:  # a size whose byte count overflows even on the meta device
-        raise ResourceError(f"model {model_cfg.name} ({paper_code(model_cfg)}) is too large to build on any machine; "
-                            "lower `hidden`, `layers` or `inducing`") from None
-    check_memory(16 * n, memory_limit(device), f"model {model_cfg.name} ({paper_code(model_cfg)}) with "
-                 f"{n:,} parameters (weights, gradients and Adam state)", "lower `hidden`, `layers` or `inducing`")
 
 
 def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: Path = Path("runs")) -> str:
@@ -193,10 +176,10 @@ def start_run(
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
-    run = RunDir(run_path(_default_run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir))
+    run = RunDir(run_path(run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir))
     check_output_folder(run.path)
     device = resolve_device(train_cfg.device, ctx.local_rank)
-    _check_training_memory(model_cfg, device)
+    check_training_memory(model_cfg, parameter_count(model_cfg, LOWER_SIZES), memory_limit(device), LOWER_SIZES)
     seed_everything(train_cfg.seed)
     model = create_model(model_cfg)  # validates the hyper-parameters
     if ctx.is_main:
@@ -230,14 +213,19 @@ def resume_run(
     run: str | Path,
     runs_dir: Path,
     model_name: str | None = None,
-    minutes: float | None = None,
-    max_epochs: int | None = None,
-    device: str | None = None,
     progress: Progress | None = None,
+    **changes: Any,
 ) -> FitResult:
-    """Continue a run from its last checkpoint; its saved config is used, budget included (``minutes`` and
-    ``max_epochs`` replace the totals when given, e.g. to extend a finished run). A run that never saved
-    a checkpoint (killed in its first epoch) starts again from scratch with its config."""
+    """Continue a run from its last checkpoint; its saved config is used, budget included. ``changes`` are
+    train options by name, only those of :data:`RESUMABLE` (None: keep the run's); ``minutes=`` and
+    ``max_epochs=`` replace the totals, e.g. to extend a finished run. A run that never saved a checkpoint
+    (killed in its first epoch) starts again from scratch with its config."""
+    fixed = sorted(set(changes) - set(RESUMABLE))
+    if fixed:
+        raise ConfigError(f"{', '.join(f'`{k}`' for k in fixed)} cannot change when resuming (the run keeps its "
+                          f"own); only {', '.join(f'`{k}`' for k in RESUMABLE)} may change")
+    changes = {k: v for k, v in changes.items() if v is not None}
+    device = changes.get("device")
     ctx = init_distributed(device or "auto")
     folder = RunDir(resolve_run(run, runs_dir))
     check_output_folder(folder.path)
@@ -249,7 +237,6 @@ def resume_run(
             raise CheckpointError(f"run {folder.name} trains model {model_cfg.name!r}, not {model_name!r}; "
                                   f"use {resume_command(model_cfg.name, folder.path, runs_dir)}")
         task = task_of(model_cfg.name)
-        changes = {k: v for k, v in zip(RESUMABLE, (minutes, max_epochs, device), strict=True) if v is not None}
         train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
         config = {**config, "train": to_dict(train_cfg)}
         data_cfg = from_dict(DataConfig, config["data"])

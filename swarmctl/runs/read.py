@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from swarmctl.config import ModelConfig, current_sections
+from swarmctl.config import RESUMABLE, ModelConfig, current_sections
 from swarmctl.devices import resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
 from swarmctl.files import check_plain_file, check_regular_file, read_bytes
@@ -21,8 +21,6 @@ from swarmctl.rundir import BEST, CONFIG, RunDir
 from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
-
-RESUMABLE = ("minutes", "max_epochs", "device")  # the train options a resume may change
 
 
 def check_run_files(run: RunDir) -> None:

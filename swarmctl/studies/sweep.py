@@ -18,6 +18,8 @@ Spec (see ``sweeps/*.toml``)::
     iters = [2, 5]
     layers = [1, 2]
 
+minutes, device, max_epochs and batch_size are the TrainConfig fields marked for sweeps (``config.SWEEP_KEYS``):
+a spec may set each (minutes it must), and the task's defaults give the rest; TrainConfig checks their values.
 Each grid names a model and, for the fields of its paper code only, values (hidden, iters, layers,
 inducing); fields left out take the model's default. Runs are named ``MODEL-CODE-sSEED`` and ordered seed
 by seed, each seed over the grids in file order; shard I of N takes runs I, I + N, I + 2N, ...
@@ -32,22 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from swarmctl.config import SEED_RANGE, DataConfig, ModelConfig, TrainConfig, check_device, check_memory
+from swarmctl.config import RESUMABLE, SWEEP_KEYS, DataConfig, ModelConfig, TrainConfig, check_types
 from swarmctl.devices import memory_limit, resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError, command_line
 from swarmctl.files import read_bytes
-from swarmctl.models import (
-    HYPERPARAMETERS,
-    complete_config,
-    count_parameters,
-    create_model,
-    get_spec,
-    list_models,
-    paper_code,
-)
-from swarmctl.runs import resume_run, run_progress, start_run
+from swarmctl.models import HYPERPARAMETERS, complete_config, get_spec, list_models, paper_code
+from swarmctl.runs import check_training_memory, parameter_count, resume_run, run_name, run_progress, start_run
 from swarmctl.tasks import Task, get_task
 
 if sys.version_info >= (3, 11):
@@ -57,7 +49,9 @@ else:  # pragma: no cover
 
 # a grid's keys name hyper-parameters as train's options do; a grid takes those of its model's paper code
 GRID_KEYS = {h.option: h for h in HYPERPARAMETERS}
-TOP_KEYS = {"name", "seeds", "minutes", "data", "device", "max_epochs", "batch_size", "grid"}
+# a spec's own keys, beside the TrainConfig fields a sweep may set (config.SWEEP_KEYS: minutes, device, ...)
+SPEC_KEYS = ("name", "seeds", "data", "grid")
+TOP_KEYS = {*SPEC_KEYS, *SWEEP_KEYS}
 
 
 @dataclass(frozen=True)
@@ -67,15 +61,24 @@ class SweepSpec:
     configs: tuple[ModelConfig, ...]  # complete, distinct, in file order; each builds a model
     parameters: tuple[int, ...]  # of each configuration, counted on the meta device
     seeds: tuple[int, ...]
-    minutes: float
     data: str | None
-    device: str
-    max_epochs: int | None = None
-    batch_size: int | None = None
+    train: dict[str, Any]  # the TrainConfig fields the spec sets (minutes always); the task's defaults the rest
 
     @property
     def folder(self) -> str:
         return f"sweep-{self.name}"
+
+    @property
+    def minutes(self) -> float:
+        return float(self.train["minutes"])
+
+    @property
+    def max_epochs(self) -> int | None:
+        return self.train.get("max_epochs")
+
+    @property
+    def device(self) -> str:
+        return train_config(self, self.seeds[0]).device
 
 
 @dataclass(frozen=True)
@@ -85,19 +88,26 @@ class SweepRun:
     seed: int
 
 
-def _values(grid_no: int, key: str, value: Any) -> list[Any]:
-    values = value if isinstance(value, list) else [value]
-    if not values:
-        raise ConfigError(f"grid {grid_no}: {key} is an empty list; give at least one value")
-    return values
-
-
 def parse_spec(text: str, default_name: str) -> SweepSpec:
-    """A spec from TOML text; every problem is a ConfigError naming the key."""
+    """A spec from TOML text: its top-level keys (:func:`_top_level`), its grids expanded
+    (:func:`_expand_grids`), and every run's TrainConfig built, which checks the training values. Every
+    problem is a ConfigError naming the key."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}") from None
+    name, seeds, train = _top_level(raw, default_name)
+    task, configs = _expand_grids(raw.get("grid"))
+    spec = SweepSpec(name=name, task=task, configs=configs, parameters=tuple(parameter_count(c) for c in configs),
+                     seeds=seeds, data=_data_file(raw.get("data"), task), train=train)
+    for seed in spec.seeds:  # every run's TrainConfig is valid
+        train_config(spec, seed)
+    return spec
+
+
+def _top_level(raw: dict[str, Any], default_name: str) -> tuple[str, tuple[int, ...], dict[str, Any]]:
+    """The spec's name, its seeds and the TrainConfig fields it sets, each of its field's type (their values
+    are TrainConfig's to check)."""
     unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(unknown)}; a spec has {', '.join(sorted(TOP_KEYS))}")
@@ -106,73 +116,83 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
         raise ConfigError(f"name {name!r}: use letters, digits, '-', '_' and '.' only")
     seeds = raw.get("seeds", [0])
     seeds = seeds if isinstance(seeds, list) else [seeds]
-    if not seeds or not all(_is_int(s) and SEED_RANGE[0] <= s <= SEED_RANGE[1] for s in seeds) \
-            or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds must be distinct integers in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got "
-                          f"{raw.get('seeds')!r}")
-    minutes = raw.get("minutes")
-    if not isinstance(minutes, int | float) or isinstance(minutes, bool) or not math.isfinite(minutes) or minutes <= 0:
-        raise ConfigError(f"minutes (net budget per run) must be a number > 0, got {minutes!r}")
-    for key in ("max_epochs", "batch_size"):
-        v = raw.get(key)
-        if v is not None and (not _is_int(v) or v < 1):
-            raise ConfigError(f"{key} must be an integer >= 1, got {v!r}")
-    grids = raw.get("grid")
+    if not seeds or not all(_is_int(s) for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct integers, got {raw.get('seeds')!r}")
+    train = {key: raw[key] for key in SWEEP_KEYS if key in raw}
+    if "minutes" not in train:
+        raise ConfigError("minutes (net budget per run) is missing; give a number > 0")
+    check_types(TrainConfig, train)
+    return name, tuple(seeds), train
+
+
+def _expand_grids(grids: Any) -> tuple[str, tuple[ModelConfig, ...]]:
+    """The task of the spec's grids and their configurations: complete, distinct, in file order."""
     if not isinstance(grids, list) or not grids:
         raise ConfigError("no [[grid]] tables; add at least one with model = \"...\" and its hyper-parameters")
-    configs: list[ModelConfig] = []
-    seen: set[tuple[str, str]] = set()
+    configs: dict[tuple[str, str], ModelConfig] = {}
     task = None
     for g_no, grid in enumerate(grids, 1):
-        if not isinstance(grid, dict):
-            raise ConfigError(f"grid {g_no} is {grid!r}, not a table; write each grid as a [[grid]] table with "
-                              "model = \"...\" and its hyper-parameters")
-        model = grid.get("model")
-        if not isinstance(model, str):
-            raise ConfigError(f"grid {g_no}: model must be a name, got {model!r}; choose from "
-                              f"{', '.join(list_models())}")
-        if model not in list_models():
-            raise ConfigError(f"grid {g_no}: model {model!r} is not registered; choose from {', '.join(list_models())}")
-        spec = get_spec(model)
-        if not get_task(spec.task).sweepable:
-            raise ConfigError(f"grid {g_no}: {model} is a {spec.task} model; sweeps train models whose data is one "
-                              "file or drawn fresh")
-        if task is not None and spec.task != task:
-            raise ConfigError(f"grid {g_no}: {model} solves {spec.task!r}, an earlier grid {task!r}; one task per spec")
-        task = spec.task
-        allowed = {k for k, h in GRID_KEYS.items() if h.field in spec.code_fields}
-        bad = sorted(set(grid) - allowed - {"model"})
-        if bad:
-            raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
-                              f"(keys: {', '.join(sorted(allowed))})")
-        keys = sorted(set(grid) - {"model"})
-        for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
-            fields = {}
-            for k, v in zip(keys, combo, strict=True):
-                if not _is_int(v) or v < 1:
-                    raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
-                fields[GRID_KEYS[k].field] = v
-            cfg = complete_config(ModelConfig(name=model, **fields))
-            key = (model, _code(cfg))
-            if key not in seen:
-                seen.add(key)
-                configs.append(cfg)
-    data = raw.get("data")
+        model, grid_task = _grid_model(g_no, grid)
+        if task is not None and grid_task != task:
+            raise ConfigError(f"grid {g_no}: {model} solves {grid_task!r}, an earlier grid {task!r}; one task per "
+                              "spec")
+        task = grid_task
+        for cfg in _grid_configs(g_no, grid):
+            configs.setdefault((model, paper_code(cfg)), cfg)
+    return str(task), tuple(configs.values())
+
+
+def _grid_model(g_no: int, grid: Any) -> tuple[str, str]:
+    """A grid's model and its task (one a sweep can train)."""
+    if not isinstance(grid, dict):
+        raise ConfigError(f"grid {g_no} is {grid!r}, not a table; write each grid as a [[grid]] table with "
+                          "model = \"...\" and its hyper-parameters")
+    model = grid.get("model")
+    if not isinstance(model, str):
+        raise ConfigError(f"grid {g_no}: model must be a name, got {model!r}; choose from {', '.join(list_models())}")
+    if model not in list_models():
+        raise ConfigError(f"grid {g_no}: model {model!r} is not registered; choose from {', '.join(list_models())}")
+    task = get_spec(model).task
+    if not get_task(task).sweepable:
+        raise ConfigError(f"grid {g_no}: {model} is a {task} model; sweeps train models whose data is one file or "
+                          "drawn fresh")
+    return model, task
+
+
+def _grid_configs(g_no: int, grid: dict[str, Any]) -> list[ModelConfig]:
+    """One grid's Cartesian product of the values of its model's paper-code fields, each completed."""
+    model = grid["model"]
+    spec = get_spec(model)
+    allowed = {k for k, h in GRID_KEYS.items() if h.field in spec.code_fields}
+    bad = sorted(set(grid) - allowed - {"model"})
+    if bad:
+        raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
+                          f"(keys: {', '.join(sorted(allowed))})")
+    keys = sorted(set(grid) - {"model"})
+    configs = []
+    for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
+        for k, v in zip(keys, combo, strict=True):
+            if not _is_int(v) or v < 1:
+                raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
+        configs.append(complete_config(ModelConfig(name=model, **{GRID_KEYS[k].field: v for k, v in
+                                                                  zip(keys, combo, strict=True)})))
+    return configs
+
+
+def _values(grid_no: int, key: str, value: Any) -> list[Any]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ConfigError(f"grid {grid_no}: {key} is an empty list; give at least one value")
+    return values
+
+
+def _data_file(data: Any, task: str) -> str | None:
+    """The spec's data file (None: the task's default)."""
     if data is not None and (not isinstance(data, str) or not data.strip()):
         raise ConfigError(f"data must name a file, got {data!r}; leave it out for the task's default")
     if data is not None and get_task(task).default_data is None:
         raise ConfigError(f"data: {task} models draw their tasks fresh and take no data file; remove data")
-    device = raw.get("device", "auto")
-    if not isinstance(device, str):
-        raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got {device!r}")
-    check_device(device)
-    spec = SweepSpec(name=name, task=task, configs=tuple(configs),
-                     parameters=tuple(_parameter_count(cfg) for cfg in configs), seeds=tuple(seeds),
-                     minutes=float(minutes), data=data, device=device, max_epochs=raw.get("max_epochs"),
-                     batch_size=raw.get("batch_size"))
-    for seed in spec.seeds:  # every run's TrainConfig is valid
-        train_config(spec, seed)
-    return spec
+    return data
 
 
 def _is_int(value: Any) -> bool:
@@ -180,13 +200,8 @@ def _is_int(value: Any) -> bool:
 
 
 def train_config(spec: SweepSpec, seed: int) -> TrainConfig:
-    """The TrainConfig of the spec's runs of ``seed`` (the task's defaults, the spec's budget and sizes)."""
-    return get_task(spec.task).train_config(minutes=spec.minutes, max_epochs=spec.max_epochs,
-                                            batch_size=spec.batch_size, seed=seed, device=spec.device)
-
-
-def _code(cfg: ModelConfig) -> str:
-    return paper_code(cfg)
+    """The TrainConfig of the spec's runs of ``seed`` (the task's defaults, the values the spec sets)."""
+    return get_task(spec.task).train_config(**spec.train, seed=seed)
 
 
 def load_spec(path: Path) -> SweepSpec:
@@ -207,7 +222,7 @@ def load_spec(path: Path) -> SweepSpec:
 
 def expand(spec: SweepSpec) -> list[SweepRun]:
     """All runs of the spec: seed by seed, each over the configurations in file order."""
-    return [SweepRun(f"{cfg.name}-{_code(cfg)}-s{seed}", cfg, seed) for seed in spec.seeds for cfg in spec.configs]
+    return [SweepRun(run_name(cfg, seed), cfg, seed) for seed in spec.seeds for cfg in spec.configs]
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -246,16 +261,6 @@ def _run_status(run_dir: Path, spec: SweepSpec) -> str:
     return "done" if progress.status == "finished" and same_budget else "partial"
 
 
-def _parameter_count(cfg: ModelConfig) -> int:
-    """The parameters of ``cfg``'s model, built on the meta device: nothing is allocated, whatever the size,
-    and every hyper-parameter the model checks is checked."""
-    try:
-        with torch.device("meta"):
-            return count_parameters(create_model(cfg))
-    except RuntimeError:  # a size whose byte count overflows even on the meta device
-        raise ResourceError(f"model {cfg.name} ({paper_code(cfg)}) is too large to build on any machine") from None
-
-
 def format_minutes(minutes: float) -> str:
     return f"{minutes:,.0f} min ({minutes / 60:,.1f} h)" if minutes >= 60 else f"{minutes:g} min"
 
@@ -289,8 +294,7 @@ def _check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
     limit = memory_limit(resolve_device(spec.device))
     params = dict(zip(spec.configs, spec.parameters, strict=True))
     for cfg in dict.fromkeys(run.model for run in runs):
-        check_memory(16 * params[cfg], limit, f"model {cfg.name} ({paper_code(cfg)}) with {params[cfg]:,} parameters "
-                     "(weights, gradients and Adam state)", "remove it from the spec or use a larger device")
+        check_training_memory(cfg, params[cfg], limit, "remove it from the spec or use a larger device")
 
 
 @dataclass(frozen=True)
@@ -375,8 +379,8 @@ def train_sweep(
             done.append((run, status, None))
             continue
         if status == "partial":
-            result = resume_run(run_dir, folder, model_name=run.model.name, minutes=spec.minutes,
-                                max_epochs=spec.max_epochs, device=spec.device, progress=progress)
+            changes = {k: v for k, v in spec.train.items() if k in RESUMABLE}  # the spec's budget and device
+            result = resume_run(run_dir, folder, model_name=run.model.name, progress=progress, **changes)
         else:  # new, or empty: start_run starts a run that never saved a checkpoint again from scratch
             result = start_run(run.model, train_config(spec, run.seed), data_cfg, folder, run.name, progress=progress)
         done.append((run, status, result))

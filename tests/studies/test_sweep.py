@@ -237,6 +237,14 @@ def test_run_killed_before_its_first_checkpoint_starts_again(tmp_path, tiny_h5):
     assert len((first / "metrics.jsonl").read_text().splitlines()) == 1
 
 
+def test_a_shard_without_runs_says_so_and_makes_no_folder(tmp_path, tiny_h5):
+    spec = tiny_spec(tmp_path, tiny_h5, seeds="[0]")  # 3 configurations x 1 seed: shards 3 and 4 of 5 are empty
+    r = cli("sweep", spec, "--runs-dir", tmp_path / "runs", "--shard", "4/5")
+    assert r.exit_code == 0 and "shard 4/5: nothing to train" in r.output, r.output
+    assert "summarise" not in r.output and "sweep-t" not in r.output
+    assert not (tmp_path / "runs").exists()
+
+
 def test_missing_data_is_one_line_and_nothing_written(tmp_path):
     spec = tiny_spec(tmp_path, tmp_path / "none.h5")
     r = cli("sweep", spec, "--runs-dir", tmp_path / "runs")

@@ -1,0 +1,40 @@
+"""What a run is before it trains, for `train` and `sweep` alike: its default name, and the refusal of a model
+whose training state would not fit the device's memory (counted on the meta device, nothing allocated)."""
+
+from __future__ import annotations
+
+import torch
+
+from swarmctl.config import ModelConfig, check_memory
+from swarmctl.errors import ResourceError
+from swarmctl.models import count_parameters, create_model, paper_code
+
+LOWER_SIZES = "lower `hidden`, `layers` or `inducing`"  # the fix for a model too large to train here
+
+
+def run_name(model_cfg: ModelConfig, seed: int) -> str:
+    """A run's default name, MODEL-CODE-sSEED, e.g. ``swarm-192-10-1-s0`` (``model_cfg`` complete)."""
+    return f"{model_cfg.name}-{paper_code(model_cfg)}-s{seed}"
+
+
+def _label(model_cfg: ModelConfig) -> str:
+    return f"model {model_cfg.name} ({paper_code(model_cfg)})"
+
+
+def parameter_count(model_cfg: ModelConfig, fix: str | None = None) -> int:
+    """The parameters of ``model_cfg``'s model, built on the meta device: nothing is allocated, whatever the
+    size, and every hyper-parameter the model checks is checked. A size whose byte count overflows even there
+    is a ResourceError (``fix``, when given, says what to do)."""
+    try:
+        with torch.device("meta"):
+            return count_parameters(create_model(model_cfg))
+    except RuntimeError:  # a size whose byte count overflows even on the meta device
+        raise ResourceError(f"{_label(model_cfg)} is too large to build on any machine"
+                            + (f"; {fix}" if fix else "")) from None
+
+
+def check_training_memory(model_cfg: ModelConfig, parameters: int, limit: float, fix: str) -> None:
+    """Refuse a model of ``parameters`` whose weights, gradients and Adam state alone exceed ``limit`` bytes,
+    before anything is allocated, saying ``fix``."""
+    check_memory(16 * parameters, limit, f"{_label(model_cfg)} with {parameters:,} parameters (weights, gradients "
+                 "and Adam state)", fix)
