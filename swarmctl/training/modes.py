@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from swarmctl.errors import ConfigError
 
-AMP_RTOL = 1e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's
+AMP_RTOL = 2e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's (0.2 %)
 
 
 @dataclass(frozen=True)
