@@ -1,0 +1,88 @@
+"""Which step mode a run trains in: eager, bf16 autocast (``amp``), CUDA graphs, torch.compile, or a
+combination; ``auto`` picks one.
+
+``auto`` is eager on the CPU (bf16 autocast and CUDA graphs do not speed the CPU step up: its fused
+kernels do). On CUDA it takes, among the modes its task has measured and proven (``Task.step_modes``:
+seconds per step and start-up seconds of each mode, measured on a card; a mode is listed only where the
+GPU tests pin it: a bf16 mode's loss of the same weights within :data:`AMP_RTOL` of float32's, graphed
+steps equal to eager ones), the one that does the most steps in the run's budget, its start-up (warm-up and
+capture, compilation) counted against the budget. A task with no measurements trains eagerly. Any other
+name forces that mode, on any device (off CUDA, graphs are ignored as ever).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from swarmctl.errors import ConfigError
+
+AMP_RTOL = 2e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's (0.2 %)
+
+
+@dataclass(frozen=True)
+class StepMode:
+    """The switches of one mode."""
+
+    amp: bool = False
+    graphs: bool = False
+    compile: bool = False
+
+    @property
+    def name(self) -> str:
+        parts = [n for n, on in (("amp", self.amp), ("graphs", self.graphs), ("compile", self.compile)) if on]
+        return "+".join(parts) or "eager"
+
+
+MODES = {m.name: m for m in (StepMode(), StepMode(amp=True), StepMode(graphs=True), StepMode(amp=True, graphs=True),
+                             StepMode(compile=True), StepMode(amp=True, compile=True))}
+CHOICES = ("auto", *MODES)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One mode of a task measured on a card: seconds per optimisation step in the steady state, and the
+    seconds a fresh process spends before it (eager warm-up, graph capture, compilation)."""
+
+    step_seconds: float
+    start_seconds: float = 0.0
+
+
+def check_step_mode(name: str) -> str:
+    if name not in CHOICES:
+        raise ConfigError(f"unknown `step` {name!r}; choose one of {', '.join(CHOICES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The mode a run trains in and why, for the run's first line."""
+
+    mode: StepMode
+    reason: str
+
+
+def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Measured],
+                     budget_seconds: float) -> Choice:
+    """The mode for ``requested`` (``auto`` or a mode's name) on a device of ``device_type`` with the task's
+    ``measured`` modes and the run's net budget."""
+    check_step_mode(requested)
+    if requested != "auto":
+        return Choice(MODES[requested], "as asked")
+    if device_type != "cuda":
+        return Choice(MODES["eager"], f"auto: on {device_type} the eager step is the fast one")
+    usable = {name: m for name, m in measured.items() if name in MODES and m.step_seconds > 0}
+    if not usable:
+        return Choice(MODES["eager"], "auto: no mode measured for this task on a card")
+
+    def steps(name: str) -> float:
+        return (budget_seconds - usable[name].start_seconds) / usable[name].step_seconds
+
+    best = max(sorted(usable), key=steps)
+    if steps(best) <= 0:  # a budget shorter than every start-up: the cheapest start
+        best = min(sorted(usable), key=lambda n: usable[n].start_seconds)
+        return Choice(MODES[best], f"auto: the budget ({budget_seconds:.0f} s) is shorter than any mode's start-up")
+    base = usable.get("eager")
+    versus = "" if base is None or best == "eager" else \
+        f", {base.step_seconds / usable[best].step_seconds:.2f}x the eager step's speed"
+    return Choice(MODES[best], f"auto: the most steps in {budget_seconds / 60:g} net min on cuda{versus}")
