@@ -123,7 +123,7 @@ def train_cmd(
             model, {h.field: options[h.option] for h in HYPERPARAMETERS},
             {row.field: options[row.field] for row in TRAIN_OPTIONS}, runs_dir, data=data, dataset=dataset,
             data_dir=data_dir, name=name, resume=resume,
-            display=EpochProgress, draw=save_run_curves, default_runs_dir=RUNS_DIR,
+            display=EpochProgress, draw=save_run_curves, announce=say, default_runs_dir=RUNS_DIR,
             on_continue=lambda command: setattr(interruption, "hint", command))  # a signal while drawing
         if trained is None:  # not rank 0: rank 0 reports
             return

@@ -40,6 +40,7 @@ from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
 from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, TrainingData, fit
+from swarmctl.training.modes import resolve_step
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
@@ -165,8 +166,10 @@ def start_run(
     runs_dir: Path,
     name: str | None = None,
     progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> FitResult:
     """Start a new run ``runs_dir/name`` (default name from model, paper code and seed) and train it.
+    ``announce`` is told, before anything is written, where it trains and its step mode (one line).
 
     Everything is validated before the run folder is created, so a bad option leaves nothing behind.
     Under torchrun, rank 0 makes missing default data before any rank reads it. The run's lock is held
@@ -179,6 +182,7 @@ def start_run(
     run = RunDir(run_path(run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir))
     check_output_folder(run.path)
     device = resolve_device(train_cfg.device, ctx.local_rank)
+    train_cfg, step = resolve_step(train_cfg, device.type, task.step_modes)
     check_training_memory(model_cfg, parameter_count(model_cfg, LOWER_SIZES), memory_limit(device), LOWER_SIZES)
     seed_everything(train_cfg.seed)
     model = create_model(model_cfg)  # validates the hyper-parameters
@@ -204,6 +208,9 @@ def start_run(
 
     with StopSignals() as signals, writing(run, ctx):
         restarted = _checked(free, ctx, device)
+        if announce is not None and ctx.is_main:
+            announce(f"training {run.name}: {model_cfg.name} ({config['run']['code']}) on {_where(device)}, "
+                     f"{step.mode.name} step ({step.reason})")
         plan = _Plan(model, prepared, train_cfg, config, task, device, resume=False, restarted=bool(restarted),
                      new=True)
         return _train_locked(run, runs_dir, plan, ctx, signals, progress)
@@ -214,6 +221,7 @@ def resume_run(
     runs_dir: Path,
     model_name: str | None = None,
     progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
     **changes: Any,
 ) -> FitResult:
     """Continue a run from its last checkpoint; its saved config is used, budget included. ``changes`` are
@@ -249,7 +257,20 @@ def resume_run(
         model = create_model(model_cfg)
         plan = _Plan(model, prepared, train_cfg, config, task, dev, resume=not from_scratch, restarted=from_scratch,
                      new=False)
+        if announce is not None and ctx.is_main:
+            mode = "+".join(n for n, on in (("amp", train_cfg.amp), ("graphs", train_cfg.cuda_graphs),
+                                            ("compile", train_cfg.compile)) if on) or "eager"
+            announce(f"continuing {folder.name}: {model_cfg.name} ({config['run'].get('code', '?')}) on "
+                     f"{_where(dev)}, {mode} step (the run's own)")
         return _train_locked(folder, runs_dir, plan, ctx, signals, progress)
+
+
+def _where(device: torch.device) -> str:
+    """The device for a run's first line; on the CPU with the threads it uses (swarmctl/threads.py)."""
+    if device.type != "cpu":
+        return str(device)
+    n = torch.get_num_threads()
+    return f"cpu, {n} thread{'s' * (n != 1)}"
 
 
 def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:
@@ -333,7 +354,7 @@ def train(model: str, model_options: dict[str, Any], train_options: dict[str, An
           name: str | None = None, resume: str | Path | None = None,
           display: Callable[[Task], AbstractContextManager[Progress]] | None = None,
           draw: DrawCurves | None = None, on_continue: Callable[[str], None] | None = None,
-          default_runs_dir: Path = Path("runs")) -> Trained | None:
+          announce: Callable[[str], None] | None = None, default_runs_dir: Path = Path("runs")) -> Trained | None:
     """`swarmctl train`: start a run of ``model`` from the options (:func:`configs_from_options`,
     :func:`start_run`), or continue run ``resume`` (:func:`resume_run`: only the options of
     :data:`RESUMABLE` apply), then :func:`finish_runs`. ``display(task)`` makes the progress display
@@ -346,10 +367,10 @@ def train(model: str, model_options: dict[str, Any], train_options: dict[str, An
     with show as progress:
         if resume is not None:
             changes = {k: train_options.get(k) for k in RESUMABLE}
-            result = resume_run(resume, runs_dir, model_name=model, progress=progress, **changes)
+            result = resume_run(resume, runs_dir, model_name=model, progress=progress, announce=announce, **changes)
         else:
             configs = configs_from_options(model, model_options, train_options, data, dataset, data_dir)
-            result = start_run(*configs, runs_dir, name, progress=progress)
+            result = start_run(*configs, runs_dir, name, progress=progress, announce=announce)
     if not main:
         return None
     continue_with = resume_command(model, result.run_dir, runs_dir, default_runs_dir)

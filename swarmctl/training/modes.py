@@ -12,10 +12,11 @@ name forces that mode, on any device (off CUDA, graphs are ignored as ever).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from swarmctl.errors import ConfigError
+from swarmctl.config import STEP_MODES, TrainConfig, check_step
 
 AMP_RTOL = 2e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's (0.2 %)
 
@@ -36,7 +37,8 @@ class StepMode:
 
 MODES = {m.name: m for m in (StepMode(), StepMode(amp=True), StepMode(graphs=True), StepMode(amp=True, graphs=True),
                              StepMode(compile=True), StepMode(amp=True, compile=True))}
-CHOICES = ("auto", *MODES)
+CHOICES = STEP_MODES
+assert set(CHOICES) == {"auto", *MODES}, "config.STEP_MODES names the modes of this module"
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,6 @@ class Measured:
 
     step_seconds: float
     start_seconds: float = 0.0
-
-
-def check_step_mode(name: str) -> str:
-    if name not in CHOICES:
-        raise ConfigError(f"unknown `step` {name!r}; choose one of {', '.join(CHOICES)}")
-    return name
 
 
 @dataclass(frozen=True)
@@ -66,7 +62,7 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
                      budget_seconds: float) -> Choice:
     """The mode for ``requested`` (``auto`` or a mode's name) on a device of ``device_type`` with the task's
     ``measured`` modes and the run's net budget."""
-    check_step_mode(requested)
+    check_step(requested, {})
     if requested != "auto":
         return Choice(MODES[requested], "as asked")
     if device_type != "cuda":
@@ -86,3 +82,17 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
     versus = "" if base is None or best == "eager" else \
         f", {base.step_seconds / usable[best].step_seconds:.2f}x the eager step's speed"
     return Choice(MODES[best], f"auto: the most steps in {budget_seconds / 60:g} net min on cuda{versus}")
+
+
+def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Measured]) -> tuple[TrainConfig, Choice]:
+    """``cfg`` with its step mode settled for a new run: ``step`` the mode's name and its switches set. A
+    mode given by its switches alone (``amp``, ``cuda_graphs``, ``compile`` with ``step`` auto) is as asked."""
+    if cfg.step == "auto" and (cfg.amp or cfg.cuda_graphs or cfg.compile):
+        choice = Choice(StepMode(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile), "as asked")
+    else:
+        choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
+    mode = choice.mode
+    if mode.graphs and device_type != "cuda":
+        choice = Choice(mode, f"{choice.reason}; CUDA graphs apply on CUDA only: its steps run eagerly here")
+    return dataclasses.replace(cfg, step=mode.name, amp=mode.amp, cuda_graphs=mode.graphs,
+                               compile=mode.compile), choice

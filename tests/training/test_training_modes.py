@@ -4,7 +4,7 @@ import pytest
 
 from swarmctl.errors import ConfigError
 from swarmctl.tasks import TASKS
-from swarmctl.training.modes import CHOICES, MODES, Measured, StepMode, choose_step_mode
+from swarmctl.training.modes import CHOICES, MODES, Measured, StepMode, choose_step_mode, resolve_step
 
 MEASURED = {"eager": Measured(0.020, 2.0), "amp": Measured(0.015, 2.0), "graphs": Measured(0.010, 3.0),
             "compile": Measured(0.008, 45.0)}
@@ -79,3 +79,62 @@ def test_the_paper_tasks_train_faster_than_eager_by_default_on_cuda():
             continue
         choice = choose_step_mode("auto", "cuda", task.step_modes, task.defaults.minutes * 60)
         assert task.step_modes[choice.mode.name].step_seconds < task.step_modes["eager"].step_seconds, task.name
+
+
+def test_resolve_step_records_the_chosen_mode_and_its_switches():
+    from swarmctl.config import TrainConfig
+
+    cfg, choice = resolve_step(TrainConfig(minutes=60), "cuda", MEASURED)
+    assert (cfg.step, cfg.amp, cfg.cuda_graphs, cfg.compile) == ("compile", False, False, True)
+    cfg, _ = resolve_step(TrainConfig(step="amp+graphs"), "cuda", MEASURED)
+    assert (cfg.step, cfg.amp, cfg.cuda_graphs, cfg.compile) == ("amp+graphs", True, True, False)
+    cfg, _ = resolve_step(TrainConfig(), "cpu", MEASURED)
+    assert (cfg.step, cfg.amp, cfg.cuda_graphs, cfg.compile) == ("eager", False, False, False)
+
+
+def test_resolve_step_takes_switches_given_alone_as_the_mode_asked_for():
+    from swarmctl.config import TrainConfig
+
+    cfg, choice = resolve_step(TrainConfig(amp=True, cuda_graphs=True), "cuda", MEASURED)
+    assert cfg.step == "amp+graphs" and choice.reason == "as asked"
+    cfg, choice = resolve_step(TrainConfig(cuda_graphs=True), "cpu", MEASURED)
+    assert cfg.step == "graphs" and "run eagerly here" in choice.reason
+
+
+@pytest.mark.parametrize(("step", "switches"), [("graphs", {"amp": True}), ("eager", {"compile": True}),
+                                                 ("amp", {"amp": True, "cuda_graphs": True})])
+def test_a_step_mode_and_switches_that_disagree_are_refused(step, switches):
+    from swarmctl.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="disagree"):
+        TrainConfig(step=step, **switches)
+
+
+def test_a_step_mode_with_its_own_switches_is_accepted():
+    from swarmctl.config import TrainConfig
+
+    assert TrainConfig(step="amp+graphs", amp=True, cuda_graphs=True).step == "amp+graphs"
+    with pytest.raises(ConfigError, match="unknown `step`"):
+        TrainConfig(step="turbo")
+
+
+def test_a_run_says_its_step_mode_first_and_keeps_it_on_resume(tiny_h5, tmp_path):
+    import json
+
+    from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.runs import resume_run, start_run
+
+    lines: list[str] = []
+    model = ModelConfig(name="swarm", dim_hidden=8, n_iter=2, n_layers=1)
+    start_run(model, TrainConfig(batch_size=8, max_epochs=1, device="cpu"), DataConfig(path=str(tiny_h5)),
+              tmp_path, "auto", announce=lines.append)
+    start_run(model, TrainConfig(batch_size=8, max_epochs=1, device="cpu", step="amp"), DataConfig(path=str(tiny_h5)),
+              tmp_path, "amp", announce=lines.append)
+    assert lines[0].startswith("training auto: swarm (8-2-1) on cpu, ")
+    assert "eager step (auto: on cpu" in lines[0]
+    assert "amp step (as asked)" in lines[1]
+    saved = json.loads((tmp_path / "amp" / "config.json").read_text())["train"]
+    assert (saved["step"], saved["amp"]) == ("amp", True)
+    resume_run("amp", tmp_path, max_epochs=2, announce=lines.append)
+    assert "amp step (the run's own)" in lines[2]
+    assert json.loads((tmp_path / "amp" / "config.json").read_text())["train"]["amp"] is True
