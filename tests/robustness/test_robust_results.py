@@ -295,3 +295,41 @@ def test_plot_entropy_takes_any_size(trained_runs, tmp_path, size):
             "--out", tmp_path / "ent")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "ent" / "entropy.png").is_file()
+
+
+# ---- round 4: report never pools different data; a runs folder that is none is named as such ---------------
+
+def test_report_never_pools_runs_of_one_config_trained_on_different_data(tmp_path):
+    from conftest import TINY_PARAMS
+
+    from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.data.clustering_generator import ClusteringParams
+    from swarmctl.data.hdf5 import generate_dataset
+    from swarmctl.runs import start_run
+
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        data = tmp_path / f"data{seed}.h5"
+        generate_dataset(data, ClusteringParams(**TINY_PARAMS), seed=seed)
+        start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=1,
+                  device="cpu"), DataConfig(path=str(data)), runs, f"on{seed}")
+    r = cli("report", runs)
+    assert_no_traceback(r, code=0)
+    assert "warning:" in r.output and "different data" in r.output, r.output
+    report = (runs / "report.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| swarm |")]
+    assert len(rows) == 2 and "0, 0" not in report, report  # one row per dataset, each of its one seed
+    assert "data0.h5" in rows[0] + rows[1] and "data1.h5" in rows[0] + rows[1], report
+
+
+@pytest.mark.parametrize("what", ["file", "empty folder"])
+def test_report_on_a_runs_folder_that_holds_no_runs_says_so(tmp_path, what):
+    target = tmp_path / "runs"
+    if what == "file":
+        target.write_text("not runs\n")
+    else:
+        target.mkdir()
+    before = snapshot(tmp_path)
+    r = cli("report", target)
+    assert_clean_failure(r, tmp_path, before)
+    assert "writ" not in r.output and ("no runs" in r.output or "not a runs folder" in r.output), r.output
