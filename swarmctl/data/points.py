@@ -14,7 +14,7 @@ import re
 import stat
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -40,7 +40,9 @@ class PointSet:
     own cells, so ``007`` stays ``007``; a binary file: its numbers as Python writes them). ``lines``: the
     file line (1-based) where each point's record starts, for a text file (None for a binary file, whose
     points are its rows). ``skipped``: rows left out because a picked cell was empty, not a number, NaN or
-    inf, or missing (only when asked to skip such rows)."""
+    inf, or missing (only when asked to skip such rows). ``offset``: where a column of whole numbers reaches
+    2^53 or more, which float64 cannot all hold, the integer each of its values was read less of, exactly,
+    before the conversion (``values`` + ``offset`` are the file's numbers); None where no column needed one."""
 
     values: np.ndarray
     names: tuple[str, ...]
@@ -49,6 +51,14 @@ class PointSet:
     cells: np.ndarray | None = None  # None: the values, as Python writes them
     lines: np.ndarray | None = None
     skipped: int = 0
+    offset: tuple[int, ...] | None = None
+
+    @property
+    def shown_names(self) -> tuple[str, ...]:
+        """The names of ``values``' columns as drawn: a shifted column says by how much (``x - 4611686018427387904``)."""
+        if self.offset is None:
+            return self.names
+        return tuple(f"{n} - {o}" if o else n for n, o in zip(self.names, self.offset, strict=True))
 
     def __len__(self) -> int:
         return len(self.values)
@@ -147,9 +157,11 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     names = names or tuple(f"x{j}" for j in range(values.shape[1]))
     all_names, cells = names, None
     index = list(range(len(names)))
-    if columns is not None:
-        index = _column_indices(columns, names, False, where)
-        cells = _as_text(values)  # every column rides along, in its place
+    exact = values if values.dtype.kind in "iu" else None
+    values = values.astype(np.float64)
+    if columns is not None or (exact is not None and np.abs(values).max(initial=0) >= _EXACT):
+        index = _column_indices(columns, names, False, where) if columns is not None else index
+        cells = _as_text(exact if exact is not None else values)  # every column rides along, in its place, exactly
         values, names = values[:, index], tuple(names[j] for j in index)
     skipped = 0
     if skip_bad_rows:
@@ -157,9 +169,32 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         skipped = int((~good).sum())
         values = values[good]
         cells = cells[good] if cells is not None else None
+        exact = exact[good] if exact is not None else None
     _check_values(values, where, index)
+    offset = _shift_large_integers(values, lambda j: None if exact is None else exact[:, index[j]].tolist())
     return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label,
-                    all_names if cells is not None else (), cells, None, skipped)
+                    all_names if cells is not None else (), cells, None, skipped, offset)
+
+
+_EXACT = 2**53  # from here on float64 cannot hold every integer
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def _shift_large_integers(values: np.ndarray, integers: Callable[[int], list[int] | None]) -> tuple[int, ...] | None:
+    """Shift each column of ``values`` (N, D) that reaches 2^53, whose numbers are all whole
+    (``integers(j)``: column j's numbers as read, exactly, or None), by its smallest number, exactly, before
+    the conversion to float64: the differences, all clustering sees, survive (2^62 + 1 and 2^62 + 2 are one
+    float64). In place; the offsets, or None where no column needed one."""
+    offset = [0] * values.shape[1]
+    for j in range(values.shape[1]):
+        if np.abs(values[:, j]).max(initial=0) < _EXACT:
+            continue
+        column = integers(j)
+        if column is None:
+            continue
+        offset[j] = min(column)
+        values[:, j] = [float(v - offset[j]) for v in column]
+    return tuple(offset) if any(offset) else None
 
 
 _HEAD = 1 << 16  # bytes read first, to tell the format (and refuse a binary stream) before reading on
@@ -214,14 +249,14 @@ def _check_values(values: np.ndarray, where: str, index: list[int], lines: np.nd
 
 
 def _from_array(arr: np.ndarray, where: str) -> np.ndarray:
-    """An array from a binary file as (N, D) float64; DataError for anything else."""
+    """An array from a binary file as (N, D), in its own type; DataError for anything else."""
     if arr.dtype.kind not in "biuf":
         raise DataError(f"{where} holds {arr.dtype} values, not numbers; give a numeric array of points x features")
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
         raise DataError(f"{where} holds an array of shape {arr.shape}; give a 2-D array (points x features)")
-    return arr.astype(np.float64)
+    return arr
 
 
 def _load_npy(raw: bytes, where: str) -> np.ndarray:
@@ -388,8 +423,16 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
         raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
     lines = np.array([r.line for r in records])
     _check_values(values, where, use, lines)
+    offset = _shift_large_integers(values, lambda j: _whole_numbers(cells[:, use[j]].tolist()))
     return PointSet(np.ascontiguousarray(values), tuple(all_names[j] for j in use), source, all_names, cells, lines,
-                    skipped)
+                    skipped, offset)
+
+
+def _whole_numbers(cells: list[str]) -> list[int] | None:
+    """The cells as Python integers (exact at any size), or None when one of them is no whole number."""
+    if not all(_INTEGER.fullmatch(c) for c in cells):
+        return None
+    return [int(c) for c in cells]
 
 
 @contextlib.contextmanager

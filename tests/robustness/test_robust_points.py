@@ -350,3 +350,29 @@ def test_a_quote_left_open_is_named_at_the_line_it_opens(tmp_path, rows):
     path.write_bytes(b'x,y,label\n1,2,a\n3,"4,b\n' + b"5,6,c\n" * rows)
     with pytest.raises(DataError, match=r"p\.csv, line 3: .*check (the file's|its) quotes"):
         read_points(path, columns=("x", "y"))
+
+
+# ---- round 4: integers beyond 2^53 keep their differences -------------------------------------------------
+
+@pytest.mark.parametrize("form", ["csv", "npy"])
+def test_integer_coordinates_near_2_62_cluster_as_the_same_points_shifted(trained_runs, tmp_path, form):
+    """293 distinct integers near 2^62 (float64 holds only every 1024th there) cluster as the same points
+    moved to near 0 by an exact integer: the low bits are kept until the points are centred."""
+    runs, _ = trained_runs
+    rng = np.random.default_rng(0)
+    small = np.concatenate([rng.integers(0, 150, (150, 2)), rng.integers(400, 550, (150, 2))]).astype(np.int64)
+    outputs = {}
+    for name, base in (("near0", 0), ("huge", 2**62)):
+        big = small + base
+        path = tmp_path / f"{name}.{form}"
+        if form == "npy":
+            np.save(path, big)
+        else:
+            path.write_text("x,y\n" + "".join(f"{a},{b}\n" for a, b in big.tolist()))
+        r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / f"{name}.out.csv")
+        assert r.exit_code == 0, r.output
+        lines = (tmp_path / f"{name}.out.csv").read_text().splitlines()[1:]
+        outputs[name] = [line.split(",")[2] for line in lines]
+        if name == "huge":  # the output carries the file's numbers exactly
+            assert [tuple(map(int, line.split(",")[:2])) for line in lines] == [tuple(p) for p in big.tolist()]
+    assert outputs["huge"] == outputs["near0"]
