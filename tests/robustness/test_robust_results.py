@@ -333,3 +333,19 @@ def test_report_on_a_runs_folder_that_holds_no_runs_says_so(tmp_path, what):
     r = cli("report", target)
     assert_clean_failure(r, tmp_path, before)
     assert "writ" not in r.output and ("no runs" in r.output or "not a runs folder" in r.output), r.output
+
+
+@pytest.mark.parametrize(("scale", "centre"), [(1e-16, 1.0), (1e-300, 0.0), (1e-9, 1e6), (1.0, 0.0)])
+def test_a_cluster_plot_spreads_the_points_over_its_axes_whatever_their_spread(scale, centre):
+    """Two clusters of a tiny spread (relative to their place, or in absolute size) are drawn apart, not on
+    one spot of axes that matplotlib widened to a fixed span."""
+    from swarmctl.plots.clusters import plot_clusters
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(8, 1, (40, 2))]) * scale + centre
+    assert len(np.unique(values[:, 0])) > 2  # float64 holds some of the spread
+    fig = plot_clusters(values, ("x", "y"), np.repeat([0, 1], 40), np.ones(80), "tiny")
+    ax = fig.axes[0]
+    drawn = ax.collections[0].get_offsets()
+    where = ax.transAxes.inverted().transform(ax.transData.transform(drawn))  # 0..1 inside the axes
+    assert np.ptp(where[:, 0]) > 0.5 and np.ptp(where[:, 1]) > 0.5, (ax.get_xlim(), ax.get_ylim())
