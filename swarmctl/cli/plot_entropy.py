@@ -19,7 +19,7 @@ def plot_entropy_cmd(
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
     index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).")] = None,
     clusters: Annotated[int, option(help="Pick a task with this many clusters...")] = 7,
-    size: Annotated[int, option(help="...whose number of points is closest to this.")] = 500,
+    size: Annotated[int, option(help="...whose number of points is closest to this.", min=1)] = 500,
     grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/entropy; runs/pretrained-NAME/entropy "
                                             "for a shipped model].")] = None,
