@@ -22,7 +22,8 @@ from typing import BinaryIO, NamedTuple
 import h5py
 import numpy as np
 
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.config import check_memory, host_memory
+from swarmctl.errors import ConfigError, DataError, ResourceError
 from swarmctl.files import atomic_write
 
 STDIN = "-"
@@ -218,12 +219,26 @@ def _read_once(file: Path) -> bytes | None:
 def _read_stream(fh: BinaryIO, where: str, head: bytes = b"") -> bytes:
     """The rest of ``fh`` after ``head``. A stream whose first block is neither a known binary format nor
     text (text holds no NUL byte) is refused there, so that an endless one (``cat /dev/zero |``) is not
-    read until memory runs out."""
+    read until memory runs out; nor is any stream read past :func:`max_input_bytes` (``yes 1,2 |``)."""
     head += fh.read(_HEAD - len(head))
     if not head.startswith((_NPY_MAGIC, *_ZIP_MAGIC, _HDF5_MAGIC)) and b"\x00" in head:
         raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file (it holds NUL bytes); give a CSV or "
                         "text file of numbers (UTF-8)")
-    return head + fh.read()
+    limit = max_input_bytes()
+    chunks, size = [head], len(head)
+    while chunk := fh.read(1 << 20):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ResourceError(f"{where} goes on past {limit / 2**30:.1f} GiB, more than this machine's memory can "
+                                "read as points (a stream that never ends?); give a smaller file")
+    return b"".join(chunks)
+
+
+def max_input_bytes() -> int:
+    """The most bytes of a point file read: an eighth of the machine's memory (a text file's points and
+    cells take several times its bytes while they are parsed)."""
+    return host_memory() // 8
 
 
 def _no_key(key: str | None, where: str, kind: str) -> None:
@@ -260,10 +275,30 @@ def _from_array(arr: np.ndarray, where: str) -> np.ndarray:
 
 
 def _load_npy(raw: bytes, where: str) -> np.ndarray:
+    _check_npy_size(raw, where)
     try:
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{where} is not a readable .npy file ({_short(exc)}); write it with numpy.save") from None
+
+
+def _check_npy_size(raw: bytes, where: str) -> None:
+    """Refuse an .npy whose header promises more bytes than the file holds (a damaged or cut file), before
+    any array of that size is allocated."""
+    fh = io.BytesIO(raw)
+    try:
+        major, _ = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(fh, max_header_size=1 << 20)
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError):
+        return  # np.load names what is wrong with the header
+    if dtype.hasobject:
+        return
+    needed = math.prod(shape) * dtype.itemsize
+    held = len(raw) - fh.tell()
+    if needed > held:
+        raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) but "
+                        f"it holds {held:,} bytes; write it again with numpy.save")
 
 
 def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None, str]:
@@ -308,6 +343,9 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
             if not isinstance(obj, h5py.Dataset):
                 raise DataError(f"`key`: {file} has no dataset {key!r}; its datasets are "
                                   f"{', '.join(datasets[:8]) or 'none'}")
+            # read as stored, then as float64: both at once, before anything is read
+            check_memory(obj.size * (obj.dtype.itemsize + 8), host_memory(), f"{file}[{key}] ({obj.shape})",
+                         "give a smaller dataset, or a part of it")
             arr = obj[()]
     except OSError as exc:
         raise DataError(f"{file} is not a readable HDF5 file ({_short(exc)}); check the file") from None

@@ -20,10 +20,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from faults import cli, deadline, snapshot
+from faults import assert_clean_failure, cli, deadline, snapshot
 
 from swarmctl.data.points import parse_columns, read_points
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError, DataError, ResourceError
 
 BLANKS = ["", "   ", "\t", " \t ", "\x0c", "\u00a0", "  \u3000 "]  # lines holding nothing but whitespace
 ENDINGS = ["\n", "\r\n", "\r"]
@@ -376,3 +376,66 @@ def test_integer_coordinates_near_2_62_cluster_as_the_same_points_shifted(traine
         if name == "huge":  # the output carries the file's numbers exactly
             assert [tuple(map(int, line.split(",")[:2])) for line in lines] == [tuple(p) for p in big.tolist()]
     assert outputs["huge"] == outputs["near0"]
+
+
+# ---- round 4: sizes a file claims, and streams without end ---------------------------------------------------
+
+def test_an_npy_whose_header_claims_a_billion_rows_is_a_damaged_file(trained_runs, tmp_path):
+    runs, _ = trained_runs
+    path = tmp_path / "big.npy"
+    np.save(path, np.random.default_rng(0).normal(size=(300, 2)))
+    raw = path.read_bytes()
+    path.write_bytes(_with_shape(raw, "(1000000000, 2)"))
+    assert len(path.read_bytes()) < 8000
+    before = snapshot(tmp_path)
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
+    assert_clean_failure(r, tmp_path, before)
+    assert "damaged" in r.output and "memory" not in r.output, r.output
+
+
+def _with_shape(raw: bytes, shape: str) -> bytes:
+    """An .npy file's bytes with its header's shape replaced (the header padded to its old length)."""
+    start = raw.index(b"{")
+    end = raw.index(b"\n", start)
+    header = raw[start:end].decode().replace("(300, 2)", shape)
+    return raw[:start] + header.ljust(end - start).encode() + raw[end:]
+
+
+def test_an_hdf5_dataset_larger_than_memory_is_refused_before_it_is_read(trained_runs, tmp_path, monkeypatch):
+    """A dataset whose size (from its metadata) exceeds the machine's memory is refused in one line; it is
+    never read (a lazily allocated dataset of 16 GB, nothing of it written)."""
+    runs, _ = trained_runs
+    path = tmp_path / "huge.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("points", shape=(2**30, 2), dtype="f8", chunks=(1024, 2))
+    read = []
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", lambda self, key: read.append(key))
+    before = snapshot(tmp_path)
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
+    assert_clean_failure(r, tmp_path, before)
+    assert "memory" in r.output and "GiB" in r.output and not read, r.output
+
+
+def test_an_endless_text_stream_is_refused_once_it_passes_the_cap(monkeypatch):
+    """``yes 1,2 | swarmctl cluster -``: text without end is read up to a cap, then refused in one line."""
+    import swarmctl.data.points as points
+
+    class Rows(io.RawIOBase):
+        given = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            if Rows.given >= 64 << 20:  # a reader without a cap fails the test, not the machine
+                return 0
+            line = b"1,2\n" * (len(b) // 4)
+            b[:len(line)] = line
+            Rows.given += len(line)
+            return len(line)
+
+    monkeypatch.setattr(points, "max_input_bytes", lambda: 8 << 20)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Rows())))
+    with pytest.raises(ResourceError, match="never ends"):
+        read_points("-")
+    assert Rows.given <= 10 << 20
