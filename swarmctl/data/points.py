@@ -331,8 +331,7 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None
 def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
     try:
         with h5py.File(file, "r") as f:
-            datasets: list[str] = []
-            f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+            datasets = _hdf5_datasets(f)
             if key is None:
                 if len(datasets) != 1:
                     shown = ", ".join(datasets[:8]) + (" ..." if len(datasets) > 8 else "")
@@ -352,6 +351,27 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
     if not isinstance(arr, np.ndarray):
         arr = np.asarray(arr)
     return _from_array(arr, f"{file}[{key}]"), None, f"[{key}]"
+
+
+def _hdf5_datasets(group: h5py.Group, prefix: str = "", seen: set[tuple[str, int]] | None = None) -> list[str]:
+    """The paths of every dataset under ``group``, in groups too, through soft and external links (which
+    ``visititems`` does not follow); each group once, so a link back up ends there; a dangling link is
+    left out."""
+    seen = set() if seen is None else seen
+    out: list[str] = []
+    for name in group:
+        try:
+            obj = group[name]
+        except (KeyError, OSError, ValueError):  # a dangling soft or external link
+            continue
+        if isinstance(obj, h5py.Dataset):
+            out.append(prefix + name)
+        elif isinstance(obj, h5py.Group):
+            place = (obj.file.filename, h5py.h5o.get_info(obj.id).addr)
+            if place not in seen:
+                seen.add(place)
+                out += _hdf5_datasets(obj, f"{prefix}{name}/", seen)
+    return out
 
 
 def _short(exc: BaseException) -> str:

@@ -439,3 +439,30 @@ def test_an_endless_text_stream_is_refused_once_it_passes_the_cap(monkeypatch):
     with pytest.raises(ResourceError, match="never ends"):
         read_points("-")
     assert Rows.given <= 10 << 20
+
+
+@pytest.mark.parametrize("layout", ["group", "external link", "link loop"])
+def test_an_hdf5_file_lists_the_datasets_in_its_groups_and_links_by_path(trained_runs, tmp_path, layout):
+    """Points kept in a group, or reached through a link: read when they are the one dataset, and named by
+    their path (the --key that works) when there are several."""
+    runs, _ = trained_runs
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(6, 1, (40, 2))])
+    path = tmp_path / "p.h5"
+    with h5py.File(tmp_path / "inner.h5", "w") as f:
+        f.create_group("grp")["points"] = points
+    with h5py.File(path, "w") as f:
+        if layout == "external link":  # visititems does not follow it: the file seemed to hold no dataset
+            f["grp"] = h5py.ExternalLink(str(tmp_path / "inner.h5"), "/grp")
+        else:
+            f.create_group("grp")["points"] = points
+            if layout == "link loop":
+                f["grp/up"] = h5py.SoftLink("/grp")
+                f["dangling"] = h5py.SoftLink("/nowhere")
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
+    assert r.exit_code == 0, r.output
+    assert len((tmp_path / "o.csv").read_text().splitlines()) == 81
+    with h5py.File(path, "a") as f:
+        f["other"] = points
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o2.csv")
+    assert r.exit_code == 1 and "grp/points" in r.output and "other" in r.output, r.output
