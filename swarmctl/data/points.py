@@ -93,9 +93,19 @@ def parse_columns(text: str) -> tuple[str, ...]:
             raise ConfigError(f"columns: {item!r} names no column; write name:X with the header name X")
         if kind == "index" and not re.fullmatch(r"[0-9]+", rest.strip()):
             raise ConfigError(f"columns: {item!r} is not an index; write index:N with N = 0, 1, 2 ...")
-    if len(set(items)) != len(items):
-        raise ConfigError(f"columns must not repeat a column, got {text!r}")
+    if len(set(map(_selector, items))) != len(items):  # 0 and 00, or 2 and index:2, are one column
+        raise ConfigError(f"`columns` must not repeat a column, got {text!r}")
     return items
+
+
+def _selector(item: str) -> tuple[str, str | int]:
+    """What a ``--columns`` item picks: ("index", N) for a plain integer or index:N, else ("name", X)."""
+    kind, _, rest = item.partition(":")
+    if re.fullmatch(r"[0-9]+", item):
+        return "index", int(item)
+    if kind == "index":
+        return "index", int(rest)
+    return "name", rest.strip() if kind == "name" else item
 
 
 def is_plain_name(name: str) -> bool:
