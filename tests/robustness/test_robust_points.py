@@ -466,3 +466,16 @@ def test_an_hdf5_file_lists_the_datasets_in_its_groups_and_links_by_path(trained
         f["other"] = points
     r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o2.csv")
     assert r.exit_code == 1 and "grp/points" in r.output and "other" in r.output, r.output
+
+
+@pytest.mark.parametrize("scale", [2e307, 1e200])
+def test_coordinates_near_the_end_of_float64_are_plotted_quietly(trained_runs, tmp_path, scale):
+    """NumPy's overflow warning (the span of the axes) and matplotlib's tick failure never reach the user."""
+    runs, _ = trained_runs
+    rng = np.random.default_rng(0)
+    path = tmp_path / "huge.csv"
+    np.savetxt(path, np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(6, 1, (40, 2))]) * scale, delimiter=",")
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv", "--plot",
+            tmp_path / "o.png")
+    assert r.exit_code == 0 and "overflow" not in r.output and "Traceback" not in r.output, r.output
+    assert (tmp_path / "o.png").read_bytes()[:4] == b"\x89PNG"
