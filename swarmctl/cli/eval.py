@@ -38,7 +38,7 @@ def eval_cmd(
         from swarmctl.studies.evaluation import evaluation
 
         with evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(),
-                        announce=say, force=force) as scored:  # the file appears once the table is printed, or not at all
+                        announce=say, force=force) as scored:  # the file appears once the table is printed, or never
             _print_table(scored)
             flush_output()
 

@@ -54,5 +54,6 @@ def sample_cmd(
                         announce=say, force=force) as drawn:  # both files, or neither; once this is printed
             grid = drawn.grid
             save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), drawn.path)
-            say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}, {drawn.array.name}")
+            say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}, "
+                f"{drawn.array.name}")
             flush_output()

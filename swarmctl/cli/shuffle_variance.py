@@ -26,7 +26,8 @@ from swarmctl.cli._options import (
 @app.command("shuffle-variance")
 def shuffle_variance_cmd(
     runs: Annotated[list[str], argument(metavar="RUN...", help="One or more runs (names or folders).")],
-    data: Annotated[Path | None, option(help="HDF5 dataset every run is measured on [default: each run's own].")] = None,
+    data: Annotated[Path | None, option(help="HDF5 dataset every run is measured on [default: each run's own].")]
+    = None,
     tasks: Annotated[int, option(help="Validation tasks, spread evenly over the set size.", min=1)] = 100,
     shuffles: Annotated[int, option(help="Random orderings per task (at least 2: a spread needs two).", min=2)]
     = 1000,

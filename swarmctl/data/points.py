@@ -56,7 +56,8 @@ class PointSet:
 
     @property
     def shown_names(self) -> tuple[str, ...]:
-        """The names of ``values``' columns as drawn: a shifted column says by how much (``x - 4611686018427387904``)."""
+        """The names of ``values``' columns as drawn: a shifted column says by how much (``x - 4611686018427387904``).
+        """
         if self.offset is None:
             return self.names
         return tuple(f"{n} - {o}" if o else n for n, o in zip(self.names, self.offset, strict=True))

@@ -62,7 +62,7 @@ def _cases():
             elif kind is str and flag in STRINGS:
                 wrong = [STRINGS[flag]] if STRINGS[flag] is not None else []
             else:
-                wrong = [(None, f"{kind} option {flag} of `{' '.join(path)}` is not walked: give it a wrong value here")]
+                wrong = [(None, f"{kind} option {flag} of `{' '.join(path)}` is not walked: give it a wrong value")]
             args = CONTEXT.get((*path, flag), arguments)
             out += [(path, flag, args, value, code) for value, code in wrong]
     return out
