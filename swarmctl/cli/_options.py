@@ -59,20 +59,22 @@ def argument(*, help: str | None = None, **kwargs: Any) -> Any:
 
 
 def checked(check: Any) -> Any:
-    """An option callback running ``check(value)``; a ConfigError becomes a usage error (exit 2)."""
-    def callback(value: Any) -> Any:
+    """An option callback running ``check(value, flag)`` (``flag``: the option's, e.g. ``--temperature``, for
+    the message); a ConfigError becomes a usage error (exit 2)."""
+    def callback(param: typer.CallbackParam, value: Any) -> Any:
         if value is not None:
+            flag = max((o for o in param.opts if o.startswith("--")), key=len, default=param.name or "value")
             try:
-                check(value)
+                check(value, flag)
             except SwarmctlError as exc:
-                raise typer.BadParameter(flag_names(str(exc))) from None
+                raise typer.BadParameter(flag_names(str(exc).replace(f"`{flag}`", flag))) from None
         return value
     return callback
 
 
-finite = checked(lambda v: check_finite("the value", v))  # floats: no nan or inf
-positive = checked(lambda v: check_positive("the value", v))  # finite floats > 0
-device_name = checked(check_device)
+finite = checked(lambda v, flag: check_finite(flag, v))  # floats: no nan or inf
+positive = checked(lambda v, flag: check_positive(flag, v))  # finite floats > 0
+device_name = checked(lambda v, flag: check_device(v))
 
 
 def seed_option(help: str, **kwargs: Any) -> Any:

@@ -136,7 +136,7 @@ def _save_plot(res: ClusterResult, path: Path) -> Path:
     from swarmctl.plots.clusters import plot_clusters
     from swarmctl.plots.style import save_figure
 
-    fig = plot_clusters(res.points.values, res.points.names, res.clusters.cluster, res.clusters.probability,
+    fig = plot_clusters(res.points.values, res.points.shown_names, res.clusters.cluster, res.clusters.probability,
                         f"{res.model} on {Path(res.points.source).name}")
     return save_figure(fig, path)
 
@@ -151,7 +151,9 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         say("points used as given (--no-standardize)")
     else:
         scale = _vector(c.transform.scale) if per_coordinate else f"{c.transform.scale[0]:.6g}"
-        say(f"standardized to the training scale: x' = (x - {_vector(c.transform.shift)}) * {scale}")
+        offset = res.points.offset or (0,) * len(c.transform.shift)  # columns read less an integer, exactly
+        shift = [float(s) + o for s, o in zip(c.transform.shift, offset, strict=True)]
+        say(f"standardized to the training scale: x' = (x - {_vector(shift)}) * {scale}")
     k = len(c.sizes)
     title = f"{k} cluster{'' if k == 1 else 's'} in {len(res.points):,} points of {res.points.source}"
     table = Table(title=escape(title))

@@ -31,13 +31,14 @@ def eval_cmd(
     out: Annotated[Path | None, option(help="JSON output [default: eval-SPLIT.json beside the checkpoint; "
                                             "runs/pretrained-NAME/ for a shipped model].")]
     = None,
+    force: Annotated[bool, option("--force", help="Replace an existing --out file.")] = False,
 ) -> None:
     with user_errors():
         from swarmctl.cli._progress import DataGenerationProgress
         from swarmctl.studies.evaluation import evaluation
 
         with evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(),
-                        announce=say) as scored:  # the file appears once the table is printed, or not at all
+                        announce=say, force=force) as scored:  # the file appears once the table is printed, or never
             _print_table(scored)
             flush_output()
 

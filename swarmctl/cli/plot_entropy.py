@@ -17,9 +17,9 @@ def plot_entropy_cmd(
     run: Annotated[str | None, argument(help="Run name or folder [default: the shipped "
                                              f"{' or '.join(t['name'] for t in tasks(STUDY))} model].")] = None,
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
-    index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).")] = None,
-    clusters: Annotated[int, option(help="Pick a task with this many clusters...")] = 7,
-    size: Annotated[int, option(help="...whose number of points is closest to this.")] = 500,
+    index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).", min=0)] = None,
+    clusters: Annotated[int, option(help="Pick a task with this many clusters...", min=1)] = 7,
+    size: Annotated[int, option(help="...whose number of points is closest to this.", min=1)] = 500,
     grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/entropy; runs/pretrained-NAME/entropy "
                                             "for a shipped model].")] = None,

@@ -38,6 +38,8 @@ def sample_cmd(
                                             "runs/pretrained-NAME/ for a shipped model].")] = None,
     full: Annotated[bool, option("--full", help="Use the full-recompute reference sampler "
                                                      "(one forward pass per sub-pixel; slow).")] = False,
+    force: Annotated[bool, option("--force", help="Replace an existing --out file and the .npy beside it.")]
+    = False,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
 ) -> None:
@@ -49,8 +51,9 @@ def sample_cmd(
 
         with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"), \
                 samples(run, runs_dir, dataset, device, per_class, temperature, seed, out, incremental=not full,
-                        announce=say) as drawn:  # both files, or neither; once this is printed
+                        announce=say, force=force) as drawn:  # both files, or neither; once this is printed
             grid = drawn.grid
             save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), drawn.path)
-            say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}")
+            say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}, "
+                f"{drawn.array.name}")
             flush_output()

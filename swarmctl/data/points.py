@@ -14,7 +14,7 @@ import re
 import stat
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -22,7 +22,8 @@ from typing import BinaryIO, NamedTuple
 import h5py
 import numpy as np
 
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.config import check_memory, host_memory
+from swarmctl.errors import ConfigError, DataError, ResourceError
 from swarmctl.files import atomic_write
 
 STDIN = "-"
@@ -40,7 +41,9 @@ class PointSet:
     own cells, so ``007`` stays ``007``; a binary file: its numbers as Python writes them). ``lines``: the
     file line (1-based) where each point's record starts, for a text file (None for a binary file, whose
     points are its rows). ``skipped``: rows left out because a picked cell was empty, not a number, NaN or
-    inf, or missing (only when asked to skip such rows)."""
+    inf, or missing (only when asked to skip such rows). ``offset``: where a column of whole numbers reaches
+    2^53 or more, which float64 cannot all hold, the integer each of its values was read less of, exactly,
+    before the conversion (``values`` + ``offset`` are the file's numbers); None where no column needed one."""
 
     values: np.ndarray
     names: tuple[str, ...]
@@ -49,6 +52,15 @@ class PointSet:
     cells: np.ndarray | None = None  # None: the values, as Python writes them
     lines: np.ndarray | None = None
     skipped: int = 0
+    offset: tuple[int, ...] | None = None
+
+    @property
+    def shown_names(self) -> tuple[str, ...]:
+        """The names of ``values``' columns as drawn: a shifted column says by how much (``x - 4611686018427387904``).
+        """
+        if self.offset is None:
+            return self.names
+        return tuple(f"{n} - {o}" if o else n for n, o in zip(self.names, self.offset, strict=True))
 
     def __len__(self) -> int:
         return len(self.values)
@@ -82,9 +94,19 @@ def parse_columns(text: str) -> tuple[str, ...]:
             raise ConfigError(f"columns: {item!r} names no column; write name:X with the header name X")
         if kind == "index" and not re.fullmatch(r"[0-9]+", rest.strip()):
             raise ConfigError(f"columns: {item!r} is not an index; write index:N with N = 0, 1, 2 ...")
-    if len(set(items)) != len(items):
-        raise ConfigError(f"columns must not repeat a column, got {text!r}")
+    if len(set(map(_selector, items))) != len(items):  # 0 and 00, or 2 and index:2, are one column
+        raise ConfigError(f"`columns` must not repeat a column, got {text!r}")
     return items
+
+
+def _selector(item: str) -> tuple[str, str | int]:
+    """What a ``--columns`` item picks: ("index", N) for a plain integer or index:N, else ("name", X)."""
+    kind, _, rest = item.partition(":")
+    if re.fullmatch(r"[0-9]+", item):
+        return "index", int(item)
+    if kind == "index":
+        return "index", int(rest)
+    return "name", rest.strip() if kind == "name" else item
 
 
 def is_plain_name(name: str) -> bool:
@@ -147,9 +169,11 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     names = names or tuple(f"x{j}" for j in range(values.shape[1]))
     all_names, cells = names, None
     index = list(range(len(names)))
-    if columns is not None:
-        index = _column_indices(columns, names, False, where)
-        cells = _as_text(values)  # every column rides along, in its place
+    exact = values if values.dtype.kind in "iu" else None
+    values = values.astype(np.float64)
+    if columns is not None or (exact is not None and np.abs(values).max(initial=0) >= _EXACT):
+        index = _column_indices(columns, names, False, where) if columns is not None else index
+        cells = _as_text(exact if exact is not None else values)  # every column rides along, in its place, exactly
         values, names = values[:, index], tuple(names[j] for j in index)
     skipped = 0
     if skip_bad_rows:
@@ -157,9 +181,32 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         skipped = int((~good).sum())
         values = values[good]
         cells = cells[good] if cells is not None else None
+        exact = exact[good] if exact is not None else None
     _check_values(values, where, index)
+    offset = _shift_large_integers(values, lambda j: None if exact is None else exact[:, index[j]].tolist())
     return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label,
-                    all_names if cells is not None else (), cells, None, skipped)
+                    all_names if cells is not None else (), cells, None, skipped, offset)
+
+
+_EXACT = 2**53  # from here on float64 cannot hold every integer
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+def _shift_large_integers(values: np.ndarray, integers: Callable[[int], list[int] | None]) -> tuple[int, ...] | None:
+    """Shift each column of ``values`` (N, D) that reaches 2^53, whose numbers are all whole
+    (``integers(j)``: column j's numbers as read, exactly, or None), by its smallest number, exactly, before
+    the conversion to float64: the differences, all clustering sees, survive (2^62 + 1 and 2^62 + 2 are one
+    float64). In place; the offsets, or None where no column needed one."""
+    offset = [0] * values.shape[1]
+    for j in range(values.shape[1]):
+        if np.abs(values[:, j]).max(initial=0) < _EXACT:
+            continue
+        column = integers(j)
+        if column is None:
+            continue
+        offset[j] = min(column)
+        values[:, j] = [float(v - offset[j]) for v in column]
+    return tuple(offset) if any(offset) else None
 
 
 _HEAD = 1 << 16  # bytes read first, to tell the format (and refuse a binary stream) before reading on
@@ -183,12 +230,26 @@ def _read_once(file: Path) -> bytes | None:
 def _read_stream(fh: BinaryIO, where: str, head: bytes = b"") -> bytes:
     """The rest of ``fh`` after ``head``. A stream whose first block is neither a known binary format nor
     text (text holds no NUL byte) is refused there, so that an endless one (``cat /dev/zero |``) is not
-    read until memory runs out."""
+    read until memory runs out; nor is any stream read past :func:`max_input_bytes` (``yes 1,2 |``)."""
     head += fh.read(_HEAD - len(head))
     if not head.startswith((_NPY_MAGIC, *_ZIP_MAGIC, _HDF5_MAGIC)) and b"\x00" in head:
         raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file (it holds NUL bytes); give a CSV or "
                         "text file of numbers (UTF-8)")
-    return head + fh.read()
+    limit = max_input_bytes()
+    chunks, size = [head], len(head)
+    while chunk := fh.read(1 << 20):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise ResourceError(f"{where} goes on past {limit / 2**30:.1f} GiB, more than this machine's memory can "
+                                "read as points (a stream that never ends?); give a smaller file")
+    return b"".join(chunks)
+
+
+def max_input_bytes() -> int:
+    """The most bytes of a point file read: an eighth of the machine's memory (a text file's points and
+    cells take several times its bytes while they are parsed)."""
+    return host_memory() // 8
 
 
 def _no_key(key: str | None, where: str, kind: str) -> None:
@@ -214,21 +275,41 @@ def _check_values(values: np.ndarray, where: str, index: list[int], lines: np.nd
 
 
 def _from_array(arr: np.ndarray, where: str) -> np.ndarray:
-    """An array from a binary file as (N, D) float64; DataError for anything else."""
+    """An array from a binary file as (N, D), in its own type; DataError for anything else."""
     if arr.dtype.kind not in "biuf":
         raise DataError(f"{where} holds {arr.dtype} values, not numbers; give a numeric array of points x features")
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2:
         raise DataError(f"{where} holds an array of shape {arr.shape}; give a 2-D array (points x features)")
-    return arr.astype(np.float64)
+    return arr
 
 
 def _load_npy(raw: bytes, where: str) -> np.ndarray:
+    _check_npy_size(raw, where)
     try:
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{where} is not a readable .npy file ({_short(exc)}); write it with numpy.save") from None
+
+
+def _check_npy_size(raw: bytes, where: str) -> None:
+    """Refuse an .npy whose header promises more bytes than the file holds (a damaged or cut file), before
+    any array of that size is allocated."""
+    fh = io.BytesIO(raw)
+    try:
+        major, _ = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(fh, max_header_size=1 << 20)
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError):
+        return  # np.load names what is wrong with the header
+    if dtype.hasobject:
+        return
+    needed = math.prod(shape) * dtype.itemsize
+    held = len(raw) - fh.tell()
+    if needed > held:
+        raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) but "
+                        f"it holds {held:,} bytes; write it again with numpy.save")
 
 
 def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None, str]:
@@ -261,8 +342,7 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None
 def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
     try:
         with h5py.File(file, "r") as f:
-            datasets: list[str] = []
-            f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+            datasets = _hdf5_datasets(f)
             if key is None:
                 if len(datasets) != 1:
                     shown = ", ".join(datasets[:8]) + (" ..." if len(datasets) > 8 else "")
@@ -273,12 +353,36 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
             if not isinstance(obj, h5py.Dataset):
                 raise DataError(f"`key`: {file} has no dataset {key!r}; its datasets are "
                                   f"{', '.join(datasets[:8]) or 'none'}")
+            # read as stored, then as float64: both at once, before anything is read
+            check_memory(obj.size * (obj.dtype.itemsize + 8), host_memory(), f"{file}[{key}] ({obj.shape})",
+                         "give a smaller dataset, or a part of it")
             arr = obj[()]
     except OSError as exc:
         raise DataError(f"{file} is not a readable HDF5 file ({_short(exc)}); check the file") from None
     if not isinstance(arr, np.ndarray):
         arr = np.asarray(arr)
     return _from_array(arr, f"{file}[{key}]"), None, f"[{key}]"
+
+
+def _hdf5_datasets(group: h5py.Group, prefix: str = "", seen: set[tuple[str, int]] | None = None) -> list[str]:
+    """The paths of every dataset under ``group``, in groups too, through soft and external links (which
+    ``visititems`` does not follow); each group once, so a link back up ends there; a dangling link is
+    left out."""
+    seen = set() if seen is None else seen
+    out: list[str] = []
+    for name in group:
+        try:
+            obj = group[name]
+        except (KeyError, OSError, ValueError):  # a dangling soft or external link
+            continue
+        if isinstance(obj, h5py.Dataset):
+            out.append(prefix + name)
+        elif isinstance(obj, h5py.Group):
+            place = (obj.file.filename, h5py.h5o.get_info(obj.id).addr)
+            if place not in seen:
+                seen.add(place)
+                out += _hdf5_datasets(obj, f"{prefix}{name}/", seen)
+    return out
 
 
 def _short(exc: BaseException) -> str:
@@ -388,8 +492,16 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
         raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
     lines = np.array([r.line for r in records])
     _check_values(values, where, use, lines)
+    offset = _shift_large_integers(values, lambda j: _whole_numbers(cells[:, use[j]].tolist()))
     return PointSet(np.ascontiguousarray(values), tuple(all_names[j] for j in use), source, all_names, cells, lines,
-                    skipped)
+                    skipped, offset)
+
+
+def _whole_numbers(cells: list[str]) -> list[int] | None:
+    """The cells as Python integers (exact at any size), or None when one of them is no whole number."""
+    if not all(_INTEGER.fullmatch(c) for c in cells):
+        return None
+    return [int(c) for c in cells]
 
 
 @contextlib.contextmanager

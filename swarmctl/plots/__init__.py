@@ -1,7 +1,7 @@
 """Figures drawn from saved results (never imports torch).
 
 matplotlib keeps its configuration and font cache under ``~/.config`` and ``~/.cache`` (or
-``$MPLCONFIGDIR``); where those cannot be written (an unwritable HOME) it prints two lines of warnings
+``$MPLCONFIGDIR``); where those cannot be written (an unwritable HOME or $MPLCONFIGDIR) it prints two lines of warnings
 and rebuilds its font cache in a new temporary folder every time. Before it loads, such a process gets
 a private folder of its own instead (``$TMPDIR/swarmctl-UID/matplotlib``), kept between runs."""
 
@@ -35,7 +35,7 @@ def _matplotlib_folders() -> list[Path] | None:
     return [home / ".matplotlib"]
 
 
-if not os.environ.get("MPLCONFIGDIR") and "matplotlib" not in sys.modules:
-    _folders = _matplotlib_folders()
+if "matplotlib" not in sys.modules:  # a $MPLCONFIGDIR that cannot be written is replaced too
+    _folders = [Path(os.environ["MPLCONFIGDIR"])] if os.environ.get("MPLCONFIGDIR") else _matplotlib_folders()
     if _folders is None or not all(_writable_folder(f) for f in _folders):
         os.environ["MPLCONFIGDIR"] = str(private_temp_folder("matplotlib"))

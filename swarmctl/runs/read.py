@@ -51,8 +51,24 @@ def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) ->
     """Refuse a checkpoint in ``run`` whose config is not the run's own (copied from another run, or left
     by an earlier run of the same name)."""
     if not _same_run(ckpt_config, read_run_config(run.path)):
+        _check_fields_present(checkpoint, ckpt_config, run)
         raise CheckpointError(f"{checkpoint} does not belong to run {run.path} (its config differs from "
                               f"{run.config.name}); remove it or copy the run's own checkpoint back")
+
+
+def _check_fields_present(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) -> None:
+    """Refuse a run whose ``config.json`` lacks a field its checkpoint records (an older layout, or an edit):
+    the config is at fault, not the checkpoint, and the fix is the field's value as the checkpoint has it."""
+    raw = json.loads(read_bytes(run.config))
+    missing = [(section, field, value) for section in ("model", "train", "data")
+               for field, value in (ckpt_config.get(section) or {}).items()
+               if isinstance(raw.get(section), dict) and field not in raw[section]]
+    if missing:
+        section, field, value = missing[0]
+        more = f" (and {len(missing) - 1} more field(s))" if len(missing) > 1 else ""
+        raise CheckpointError(f"{run.config} lacks the field {section}.{field}{more} (an older layout?); add "
+                              f"\"{field}\": {json.dumps(value)} to its \"{section}\" section, as {checkpoint.name} "
+                              "records it")
 
 
 @dataclass(frozen=True)

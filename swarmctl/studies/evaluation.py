@@ -28,21 +28,23 @@ class Evaluation:
 @contextmanager
 def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
                split: str | None = None, out: Path | None = None, progress: DataProgress | None = None,
-               announce: Callable[[str], None] | None = None) -> Iterator[Evaluation]:
+               announce: Callable[[str], None] | None = None, force: bool = False) -> Iterator[Evaluation]:
     """Score ``target`` (a run, a checkpoint; None: the shipped model of the first task that has one) on
     ``split`` of ``data`` and save the scores as ``out`` (default: eval-SPLIT.json beside the checkpoint).
     Every output is checked before any work (before a shipped model's dataset is generated); the file
     appears when the block ends without error, so what the caller prints inside it comes first.
-    ``announce`` is told which shipped model is scored."""
-    with staged_outputs([data]) as outputs:
-        if out is not None:
-            outputs.file(out)
+    ``announce`` is told which shipped model is scored. An existing ``out`` is replaced only with ``force``
+    (the default file beside the checkpoint is eval's own, replaced by each run of it); the dataset scored
+    on, the run's own when ``data`` is None, is never written."""
+    with staged_outputs([data], replace=force or out is None) as outputs:
+        if target is None and out is None:  # before a fresh checkout's dataset is generated for the shipped model
+            outputs.folder(runs_dir)
         elif target is None:
-            outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
+            outputs.file(out)  # a run's output is checked once its dataset, an input, is known
         opened = open_run(target, runs_dir, device, data=data, progress=progress)
         if opened.shipped and announce is not None:
             announce(f"scoring the shipped model {opened.checkpoint}")
-        outputs.input(opened.checkpoint)
+        outputs.input(opened.checkpoint, data or opened.config.get("data", {}).get("path"))
         if out is None:
             outputs.folder(opened.dir)
         else:

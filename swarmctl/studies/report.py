@@ -42,11 +42,14 @@ class RunSummary:
     epochs: int
     net_minutes: float
     device: str
+    data: str = ""  # the data it trained on: its checksum (or path; "" for data drawn fresh)
+    data_name: str = ""  # that data's file name, for the table
 
 
 @dataclass(frozen=True)
 class ConfigSummary:
-    """All seeds of one (model, code)."""
+    """All seeds of one (model, code) trained on one dataset. ``data`` names that dataset where runs of the
+    same (model, code) trained on another one too (their rows are never pooled); "" otherwise."""
 
     model: str
     code: str
@@ -57,11 +60,14 @@ class ConfigSummary:
     epochs: float
     net_minutes: float
     devices: tuple[str, ...]
+    data: str = ""
 
 
 def read_runs(runs_dir: Path) -> list[RunSummary]:
     """Every run folder under ``runs_dir`` that has a config and at least one logged epoch."""
     runs_dir = Path(runs_dir)
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise DataError(f"{runs_dir} is a file, not a runs folder; give the folder holding the runs")
     if not runs_dir.is_dir():
         raise DataError(f"{runs_dir}: no such runs folder; train a model with `swarmctl train` first")
     out = []
@@ -78,7 +84,7 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
                 seed=_whole(cfg["train"]["seed"], "seed", SEED_RANGE[0], SEED_RANGE[1]),
                 best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
                 epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60,
-                device=str(cfg["run"].get("device", "?")))
+                device=str(cfg["run"].get("device", "?")), **_data_of(cfg))
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError,
                 ResourceError, DataError) as exc:
             why = (str(exc) if isinstance(exc, ConfigError | ResourceError | DataError)
@@ -96,6 +102,14 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
     return out
 
 
+def _data_of(cfg: dict[str, Any]) -> dict[str, str]:
+    """What a run's config says of the data it trained on (a dataset has a checksum; data drawn fresh none)."""
+    data = cfg.get("data") or {}
+    path = data.get("path")
+    return {"data": str(data.get("checksum") or path or ""), "data_name": Path(str(path)).name if path else
+            "fresh data"}
+
+
 def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
     """A whole number from a run's config (JSON true, 2.5 or "12" are not one) within [least, most]."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
@@ -105,18 +119,27 @@ def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
 
 
 def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
-    """Group runs by (model, code); sorted by mean best validation loss."""
-    groups: dict[tuple[str, str], list[RunSummary]] = {}
+    """Group runs by (model, code, data): seeds of one configuration trained on different data are never
+    pooled (a warning names them, and each row its data); sorted by mean best validation loss."""
+    groups: dict[tuple[str, str, str], list[RunSummary]] = {}
     for r in runs:
-        groups.setdefault((r.model, r.code), []).append(r)
+        groups.setdefault((r.model, r.code, r.data), []).append(r)
+    datas: dict[tuple[str, str], list[str]] = {}
+    for model, code, _ in groups:
+        datas.setdefault((model, code), []).append(next(r.data_name for r in groups[model, code, _]))
+    for (model, code), names in datas.items():
+        if len(names) > 1:
+            warnings.warn(f"runs of {model} ({code}) trained on different data ({', '.join(sorted(names))}): one row "
+                          "per dataset, never pooled", SwarmctlWarning, stacklevel=2)
     rows = []
-    for (model, code), rs in groups.items():
+    for (model, code, _), rs in groups.items():
         vals = [r.best_val for r in rs]
         rows.append(ConfigSummary(
             model=model, code=code, parameters=rs[0].parameters, seeds=tuple(sorted(r.seed for r in rs)),
             val_mean=statistics.fmean(vals), val_std=statistics.stdev(vals) if len(vals) > 1 else 0.0,
             epochs=statistics.fmean(r.epochs for r in rs), net_minutes=statistics.fmean(r.net_minutes for r in rs),
             devices=tuple(sorted({r.device for r in rs})),
+            data=rs[0].data_name if len(datas[model, code]) > 1 else "",
         ))
     return sorted(rows, key=lambda c: c.val_mean)
 
@@ -186,7 +209,7 @@ def report_markdown(rows: list[ConfigSummary]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
-        lines.append(f"| {r.model} | ({r.code}) | {r.parameters:,} | {', '.join(map(str, r.seeds))} | {val} | "
+        lines.append(f"| {r.model} | ({r.code}){_on(r)} | {r.parameters:,} | {', '.join(map(str, r.seeds))} | {val} | "
                      f"{paper_text(r)} | {r.epochs:.0f} | {r.net_minutes:.1f} | {', '.join(r.devices)} |")
     return "\n".join(lines) + "\n"
 
@@ -216,9 +239,14 @@ class Report:
 REPORT_COLUMNS = ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min", "device")
 
 
+def _on(r: ConfigSummary) -> str:
+    """The dataset after a row's code, where runs of its configuration trained on another one too."""
+    return f" on {r.data}" if r.data else ""
+
+
 def _table_row(r: ConfigSummary) -> tuple[str, ...]:
     val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
-    return (r.model, r.code, f"{r.parameters:,}", ",".join(map(str, r.seeds)), val, paper_text(r),
+    return (r.model, r.code + _on(r), f"{r.parameters:,}", ",".join(map(str, r.seeds)), val, paper_text(r),
             f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", ",".join(r.devices))
 
 
@@ -229,8 +257,9 @@ def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Pat
     frontier figure to ``figure`` inside the block; both files appear when it ends without error, or neither."""
     runs_dir = report_folder(runs_dir, default_runs_dir)
     with staged_outputs() as outputs:
+        runs = read_runs(runs_dir)  # a folder without runs is named as such, not as an output it cannot write
         out_dir = outputs.folder(out or runs_dir)
-        rows = summarise(read_runs(runs_dir))
+        rows = summarise(runs)
         atomic_write_text(out_dir / "report.md", report_markdown(rows))
         yield Report(runs_dir, out_dir, rows, REPORT_COLUMNS, [_table_row(r) for r in rows], frontiers(rows),
                      largest_explored(rows))

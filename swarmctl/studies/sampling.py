@@ -116,20 +116,26 @@ class Samples:
     grid: SampleGrid
     path: Path
 
+    @property
+    def array(self) -> Path:
+        """The .npy file holding the images."""
+        return self.path.with_suffix(".npy")
+
 
 @contextmanager
 def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto", per_class: int = 2,
             temperature: float = 1.0, seed: int = 0, out: Path | None = None, incremental: bool = True,
-            announce: Callable[[str], None] | None = None) -> Iterator[Samples]:
+            announce: Callable[[str], None] | None = None, force: bool = False) -> Iterator[Samples]:
     """`swarmctl sample`'s work: ``per_class`` images of every class from ``run`` (None: the newest finished
     run for ``dataset``, else the shipped model), their array saved as ``out`` with .npy (default:
     RUN/samples-sSEED.png). Every output is checked before any work; the caller draws the figure to
     ``path`` inside the block, and both files appear when it ends without error, or neither.
-    ``announce`` is told which run was chosen when none was named."""
+    ``announce`` is told which run was chosen when none was named. An existing ``out`` or the .npy beside it
+    is replaced only with ``force`` (the default files in the run folder are sample's own)."""
     check_png(out, "out")
     if dataset not in datasets():
         raise ConfigError(f"unknown `dataset` {dataset!r}; choose {either(datasets())}")
-    with staged_outputs() as outputs:
+    with staged_outputs(replace=force or out is None) as outputs:
         if out is not None:
             outputs.file(out)
             outputs.file(Path(out).with_suffix(".npy"))

@@ -47,9 +47,15 @@ def require_study(task: Task, study: str, what: str) -> None:
     """Refuse ``what`` (a run, in words) of ``task`` when ``study`` cannot work on that task's runs."""
     if study not in task.studies:
         able = tasks_for(study)
-        models = [m for t in able for m in list_models(t.name)]
-        raise CheckpointError(f"{study} needs a {' or '.join(t.name for t in able)} run ({', '.join(models[:4])}"
-                              f"{', ...' if len(models) > 4 else ''}); {what} is a {task.name} run")
+        models = [m for t in able for m in list_models(t.name)]  # every one: a list cut short hid the shipped swarm
+        names = " or ".join(t.name for t in able)
+        raise CheckpointError(f"{study} needs {_article(names)} {names} run ({', '.join(models)}); {what} is "
+                              f"{_article(task.name)} {task.name} run")
+
+
+def _article(word: str) -> str:
+    """"an" before a word that starts with a vowel sound (an image run), else "a"."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def task_of(model_name: str) -> Task:

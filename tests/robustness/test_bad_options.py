@@ -248,3 +248,41 @@ def test_a_checkpoint_file_where_a_run_is_expected_says_so(cli, world, args, ins
     message = " ".join(r.output.split())
     assert "takes a run, not a checkpoint file" in message and _fill(instead, world) in message, message
     assert "no run" not in message and _snapshot(world) == before
+
+
+# ---- round 4: messages that name the option, the task and every usable model -----------------------------------
+
+def test_a_bad_temperature_is_named_by_its_flag(cli, world):
+    before = _snapshot(world)
+    r = cli("sample", "--runs-dir", world / "runs", "--device", "cpu", "--temperature", 0, "--out", world / "new/s.png")
+    assert r.exit_code == 2 and "--temperature must be > 0" in r.output and "the value" not in r.output, r.output
+    assert _snapshot(world) == before
+
+
+def test_a_run_of_another_task_is_named_with_its_article_and_every_usable_model(cli, mog_run):
+    from swarmctl.models import list_models
+
+    r = cli("sample", "--run", "clu", "--runs-dir", mog_run / "runs", "--device", "cpu")
+    assert r.exit_code == 1 and "needs an image run" in r.output and "is a clustering run" in r.output, r.output
+    r = cli("cluster", mog_run / "a-file", "mog", "--runs-dir", mog_run / "runs", "--device", "cpu",
+            "--out", mog_run / "new" / "c.csv")
+    message = " ".join(r.output.split())
+    assert r.exit_code == 1 and "needs a clustering run" in message and "is a mog run" in message, message
+    assert all(m in message for m in list_models("clustering")), message  # swarm, the shipped one, included
+
+
+@pytest.mark.parametrize(("columns", "code"), [("0,00", 2), ("1,index:1", 2), ("x,name:x", 2), ("x,x", 2),
+                                               ("x,zz", 1), ("0,7", 1)])
+def test_columns_exit_by_the_rule_wrong_in_themselves_2_absent_from_the_file_1(cli, world, columns, code):
+    """A --columns value that repeats a column, however written, is wrong in itself (2); one naming a column
+    this file lacks fits another file (1), as docs/guarantees.md says."""
+    points = world / "new-points.csv"
+    points.write_text("x,y\n" + "".join(f"{i},{i % 7}\n" for i in range(40)))
+    try:
+        before = _snapshot(world)
+        r = cli("cluster", points, "clu", "--runs-dir", world / "runs", "--device", "cpu", "--columns", columns,
+                "--out", world / "new" / "c.csv")
+        assert r.exit_code == code and "Traceback" not in r.output, r.output
+        assert "--columns" in r.output and _snapshot(world) == before, r.output
+    finally:
+        points.unlink()

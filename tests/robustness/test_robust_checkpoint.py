@@ -212,3 +212,23 @@ def test_checkpoint_round_trip_is_accepted_and_digest_covers_everything(trained_
     for key in ("task", "config", "state", "model", "optimizer"):
         changed = {**ckpt, key: None}
         assert content_digest(changed) != ckpt["digest"], key
+
+
+@pytest.mark.parametrize(("section", "field"), [("train", "batch_size"), ("model", "dim_hidden")])
+def test_a_config_missing_a_field_is_named_not_the_valid_checkpoint(trained_runs, tmp_path, section, field):
+    """A config.json of an older layout (one field missing) is what is wrong: the message names it and the
+    field, and never offers to remove the valid best.pt."""
+    import json
+
+    runs, data = trained_runs
+    run = tmp_path / "runs" / "swarm"
+    shutil.copytree(runs / "swarm", run)
+    config = json.loads((run / "config.json").read_text())
+    value = config[section].pop(field)
+    (run / "config.json").write_text(json.dumps(config))
+    before = snapshot(tmp_path)
+    r = cli("eval", run, "--device", "cpu", "--data", data, "--out", tmp_path / "e.json")
+    assert_clean_failure(r, tmp_path, before)
+    message = " ".join(r.output.split())
+    assert "config.json" in message and field in message and str(value) in message, message
+    assert "remove" not in message, message

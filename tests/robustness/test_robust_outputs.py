@@ -70,7 +70,7 @@ def _cases():
     out = []
     for command, reads in READS.items():
         for target in (*reads, *(t for t in TARGETS if t.startswith(("run-", "shipped-")))):
-            for force in ((False, True) if command != "eval" else (False,)):  # eval has no --force
+            for force in (False, True):
                 out.append((command, target, force))
     return out
 
@@ -140,3 +140,76 @@ def test_a_plot_named_in_capitals_is_written_under_that_name(case):
     assert r.exit_code == 0, r.output
     after = snapshot(case)
     assert after["o.png"] == before["o.png"] and after["o.PNG"].startswith(b"\x89PNG")
+
+
+# ---- round 4: eval and sample never replace a file of the user's without --force ---------------------------
+
+@pytest.fixture
+def own_data_run(tmp_path):
+    """root/: data.h5 and runs/r, a tiny run trained on it (eval reads it when --data is left out)."""
+    from conftest import TINY_PARAMS
+
+    from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.data.clustering_generator import ClusteringParams
+    from swarmctl.data.hdf5 import generate_dataset
+    from swarmctl.runs import start_run
+
+    root = tmp_path / "own"
+    root.mkdir()
+    generate_dataset(root / "data.h5", ClusteringParams(**TINY_PARAMS), seed=0)
+    start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=1, device="cpu"),
+              DataConfig(path=str(root / "data.h5")), root / "runs", "r")
+    return root
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_eval_never_writes_its_json_over_the_runs_own_dataset(own_data_run, force):
+    root = own_data_run
+    before = snapshot(root)
+    r = cli("eval", "r", "--runs-dir", root / "runs", "--device", "cpu", "--out", root / "data.h5",
+            *(["--force"] if force else []))
+    assert_clean_failure(r, root, before)
+    assert "input" in r.output and "data.h5" in r.output, r.output
+
+
+def test_eval_refuses_to_replace_an_existing_file_without_force(case):
+    notes = case / "notes.txt"
+    notes.write_text("my notes\n")
+    args = ["eval", "x", "--runs-dir", case / "runs", "--device", "cpu", "--data", case / "data.h5", "--out", notes]
+    before = snapshot(case)
+    r = cli(*args)
+    assert_clean_failure(r, case, before)
+    assert "notes.txt exists" in r.output and "--force" in r.output, r.output
+    r = cli(*args, "--force")
+    assert r.exit_code == 0, r.output
+    assert notes.read_text().startswith("{")
+
+
+@pytest.fixture
+def image_run(tmp_path):
+    from conftest import write_fake_mnist
+
+    from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.runs import start_run
+
+    root = tmp_path / "img"
+    images = write_fake_mnist(root / "images")
+    start_run(ModelConfig(name="swarm-image", dim_hidden=8, n_iter=2), TrainConfig(batch_size=20, max_epochs=1,
+              device="cpu"), DataConfig(path=str(images), dataset="mnist"), root / "runs", "img")
+    return root
+
+
+@pytest.mark.parametrize("existing", ["mydata.npy", "mydata.png"])
+def test_sample_never_replaces_an_existing_file_beside_its_png_without_force(image_run, existing):
+    root = image_run
+    (root / existing).write_bytes(b"the user's own array\n")
+    args = ["sample", "--run", "img", "--runs-dir", root / "runs", "--device", "cpu", "--per-class", 1,
+            "--out", root / "mydata.png"]
+    before = snapshot(root)
+    r = cli(*args)
+    assert_clean_failure(r, root, before)
+    assert f"{existing} exists" in r.output and "--force" in r.output, r.output
+    r = cli(*args, "--force")
+    assert r.exit_code == 0, r.output
+    assert "mydata.png" in r.output and "mydata.npy" in r.output, r.output  # the summary names both files
+    assert (root / "mydata.npy").read_bytes().startswith(b"\x93NUMPY")

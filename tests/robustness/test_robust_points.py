@@ -20,10 +20,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from faults import cli, deadline, snapshot
+from faults import assert_clean_failure, cli, deadline, snapshot
 
 from swarmctl.data.points import parse_columns, read_points
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError, DataError, ResourceError
 
 BLANKS = ["", "   ", "\t", " \t ", "\x0c", "\u00a0", "  \u3000 "]  # lines holding nothing but whitespace
 ENDINGS = ["\n", "\r\n", "\r"]
@@ -350,3 +350,132 @@ def test_a_quote_left_open_is_named_at_the_line_it_opens(tmp_path, rows):
     path.write_bytes(b'x,y,label\n1,2,a\n3,"4,b\n' + b"5,6,c\n" * rows)
     with pytest.raises(DataError, match=r"p\.csv, line 3: .*check (the file's|its) quotes"):
         read_points(path, columns=("x", "y"))
+
+
+# ---- round 4: integers beyond 2^53 keep their differences -------------------------------------------------
+
+@pytest.mark.parametrize("form", ["csv", "npy"])
+def test_integer_coordinates_near_2_62_cluster_as_the_same_points_shifted(trained_runs, tmp_path, form):
+    """293 distinct integers near 2^62 (float64 holds only every 1024th there) cluster as the same points
+    moved to near 0 by an exact integer: the low bits are kept until the points are centred."""
+    runs, _ = trained_runs
+    rng = np.random.default_rng(0)
+    small = np.concatenate([rng.integers(0, 150, (150, 2)), rng.integers(400, 550, (150, 2))]).astype(np.int64)
+    outputs = {}
+    for name, base in (("near0", 0), ("huge", 2**62)):
+        big = small + base
+        path = tmp_path / f"{name}.{form}"
+        if form == "npy":
+            np.save(path, big)
+        else:
+            path.write_text("x,y\n" + "".join(f"{a},{b}\n" for a, b in big.tolist()))
+        r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / f"{name}.out.csv")
+        assert r.exit_code == 0, r.output
+        lines = (tmp_path / f"{name}.out.csv").read_text().splitlines()[1:]
+        outputs[name] = [line.split(",")[2] for line in lines]
+        if name == "huge":  # the output carries the file's numbers exactly
+            assert [tuple(map(int, line.split(",")[:2])) for line in lines] == [tuple(p) for p in big.tolist()]
+    assert outputs["huge"] == outputs["near0"]
+
+
+# ---- round 4: sizes a file claims, and streams without end ---------------------------------------------------
+
+def test_an_npy_whose_header_claims_a_billion_rows_is_a_damaged_file(trained_runs, tmp_path):
+    runs, _ = trained_runs
+    path = tmp_path / "big.npy"
+    np.save(path, np.random.default_rng(0).normal(size=(300, 2)))
+    raw = path.read_bytes()
+    path.write_bytes(_with_shape(raw, "(1000000000, 2)"))
+    assert len(path.read_bytes()) < 8000
+    before = snapshot(tmp_path)
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
+    assert_clean_failure(r, tmp_path, before)
+    assert "damaged" in r.output and "memory" not in r.output, r.output
+
+
+def _with_shape(raw: bytes, shape: str) -> bytes:
+    """An .npy file's bytes with its header's shape replaced (the header padded to its old length)."""
+    start = raw.index(b"{")
+    end = raw.index(b"\n", start)
+    header = raw[start:end].decode().replace("(300, 2)", shape)
+    return raw[:start] + header.ljust(end - start).encode() + raw[end:]
+
+
+def test_an_hdf5_dataset_larger_than_memory_is_refused_before_it_is_read(trained_runs, tmp_path, monkeypatch):
+    """A dataset whose size (from its metadata) exceeds the machine's memory is refused in one line; it is
+    never read (a lazily allocated dataset of 16 GB, nothing of it written)."""
+    runs, _ = trained_runs
+    path = tmp_path / "huge.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("points", shape=(2**30, 2), dtype="f8", chunks=(1024, 2))
+    read = []
+    monkeypatch.setattr(h5py.Dataset, "__getitem__", lambda self, key: read.append(key))
+    before = snapshot(tmp_path)
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
+    assert_clean_failure(r, tmp_path, before)
+    assert "memory" in r.output and "GiB" in r.output and not read, r.output
+
+
+def test_an_endless_text_stream_is_refused_once_it_passes_the_cap(monkeypatch):
+    """``yes 1,2 | swarmctl cluster -``: text without end is read up to a cap, then refused in one line."""
+    import swarmctl.data.points as points
+
+    class Rows(io.RawIOBase):
+        given = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            if Rows.given >= 64 << 20:  # a reader without a cap fails the test, not the machine
+                return 0
+            line = b"1,2\n" * (len(b) // 4)
+            b[:len(line)] = line
+            Rows.given += len(line)
+            return len(line)
+
+    monkeypatch.setattr(points, "max_input_bytes", lambda: 8 << 20)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(Rows())))
+    with pytest.raises(ResourceError, match="never ends"):
+        read_points("-")
+    assert Rows.given <= 10 << 20
+
+
+@pytest.mark.parametrize("layout", ["group", "external link", "link loop"])
+def test_an_hdf5_file_lists_the_datasets_in_its_groups_and_links_by_path(trained_runs, tmp_path, layout):
+    """Points kept in a group, or reached through a link: read when they are the one dataset, and named by
+    their path (the --key that works) when there are several."""
+    runs, _ = trained_runs
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(6, 1, (40, 2))])
+    path = tmp_path / "p.h5"
+    with h5py.File(tmp_path / "inner.h5", "w") as f:
+        f.create_group("grp")["points"] = points
+    with h5py.File(path, "w") as f:
+        if layout == "external link":  # visititems does not follow it: the file seemed to hold no dataset
+            f["grp"] = h5py.ExternalLink(str(tmp_path / "inner.h5"), "/grp")
+        else:
+            f.create_group("grp")["points"] = points
+            if layout == "link loop":
+                f["grp/up"] = h5py.SoftLink("/grp")
+                f["dangling"] = h5py.SoftLink("/nowhere")
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
+    assert r.exit_code == 0, r.output
+    assert len((tmp_path / "o.csv").read_text().splitlines()) == 81
+    with h5py.File(path, "a") as f:
+        f["other"] = points
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o2.csv")
+    assert r.exit_code == 1 and "grp/points" in r.output and "other" in r.output, r.output
+
+
+@pytest.mark.parametrize("scale", [2e307, 1e200])
+def test_coordinates_near_the_end_of_float64_are_plotted_quietly(trained_runs, tmp_path, scale):
+    """NumPy's overflow warning (the span of the axes) and matplotlib's tick failure never reach the user."""
+    runs, _ = trained_runs
+    rng = np.random.default_rng(0)
+    path = tmp_path / "huge.csv"
+    np.savetxt(path, np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(6, 1, (40, 2))]) * scale, delimiter=",")
+    r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv", "--plot",
+            tmp_path / "o.png")
+    assert r.exit_code == 0 and "overflow" not in r.output and "Traceback" not in r.output, r.output
+    assert (tmp_path / "o.png").read_bytes()[:4] == b"\x89PNG"

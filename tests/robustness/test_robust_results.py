@@ -288,10 +288,92 @@ def test_a_shipped_models_folder_that_is_no_folder_names_the_fix(tmp_path, monke
 
 # ---- option values that used to end in a traceback -----------------------------------------------------
 
-@pytest.mark.parametrize("size", [10**30, -(10**30), 2**63])
+@pytest.mark.parametrize("size", [10**30, 2**63])
 def test_plot_entropy_takes_any_size(trained_runs, tmp_path, size):
     runs, _ = trained_runs
     r = cli("plot-entropy", runs / "swarm", "--grid", 4, "--clusters", 3, "--size", size, "--device", "cpu",
             "--out", tmp_path / "ent")
     assert r.exit_code == 0, r.output
     assert (tmp_path / "ent" / "entropy.png").is_file()
+
+
+# ---- round 4: report never pools different data; a runs folder that is none is named as such ---------------
+
+def test_report_never_pools_runs_of_one_config_trained_on_different_data(tmp_path):
+    from conftest import TINY_PARAMS
+
+    from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.data.clustering_generator import ClusteringParams
+    from swarmctl.data.hdf5 import generate_dataset
+    from swarmctl.runs import start_run
+
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        data = tmp_path / f"data{seed}.h5"
+        generate_dataset(data, ClusteringParams(**TINY_PARAMS), seed=seed)
+        start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=1,
+                  device="cpu"), DataConfig(path=str(data)), runs, f"on{seed}")
+    r = cli("report", runs)
+    assert_no_traceback(r, code=0)
+    assert "warning:" in r.output and "different data" in r.output, r.output
+    report = (runs / "report.md").read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| swarm |")]
+    assert len(rows) == 2 and "0, 0" not in report, report  # one row per dataset, each of its one seed
+    assert "data0.h5" in rows[0] + rows[1] and "data1.h5" in rows[0] + rows[1], report
+
+
+@pytest.mark.parametrize("what", ["file", "empty folder"])
+def test_report_on_a_runs_folder_that_holds_no_runs_says_so(tmp_path, what):
+    target = tmp_path / "runs"
+    if what == "file":
+        target.write_text("not runs\n")
+    else:
+        target.mkdir()
+    before = snapshot(tmp_path)
+    r = cli("report", target)
+    assert_clean_failure(r, tmp_path, before)
+    assert "writ" not in r.output and ("no runs" in r.output or "not a runs folder" in r.output), r.output
+
+
+@pytest.mark.parametrize(("scale", "centre"), [(1e-16, 1.0), (1e-300, 0.0), (1e-9, 1e6), (1.0, 0.0)])
+def test_a_cluster_plot_spreads_the_points_over_its_axes_whatever_their_spread(scale, centre):
+    """Two clusters of a tiny spread (relative to their place, or in absolute size) are drawn apart, not on
+    one spot of axes that matplotlib widened to a fixed span."""
+    from swarmctl.plots.clusters import plot_clusters
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(8, 1, (40, 2))]) * scale + centre
+    assert len(np.unique(values[:, 0])) > 2  # float64 holds some of the spread
+    fig = plot_clusters(values, ("x", "y"), np.repeat([0, 1], 40), np.ones(80), "tiny")
+    ax = fig.axes[0]
+    drawn = ax.collections[0].get_offsets()
+    where = ax.transAxes.inverted().transform(ax.transData.transform(drawn))  # 0..1 inside the axes
+    assert np.ptp(where[:, 0]) > 0.5 and np.ptp(where[:, 1]) > 0.5, (ax.get_xlim(), ax.get_ylim())
+
+
+@pytest.mark.parametrize("size", [-5, 0, -(10**30)])
+def test_plot_entropy_refuses_a_size_below_one_as_an_option_value(trained_runs, tmp_path, size):
+    runs, _ = trained_runs
+    before = snapshot(tmp_path)
+    r = cli("plot-entropy", runs / "swarm", "--grid", 4, "--size", size, "--device", "cpu", "--out", tmp_path / "e")
+    assert_clean_failure(r, tmp_path, before, code=2)
+    assert "--size" in r.output, r.output
+
+
+def test_shuffle_variance_refuses_one_shuffle_before_loading_any_model(tmp_path, monkeypatch):
+    """--shuffles 1 is wrong in itself: refused (exit 2, naming the option) before a run is even looked for."""
+    import swarmctl.runs.read as read
+
+    def never(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+    monkeypatch.setattr(read, "load_model", never)
+    before = snapshot(tmp_path)
+    r = cli("shuffle-variance", "no-such-run", "--runs-dir", tmp_path, "--shuffles", 1, "--device", "cpu")
+    assert_clean_failure(r, tmp_path, before, code=2)
+    assert "--shuffles" in r.output, r.output
+
+
+def test_shuffle_variance_help_says_each_run_is_measured_on_its_own_data():
+    r = cli("shuffle-variance", "--help")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "first run" not in text and "each run's own" in text, text

@@ -206,6 +206,16 @@ def test_an_unwritable_home_prints_no_matplotlib_warning(case):
 
 # ---- odd terminals --------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("config", ["/proc/no-such", "{file}"])
+def test_an_unwritable_mplconfigdir_prints_no_matplotlib_warning(case, config):
+    """$MPLCONFIGDIR set to a folder that cannot be made or written (or a file): replaced by the private one."""
+    (case / "a-file").write_text("not a folder\n")
+    env = {"MPLCONFIGDIR": config.format(file=case / "a-file")}
+    proc = _swarmctl(_commands(case)["cluster"], env=env)
+    assert proc.returncode == 0 and "atplotlib" not in proc.stderr, proc.stderr
+    assert (case / "o.png").read_bytes()[:4] == b"\x89PNG"
+
+
 @pytest.mark.parametrize("columns", ["0", "5", "-3", "abc", ""])
 @pytest.mark.parametrize("command", ["cluster", "help", "models"])
 def test_an_odd_columns_value_still_prints_readable_lines(case, command, columns):
