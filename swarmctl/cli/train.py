@@ -69,7 +69,7 @@ def _train_option(row: TrainOption) -> inspect.Parameter:
                                  annotation=Annotated[bool, option(flag, help=row.help + ".")])
     text = f"{row.help.format_map(_TaskDefaults())} [default: {per_task('defaults.' + row.field)}]."
     kind = _TYPES[row.type.split("|")[0].strip()]
-    check = checked(lambda value: TrainConfig(**{row.field: value}))  # the value alone, against the defaults
+    check = checked(lambda value, flag: TrainConfig(**{row.field: value}))  # the value alone, against the defaults
     return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[kind | None, option(help=text, callback=check)])
 

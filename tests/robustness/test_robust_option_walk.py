@@ -20,7 +20,7 @@ from swarmctl.cli import app
 STRINGS = {"--device": ("tpu", 2), "--pooling": ("no-such", 2), "--dataset": ("no-such", 2), "--kind": ("no-such", 2),
            "--method": ("no-such", 2), "--shard": ("0/0", 2), "--columns": ("0,00", 2), "--name": ("..", 2),
            "--split": ("no-such", 1), "--key": ("no-such", 1), "--run": ("no-such", 1), "--resume": ("no-such", 1),
-           "--title": None}
+           "--step": ("turbo", 2), "--title": None}
 ARGUMENT = {("train",): "swarm"}  # a command's positional arguments, where "x" would fail first
 CONTEXT = {("train", "--data-dir"): ["swarm-image"]}  # arguments for an option that applies only to some models
 
