@@ -1,11 +1,11 @@
-"""The EM that refines a model's clustering (swarmctl.studies.em), against brute force."""
+"""The EM that refines a model's clustering (swarmctl.tasks.mixtures), against brute force."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import multivariate_normal
 
-from swarmctl.studies.em import Mixture, component_log_density, e_step, m_step, refine
+from swarmctl.tasks.mixtures import Mixture, component_log_density, e_step, m_step, refine
 
 
 def _two_blobs(n: int, rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray, Mixture]:
@@ -113,7 +113,7 @@ def _matching(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def test_a_large_set_is_searched_on_a_sample_and_fitted_on_all_points(monkeypatch):
-    from swarmctl.studies import em
+    from swarmctl.tasks import mixtures as em
 
     monkeypatch.setattr(em, "SEARCH_POINTS", 300)
     rs = np.random.RandomState(7)
@@ -126,7 +126,7 @@ def test_a_large_set_is_searched_on_a_sample_and_fitted_on_all_points(monkeypatc
 
 
 def test_kmeans_start_is_a_partition_even_with_fewer_distinct_points_than_clusters():
-    from swarmctl.studies.em import kmeans_start
+    from swarmctl.tasks.mixtures import kmeans_start
 
     rs = np.random.RandomState(8)
     x, labels = _blobs(rs, ([0, 0], [5, 0], [0, 5]), n=40, spread=0.1)
@@ -142,7 +142,7 @@ def test_kmeans_start_is_a_partition_even_with_fewer_distinct_points_than_cluste
 
 def test_a_start_on_some_rows_is_fitted_to_all_points():
     """The model's probabilities for a sample of the rows start EM; the result covers every point."""
-    from swarmctl.studies.em import sample_rows
+    from swarmctl.tasks.mixtures import sample_rows
 
     rs = np.random.RandomState(9)
     x, labels, truth = _two_blobs(2500, rs)
