@@ -30,6 +30,7 @@ REG = 1e-6  # added to each covariance's diagonal, times the data's variance: ke
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
+K_TOL, K_MAX_ITER = 1e-3, 100  # EM at a K given: scikit-learn's GaussianMixture defaults
 SEED = 0
 
 
@@ -230,8 +231,14 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         best = int(np.argmin(cand.sum(axis=1)))
         centres.append(x[trials[best]])
         d2 = np.maximum(cand[best], 0.0)
-    c = np.array(centres)
-    label = np.zeros(n, dtype=np.int64)
+    return _one_hot(_lloyd(x, np.array(centres), iters), k)
+
+
+def _lloyd(x: np.ndarray, c: np.ndarray, iters: int) -> np.ndarray:
+    """The labels (N,) of k-means on ``x`` from the centres ``c`` (k, D): Lloyd's iterations, at most ``iters``
+    (a centre that loses every point stays where it is)."""
+    sq = np.einsum("nd,nd->n", x, x)
+    label = np.zeros(len(x), dtype=np.int64)
     for _ in range(iters):
         label = np.argmin(sq[:, None] - 2.0 * x @ c.T + np.einsum("kd,kd->k", c, c)[None, :], axis=1)
         counts = np.bincount(label, minlength=len(c))
@@ -241,9 +248,21 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         if np.array_equal(moved, c):
             break
         c = moved
-    resp = np.zeros((n, k))
-    resp[np.arange(n), label] = 1.0
+    return label
+
+
+def _one_hot(label: np.ndarray, k: int) -> np.ndarray:
+    resp = np.zeros((len(label), k))
+    resp[np.arange(len(label)), label] = 1.0
     return resp
+
+
+def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
+    """k-means' objective: the squared distances of the points ``x`` to the mean of their cluster."""
+    counts = np.maximum(np.bincount(label, minlength=k), 1)
+    means = np.zeros((k, x.shape[1]))
+    np.add.at(means, label, x)
+    return float(((x - (means / counts[:, None])[label]) ** 2).sum())
 
 
 def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: float, max_iter: int,
@@ -388,33 +407,56 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
                     from_model)
 
 
-def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = MAX_ITER, tol: float = TOL,
+def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
           rows: np.ndarray | None = None) -> EMResult:
-    """EM at exactly ``k`` components on points ``x`` (N, D), started from a model's responsibilities
-    ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order): the ``k`` columns of most mass
-    are kept (the model's ``k`` most probable clusters; the points of the others are absorbed by them, each
-    point's responsibilities coming from the ``k`` Gaussians of their M-step) or, with fewer than ``k``,
-    the widest component (weight times largest variance) is split in two across its major axis until there
-    are ``k``. EM then runs on those points and, when they are a sample, on all points; no merges and no
-    search for K. A component is dropped only when it holds less than one point's worth, and is then split
-    off the widest again (at most ``k`` times), so ``k`` components come back unless the points cannot hold
-    them. Scaled, sorted and returned as by :func:`refine`: the result depends on the set of rows, not on
-    their order."""
+    """EM at exactly ``k`` components on points ``x`` (N, D), seeded by a model's responsibilities ``resp``
+    (M, C) of the points ``x[rows]`` (None: all points, in order). The centres of the model's ``k``
+    clusters (:func:`_k_columns`: the ``k`` of most mass, the others absorbed, or the widest split until
+    there are ``k``) start k-means on the points (a seeded sample of :data:`SEARCH_POINTS` of a larger
+    set); a k-means++ start competes, and the partition with the lower within-cluster sum of squares is
+    EM's first E-step (``from_model`` says which). EM then runs on those points to ``tol`` (scikit-learn's
+    default: stopped there, EM stays nearer its k-means start) and, on a sample, is taken to all points;
+    no merges and no search for K. A component is dropped only when it
+    holds less than one point's worth, and is then split off the widest again (at most ``k`` times), so
+    ``k`` components come back unless the points cannot hold them. Scaled, sorted and returned as by
+    :func:`refine`: the result depends on the set of rows, not on their order."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     pts = _SortedPoints.of(x, resp, rows)
-    mix, r, history, dropped = _fit_exactly(pts.x[pts.given], pts.resp, k, max_iter, tol)
-    if len(pts.given) < len(pts.x):  # the model saw a sample: the fit, taken to all points
+    n = len(pts.x)
+    centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
+    rs = np.random.RandomState(SEED)
+    search = np.arange(n) if n <= SEARCH_POINTS else np.sort(rs.choice(n, SEARCH_POINTS, replace=False))
+    xs = pts.x[search]
+    seeded = _lloyd(xs, centres, max_iter)
+    fresh = kmeans_start(xs, k, rs).argmax(axis=1)
+    from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
+    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol)
+    if len(search) < n:  # the fit, taken to all points
         mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol)
         dropped += gone
-    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped)
+    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
+
+
+def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
+    """The mean of each column's points (those it is the most probable for), or, for a column that no point
+    picks, its responsibility-weighted mean: (K, D)."""
+    label = resp.argmax(axis=1)
+    counts = np.bincount(label, minlength=resp.shape[1])
+    sums = np.zeros((resp.shape[1], x.shape[1]))
+    np.add.at(sums, label, x)
+    soft = (resp.T @ x) / resp.sum(axis=0)[:, None]
+    return np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], soft)
 
 
 def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
-    """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`); a component that
-    goes empty (under one point's worth) is split off the widest again and EM rerun, at most ``k`` times."""
-    mix, r, history, dropped = _fit(x, _k_columns(x, resp, k), REG, max_iter, tol, least=1.0)
+    """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
+    one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
+    that goes empty is split off the widest again and EM rerun, at most ``k`` times."""
+    resp, dropped = _drop_empty(resp, 1.0)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), REG, max_iter, tol, least=1.0)
+    dropped += gone
     for _ in range(k):
         if len(mix) >= k:
             break
@@ -423,7 +465,9 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: fl
             break
         mix, r, history, gone = _fit(x, start, REG, max_iter, tol, least=1.0)
         dropped += gone
-    return mix, r, history, dropped
+    mix = m_step(x, r, REG)
+    r, ll = e_step(x, mix)
+    return mix, r, [*history, ll], dropped
 
 
 def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
