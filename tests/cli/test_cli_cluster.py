@@ -413,17 +413,24 @@ def test_clusters_k_above_the_distinct_points_counts_repeated_rows_once(cli, tra
 
 @pytest.mark.parametrize("run", ["swarm", "lstm"])
 def test_clusters_k_does_not_depend_on_the_order_of_the_rows(cli, trained_runs, values, tmp_path, run):
+    _same_clusters_in_two_orders(cli, trained_runs, run, values, tmp_path, "--clusters", "3")
+
+
+def _same_clusters_in_two_orders(cli, trained_runs, run, values, tmp_path, *args):
+    """Cluster ``values`` in their order and in a shuffled one with ``run``: the same cluster and
+    probabilities for every point. Returns the outputs of the two commands."""
     runs, _ = trained_runs
     perm = np.random.RandomState(0).permutation(len(values))
-    got = []
+    got, outputs = [], []
     for name, rows in (("a", values), ("b", values[perm])):
-        r = cli("cluster", _csv(tmp_path / f"{name}.csv", rows), run, "--runs-dir", runs, "--device", "cpu",
-                "--clusters", "3")
+        r = cli("cluster", _csv(tmp_path / f"{name}.csv", rows), run, "--runs-dir", runs, "--device", "cpu", *args)
         assert r.exit_code == 0, r.output
         table = _read(tmp_path / f"{name}-clusters.csv")[1]
         got.append(table[np.lexsort(table[:, :2].T[::-1])])  # each point's row, in one order
+        outputs.append(" ".join(r.output.split()))
     np.testing.assert_array_equal(got[0][:, 2], got[1][:, 2])
     np.testing.assert_allclose(got[0][:, 3:], got[1][:, 3:], rtol=1e-6, atol=1e-9)
+    return outputs
 
 
 def test_clusters_k_recovers_well_separated_blobs(cli, trained_runs, tmp_path):
@@ -444,17 +451,7 @@ def test_clusters_k_recovers_well_separated_blobs(cli, trained_runs, tmp_path):
 @pytest.mark.parametrize("refine", ["--refine", "--no-refine"])
 def test_an_order_dependent_model_reads_the_points_sorted_and_says_so(cli, trained_runs, values, tmp_path, refine):
     """Two orders of the same rows give the same clusters (issue 32: an LSTM gave ARI 0.01 between them)."""
-    runs, _ = trained_runs
-    perm = np.random.RandomState(0).permutation(len(values))
-    got = []
-    for name, rows in (("a", values), ("b", values[perm])):
-        r = cli("cluster", _csv(tmp_path / f"{name}.csv", rows), "lstm", "--runs-dir", runs, "--device", "cpu",
-                refine)
-        assert r.exit_code == 0, r.output
-        assert "read them sorted by coordinate" in " ".join(r.output.split()), r.output
-        table = _read(tmp_path / f"{name}-clusters.csv")[1]
-        got.append(table[np.lexsort(table[:, :2].T[::-1])])
-    np.testing.assert_array_equal(got[0][:, 2], got[1][:, 2])
-    np.testing.assert_allclose(got[0][:, 3:], got[1][:, 3:], rtol=1e-6, atol=1e-9)
+    for output in _same_clusters_in_two_orders(cli, trained_runs, "lstm", values, tmp_path, refine):
+        assert "read them sorted by coordinate" in output, output
     r = cli("cluster", _csv(tmp_path / "c.csv", values), *_run_args(trained_runs), refine)
     assert "sorted by coordinate" not in r.output  # an equivariant model reads them as they come
