@@ -31,6 +31,7 @@ SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around th
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
 K_TOL, K_MAX_ITER = 1e-3, 100  # EM at a K given: scikit-learn's GaussianMixture defaults
+K_POINTS = 20_000  # EM at a K given starts on a sample of this many points at most (one fit: no search)
 SEED = 0
 
 
@@ -412,13 +413,13 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     """EM at exactly ``k`` components on points ``x`` (N, D), seeded by a model's responsibilities ``resp``
     (M, C) of the points ``x[rows]`` (None: all points, in order). The centres of the model's ``k``
     clusters (:func:`_k_columns`: the ``k`` of most mass, the others absorbed, or the widest split until
-    there are ``k``) start k-means on the points (a seeded sample of :data:`SEARCH_POINTS` of a larger
-    set); a k-means++ start competes, and the partition with the lower within-cluster sum of squares is
-    EM's first E-step (``from_model`` says which). EM then runs on those points to ``tol`` (scikit-learn's
-    default: stopped there, EM stays nearer its k-means start) and, on a sample, is taken to all points;
-    no merges and no search for K. A component is dropped only when it
-    holds less than one point's worth, and is then split off the widest again (at most ``k`` times), so
-    ``k`` components come back unless the points cannot hold them. Scaled, sorted and returned as by
+    there are ``k``) start k-means on the points (a seeded sample of :data:`K_POINTS` of a larger set); a
+    k-means++ start competes, and the partition with the lower within-cluster sum of squares is EM's first
+    E-step (``from_model`` says which). EM then runs on those points to ``tol`` (scikit-learn's default:
+    stopped there, EM stays nearer its k-means start) and, on a sample, is taken to all points; no merges
+    and no search for K. A component is dropped only when it holds less than one point's worth, and is then
+    split off the widest again (at most ``k`` times), so ``k`` components come back unless the points cannot
+    hold them. Scaled, sorted and returned as by
     :func:`refine`: the result depends on the set of rows, not on their order."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -426,7 +427,7 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     n = len(pts.x)
     centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
     rs = np.random.RandomState(SEED)
-    search = np.arange(n) if n <= SEARCH_POINTS else np.sort(rs.choice(n, SEARCH_POINTS, replace=False))
+    search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
     xs = pts.x[search]
     seeded = _lloyd(xs, centres, max_iter)
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
