@@ -116,7 +116,8 @@ def cluster_cmd(
     here was fine-tuned from it, on a 2-core CPU, on a broad prior (1..16 clusters of unequal weight, 50..800
     points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
     clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
-    default) starts EM from the model's answer and settles the number of clusters by BIC near it. A
+    default) starts EM from the model's answer and settles the number of clusters by BIC near it;
+    --clusters K gives the number instead, and EM fits exactly K from the model's answer. A
     warning on stderr says when a result should not be trusted as it is: the cluster cap reached, many
     unsure points, clusters that look like one or hold a few stray points, a set unlike the training sets.
     """
