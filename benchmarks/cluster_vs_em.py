@@ -11,6 +11,8 @@ first, one factor for all coordinates):
 
 - ``paper``: the shipped paper model (192-10-1) alone; ``paper+em``: refined by EM (`--refine`);
 - ``broad`` / ``broad+em``: the model trained on the broad prior (``--broad-model``), alone / refined;
+- ``paper+k`` / ``broad+k``: refined at the true K given (`swarmctl cluster --clusters K`: EM at exactly K
+  from the model's answer, no search for K);
 - ``em-true-k``: scikit-learn's GaussianMixture (full covariances, k-means start) told the true K;
 - ``em-bic``: the same with K chosen by BIC over 1..10 (1..16 on the broad prior, whose K reaches 16).
 
@@ -68,8 +70,10 @@ def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> 
         return min(fits, key=lambda g: g.bic(x)).predict(x), False
     name, _, refine = method.partition("+")
     model, cfg = models[name]
-    clusters, _, _ = cluster_values(TASK, model, x, CPU, refine=bool(refine))
-    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg), refined=bool(refine)))
+    given = k if refine == "k" else None
+    clusters, _, _ = cluster_values(TASK, model, x, CPU, refine=bool(refine), clusters=given)
+    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg), refined=bool(refine),
+                                   given_clusters=given))
     return clusters.cluster, warned
 
 
@@ -184,7 +188,7 @@ def main() -> None:
         name, _, path = spec.partition("=")
         models[name] = load_model(Path(path), CPU)
     models = {name: (m, ck.model_config) for name, (m, ck) in models.items()}
-    methods = [f"{name}{suffix}" for name in models for suffix in ("", "+em")] + ["em-true-k", "em-bic"]
+    methods = [f"{name}{suffix}" for name in models for suffix in ("", "+em", "+k")] + ["em-true-k", "em-bic"]
     data = Path(TASK.default_data)
     if args.val_tasks and not data.exists():
         generate_dataset(data, ClusteringParams(), seed=0)

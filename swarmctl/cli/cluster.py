@@ -90,6 +90,11 @@ def cluster_cmd(
                                         "its probabilities, the number of clusters settled by BIC against fresh "
                                         "fits at K-1..K+4 around the model's; on more than 1,000 points the model "
                                         "sees a sample of 1,000 and EM fits all.")] = True,
+    clusters: Annotated[int | None, option(metavar="K", help="The number of clusters, if you know it: EM fits "
+                                                             "exactly K from the model's answer (its K most "
+                                                             "probable clusters, split or absorbed to make K) "
+                                                             "instead of settling K by BIC. Needs --refine; at "
+                                                             "most the number of distinct points.")] = None,
     skip_bad_rows: Annotated[bool, option("--skip-bad-rows",
                                           help="Leave out rows with an empty, non-numeric, NaN or missing value in "
                                                "the columns clustered (the count is printed) instead of refusing "
@@ -111,7 +116,8 @@ def cluster_cmd(
     here was fine-tuned from it, on a 2-core CPU, on a broad prior (1..16 clusters of unequal weight, 50..800
     points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
     clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
-    default) starts EM from the model's answer and settles the number of clusters by BIC near it. A
+    default) starts EM from the model's answer and settles the number of clusters by BIC near it;
+    --clusters K gives the number instead, and EM fits exactly K from the model's answer. A
     warning on stderr says when a result should not be trusted as it is: the cluster cap reached, many
     unsure points, clusters that look like one or hold a few stray points, a set unlike the training sets.
     """
@@ -125,7 +131,8 @@ def cluster_cmd(
         with DelayedBar("clustering the points") as bar:
             res = cluster_file(points, run, runs_dir, key=key, columns=columns,  # type: ignore[arg-type]
                                out=out, plot=plot, force=force, standardize=standardize,
-                               per_coordinate=per_coordinate, refine=refine, skip_bad_rows=skip_bad_rows,
+                               per_coordinate=per_coordinate, refine=refine, clusters=clusters,
+                               skip_bad_rows=skip_bad_rows,
                                chunk_size=chunk_size, device=device, progress=bar, save_plot=_save_plot,
                                report=report)
         for line in res.warnings:
@@ -162,6 +169,9 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     for k, (size, conf) in enumerate(zip(c.sizes, c.mean_confidence, strict=True)):
         table.add_row(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
     console.print(table)
+    if res.sorted_for_model:
+        say("the model's answer depends on the order of the points: it read them sorted by coordinate, so the "
+            "clusters do not depend on the order of the rows")
     if res.refined:
         say(_refinement_line(res, len(c.sizes)))
     chunks = ", in chunks" if c.chunked else ""
@@ -180,11 +190,10 @@ def _refinement_line(res: ClusterResult, found: int) -> str:
         model += f" on a sample of {res.model_points:,} points"
     changes = [f"{_plural(res.merged, 'duplicate pair')} merged"] if res.merged else []
     if res.dropped:
-        from swarmctl.studies.em import min_points  # loaded by now: the command has clustered
-
-        least = min_points(res.points.values.shape[1])
-        changes.append(f"{_plural(res.dropped, 'component')} under {least:g} points dropped")
+        changes.append(f"{_plural(res.dropped, 'component')} under {res.smallest_component:g} points dropped")
     model += "".join(f", {c}" for c in changes) + ("," if changes and res.searched else "")
+    if res.given_clusters is not None:
+        return f"refined by EM at the {_plural(res.given_clusters, 'cluster')} given (--clusters), from {model}"
     if not res.searched:
         return f"refined by EM from {model}"
     lo, hi = res.searched[0], res.searched[-1]

@@ -17,8 +17,8 @@ from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, 
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
-from swarmctl.studies.em import EMResult, sample_rows
-from swarmctl.studies.em import refine as em_refine
+from swarmctl.tasks.mixtures import EMResult, fit_k, min_points, one_gaussian_is_better, sample_rows, too_few_points
+from swarmctl.tasks.mixtures import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
 __all__ = ["CHUNK_SIZE", "ClusterResult", "cluster_file", "cluster_values", "cluster_warnings",
@@ -31,7 +31,7 @@ WARM_UP_POINTS = 256
 MODEL_POINTS = 1000  # refining a larger set, the model sees a sample of this many (the sizes it was trained on)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClusterResult:
     points: PointSet
     clusters: PointClusters
@@ -43,11 +43,14 @@ class ClusterResult:
     seconds: float  # the clustering pass: the forward pass, the refinement and the summary (warm-up excluded)
     model_clusters: int = 0  # the clusters the model found, before any refinement
     refined: bool = False
+    given_clusters: int | None = None  # the number of clusters the user gave (`clusters`); None: found by BIC
     merged: int = 0  # duplicate pairs the refinement merged from the model's start
     searched: tuple[int, ...] = ()  # the numbers of clusters of the refinement's fresh fits
     from_model: bool = True  # whether the refined clusters grew from the model's start (not a fresh fit)
     dropped: int = 0  # components the refinement dropped as too small
+    smallest_component: float = 0.0  # the points' worth under which the refinement drops a component
     model_points: int = 0  # the points the model saw (a sample when refining a large set)
+    sorted_for_model: bool = False  # an order-dependent model read the points sorted by coordinate
     training: TrainingRange | None = None  # what the model was trained on
     warnings: tuple[str, ...] = ()  # one line each, for the user
     written: tuple[Path, ...] = ()  # the files written, once they are
@@ -74,8 +77,8 @@ def _default_output(points: str) -> Path:
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,
                  columns: tuple[str, ...] | None = None, out: Path | None = None, plot: Path | None = None,
                  force: bool = False, standardize: bool = True, per_coordinate: bool = False,
-                 refine: bool = True, skip_bad_rows: bool = False, chunk_size: int | None = None,
-                 device: str = "auto", progress: Callable[[float], None] | None = None,
+                 refine: bool = True, clusters: int | None = None, skip_bad_rows: bool = False,
+                 chunk_size: int | None = None, device: str = "auto", progress: Callable[[float], None] | None = None,
                  save_plot: Callable[[ClusterResult, Path], Path] | None = None,
                  report: Callable[[ClusterResult], None] | None = None) -> ClusterResult:
     """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run``
@@ -83,7 +86,9 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     and, with ``plot``, the figure that ``save_plot(result, path)`` draws and saves (returning the path).
 
     The outputs are checked before anything is read, and again once the checkpoint is known: a bad path
-    fails with nothing written. ``refine``: EM from the model's probabilities (:mod:`swarmctl.studies.em`).
+    fails with nothing written. ``refine``: EM from the model's probabilities (:mod:`swarmctl.tasks.mixtures`);
+    ``clusters``: the number of clusters, given (EM at exactly that many from the model's answer, no search;
+    it needs ``refine``, and at most as many as the distinct points).
     ``report(result)`` is called once the files are written but before they appear (a summary printed
     there that cannot be printed leaves no file); all appear together, or none. Returns the result with
     its ``warnings`` and the paths ``written``.
@@ -95,6 +100,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     if per_coordinate and not standardize:
         raise ConfigError("`per_coordinate` scales the points and `no_standardize` uses them as given: give one "
                           "of the two")
+    _check_clusters(clusters, refine)
     source = () if points == STDIN else (Path(points),)
     run = default_model() if run is None else run
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
@@ -109,26 +115,32 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         if D != dim_in:
             raise DataError(f"{pts.source} has {D} column(s) ({', '.join(pts.names[:6])}{' ...' if D > 6 else ''}) "
                             f"but {opened.label} takes {dim_in} coordinates per point{_pick_hint(pts.names, dim_in)}")
+        if clusters is not None:
+            _check_distinct(pts, clusters)
         task = opened.task
         options = {"standardize": standardize, "per_coordinate": per_coordinate, "refine": refine,
                    "chunk_size": chunk_size}
         warm_up = {**options, "refine": False}  # loads the model's kernels; EM needs no warming up
         cluster_values(task, opened.model, pts.values[:WARM_UP_POINTS], opened.device, **warm_up)
         start = time.perf_counter()
-        clusters, model_k, fitted = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
-                                                   **options)
+        found, model_k, fitted = cluster_values(task, opened.model, pts.values, opened.device, progress=progress,
+                                                clusters=clusters, **options)
         seen = _model_points(len(pts.values), refine)
         seconds = time.perf_counter() - start
         training = task.training_range(opened.model_cfg)
-        result = ClusterResult(pts, clusters, out, plot, opened.label, opened.checkpoint, opened.shipped,
-                               seconds, model_k, refine, fitted.merged if fitted else 0,
-                               fitted.searched if fitted else (), fitted.from_model if fitted else True,
-                               fitted.dropped if fitted else 0, seen, training,
-                               cluster_warnings(pts.values, clusters, training,
-                                                as_given_scale=None if standardize else float(task.point_std()),
-                                                refined=refine, model_clusters=model_k,
-                                                model_points=seen))
-        write_cluster_csv(out, pts, clusters.cluster, clusters.probability, clusters.entropy)
+        refinement = {"merged": fitted.merged, "searched": fitted.searched, "from_model": fitted.from_model,
+                      "dropped": fitted.dropped} if fitted else {}
+        result = ClusterResult(
+            points=pts, clusters=found, out=out, plot=plot, model=opened.label, checkpoint=opened.checkpoint,
+            shipped=opened.shipped, seconds=seconds, model_clusters=model_k, refined=refine,
+            given_clusters=clusters, smallest_component=1.0 if clusters is not None else min_points(D),
+            model_points=seen, sorted_for_model=not _order_free(opened.model), training=training,
+            warnings=cluster_warnings(pts.values, found, training,
+                                      as_given_scale=None if standardize else float(task.point_std()),
+                                      refined=refine, model_clusters=model_k, model_points=seen,
+                                      given_clusters=clusters),
+            **refinement)
+        write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy)
         written = [out]
         if plot is not None:
             written.append(save_plot(result, plot))  # type: ignore[misc]
@@ -139,20 +151,63 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
 
 
 def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool = True,
-                   per_coordinate: bool = False, refine: bool = True, chunk_size: int | None = None,
-                   progress: Callable[[float], None] | None = None) -> tuple[PointClusters, int, EMResult | None]:
+                   per_coordinate: bool = False, refine: bool = True, clusters: int | None = None,
+                   chunk_size: int | None = None, progress: Callable[[float], None] | None = None
+                   ) -> tuple[PointClusters, int, EMResult | None]:
     """One set of points ``values`` (N, D) clustered by ``model`` (of the clustering ``task``) and, with
-    ``refine``, by EM from its probabilities: (the clusters, the number the model found, the EM fit or
-    None). To refine a set of more than :data:`MODEL_POINTS` points the model sees a seeded sample of that
-    many (the sizes it was trained on; EM then fits all points), to cluster it alone all of them."""
-    rows = sample_rows(values, MODEL_POINTS) if _model_points(len(values), refine) < len(values) else None
-    clusters = task.cluster_points(model, values if rows is None else values[rows], device, standardize, chunk_size,
-                                   progress, per_coordinate=per_coordinate, keep_probabilities=refine)
-    model_k, fitted = len(clusters.sizes), None
+    ``refine``, by EM from its probabilities (K settled by BIC, or ``clusters`` given): (the clusters, the
+    number the model found, the EM fit or None). To refine a set of more than :data:`MODEL_POINTS` points
+    the model sees a seeded sample of that many (the sizes it was trained on; EM then fits all points), to
+    cluster it alone all of them. A model whose answer depends on the order of the points (an LSTM) reads
+    them sorted by coordinate, so the clusters depend on the set, not on the order of the rows."""
+    _check_clusters(clusters, refine)
+    n = len(values)
+    rows = sample_rows(values, MODEL_POINTS) if _model_points(n, refine) < n else None
+    if rows is None and not _order_free(model):
+        rows = sample_rows(values, n)  # all of them, sorted
+    found = task.cluster_points(model, values if rows is None else values[rows], device, standardize, chunk_size,
+                                progress, per_coordinate=per_coordinate, keep_probabilities=refine)
+    model_k, fitted = len(found.sizes), None
     if refine:
-        fitted = em_refine(values, clusters.probabilities, rows=rows)
-        clusters = summarize_probabilities(fitted.resp, clusters)
-    return clusters, model_k, fitted
+        if clusters is None:
+            fitted = em_refine(values, found.probabilities, rows=rows)
+        else:
+            fitted = fit_k(values, found.probabilities, clusters, rows=rows)
+        found = summarize_probabilities(fitted.resp, found)
+    elif rows is not None:  # the model's answer, back in the order of the rows
+        back = np.empty_like(rows)
+        back[rows] = np.arange(n)
+        found = replace(found, cluster=found.cluster[back], probability=found.probability[back],
+                        entropy=found.entropy[back])
+    return found, model_k, fitted
+
+
+def _order_free(model) -> bool:
+    """Whether the model's answer for a point is the same in any order of the points (its declared
+    ``symmetry``)."""
+    return getattr(model, "symmetry", None) in ("equivariant", "invariant")
+
+
+def _check_clusters(clusters: int | None, refine: bool) -> None:
+    """``clusters`` in itself: at least 1, and only with the refinement (EM gives the K clusters)."""
+    if clusters is None:
+        return
+    if clusters < 1:
+        raise ConfigError(f"`clusters` must be at least 1, got {clusters}")
+    if not refine:
+        raise ConfigError("`clusters` fits EM at that many clusters from the model's answer, and `no_refine` "
+                          "leaves EM out: drop one of the two")
+
+
+def _check_distinct(pts: PointSet, clusters: int) -> None:
+    """At most as many clusters as distinct points: a cluster needs a point of its own."""
+    values = pts.values
+    if clusters <= len(np.unique(values[:4 * clusters], axis=0)):  # enough in the first rows: no sort of all
+        return
+    distinct = len(np.unique(values, axis=0))
+    if clusters > distinct:
+        raise ConfigError(f"`clusters` {clusters} is more than the {distinct:,} distinct points of {pts.source}: "
+                          f"give at most {distinct:,}")
 
 
 def _model_points(n: int, refine: bool) -> int:
@@ -162,96 +217,123 @@ def _model_points(n: int, refine: bool) -> int:
 
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
                      as_given_scale: float | None = None, refined: bool = False,
-                     model_clusters: int | None = None, model_points: int | None = None) -> tuple[str, ...]:
+                     model_clusters: int | None = None, model_points: int | None = None,
+                     given_clusters: int | None = None) -> tuple[str, ...]:
     """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
     reached, many unsure points, a set or clusters outside what the model was trained on
     (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
     from the training scale. Pairs of clusters that look like one Gaussian are named only for a result
     not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many clusters
     the model found before a refinement merged some (the cap is the model's); ``model_points``: how many of
-    the points the model saw (all when None)."""
-    n, K = len(values), len(clusters.sizes)
-    seen = n if model_points is None else model_points
-    out = []
+    the points the model saw (all when None); ``given_clusters``: the number of clusters the user gave
+    (then neither the cap nor the training range of K applies: EM made that many)."""
+    seen = len(values) if model_points is None else model_points
+    given = given_clusters is not None
+    lines = (
+        None if given else _cap_warning(clusters, model_clusters),
+        _unsure_warning(clusters),
+        _set_size_warning(seen, training),
+        None if given else _cluster_count_warning(len(clusters.sizes), training),
+        _tiny_clusters_warning(values, clusters, refined),
+        None if refined else _mergeable_warning(values, clusters),
+        _spread_warning(values, clusters, training),
+        None if as_given_scale is None else _as_given_warning(values, as_given_scale),
+    )
+    return tuple(line for line in lines if line is not None)
+
+
+def _cap_warning(clusters: PointClusters, model_clusters: int | None) -> str | None:
+    """The model filled every cluster slot it has: the points may hold more."""
+    K = len(clusters.sizes)
     found = max(K, model_clusters or 0)
-    if clusters.slots and found >= clusters.slots:
-        out.append(f"the model filled all {clusters.slots} of its cluster slots, the most it can give"
-                   f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
+    if not (clusters.slots and found >= clusters.slots):
+        return None
+    return (f"the model filled all {clusters.slots} of its cluster slots, the most it can give"
+            f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
+
+
+def _unsure_warning(clusters: PointClusters) -> str | None:
+    """More than :data:`UNSURE_SHARE` of the points have their cluster's probability below
+    :data:`LOW_CONFIDENCE`."""
     unsure = float(np.mean(clusters.probability < LOW_CONFIDENCE))
-    if unsure > UNSURE_SHARE:
-        out.append(f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
-                   "the clusters overlap, or the model splits what may be one cluster")
-    if not training.n_min <= seen <= training.n_max:
-        out.append(f"the set has {seen:,} points, outside the {training.n_min:,}..{training.n_max:,} points per set "
-                   "the model was trained on")
-    if not training.k_min <= K <= training.k_max:
-        out.append(f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
-                   "per set the model was trained on")
-    tiny = _too_small(values.shape[1])
+    if unsure <= UNSURE_SHARE:
+        return None
+    return (f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
+            "the clusters overlap, or the model splits what may be one cluster")
+
+
+def _set_size_warning(seen: int, training: TrainingRange) -> str | None:
+    """The model saw a set of a size it was not trained on."""
+    if training.n_min <= seen <= training.n_max:
+        return None
+    return (f"the set has {seen:,} points, outside the {training.n_min:,}..{training.n_max:,} points per set "
+            "the model was trained on")
+
+
+def _cluster_count_warning(K: int, training: TrainingRange) -> str | None:
+    """The number of clusters found is outside the numbers the model was trained on."""
+    if training.k_min <= K <= training.k_max:
+        return None
+    return (f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
+            "per set the model was trained on")
+
+
+def _tiny_clusters_warning(values: np.ndarray, clusters: PointClusters, refined: bool) -> str | None:
+    """Clusters of so few distinct points that they may be stray or repeated points, not clusters."""
+    K = len(clusters.sizes)
+    tiny = too_few_points(values.shape[1])
     small = sum(len(np.unique(values[clusters.cluster == k], axis=0)) <= tiny for k in range(K)) if K > 1 else 0
-    if small:
-        out.append(f"{small} of the {K} clusters hold{'s' if small == 1 else ''} {tiny} or fewer distinct points, too "
-                   "few to tell a cluster from a few stray or repeated points (rounded values?)"
-                   + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
-    pairs = 0 if refined else mergeable_pairs(values, clusters)
-    if pairs:
-        out.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): the "
-                   "model may have split clusters; refine them (`refine` merges such pairs)")
-    spread = _median_spread(values, clusters) if K > 1 else None  # one cluster's spread is the whole set's
-    if spread is not None and not training.spread_lo <= spread <= training.spread_hi:
-        kind = "broader" if spread > training.spread_hi else "tighter"
-        out.append(f"the clusters are {kind} relative to the whole set (typical spread {spread:.2f}) than any the "
-                   f"model was trained on ({training.spread_lo:.2f}..{training.spread_hi:.2f})")
-    if as_given_scale is not None:
-        with np.errstate(over="ignore"):
-            std = float(np.sqrt(np.mean(np.var(values, axis=0)))) if n > 1 else 0.0
-        centre = float(np.sqrt(np.sum(np.mean(values, axis=0) ** 2))) if n else 0.0
-        off = []
-        if not as_given_scale / SCALE_FACTOR <= std <= as_given_scale * SCALE_FACTOR:
-            off.append(f"a spread of {std:.3g}, far from the {as_given_scale:.2f} of the model's training sets")
-        if centre > SCALE_FACTOR * max(as_given_scale, 1.0):  # the training sets' means are drawn around 0
-            off.append(f"a centre {centre:.3g} from the origin, far from where the training sets lie")
-        if off:
-            out.append(f"the points used as given have {' and '.join(off)}: the model's clusters are not to be "
-                       "trusted; leave out `no_standardize`")
-    return tuple(out)
+    if not small:
+        return None
+    return (f"{small} of the {K} clusters hold{'s' if small == 1 else ''} {tiny} or fewer distinct points, too "
+            "few to tell a cluster from a few stray or repeated points (rounded values?)"
+            + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
 
 
-def _too_small(d: int) -> int:
-    """The most points a cluster in ``d`` dimensions can hold and still be too small to judge: one more
-    than a full-covariance Gaussian has parameters."""
-    return d + d * (d + 1) // 2 + 1
+def _mergeable_warning(values: np.ndarray, clusters: PointClusters) -> str | None:
+    """Pairs of clusters that one Gaussian explains better than two (:func:`mergeable_pairs`)."""
+    pairs = mergeable_pairs(values, clusters)
+    if not pairs:
+        return None
+    return (f"{pairs} pair(s) of the {len(clusters.sizes)} clusters are explained better by one Gaussian than by "
+            "two (BIC): the model may have split clusters; refine them (`refine` merges such pairs)")
+
+
+def _spread_warning(values: np.ndarray, clusters: PointClusters, training: TrainingRange) -> str | None:
+    """The clusters are broader or tighter, relative to the whole set, than any the model was trained on."""
+    spread = _median_spread(values, clusters) if len(clusters.sizes) > 1 else None  # one cluster's is the set's
+    if spread is None or training.spread_lo <= spread <= training.spread_hi:
+        return None
+    kind = "broader" if spread > training.spread_hi else "tighter"
+    return (f"the clusters are {kind} relative to the whole set (typical spread {spread:.2f}) than any the "
+            f"model was trained on ({training.spread_lo:.2f}..{training.spread_hi:.2f})")
+
+
+def _as_given_warning(values: np.ndarray, as_given_scale: float) -> str | None:
+    """Points used as given whose spread or centre is far from the training sets'."""
+    n = len(values)
+    with np.errstate(over="ignore"):
+        std = float(np.sqrt(np.mean(np.var(values, axis=0)))) if n > 1 else 0.0
+    centre = float(np.sqrt(np.sum(np.mean(values, axis=0) ** 2))) if n else 0.0
+    off = []
+    if not as_given_scale / SCALE_FACTOR <= std <= as_given_scale * SCALE_FACTOR:
+        off.append(f"a spread of {std:.3g}, far from the {as_given_scale:.2f} of the model's training sets")
+    if centre > SCALE_FACTOR * max(as_given_scale, 1.0):  # the training sets' means are drawn around 0
+        off.append(f"a centre {centre:.3g} from the origin, far from where the training sets lie")
+    if not off:
+        return None
+    return (f"the points used as given have {' and '.join(off)}: the model's clusters are not to be trusted; "
+            "leave out `no_standardize`")
 
 
 def mergeable_pairs(values: np.ndarray, clusters: PointClusters) -> int:
     """The pairs of clusters (each of more points than parameters) whose points one Gaussian explains
     better than two, by BIC on the hard assignment: the sign of a split the model made inside one cluster."""
     x = standardization(values, 1.0).apply(values)  # unit spread: no overflow, whatever the units
-    N, D = x.shape
-    per_gaussian = D + D * (D + 1) // 2
     groups = [x[clusters.cluster == k] for k in range(len(clusters.sizes))]
-    groups = [g for g in groups if len(g) > _too_small(D)]
-    count = 0
-    for i in range(len(groups)):
-        for j in range(i + 1, len(groups)):
-            a, b = groups[i], groups[j]
-            both = np.concatenate([a, b])
-            n_a, n_b, n = len(a), len(b), len(both)
-            two = _gaussian_ll(a) + _gaussian_ll(b) + n_a * np.log(n_a / n) + n_b * np.log(n_b / n)
-            one = _gaussian_ll(both)
-            if -2 * one + per_gaussian * np.log(n) < -2 * two + (2 * per_gaussian + 1) * np.log(n):
-                count += 1
-    return count
-
-
-def _gaussian_ll(x: np.ndarray) -> float:
-    """The log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian."""
-    n, D = x.shape
-    cov = np.cov(x, rowvar=False, bias=True).reshape(D, D) + 1e-9 * np.eye(D)
-    sign, logdet = np.linalg.slogdet(cov)
-    if sign <= 0:
-        return float("inf")  # degenerate (points on a line): never merged into anything
-    return float(-0.5 * n * (D * np.log(2 * np.pi) + logdet + D))
+    groups = [g for g in groups if len(g) > too_few_points(x.shape[1])]
+    return sum(one_gaussian_is_better(groups[i], groups[j]) for i in range(len(groups))
+               for j in range(i + 1, len(groups)))
 
 
 def _median_spread(values: np.ndarray, clusters: PointClusters) -> float | None:

@@ -338,6 +338,9 @@ def test_per_coordinate_with_no_standardize_is_refused(cli, trained_runs, values
     (["--plot", "fig.jpg"], 2, "does not end in .png"),
     (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], 2, "name the same file"),
     (["--per-coordinate", "--no-standardize"], 2, "give one of the two"),
+    (["--clusters", "0"], 2, "--clusters must be at least 1"),
+    (["--clusters", "301"], 2, "more than the 300 distinct points"),  # the issue's rule: exit 2 (guarantees.md)
+    (["--clusters", "3", "--no-refine"], 2, "--no-refine leaves EM out"),
     (["--columns", "lon,height"], 1, "no column 'height'"),  # a name another file may have
     (["--columns", "0,5"], 1, "out of range"),
     (["--key", "pts"], 1, "leave --key out"),  # a key an .npz file may have
@@ -382,3 +385,73 @@ def test_refining_a_large_set_the_model_sees_a_sample_and_every_point_is_cluster
     assert ("on a sample of 120 points" in text) == refine
     header, rows = _read(out)
     assert len(rows) == 300 and np.isfinite(rows).all()
+
+
+# ---- --clusters K: the user gives the number of clusters --------------------------------------------------------
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_clusters_k_gives_exactly_k_clusters_and_says_they_were_given(cli, trained_runs, values, tmp_path, k):
+    out = tmp_path / "a.csv"
+    r = cli("cluster", _csv(tmp_path / "pts.csv", values), *_run_args(trained_runs), "--clusters", str(k),
+            "--out", out)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert len(np.unique(_read(out)[1][:, 2])) == k
+    assert f"{k} cluster{'' if k == 1 else 's'} in 300 points" in text
+    assert f"at the {k} cluster{'' if k == 1 else 's'} given (--clusters)" in text
+
+
+def test_clusters_k_above_the_distinct_points_counts_repeated_rows_once(cli, trained_runs, values, tmp_path):
+    """300 rows of 4 distinct points: 4 clusters can be made, 5 cannot."""
+    rows = np.repeat(values[:4], 75, axis=0)
+    points = _csv(tmp_path / "pts.csv", rows)
+    r = cli("cluster", points, *_run_args(trained_runs), "--clusters", "5", "--out", tmp_path / "a.csv")
+    assert r.exit_code == 2 and "more than the 4 distinct points" in " ".join(r.output.split()), r.output
+    r = cli("cluster", points, *_run_args(trained_runs), "--clusters", "4", "--out", tmp_path / "b.csv")
+    assert r.exit_code == 0 and len(np.unique(_read(tmp_path / "b.csv")[1][:, 2])) == 4, r.output
+
+
+@pytest.mark.parametrize("run", ["swarm", "lstm"])
+def test_clusters_k_does_not_depend_on_the_order_of_the_rows(cli, trained_runs, values, tmp_path, run):
+    _same_clusters_in_two_orders(cli, trained_runs, run, values, tmp_path, "--clusters", "3")
+
+
+def _same_clusters_in_two_orders(cli, trained_runs, run, values, tmp_path, *args):
+    """Cluster ``values`` in their order and in a shuffled one with ``run``: the same cluster and
+    probabilities for every point. Returns the outputs of the two commands."""
+    runs, _ = trained_runs
+    perm = np.random.RandomState(0).permutation(len(values))
+    got, outputs = [], []
+    for name, rows in (("a", values), ("b", values[perm])):
+        r = cli("cluster", _csv(tmp_path / f"{name}.csv", rows), run, "--runs-dir", runs, "--device", "cpu", *args)
+        assert r.exit_code == 0, r.output
+        table = _read(tmp_path / f"{name}-clusters.csv")[1]
+        got.append(table[np.lexsort(table[:, :2].T[::-1])])  # each point's row, in one order
+        outputs.append(" ".join(r.output.split()))
+    np.testing.assert_array_equal(got[0][:, 2], got[1][:, 2])
+    np.testing.assert_allclose(got[0][:, 3:], got[1][:, 3:], rtol=1e-6, atol=1e-9)
+    return outputs
+
+
+def test_clusters_k_recovers_well_separated_blobs(cli, trained_runs, tmp_path):
+    rs = np.random.RandomState(1)
+    centres = np.array([[0.0, 0.0], [40.0, 0.0], [0.0, 40.0], [40.0, 40.0], [20.0, 80.0]])
+    labels = np.repeat(np.arange(5), [90, 70, 60, 50, 40])
+    out = tmp_path / "a.csv"
+    r = cli("cluster", _csv(tmp_path / "blobs.csv", centres[labels] + rs.randn(len(labels), 2)),
+            *_run_args(trained_runs), "--clusters", "5", "--out", out)
+    assert r.exit_code == 0, r.output
+    found = _read(out)[1][:, 2].astype(int)
+    assert len(set(zip(found.tolist(), labels.tolist(), strict=True))) == 5  # one cluster per blob
+    assert np.array_equal(np.bincount(found), [90, 70, 60, 50, 40])  # numbered by size
+
+
+# ---- a model whose answer depends on the order of the points (an LSTM) ------------------------------------------
+
+@pytest.mark.parametrize("refine", ["--refine", "--no-refine"])
+def test_an_order_dependent_model_reads_the_points_sorted_and_says_so(cli, trained_runs, values, tmp_path, refine):
+    """Two orders of the same rows give the same clusters (issue 32: an LSTM gave ARI 0.01 between them)."""
+    for output in _same_clusters_in_two_orders(cli, trained_runs, "lstm", values, tmp_path, refine):
+        assert "read them sorted by coordinate" in output, output
+    r = cli("cluster", _csv(tmp_path / "c.csv", values), *_run_args(trained_runs), refine)
+    assert "sorted by coordinate" not in r.output  # an equivariant model reads them as they come

@@ -132,3 +132,16 @@ def test_one_clean_cluster_is_not_called_broad():
     broad = TrainingRange(n_min=50, n_max=1000, k_min=1, k_max=16, spread_lo=0.01, spread_hi=0.77)
     x = np.random.RandomState(0).randn(300, 2)
     assert cluster_warnings(x, _clusters(np.zeros(300, dtype=int)), broad) == ()
+
+
+def test_a_number_of_clusters_given_is_not_blamed_on_the_model():
+    """With K given (`--clusters`), EM made K clusters: neither the model's cap nor its training range of K
+    applies; the other warnings still do."""
+    x, labels = _blobs(12, 30, 0.15)
+    clusters = _clusters(labels, slots=10)
+    found = cluster_warnings(x, clusters, PAPER, refined=True, model_clusters=10)
+    assert any("cluster slots" in w for w in found) and any("12 clusters found" in w for w in found), found
+    given = cluster_warnings(x, clusters, PAPER, refined=True, model_clusters=10, given_clusters=12)
+    assert not any("cluster slots" in w or "clusters found" in w for w in given), given
+    unsure = cluster_warnings(x, _clusters(labels, probability=0.3), PAPER, refined=True, given_clusters=12)
+    assert any("unsure" in w for w in unsure), unsure

@@ -1,11 +1,11 @@
-"""The EM that refines a model's clustering (swarmctl.studies.em), against brute force."""
+"""The EM that refines a model's clustering (swarmctl.tasks.mixtures), against brute force."""
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.stats import multivariate_normal
 
-from swarmctl.studies.em import Mixture, component_log_density, e_step, m_step, refine
+from swarmctl.tasks.mixtures import Mixture, component_log_density, e_step, m_step, refine
 
 
 def _two_blobs(n: int, rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray, Mixture]:
@@ -113,7 +113,7 @@ def _matching(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def test_a_large_set_is_searched_on_a_sample_and_fitted_on_all_points(monkeypatch):
-    from swarmctl.studies import em
+    from swarmctl.tasks import mixtures as em
 
     monkeypatch.setattr(em, "SEARCH_POINTS", 300)
     rs = np.random.RandomState(7)
@@ -126,7 +126,7 @@ def test_a_large_set_is_searched_on_a_sample_and_fitted_on_all_points(monkeypatc
 
 
 def test_kmeans_start_is_a_partition_even_with_fewer_distinct_points_than_clusters():
-    from swarmctl.studies.em import kmeans_start
+    from swarmctl.tasks.mixtures import kmeans_start
 
     rs = np.random.RandomState(8)
     x, labels = _blobs(rs, ([0, 0], [5, 0], [0, 5]), n=40, spread=0.1)
@@ -142,7 +142,7 @@ def test_kmeans_start_is_a_partition_even_with_fewer_distinct_points_than_cluste
 
 def test_a_start_on_some_rows_is_fitted_to_all_points():
     """The model's probabilities for a sample of the rows start EM; the result covers every point."""
-    from swarmctl.studies.em import sample_rows
+    from swarmctl.tasks.mixtures import sample_rows
 
     rs = np.random.RandomState(9)
     x, labels, truth = _two_blobs(2500, rs)
@@ -185,3 +185,73 @@ def test_rounded_points_give_the_same_clusters_in_any_row_order():
         back = refine(x[perm], start[perm])
         assert _same_partition(back.resp.argmax(1), res.resp.argmax(1)[perm])
 
+
+
+def test_a_gaussians_parameters_are_counted_once_for_bic():
+    """2-D: 2 means and 3 covariances; a mixture adds K - 1 weights; BIC is -2 log L + p log n."""
+    from swarmctl.tasks.mixtures import bic, gaussian_parameters, mixture_parameters, too_few_points
+
+    assert [gaussian_parameters(d) for d in (1, 2, 3)] == [2, 5, 9]
+    assert mixture_parameters(1, 2) == 5 and mixture_parameters(3, 2) == 17 and too_few_points(2) == 6
+    mix = Mixture(np.full(3, 1 / 3), np.zeros((3, 2)), np.stack([np.eye(2)] * 3))
+    assert mix.n_parameters() == 17
+    assert bic(-100.0, 17, 50) == 200.0 + 17 * np.log(50)
+
+
+def _three_blobs(rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.repeat(np.arange(3), [120, 80, 50])
+    return np.array([[0.0, 0.0], [8.0, 0.0], [0.0, 8.0]])[labels] + 0.5 * rs.randn(len(labels), 2), labels
+
+
+def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    pairs = set(zip(a.tolist(), b.tolist(), strict=True))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+def test_fit_k_gives_exactly_k_components_from_any_number_of_the_models():
+    """The model's answer has 1, 3 or 8 clusters; EM comes back with the K asked for, each with points."""
+    from swarmctl.tasks.mixtures import fit_k
+
+    rs = np.random.RandomState(3)
+    x, labels = _three_blobs(rs)
+    for columns in (1, 3, 8):
+        start = rs.dirichlet(np.ones(columns), size=len(x))
+        for k in (1, 2, 3, 5, 7):
+            res = fit_k(x, start, k)
+            assert len(res.mixture) == k and len(np.unique(res.resp.argmax(1))) == k, (columns, k)
+            np.testing.assert_allclose(res.resp.sum(1), 1.0)
+
+
+def test_fit_k_recovers_well_separated_blobs_whatever_the_models_start():
+    from swarmctl.tasks.mixtures import fit_k
+
+    rs = np.random.RandomState(4)
+    x, labels = _three_blobs(rs)
+    good = np.eye(3)[labels] * 0.9 + 0.1 / 3
+    split = np.eye(6)[labels * 2 + rs.randint(0, 2, len(x))]  # every blob cut in two at random
+    for start in (good, split, np.ones((len(x), 1))):
+        assert _same_partition(fit_k(x, start, 3).resp.argmax(1), labels)
+
+
+def test_fit_k_does_not_depend_on_the_order_of_the_rows():
+    from swarmctl.tasks.mixtures import fit_k
+
+    rs = np.random.RandomState(5)
+    x, labels = _three_blobs(rs)
+    x = x + 2.0 * rs.randn(len(x), 2)  # overlapping: the start and the stopping point matter
+    start = rs.dirichlet(np.ones(5), size=len(x))
+    perm = rs.permutation(len(x))
+    a, b = fit_k(x, start, 4), fit_k(x[perm], start[perm], 4)
+    np.testing.assert_array_equal(a.resp[perm], b.resp)
+    np.testing.assert_array_equal(a.mixture.means, b.mixture.means)
+
+
+def test_fit_k_splits_the_models_widest_cluster_when_it_found_too_few():
+    """The model's answer joins two of three blobs: split across its major axis, it is as good a k-means
+    start as a fresh one, and the fit says it grew from the model's answer."""
+    from swarmctl.tasks.mixtures import fit_k
+
+    x, labels = _three_blobs(np.random.RandomState(6))
+    joined = np.eye(2)[np.minimum(labels, 1)]
+    res = fit_k(x, joined, 3)
+    assert res.from_model and _same_partition(res.resp.argmax(1), labels)

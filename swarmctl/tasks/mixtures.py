@@ -1,13 +1,18 @@
-"""EM for a Gaussian mixture with full covariances, seeded by a model's responsibilities (`swarmctl cluster
---refine`): the model's soft assignment is the first E-step and EM runs to convergence from there; duplicate
-components are then merged while that lowers the BIC, and the number of clusters is settled by BIC among that
-result and fresh EM fits (k-means++ starts) at a few numbers of clusters around it. The model thus gives EM
-its start and the neighbourhood of K to search, instead of the ten or more fits that EM with K by BIC needs.
+"""Gaussian mixtures with full covariances, in NumPy: parameter counts, BIC, log-densities, EM, merges, and
+the refinement of a model's clustering (`swarmctl cluster`). The one place that counts a Gaussian's
+parameters or scores a fit by BIC.
 
-NumPy only, float64, vectorized over points and components: no extra dependency, and fast on a CPU (each
-iteration is a few matrix products of (N, K) and (N, D*D) arrays). The search runs on at most
-:data:`SEARCH_POINTS` points (a seeded sample); the winner is then fitted to all of them. Every random choice
-is made on the points sorted by their coordinates, so the result does not depend on the order of the rows.
+:func:`refine` (`--refine`): the model's soft assignment is the first E-step and EM runs to convergence from
+there; duplicate components are then merged while that lowers the BIC, and the number of clusters is settled
+by BIC among that result and fresh EM fits (k-means++ starts) at a few numbers of clusters around it. The
+model thus gives EM its start and the neighbourhood of K to search, instead of the ten or more fits that EM
+with K by BIC needs. :func:`fit_k` (`--clusters K`): EM at exactly K from the model's K most probable
+clusters, split or absorbed to make K, with no search.
+
+Float64, vectorized over points and components: no extra dependency, and fast on a CPU (each iteration is a
+few matrix products of (N, K) and (N, D*D) arrays). The search runs on at most :data:`SEARCH_POINTS` points
+(a seeded sample); the winner is then fitted to all of them. Every random choice is made on the points
+sorted by their coordinates, so the result does not depend on the order of the rows.
 """
 
 from __future__ import annotations
@@ -25,7 +30,53 @@ REG = 1e-6  # added to each covariance's diagonal, times the data's variance: ke
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
+K_TOL, K_MAX_ITER = 1e-3, 100  # EM at a K given: scikit-learn's GaussianMixture defaults
+K_POINTS = 20_000  # EM at a K given starts on a sample of this many points at most (one fit: no search)
 SEED = 0
+
+
+def gaussian_parameters(d: int) -> int:
+    """The free parameters of one full-covariance Gaussian in ``d`` dimensions: d means and d(d + 1)/2
+    covariances."""
+    return d + d * (d + 1) // 2
+
+
+def mixture_parameters(k: int, d: int) -> int:
+    """The free parameters of a mixture of ``k`` such Gaussians: theirs and k - 1 weights."""
+    return (k - 1) + k * gaussian_parameters(d)
+
+
+def bic(log_likelihood: float, n_parameters: int, n: int) -> float:
+    """The Bayesian information criterion of a fit of ``n_parameters`` to ``n`` points whose total
+    ``log_likelihood`` it is (lower is better)."""
+    return -2.0 * log_likelihood + n_parameters * np.log(n)
+
+
+def too_few_points(d: int) -> int:
+    """The most points a cluster in ``d`` dimensions can hold and still be too small to judge: one more
+    than a Gaussian has parameters."""
+    return gaussian_parameters(d) + 1
+
+
+def gaussian_log_likelihood(x: np.ndarray) -> float:
+    """The total log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian
+    (+inf when they are degenerate, e.g. on a line)."""
+    n, D = x.shape
+    cov = np.cov(x, rowvar=False, bias=True).reshape(D, D) + 1e-9 * np.eye(D)
+    sign, logdet = np.linalg.slogdet(cov)
+    if sign <= 0:
+        return float("inf")
+    return float(-0.5 * n * (D * np.log(2 * np.pi) + logdet + D))
+
+
+def one_gaussian_is_better(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether the points ``a`` and ``b`` (each (n, D)) together are explained better by one Gaussian than
+    by a mixture of two, one per group (BIC on the hard assignment)."""
+    both = np.concatenate([a, b])
+    n_a, n_b, n = len(a), len(b), len(both)
+    D = both.shape[1]
+    two = gaussian_log_likelihood(a) + gaussian_log_likelihood(b) + n_a * np.log(n_a / n) + n_b * np.log(n_b / n)
+    return bic(gaussian_log_likelihood(both), mixture_parameters(1, D), n) < bic(two, mixture_parameters(2, D), n)
 
 
 @dataclass(frozen=True)
@@ -40,8 +91,7 @@ class Mixture:
         return len(self.weights)
 
     def n_parameters(self) -> int:
-        K, D = self.means.shape
-        return (K - 1) + K * D + K * D * (D + 1) // 2
+        return mixture_parameters(*self.means.shape)
 
 
 @dataclass(frozen=True)
@@ -129,18 +179,20 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def _fit(x: np.ndarray, resp: np.ndarray, reg: float, max_iter: int, tol: float
+def _fit(x: np.ndarray, resp: np.ndarray, reg: float, max_iter: int, tol: float, least: float | None = None
          ) -> tuple[Mixture, np.ndarray, list[float], int]:
-    """EM from responsibilities ``resp`` (the first E-step), dropping components that go empty."""
+    """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
+    ``least`` points' worth (None: :func:`min_points`)."""
     history: list[float] = []
     dropped = 0
+    least = min_points(x.shape[1]) if least is None else least
     mix = m_step(x, resp, reg)
     for _ in range(max_iter):
         resp, ll = e_step(x, mix)
         history.append(ll)
         if len(history) > 1 and history[-1] - history[-2] < tol:
             break
-        resp, gone = _drop_empty(resp, min_points(x.shape[1]))
+        resp, gone = _drop_empty(resp, least)
         dropped += gone
         mix = m_step(x, resp, reg)
     return mix, resp, history, dropped
@@ -160,7 +212,8 @@ def _merged(mix: Mixture, i: int, j: int) -> Mixture:
 
 
 def _bic(ll: float, mix: Mixture, n: int) -> float:
-    return -2.0 * ll * n + mix.n_parameters() * np.log(n)
+    """The BIC of ``mix`` on ``n`` points whose mean log-likelihood per point is ``ll``."""
+    return bic(ll * n, mix.n_parameters(), n)
 
 
 def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = KMEANS_ITER) -> np.ndarray:
@@ -179,8 +232,14 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         best = int(np.argmin(cand.sum(axis=1)))
         centres.append(x[trials[best]])
         d2 = np.maximum(cand[best], 0.0)
-    c = np.array(centres)
-    label = np.zeros(n, dtype=np.int64)
+    return _one_hot(_lloyd(x, np.array(centres), iters), k)
+
+
+def _lloyd(x: np.ndarray, c: np.ndarray, iters: int) -> np.ndarray:
+    """The labels (N,) of k-means on ``x`` from the centres ``c`` (k, D): Lloyd's iterations, at most ``iters``
+    (a centre that loses every point stays where it is)."""
+    sq = np.einsum("nd,nd->n", x, x)
+    label = np.zeros(len(x), dtype=np.int64)
     for _ in range(iters):
         label = np.argmin(sq[:, None] - 2.0 * x @ c.T + np.einsum("kd,kd->k", c, c)[None, :], axis=1)
         counts = np.bincount(label, minlength=len(c))
@@ -190,9 +249,21 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         if np.array_equal(moved, c):
             break
         c = moved
-    resp = np.zeros((n, k))
-    resp[np.arange(n), label] = 1.0
+    return label
+
+
+def _one_hot(label: np.ndarray, k: int) -> np.ndarray:
+    resp = np.zeros((len(label), k))
+    resp[np.arange(len(label)), label] = 1.0
     return resp
+
+
+def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
+    """k-means' objective: the squared distances of the points ``x`` to the mean of their cluster."""
+    counts = np.maximum(np.bincount(label, minlength=k), 1)
+    means = np.zeros((k, x.shape[1]))
+    np.add.at(means, label, x)
+    return float(((x - (means / counts[:, None])[label]) ** 2).sum())
 
 
 def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: float, max_iter: int,
@@ -225,7 +296,7 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
 def _largest_k(n: int, d: int) -> int:
     """The most components a fresh fit on ``n`` points in ``d`` dimensions tries: each with more points
     than a Gaussian has parameters."""
-    return max(1, n // (d + d * (d + 1) // 2 + 2))
+    return max(1, n // (gaussian_parameters(d) + 2))
 
 
 def _unit_map(x: np.ndarray) -> tuple[AffineMap, np.ndarray, float]:
@@ -253,6 +324,43 @@ def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
     return order[np.sort(np.random.RandomState(SEED).choice(n, m, replace=False))]
 
 
+@dataclass(frozen=True)
+class _SortedPoints:
+    """Points prepared for EM: ``x`` (N, D) sorted by their coordinates (every choice, the scale included, is
+    made on them) and mapped to unit robust spread (:func:`_unit_map`); ``back`` puts the sorted rows back in
+    the caller's order; ``given`` (M,): the sorted rows of the points a model's responsibilities ``resp``
+    (M, C) belong to, ascending, and ``resp`` in that order."""
+
+    x: np.ndarray
+    back: np.ndarray
+    given: np.ndarray
+    resp: np.ndarray
+    unit: AffineMap
+    centre: np.ndarray
+    robust: float
+
+    @classmethod
+    def of(cls, x: np.ndarray, resp: np.ndarray, rows: np.ndarray | None) -> _SortedPoints:
+        x = np.asarray(x, dtype=np.float64)
+        n = len(x)
+        order = np.lexsort(x.T[::-1]) if n else np.arange(0)
+        x = x[order]
+        unit, centre, robust = _unit_map(x)
+        back = np.empty_like(order)
+        back[order] = np.arange(n)
+        given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
+        by_place = np.argsort(given, kind="stable")
+        return cls((unit.apply(x) - centre) * robust, back, given[by_place],
+                   np.asarray(resp, dtype=np.float64)[by_place], unit, centre, robust)
+
+    def in_units(self, mix: Mixture) -> Mixture:
+        """``mix`` of the scaled points, in the units of the caller's."""
+        s = 1.0 / (self.unit.scale[0] * self.robust)
+        with np.errstate(over="ignore"):
+            return Mixture(mix.weights, (mix.means / self.robust + self.centre) / self.unit.scale[0] + self.unit.shift,
+                           mix.covs * s * s)
+
+
 def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
            candidates: int = 2, search: bool = True, rows: np.ndarray | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
@@ -270,19 +378,9 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     underflow, and a far outlier does not squeeze the other points under the covariance floor); the mixture
     is returned in the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the
     set of rows, not on their order."""
-    x = np.asarray(x, dtype=np.float64)
-    n, D = x.shape
-    order = np.lexsort(x.T[::-1]) if n else np.arange(0)  # every choice, the scale included, on the sorted points
-    x = x[order]
-    unit, centre, robust = _unit_map(x)
-    x = (unit.apply(x) - centre) * robust
-    reg = REG
-    back = np.empty_like(order)
-    back[order] = np.arange(n)
-    given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
-    by_place = np.argsort(given, kind="stable")
-    given = given[by_place]
-    resp, dropped = _drop_empty(np.asarray(resp, dtype=np.float64)[by_place], min_points(D))
+    pts = _SortedPoints.of(x, resp, rows)
+    x, given, n, D, reg = pts.x, pts.given, len(pts.x), pts.x.shape[1], REG
+    resp, dropped = _drop_empty(pts.resp, min_points(D))
     rs = np.random.RandomState(SEED)
     if merge and len(given) > SEARCH_POINTS:
         pick = np.sort(rs.choice(len(given), SEARCH_POINTS, replace=False))
@@ -306,8 +404,94 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
-    s = 1.0 / (unit.scale[0] * robust)
-    with np.errstate(over="ignore"):
-        mix = Mixture(mix.weights, (mix.means / robust + centre) / unit.scale[0] + unit.shift, mix.covs * s * s)
-    return EMResult(mix, r[back], history[-1], tuple(history), merged, dropped, searched,
+    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
                     from_model)
+
+
+def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
+          rows: np.ndarray | None = None) -> EMResult:
+    """EM at exactly ``k`` components on points ``x`` (N, D), seeded by a model's responsibilities ``resp``
+    (M, C) of the points ``x[rows]`` (None: all points, in order). The centres of the model's ``k``
+    clusters (:func:`_k_columns`: the ``k`` of most mass, the others absorbed, or the widest split until
+    there are ``k``) start k-means on the points (a seeded sample of :data:`K_POINTS` of a larger set); a
+    k-means++ start competes, and the partition with the lower within-cluster sum of squares is EM's first
+    E-step (``from_model`` says which). EM then runs on those points to ``tol`` (scikit-learn's default:
+    stopped there, EM stays nearer its k-means start) and, on a sample, is taken to all points; no merges
+    and no search for K. A component is dropped only when it holds less than one point's worth, and is then
+    split off the widest again (at most ``k`` times), so ``k`` components come back unless the points cannot
+    hold them. Scaled, sorted and returned as by
+    :func:`refine`: the result depends on the set of rows, not on their order."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    pts = _SortedPoints.of(x, resp, rows)
+    n = len(pts.x)
+    centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
+    rs = np.random.RandomState(SEED)
+    search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
+    xs = pts.x[search]
+    seeded = _lloyd(xs, centres, max_iter)
+    fresh = kmeans_start(xs, k, rs).argmax(axis=1)
+    from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
+    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol)
+    if len(search) < n:  # the fit, taken to all points
+        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol)
+        dropped += gone
+    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
+
+
+def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
+    """The mean of each column's points (those it is the most probable for), or, for a column that no point
+    picks, its responsibility-weighted mean: (K, D)."""
+    label = resp.argmax(axis=1)
+    counts = np.bincount(label, minlength=resp.shape[1])
+    sums = np.zeros((resp.shape[1], x.shape[1]))
+    np.add.at(sums, label, x)
+    soft = (resp.T @ x) / resp.sum(axis=0)[:, None]
+    return np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], soft)
+
+
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float
+                 ) -> tuple[Mixture, np.ndarray, list[float], int]:
+    """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
+    one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
+    that goes empty is split off the widest again and EM rerun, at most ``k`` times."""
+    resp, dropped = _drop_empty(resp, 1.0)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), REG, max_iter, tol, least=1.0)
+    dropped += gone
+    for _ in range(k):
+        if len(mix) >= k:
+            break
+        start = _k_columns(x, r, k)
+        if start.shape[1] == len(mix):  # nothing left to split
+            break
+        mix, r, history, gone = _fit(x, start, REG, max_iter, tol, least=1.0)
+        dropped += gone
+    mix = m_step(x, r, REG)
+    r, ll = e_step(x, mix)
+    return mix, r, [*history, ll], dropped
+
+
+def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
+    """Responsibilities (N, k) from ``resp`` (N, C): with C >= k, the E-step of the Gaussians of the k
+    columns of most mass (their M-step); with C < k, the widest component split across its major axis
+    (the points on either side of its mean) until there are k, or fewer when no component has points on
+    both sides."""
+    resp = np.asarray(resp, dtype=np.float64)
+    if resp.shape[1] >= k:
+        top = np.sort(np.argsort(-resp.sum(axis=0), kind="stable")[:k])
+        return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], REG))[0]
+    while resp.shape[1] < k:
+        mix = m_step(x, resp, REG)
+        values, vectors = np.linalg.eigh(mix.covs)  # ascending: the last is the major axis
+        split = None
+        for j in np.argsort(-mix.weights * values[:, -1], kind="stable"):
+            side = (x - mix.means[j]) @ vectors[j, :, -1] > 0
+            a, b = resp[:, j] * side, resp[:, j] * ~side
+            if a.sum() > 0 and b.sum() > 0:
+                split = (j, a, b)
+                break
+        if split is None:
+            break
+        j, a, b = split
+        resp = np.column_stack([np.delete(resp, j, axis=1), a, b])
+    return resp
