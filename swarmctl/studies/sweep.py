@@ -153,7 +153,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
                     raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
                 fields[GRID_KEYS[k].field] = v
             cfg = complete_config(ModelConfig(name=model, **fields))
-            key = (model, _code(cfg))
+            key = (model, paper_code(cfg))
             if key not in seen:
                 seen.add(key)
                 configs.append(cfg)
@@ -185,10 +185,6 @@ def train_config(spec: SweepSpec, seed: int) -> TrainConfig:
                                             batch_size=spec.batch_size, seed=seed, device=spec.device)
 
 
-def _code(cfg: ModelConfig) -> str:
-    return paper_code(cfg)
-
-
 def load_spec(path: Path) -> SweepSpec:
     path = Path(path)
     try:
@@ -207,7 +203,7 @@ def load_spec(path: Path) -> SweepSpec:
 
 def expand(spec: SweepSpec) -> list[SweepRun]:
     """All runs of the spec: seed by seed, each over the configurations in file order."""
-    return [SweepRun(f"{cfg.name}-{_code(cfg)}-s{seed}", cfg, seed) for seed in spec.seeds for cfg in spec.configs]
+    return [SweepRun(f"{cfg.name}-{paper_code(cfg)}-s{seed}", cfg, seed) for seed in spec.seeds for cfg in spec.configs]
 
 
 def parse_shard(text: str) -> tuple[int, int]:
