@@ -11,6 +11,7 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
 # click's exception base, wherever this Typer takes click from (its own copy since 0.20, click before)
@@ -152,9 +153,8 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
             sys.exit(exc.exit_code)
         except typer.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # a signal outside a command's work
-                name = exc.__cause__.args[0] if exc.__cause__.args else "SIGINT"
-                _say_error(f"error: interrupted ({name}); nothing half-written was left behind")
-                sys.exit(130)
+                _say_error(f"error: {signals.interrupted_line(signals.signal_of(exc.__cause__))}")
+                sys.exit(signals.EXIT_CODE)
             _say_error("aborted")
             sys.exit(1)
 

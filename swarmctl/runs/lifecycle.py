@@ -35,10 +35,11 @@ from swarmctl.models import check_fields, complete_config, count_parameters, cre
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import agree, writing
 from swarmctl.runs.read import RESUMABLE, check_belongs, check_run_files, read_run_config, resolve_run
+from swarmctl.signals import StopSignals
 from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
-from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, TrainingData, fit
+from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, fit
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
