@@ -1,8 +1,8 @@
 """What the commands' ``--help`` shows of the tasks and models, read without importing PyTorch.
 
-``catalog.json`` beside this module is generated from the registries by ``python -m swarmctl.tasks.catalog``
-(:mod:`swarmctl.tasks.catalog`); a test fails when it is stale. The commands build their help from it and
-import the library (and PyTorch) only when they run.
+``catalog.json`` beside this module is generated from the registries by
+``python -m swarmctl.tasks.help_catalog`` (:mod:`swarmctl.tasks.help_catalog`); a test fails when it is stale.
+The commands build their help from it and import the library (and PyTorch) only when they run.
 """
 
 from __future__ import annotations

@@ -36,8 +36,8 @@ def add_the_option(package: Path) -> None:
 # and output, and the train section of every run's config.json after it.
 DRIVER = """
 import json, pathlib, sys
-from swarmctl.tasks import catalog
-catalog.main()
+from swarmctl.tasks import help_catalog
+help_catalog.main()
 from typer.testing import CliRunner
 from swarmctl.cli import app
 results = []

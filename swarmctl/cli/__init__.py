@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
+
+from swarmctl import signals
 
 if TYPE_CHECKING:  # typer itself takes a while to import: after the handler
     from typer.main import Typer
@@ -40,12 +41,11 @@ def _load_app() -> Typer:
 
 def _stopped_while_loading(signum: int, frame: Any) -> None:
     """Nothing is written while the commands load: say so and end the process at once."""
-    name = signal.Signals(signum).name
     if sys.stderr is not None:
         with contextlib.suppress(OSError):
-            sys.stderr.write(f"error: interrupted ({name}) while starting; nothing was written\n")
+            sys.stderr.write(f"error: {signals.starting_line(signals.name(signum))}\n")
             sys.stderr.flush()
-    os._exit(130)
+    os._exit(signals.EXIT_CODE)
 
 
 def main() -> None:
@@ -55,14 +55,9 @@ def main() -> None:
     from swarmctl import threads
 
     threads.apply(threads.choose())  # the cores free to this process, before PyTorch reads its variables
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _stopped_while_loading)
+    signals.install(_stopped_while_loading)
     app = _load_app()
-    from swarmctl.cli._options import Interruption
-
-    outside = Interruption()  # parsing the options, or printing a result: nothing half-written either
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, outside.handle)
+    signals.install(signals.Interruption().handle)  # parsing the options, printing a result: nothing half-written
     app()
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
+from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
 # click's exception base, wherever this Typer takes click from (its own copy since 0.20, click before)
@@ -86,9 +87,85 @@ def _plain_parameters(params: list[Any]) -> None:
             param.__class__ = _Switch
 
 
+def _parameter_label(param: Any, ctx: Any) -> Any:
+    """What the left of a parameter's help row shows, as one line: its flags (an argument: its name), a
+    switch's off side after ``/`` and its type, e.g. ``--refine / --no-refine``, ``--chunk-size <int range>
+    [x>=1]``, ``POINTS <str>``."""
+    from rich.text import Text
+    from typer import rich_utils
+
+    names = [o for o in param.opts if o.startswith("--")] + [o for o in param.opts if not o.startswith("--")]
+    if isinstance(param, TyperArgument):
+        names = [param.make_metavar(ctx) if param.metavar is None else param.metavar]
+    label = Text()
+    label.append_text(rich_utils.highlighter(", ".join(names)))
+    if param.secondary_opts:
+        label.append(" / ")
+        label.append_text(rich_utils.negative_highlighter(", ".join(param.secondary_opts)))
+    kind = param.display_type_rich(ctx=ctx) or ""
+    bounds = param._get_number_range_help_str()
+    kind += rich_utils.RANGE_STRING.format(bounds) if bounds else ""
+    if kind:
+        label.append(" ")
+        label.append_text(rich_utils.types_highlighter(Text(kind, style=rich_utils.STYLE_TYPES)))
+    return label
+
+
+def _options_panel(*, name: str, params: list[Any], ctx: Any, markup_mode: Any, console: Any) -> None:
+    """A panel of parameters (Typer's "Arguments" or "Options") whose descriptions get at least half the
+    terminal's width. Each row shows its parameter as one label (:func:`_parameter_label`), then its
+    description, as Typer does, when the widest label leaves the descriptions half the width; otherwise
+    (a narrow terminal) each description goes on the lines under its label, indented. Typer's own table
+    gives each part of a label its own column (flags, off side, type), so the widest of each adds up and a
+    description at 80 columns was squeezed to about 19 characters."""
+    from rich.padding import Padding
+    from rich.panel import Panel
+    from rich.table import Table
+    from typer import rich_utils
+
+    if not params:
+        return
+    rows = [(rich_utils.REQUIRED_SHORT_STRING if p.required else "", _parameter_label(p, ctx),
+             rich_utils._get_parameter_help(param=p, ctx=ctx, markup_mode=markup_mode)) for p in params]
+    required = any(r[0] for r in rows)
+    table = Table(show_header=False, expand=True, box=None, pad_edge=False, padding=(0, 1))
+    if required:
+        table.add_column(no_wrap=True, style=rich_utils.STYLE_REQUIRED_SHORT)
+    inner = console.width - 4  # the panel's border and padding
+    label_width = max(r[1].cell_len for r in rows)
+    described = inner - label_width - 2 - (3 if required else 0)  # the gaps between columns
+    side_by_side = described >= console.width // 2
+    table.add_column(no_wrap=True, width=label_width if side_by_side else None)
+    if side_by_side:
+        table.add_column(ratio=1)
+    for mark, label, text in rows:
+        if side_by_side:
+            table.add_row(*([mark] if required else []), label, text)
+        else:
+            table.add_row(*([mark] if required else []), label)
+            table.add_row(*([""] if required else []), Padding(text, (0, 0, 0, 4)))
+    console.print(Panel(table, border_style=rich_utils.STYLE_OPTIONS_PANEL_BORDER, title=name,
+                        title_align=rich_utils.ALIGN_OPTIONS_PANEL))
+
+
+@contextlib.contextmanager
+def _readable_panels() -> Any:
+    """Typer's help with its parameter panels drawn by :func:`_options_panel` (Typer calls a module
+    function for each panel; it is swapped for the help being written, then restored)."""
+    from typer import rich_utils
+
+    typers = rich_utils._print_options_panel
+    rich_utils._print_options_panel = _options_panel
+    try:
+        yield
+    finally:
+        rich_utils._print_options_panel = typers
+
+
 class _PlainHelp:
     """For a command or the group: its help reflowed to the terminal's width (:func:`reflow`), its
-    parameters (the help option included) shown by one convention (:func:`_plain_parameters`)."""
+    parameters (the help option included) shown by one convention (:func:`_plain_parameters`), their
+    descriptions given at least half the width (:func:`_options_panel`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -99,6 +176,10 @@ class _PlainHelp:
         option = super().get_help_option(ctx)
         _plain_parameters([option])
         return option
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with _readable_panels():
+            super().format_help(ctx, formatter)  # type: ignore[misc]
 
 
 class _Command(_PlainHelp, TyperCommand):
@@ -152,9 +233,8 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
             sys.exit(exc.exit_code)
         except typer.Abort as exc:
             if isinstance(exc.__cause__, KeyboardInterrupt):  # a signal outside a command's work
-                name = exc.__cause__.args[0] if exc.__cause__.args else "SIGINT"
-                _say_error(f"error: interrupted ({name}); nothing half-written was left behind")
-                sys.exit(130)
+                _say_error(f"error: {signals.interrupted_line(signals.signal_of(exc.__cause__))}")
+                sys.exit(signals.EXIT_CODE)
             _say_error("aborted")
             sys.exit(1)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from swarmctl.cli._options import INTERRUPTED_EXIT, err_console
+from swarmctl import signals
+from swarmctl.cli._options import err_console
 from swarmctl.plots.curves import save_run_curves
 from swarmctl.runs import Finished, FitResult, finish_runs
 
@@ -23,4 +24,4 @@ def report_interrupted(done: Finished) -> None:
     """For an interrupted run: print where it was saved and how to continue, and exit 130."""
     if done.message is not None:
         err_console.print(done.message, markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(INTERRUPTED_EXIT)
+        raise typer.Exit(signals.EXIT_CODE)

@@ -6,13 +6,11 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
-import signal
 import sys
 import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
 from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
@@ -105,40 +104,6 @@ def say(text: str) -> None:
 
 
 USAGE_EXIT = 2  # a bad option value or combination (click's code for usage errors)
-INTERRUPTED_EXIT = 130  # the shell's code for a process stopped by SIGINT
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised like Ctrl-C so that every atomic write on the way out removes its temporary
-    file."""
-
-
-def _interrupted_line(name: str, hint: str | None = None) -> str:
-    """The one line a command stopped by a signal ends with."""
-    return (f"interrupted ({name}); nothing half-written was left behind"
-            + (f"; continue with: {hint}" if hint else ""))
-
-
-@dataclass
-class Interruption:
-    """What :func:`user_errors` knows of a signal: ``hint``, set by the command once it knows it, is how to
-    continue (printed with the message); ``signal`` is the signal received, if any."""
-
-    hint: str | None = None
-    signal: str | None = None
-
-    def handle(self, signum: int, frame: Any) -> None:
-        self.signal = signal.Signals(signum).name
-        raise Interrupted(self.signal)
-
-    def unraisable(self, previous: Any) -> Any:
-        """A ``sys.unraisablehook`` that stays quiet about the Interrupted a signal raised inside a callback
-        Python cannot raise from (a weakref callback, a ``__del__``): the signal is recorded and the command
-        stops when that code returns. Anything else goes to ``previous``."""
-        def hook(args: Any) -> None:
-            if not issubclass(args.exc_type, Interrupted):
-                previous(args)
-        return hook
 
 
 # Library messages name an option by its parameter or config field in backticks (`force`, `dim_hidden`);
@@ -205,19 +170,19 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 @contextmanager
-def user_errors() -> Iterator[Interruption]:
+def user_errors() -> Iterator[signals.Interruption]:
     """Run a command's work so that every failure the user can act on ends in one line on stderr: a
     ConfigError (an option value wrong in itself, see :mod:`swarmctl.errors`) exits 2 like a value Typer
     refuses, any other SwarmctlError or an OSError exits 1, MemoryError 1, SIGINT or SIGTERM 130
-    (temporary files removed on the way out; the yielded :class:`Interruption`'s ``hint``, when the command
-    set it, says how to continue). A signal whose exception Python had to drop (raised inside a weakref
-    callback) still stops the command with exit 130 once the work returns, instead of being swallowed.
+    (temporary files removed on the way out; the yielded :class:`swarmctl.signals.Interruption`'s ``hint``,
+    when the command set it, says how to continue). A signal whose exception Python had to drop (raised
+    inside a weakref callback) still stops the command with exit 130 once the work returns, instead of being
+    swallowed.
     Warnings of the library (a damaged run skipped) print as one line each. Bugs keep their traceback."""
-    state = Interruption()
+    state = signals.Interruption()
     with ExitStack() as stack:
+        stack.enter_context(signals.handled(state.handle))
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                stack.callback(signal.signal, sig, signal.signal(sig, state.handle))
             stack.callback(setattr, sys, "unraisablehook", sys.unraisablehook)
             sys.unraisablehook = state.unraisable(sys.unraisablehook)
         stack.enter_context(warnings.catch_warnings())
@@ -239,8 +204,8 @@ def user_errors() -> Iterator[Interruption]:
             _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")
             raise typer.Exit(1) from None
         except KeyboardInterrupt as exc:
-            _error(_interrupted_line(exc.args[0] if isinstance(exc, Interrupted) else "SIGINT", state.hint))
-            raise typer.Exit(INTERRUPTED_EXIT) from None
+            _error(signals.interrupted_line(signals.signal_of(exc), state.hint))
+            raise typer.Exit(signals.EXIT_CODE) from None
         if state.signal is not None:  # raised where Python could only drop it: stop now
-            _error(_interrupted_line(state.signal, state.hint))
-            raise typer.Exit(INTERRUPTED_EXIT)
+            _error(signals.interrupted_line(state.signal, state.hint))
+            raise typer.Exit(signals.EXIT_CODE)

@@ -50,7 +50,7 @@ class SwarmTransformer(nn.Module):
     symmetry = "causal"
 
     def __init__(self, channels: int, height: int, width: int, dim_hidden: int, n_iter: int, n_layers: int = 1,
-                 n_classes: int = 10, activation: str = "relu") -> None:
+                 n_classes: int = 10) -> None:
         super().__init__()
         if dim_hidden % 4 != 0:
             raise ConfigError(f"hidden must be divisible by 4 for the positional features, got {dim_hidden}")
@@ -62,7 +62,7 @@ class SwarmTransformer(nn.Module):
         nn.init.uniform_(self.class_embed.weight, -0.1, 0.1)
         self.channel_embed = nn.Parameter(torch.zeros(channels, D)) if channels > 1 else None
         self.register_buffer("position", positional_features(D, height, width), persistent=False)
-        self.net = SwarmNet(D, N_VALUES, D, n_iter, n_layers, pooling="causal", activation=activation)
+        self.net = SwarmNet(D, N_VALUES, D, n_iter, n_layers, pooling="causal")
 
     @property
     def n_positions(self) -> int:

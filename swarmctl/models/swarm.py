@@ -11,12 +11,10 @@ from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import register_model
 from swarmctl.models.stack import LayerStack
 
-_ACTIVATIONS = {"relu": nn.ReLU, "elu": nn.ELU, "leaky-relu": nn.LeakyReLU}
-
 
 class SwarmNet(LayerStack):
     """``n_layers`` SWARM layers; layers 1..L-1 map to ``dim_hidden`` features followed by a
-    non-linearity, the last maps to ``dim_out``. Each layer runs its own ``n_iter`` iterations.
+    ReLU, the last maps to ``dim_out``. Each layer runs its own ``n_iter`` iterations.
 
     x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
     """
@@ -30,13 +28,12 @@ class SwarmNet(LayerStack):
         n_layers: int = 1,
         pooling: str = "mean",
         dropout: float = 0.0,
-        activation: str = "relu",
     ) -> None:
         widths = [dim_in] + [dim_hidden] * (n_layers - 1) + [dim_out]
         super().__init__(
             (SwarmLayer(widths[k], dim_hidden, widths[k + 1], n_iter, pooling=pooling, dropout=dropout)
              for k in range(n_layers)),
-            _ACTIVATIONS[activation](),
+            nn.ReLU(),
         )
         self.symmetry = self.layers[0].symmetry  # "equivariant" (mean pooling) or "causal"
 

@@ -36,10 +36,11 @@ from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import agree, writing
 from swarmctl.runs.plan import LOWER_SIZES, check_training_memory, parameter_count, run_name
 from swarmctl.runs.read import check_belongs, check_run_files, read_run_config, resolve_run
+from swarmctl.signals import StopSignals
 from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
-from swarmctl.training.loop import FitResult, ProgressHook, StopSignals, TrainingData, fit
+from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, fit
 from swarmctl.training.modes import resolve_step
 
 

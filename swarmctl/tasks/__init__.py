@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from swarmctl.errors import CheckpointError, ConfigError, either
 from swarmctl.models import get_spec, list_models
-from swarmctl.tasks.base import DataProgress, Prepared, Task
+from swarmctl.tasks.base import DataProgress, Task
 from swarmctl.tasks.clustering import ClusteringTask
 from swarmctl.tasks.image import ImageTask
 from swarmctl.tasks.mog import MogTask
@@ -63,5 +63,5 @@ def task_of(model_name: str) -> Task:
     return get_task(get_spec(model_name).task)
 
 
-__all__ = ["TASKS", "DataProgress", "Prepared", "Task", "data_kinds", "data_task", "get_task", "require_study",
+__all__ = ["TASKS", "DataProgress", "Task", "data_kinds", "data_task", "get_task", "require_study",
            "task_of", "tasks_for"]

@@ -28,10 +28,11 @@ from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
 from swarmctl.files import immediate_writes
-from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
+from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, check_as_given, standardization, summarize_logits
 from swarmctl.training.checkpoint import Checkpoint
+from swarmctl.training.loop import TrainingData
 from swarmctl.training.modes import Measured
 
 EVAL_BATCH = 100
@@ -110,14 +111,14 @@ class ClusteringTask(Task):
             info = generate_dataset(path, gen, seed, force=force, progress=update)
         return path, info, f"{gen.n_tasks - gen.n_val} train + {gen.n_val} validation tasks"
 
-    def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
+    def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> TrainingData:
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; name it with `data` (create one with `swarmctl gen-data`)")
         splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
         pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
-        return Prepared(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
-                        val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
-                        checksum=info["checksum"])
+        return TrainingData(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
+                            val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
+                            checksum=info["checksum"])
 
     def _paper_recipe(self, path: Path, info: dict[str, Any]) -> bool:
         """Whether ``path`` is the default dataset as swarmctl generates it (seed 0, the paper's generator):

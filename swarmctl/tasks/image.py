@@ -24,9 +24,9 @@ from swarmctl.data.images import (
 )
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.models.image import DEFAULT_DATASET, scan_order
-from swarmctl.tasks.base import Prepared, Task
+from swarmctl.tasks.base import Task
 from swarmctl.training.checkpoint import Checkpoint
-from swarmctl.training.loop import validation_loss
+from swarmctl.training.loop import TrainingData, validation_loss
 from swarmctl.training.modes import Measured
 
 LN2 = math.log(2.0)
@@ -75,16 +75,16 @@ class ImageTask(Task):
             raise ConfigError("image models read torchvision files: use `dataset` and `data_dir`, not `data`")
         return DataConfig(path=str(data_dir or self.default_data), dataset=dataset or self.default_dataset)
 
-    def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
+    def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> TrainingData:
         if data_cfg.dataset is None:
             raise ConfigError("image models need `dataset` (mnist, fashion-mnist or cifar10)")
         root = Path(data_cfg.path or self.default_data)
         train = load_images(data_cfg.dataset, root, train=True)
         test = load_images(data_cfg.dataset, root, train=False)  # the official test split validates (as the paper)
         bs, seed = train_cfg.batch_size, train_cfg.seed
-        return Prepared(train=lambda epoch: shuffled_batches(train, bs, seed, epoch), val=ImageBatches(test, bs),
-                        loss_fn=image_loss, checksum=_checksum(train, test),
-                        val_metrics_of=lambda v: {"val_bits_per_dim": bits_per_dim(v)})
+        return TrainingData(train=lambda epoch: shuffled_batches(train, bs, seed, epoch),
+                            val=ImageBatches(test, bs), loss_fn=image_loss, checksum=_checksum(train, test),
+                            val_metrics_of=lambda v: {"val_bits_per_dim": bits_per_dim(v)})
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,

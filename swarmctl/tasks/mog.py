@@ -19,8 +19,9 @@ from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
 from swarmctl.data.mog import FreshBatches, MogBatch, MogParams, generate_mog_tasks
 from swarmctl.errors import ConfigError, DataError, command_line
 from swarmctl.models.mog import mixture_parameters
-from swarmctl.tasks.base import DataProgress, Prepared, Task, check_generator_params, prepare_output
+from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
 from swarmctl.training.checkpoint import Checkpoint
+from swarmctl.training.loop import TrainingData
 from swarmctl.training.modes import Measured
 
 TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED = 1000, 10, 0  # the fixed 10,000-task test set
@@ -99,14 +100,14 @@ class MogTask(Task):
         path = prepare_output(self, path, seed, force)
         return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
-    def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> Prepared:
+    def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> TrainingData:
         if data_cfg.path is not None:
             raise DataError("mog models train on tasks drawn fresh every step; drop `data` (use it with eval)")
         params = MogParams()
         steps = train_cfg.steps_per_epoch or self.defaults.steps_per_epoch
         n_val = train_cfg.val_batches or self.defaults.val_batches
         bs, seed = train_cfg.batch_size, train_cfg.seed
-        return Prepared(
+        return TrainingData(
             train=lambda epoch: FreshBatches(steps, bs, seed, 0, epoch, params),
             val=lambda epoch: FreshBatches(n_val, bs, seed, 1, epoch, params),  # fresh validation tasks each epoch
             loss_fn=mog_loss,

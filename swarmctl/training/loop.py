@@ -9,8 +9,6 @@ import copy
 import dataclasses
 import logging
 import math
-import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
 from swarmctl.errors import CheckpointError
 from swarmctl.rundir import BEST, LAST
+from swarmctl.signals import StopSignals
 from swarmctl.training.checkpoint import RunWriter, TrainState
 from swarmctl.training.device import DistContext, tf32_scope
 from swarmctl.training.steps import TrainStep
@@ -131,12 +130,16 @@ def should_backtrack(history: Sequence[float], v: float, epoch: int, beta: float
 
 @torch.no_grad()
 def validation_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, device: torch.device,
-             amp: bool = False) -> float:
-    """Mean per-item loss over all batches (each task weighted equally), model in eval mode."""
+                    amp: bool = False, signals: StopSignals | None = None) -> float | None:
+    """Mean per-item loss over all batches (each task weighted equally), model in eval mode. With
+    ``signals``, a signal received stops the pass between batches: None (a part of the split is no loss)."""
     was_training = model.training
     model.eval()
     total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # summed on the device: one host read
     for batch in batches:
+        if signals is not None and signals.received is not None:
+            model.train(was_training)
+            return None
         batch = batch.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             losses = loss_fn(model, batch)
@@ -152,28 +155,6 @@ def _snapshot(model: nn.Module, opt: torch.optim.Optimizer) -> tuple[dict, dict]
 
 def _finite_or_none(v: float) -> float | None:
     return v if math.isfinite(v) else None
-
-
-class StopSignals:
-    """Turns SIGINT/SIGTERM into a flag checked between batches (main thread only). Callers that write a
-    run install it before the run's first file, so a signal at any later point ends in a saved last.pt."""
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._old: dict[int, Any] = {}
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        self.received = signal.Signals(signum).name
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
 
 
 def any_rank(flags: tuple[bool, ...], ctx: DistContext, device: torch.device) -> tuple[bool, ...]:
@@ -251,8 +232,13 @@ def fit(
             time_up = time_up or any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
-            v = _broadcast(validation_loss(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp), ctx,
-                           device)
+            v = validation_loss(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp, signals)
+            if any_rank((v is None,), ctx, device)[0]:  # stopped inside the validation: the epoch is not validated
+                state.stop_reason = f"interrupted ({signals.received or 'signal on another rank'})"
+                state.eval_seconds += clock() - t_eval
+                save_last()  # the steps are done: a resume starts with this validation
+                return _result(writer.dir, state)
+            v = _broadcast(v, ctx, device)
             lr_used = state.lr
             backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
             if backtracked:

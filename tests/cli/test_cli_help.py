@@ -32,7 +32,7 @@ def test_help_does_not_import_torch(args):
 
 
 def test_the_help_catalog_is_current():
-    from swarmctl.tasks.catalog import REGENERATE, build_catalog
+    from swarmctl.tasks.help_catalog import REGENERATE, build_catalog
 
     stored = json.loads(resources.files("swarmctl").joinpath("catalog.json").read_text())
     assert stored == json.loads(json.dumps(build_catalog())), \
@@ -149,6 +149,57 @@ def test_switches_are_shown_without_a_type(args):
         if getattr(param, "is_flag", False) and param.secondary_opts:
             row = next(line for line in lines if line.startswith("│") and f" {param.opts[0]} " in line)
             assert param.secondary_opts[0] in row, row
+
+
+def _command_paths(command, path=()):
+    """``path`` and the path of every command under ``command``, groups' subcommands included."""
+    yield list(path)
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _command_paths(sub, (*path, name))
+
+
+EVERY_HELP = list(_command_paths(get_command(app)))  # swarmctl, each command, each group's subcommands
+
+
+def _described(command):
+    """(what the left column shows first, the description's first words) of every row of ``command``'s
+    help: its parameters (the help option included) and, for a group, its commands."""
+    ctx = command.context_class(command, info_name="x")
+    for param in command.get_params(ctx):
+        help_text = getattr(param, "help", None)
+        if getattr(param, "hidden", False) or not help_text:
+            continue
+        if param.param_type_name == "argument":
+            first = param.metavar or param.name.upper()
+        else:
+            first = next(o for o in param.opts if o.startswith("--"))
+        yield first, " ".join(help_text.split()[:2])
+    for name, sub in getattr(command, "commands", {}).items():
+        if not sub.hidden:
+            yield name, " ".join((sub.short_help or sub.help or "").split()[:2])
+
+
+@pytest.mark.parametrize("width", [80, 120])
+@pytest.mark.parametrize("path", EVERY_HELP, ids=lambda a: " ".join(a) or "swarmctl")
+def test_descriptions_get_at_least_half_the_width(path, width):
+    """Every description in a help's panels (each option's, argument's and subcommand's) starts in a column
+    that leaves it at least half the terminal's width (40 columns at 80), beside its option or under it:
+    Typer's own table gave `cluster --help` at 80 columns a description column of 19."""
+    command = get_command(app)
+    for name in path:
+        command = command.commands[name]
+    lines = _help(path, width)
+    narrow = []
+    for first, words in _described(command):
+        row = next((k for k, line in enumerate(lines) if line.startswith("│")
+                    and re.match(rf"(\*\s+)?{re.escape(first)}( |$)", line[1:].strip())), None)
+        assert row is not None, f"no row of {first} in `swarmctl {' '.join(path)} --help`"
+        at = next((k for k in range(row, len(lines)) if f" {words}" in lines[k]), None)
+        assert at is not None, f"the description of {first} ({words!r}...) is not in one line: {lines[row:row + 4]}"
+        room = lines[at].rindex("│") - lines[at].index(f" {words}") - 2  # up to the border, less its padding
+        if room < width // 2:
+            narrow.append(f"{first}: {room}")
+    assert not narrow, f"`swarmctl {' '.join(path)} --help` at {width} columns squeezes descriptions: {narrow}"
 
 
 def test_reflow_joins_a_paragraphs_lines_and_keeps_lists_and_code():

@@ -3,6 +3,8 @@ training, and inside code Python cannot raise from (a weakref callback). Each en
 naming the signal (with how to continue when there is something to continue) and nothing half-written;
 a re-run draws the figures the signal stopped."""
 
+import json
+import math
 import os
 import signal
 import subprocess
@@ -98,3 +100,63 @@ def test_a_signal_while_drawing_after_the_last_run_and_the_rerun(tmp_path, tiny_
     r = cli("sweep", spec, "--runs-dir", runs)
     assert r.exit_code == 0 and "0 run(s) trained" in r.output, r.output
     assert len(list(folder.glob("*/curves.png"))) == 2  # the re-run drew the missing one
+
+
+def _logged_epochs(run):
+    metrics = run / "metrics.jsonl"
+    return [json.loads(line)["epoch"] for line in metrics.read_text().splitlines()] if metrics.exists() else []
+
+
+def _counting_loss(monkeypatch, signal_at_validation_batch=None):
+    """Counts the training steps and validation batches (of 2 tasks) of every run the clustering task
+    prepares; with ``signal_at_validation_batch`` k, SIGTERM arrives while validation batch k is computed."""
+    import dataclasses
+
+    from swarmctl.tasks import clustering
+    from swarmctl.tasks.clustering import ClusteringTask
+
+    monkeypatch.setattr(clustering, "EVAL_BATCH", 2)
+    real, seen = ClusteringTask.prepare, {"steps": 0, "validated": 0}
+
+    def prepare(self, train_cfg, data_cfg):
+        data = real(self, train_cfg, data_cfg)
+
+        def loss_fn(model, batch):
+            if model.training:
+                seen["steps"] += 1
+            else:
+                seen["validated"] += 1
+                if seen["validated"] == signal_at_validation_batch:
+                    signal.raise_signal(signal.SIGTERM)
+            return data.loss_fn(model, batch)
+
+        return dataclasses.replace(data, loss_fn=loss_fn)
+
+    monkeypatch.setattr(ClusteringTask, "prepare", prepare)
+    return seen
+
+
+def test_a_signal_during_validation_stops_it_and_the_run_resumes_with_that_validation(tmp_path, tiny_h5,
+                                                                                     monkeypatch):
+    """A long validation pass answers a signal between batches: exit 130 with the resume hint, no best.pt or
+    metrics line from part of the split, last.pt after the epoch's steps; the resume runs no step again and
+    validates the whole split."""
+    from swarmctl.training.checkpoint import load_checkpoint
+
+    runs = tmp_path / "runs"
+    args = ["--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--batch-size", 2, "--device", "cpu"]
+    seen = _counting_loss(monkeypatch, signal_at_validation_batch=1)
+    r = cli("train", "set-linear", *args, "--max-epochs", 1)  # the last epoch: its end is the run's end
+    assert r.exit_code == 130, r.output
+    assert "interrupted (SIGTERM)" in r.output and "--resume x" in r.output.replace("\n", ""), r.output
+    assert seen == {"steps": 9, "validated": 1}  # 18 tasks in 9 steps; 3 validation batches, 1 computed
+    run = runs / "x"
+    assert not (run / "best.pt").exists() and _logged_epochs(run) == []
+    state = load_checkpoint(run / "last.pt").state
+    assert (state.epoch, state.cursor, state.history) == (0, 9, [math.inf])  # the sentinel alone: nothing logged
+    seen = _counting_loss(monkeypatch)
+    r = cli("train", "set-linear", "--resume", "x", "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    assert seen == {"steps": 0, "validated": 3}
+    assert _logged_epochs(run) == [0]
+    assert (run / "best.pt").is_file() and not list(runs.rglob("*.tmp"))

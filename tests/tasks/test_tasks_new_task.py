@@ -14,7 +14,8 @@ from swarmctl.cli import app
 from swarmctl.config import TrainConfig
 from swarmctl.errors import DataError
 from swarmctl.models import registry
-from swarmctl.tasks import TASKS, Prepared, Task
+from swarmctl.tasks import TASKS, Task
+from swarmctl.training.loop import TrainingData
 
 runner = CliRunner()
 
@@ -59,9 +60,10 @@ class SetSumTask(Task):
             raise DataError("set-sum draws its sets; drop --data")
         bs, seed = train_cfg.batch_size, train_cfg.seed
         steps, n_val = train_cfg.steps_per_epoch, train_cfg.val_batches
-        return Prepared(train=lambda epoch: [sum_batch(bs, seed * 10**6 + epoch * 100 + i) for i in range(steps)],
-                        val=lambda epoch: [sum_batch(bs, seed * 10**6 + epoch * 100 + 50 + i) for i in range(n_val)],
-                        loss_fn=sum_loss)
+        return TrainingData(
+            train=lambda epoch: [sum_batch(bs, seed * 10**6 + epoch * 100 + i) for i in range(steps)],
+            val=lambda epoch: [sum_batch(bs, seed * 10**6 + epoch * 100 + 50 + i) for i in range(n_val)],
+            loss_fn=sum_loss)
 
     @torch.no_grad()
     def score(self, model, ckpt, data, split, device):

@@ -9,6 +9,7 @@ import torch
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.dataset import ClusteringBatch
 from swarmctl.runs import start_run
+from swarmctl.signals import StopSignals
 from swarmctl.training import loop
 from swarmctl.training.checkpoint import load_checkpoint
 
@@ -71,6 +72,6 @@ def test_under_torchrun_the_ranks_agree_on_stopping_every_few_steps_not_every_st
     n = 3 * loop.DIST_CHECK_STEPS + 5
     batches = [torch.zeros(1) for _ in range(n)]
     loop._train_epoch(torch.nn.Linear(1, 1), lambda batch: (steps.append(batch), torch.zeros(()))[1], batches,
-                      list(range(n)), state, 1e9, loop.StopSignals(), DistContext(rank=0, world_size=2),
+                      list(range(n)), state, 1e9, StopSignals(), DistContext(rank=0, world_size=2),
                       torch.device("cpu"), lambda: 0.0, None)
     assert len(steps) == n and calls == [True] * 4  # cursors 0, 32, 64, 96

@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 from swarmctl.config import TrainConfig
+from swarmctl.signals import StopSignals
 from swarmctl.training.checkpoint import Checkpoint, RunWriter, TrainState
-from swarmctl.training.loop import StopSignals, TrainingData, fit
+from swarmctl.training.loop import TrainingData, fit
 
 N_BATCHES = 3
 

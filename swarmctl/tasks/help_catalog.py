@@ -19,7 +19,7 @@ from swarmctl.models.registry import HYPERPARAMETERS
 from swarmctl.tasks import TASKS
 from swarmctl.tasks.point_clusters import CHUNK_SIZE
 
-REGENERATE = "python -m swarmctl.tasks.catalog"
+REGENERATE = "python -m swarmctl.tasks.help_catalog"
 CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog.json"
 
 
