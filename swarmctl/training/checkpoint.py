@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,9 @@ def _read(path: Path, map_location: str | torch.device) -> tuple[dict[str, Any],
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
-        raw = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # a file pickled with another protocol: its content is checked below
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            raw = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises many types for foreign or damaged files
         raise CheckpointError(f"{path} is not a readable swarmctl checkpoint ({type(exc).__name__})") from None
     if not isinstance(raw, dict) or "format" not in raw or "config" not in raw:

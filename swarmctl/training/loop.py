@@ -293,6 +293,8 @@ def _training_model(model: nn.Module, cfg: TrainConfig, ctx: DistContext, device
     """The module the steps run through: compiled and/or wrapped in DDP; ``model`` keeps the weights."""
     train_model: nn.Module = model
     if cfg.compile:
+        if device.type != "cuda":  # inductor's C++ path finds a CUDA toolkit and logs that no GPU uses it
+            logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         if hasattr(model, "compile_steps"):
             model.compile_steps()  # compile the recurrent step only: stable shapes, state dict untouched
         else:

@@ -232,3 +232,18 @@ def test_a_config_missing_a_field_is_named_not_the_valid_checkpoint(trained_runs
     message = " ".join(r.output.split())
     assert "config.json" in message and field in message and str(value) in message, message
     assert "remove" not in message, message
+
+
+def test_a_checkpoint_pickled_with_another_protocol_is_refused_without_pytorchs_warning(trained_runs, tmp_path):
+    """PyTorch warns when a weights-only load meets a pickle protocol other than 2 (and then refuses what it
+    cannot read): the user sees one error line, not PyTorch's warning too."""
+    import warnings
+
+    runs, _ = trained_runs
+    path = tmp_path / "best.pt"
+    torch.save(torch.load(runs / "swarm" / "best.pt", weights_only=True), path, pickle_protocol=4)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(CheckpointError, match="not a readable swarmctl checkpoint"):
+            load_checkpoint(path)
+    assert [str(w.message) for w in seen] == []
