@@ -37,6 +37,7 @@ from swarmctl.runs.read import (
     read_run_config,
     resolve_run,
     run_progress,
+    same_run,
 )
 from swarmctl.runs.shipped import (
     ShippedModel,
@@ -52,5 +53,5 @@ from swarmctl.training.loop import FitResult
 __all__ = ["RESUMABLE", "FitResult", "Finished", "Progress", "Run", "RunDir", "RunProgress", "ShippedModel",
            "Trained", "configs_from_options", "evaluate_run", "export_weights", "find_checkpoint", "finish_runs",
            "is_main_process", "list_runs", "load_model", "open_run", "read_run_config", "resolve_run",
-           "resume_command", "resume_run", "run_lock", "run_path", "run_progress", "shipped_checkpoint",
+           "resume_command", "resume_run", "run_lock", "run_path", "run_progress", "same_run", "shipped_checkpoint",
            "shipped_for", "shipped_models", "shipped_results_dir", "start_run", "train"]
