@@ -66,8 +66,8 @@ def commit_cmd(
                                                         "clustering task's default file].")] = None,
     subset: Annotated[int | None, option(min=2, help="Items a candidate is re-evaluated on [default: 1000 "
                                                      "clustering tasks, 500 test images].")] = None,
-    keep_shipped: Annotated[bool, option("--keep-shipped", help="Commit the session without re-evaluating or replacing any "
-                                              "shipped model.")] = False,
+    keep_shipped: Annotated[bool, option("--keep-shipped", help="Commit the session without re-evaluating or "
+                                                                "replacing any shipped model.")] = False,
 ) -> None:
     """Check what a job returned and put it into the campaigns (and the shipped models), all or nothing.
 
