@@ -64,7 +64,7 @@ class JobOptions:
     data_dir: Path = Path(DATA_DIR)
     work: Path = Path(".gpu-work")
     retime: bool = False
-    probe: str = "mog"
+    probe: str = PROBES[0]
     only: tuple[str, ...] = ()
     smoke: bool = False
 

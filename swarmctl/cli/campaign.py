@@ -34,7 +34,7 @@ def run_cmd(
                                         "timings.")] = False,
     only: Annotated[list[str] | None, option(metavar="NAME", help=f"Run only this campaign (repeatable): "
                                                                    f"{', '.join(NAMES)}.")] = None,
-    probe: Annotated[str, option(help=f"The task whose cold compile is probed: {', '.join(PROBES)}.")] = "mog",
+    probe: Annotated[str, option(help=f"The task whose cold compile is probed: {', '.join(PROBES)}.")] = PROBES[0],
     data_dir: DataDir = Path(DATA_DIR),
     campaigns: Campaigns = Path("campaigns"),
     work: Annotated[Path, option(help="Scratch folder (emptied first).")] = Path(".gpu-work"),

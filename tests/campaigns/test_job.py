@@ -44,7 +44,7 @@ def test_a_compile_probe_for_another_task_does_not_count():
 def _files_are_returnable(out: Path) -> dict | None:
     """What a job may return, readable: at most 8 files of at most 16 MiB, names of the allowed characters,
     session.json valid JSON, every archive complete. Returns session.json's content (None if not yet written)."""
-    files = [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".part")]
+    files = [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".tmp")]  # a write cut short
     assert len(files) <= 8, sorted(p.name for p in files)
     for p in files:
         assert p.stat().st_size < 16 * 2**20 and all(c.isalnum() or c in "._-" for c in p.name), p.name

@@ -256,7 +256,7 @@ def check_image(name: str, folder: Path, pts: dict[str, Path], root: Path, progr
         raise Refused(f"{name}-{missing[0]} did not come back with {name}-{[p for p in pts][0]}; both or neither")
     if not RunDir(folder).config.is_file():
         raise Refused(f"{name}.tgz has no config.json for {name}-last.pt and {name}-best.pt")
-    config = _run_config(folder, f"{name}/config.json")
+    config = _run_config(folder, f"{name}/{CONFIG}")
     model_cfg = from_dict(ModelConfig, config["model"])
     if get_spec(model_cfg.name).task != "image" or model_cfg.dataset != name:
         raise Refused(f"{name}/config.json is a {model_cfg.name} run on {model_cfg.dataset}, not an image model "
@@ -353,7 +353,7 @@ def check_clustering(folder: Path, root: Path, progress: dict[str, Any], old: di
         run_dir, prefix = folder / "runs" / run, f"clustering/runs/{run}"
         if not RunDir(run_dir).config.is_file() or not (run_dir / eval_file("val")).is_file():
             raise Refused(f"{prefix}: a finished run needs its config.json and eval-val.json")
-        config = _run_config(run_dir, f"{prefix}/config.json")
+        config = _run_config(run_dir, f"{prefix}/{CONFIG}")
         model_cfg, entry = from_dict(ModelConfig, config["model"]), runs[run]
         if config["run"]["name"] != run or get_spec(model_cfg.name).task != "clustering":
             raise Refused(f"{prefix}/config.json is run {_show(config['run']['name'])} of {model_cfg.name}, not a "
@@ -401,7 +401,7 @@ def check_mog(folder: Path, root: Path, progress: dict[str, Any], added: list[di
             out.notes.append(f"mog: run {run} came back without its config.json (training failed); not committed")
             continue
         _new_run_folder(root, "mog", run)
-        config = _run_config(run_dir, f"{prefix}/config.json")
+        config = _run_config(run_dir, f"{prefix}/{CONFIG}")
         if config["run"]["name"] != run or get_spec(config["model"]["name"]).task != "mog":
             raise Refused(f"{prefix}/config.json is not mog run {run!r}")
         if (run_dir / eval_file("test")).is_file():
