@@ -25,7 +25,7 @@ class CampaignStatus:
     done: str  # the work so far, in the campaign's own unit (epochs, runs)
     gap: float | None  # relative distance to the paper (None: met, or waiting for another campaign)
     order: int | None  # its place in the next job (None: the next job does not run it)
-    share_s: float | None  # seconds of the next job's wall it would get
+    share_s: float | None  # seconds of the next job's wall it would get (the campaigns before it using theirs)
     flags: tuple[str, ...] | None  # the step mode it would train in (None: the trainer's default)
 
 
@@ -62,9 +62,15 @@ def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs
     ``graphs_ok``), planned by the same functions the job uses."""
     order = campaign.plan(root)
     left = wall - PACK_RESERVE
-    shares = {n: campaign.share(order, i, left) for i, (n, _) in enumerate(order)}
+    # the step modes as the job picks them (each task's share of the whole wall, phase 2), then each
+    # campaign's share of what the ones before it leave when they use theirs (phase 3)
     timing = read_json(root / TIMING)
-    flags = campaign.choose_flags(timing, graphs_ok, {TASK_OF[n]: s for n, s in shares.items()})
+    flags = campaign.choose_flags(timing, graphs_ok, {TASK_OF[n]: campaign.share(order, i, left)
+                                                      for i, (n, _) in enumerate(order)})
+    shares = {}
+    for i, (name, _) in enumerate(order):
+        shares[name] = campaign.share(order, i, left)
+        left -= shares[name]
     rows = []
     for name in campaign.NAMES:
         metric, ours, paper, done = _numbers(root, name)
