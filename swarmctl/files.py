@@ -518,21 +518,30 @@ def create_exclusive(path: Path) -> BinaryIO:
     return os.fdopen(fd, "wb")
 
 
+def _open_regular(path: Path, flags: int, refuse: Callable[[str], Exception]) -> int:
+    """A descriptor of ``path`` opened with ``flags``, never through a link: a link, folder, FIFO or other
+    special file in its place is ``refuse(what it is)``."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise refuse(_kind(os.lstat(path).st_mode) or "not a regular file") from None
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    what = _kind(os.fstat(fd).st_mode)
+    if what is not None:
+        os.close(fd)
+        raise refuse(what)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def open_log_file(path: Path) -> BinaryIO:
     """Open (create) the log ``path`` for appending, as a child process's output, never through a link or
     into a special file (ResourceError)."""
     path = Path(path)
     _check_writable_target(path)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o666)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    what = _kind(os.fstat(fd).st_mode)
-    if what is not None:
-        os.close(fd)
-        raise ResourceError(f"cannot write {path}: it is {what}; remove it")
-    os.set_blocking(fd, True)
+    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                       lambda what: ResourceError(f"cannot write {path}: it is {what}; remove it"))
     return os.fdopen(fd, "ab")
 
 
@@ -540,19 +549,8 @@ def open_lock_file(path: Path) -> BinaryIO:
     """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
     folder, a FIFO or another special file in its place is refused (ResourceError)."""
     path = Path(path)
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            what = _kind(os.lstat(path).st_mode) or "not a regular file"
-            raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again") \
-                from None
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    what = _kind(os.fstat(fd).st_mode)
-    if what is not None:
-        os.close(fd)
-        raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again")
-    os.set_blocking(fd, True)
+    fd = _open_regular(path, os.O_RDWR | os.O_CREAT, lambda what: ResourceError(
+        f"cannot lock {path}: it is {what}, not a lock file; remove it and try again"))
     return os.fdopen(fd, "r+b")
 
 
