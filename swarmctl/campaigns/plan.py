@@ -142,6 +142,7 @@ IMAGE_RESERVE = 60.0  # after an image campaign's training: the 10,000 test imag
 IMAGE_MIN_TRAIN = 120.0  # seconds of training an image campaign gets at least (net of validation)
 MOG_RESERVE = 45.0  # around a MoG run: start-up, the 10,000 fixed test tasks, the copies
 MOG_MIN_EPOCHS = 5
+MOG_EPOCHS, MOG_STEPS = 100, 500  # the paper's MoG schedule: 100 epochs of 500 steps
 
 
 def minimum(name: str, smoke: bool = False) -> float:

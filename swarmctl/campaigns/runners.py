@@ -15,8 +15,10 @@ from pathlib import Path
 
 from swarmctl.campaigns.plan import (
     IMAGE_RESERVE,
+    MOG_EPOCHS,
     MOG_MIN_EPOCHS,
     MOG_RESERVE,
+    MOG_STEPS,
     PROGRESS,
     image_target,
     minimum,
@@ -160,12 +162,12 @@ def run_mog(ctx: Context, budget: float, left: float, step_seconds: float | None
     """As many epochs of the paper's MoG schedule as ``budget`` allows (all 100 when it does);
     ``step_seconds``: the measured step of the mode it trains in."""
     t0 = time.monotonic()
-    steps, val = (3, 2) if ctx.smoke else (500, 100)
+    steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
     reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
     step_s = step_seconds or 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
     fit = lambda seconds: int((seconds - reserve) / per_epoch)  # noqa: E731
-    epochs = 2 if ctx.smoke else min(100, fit(budget))
+    epochs = 2 if ctx.smoke else min(MOG_EPOCHS, fit(budget))
     if not ctx.smoke and epochs < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
         log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
         return 0.0

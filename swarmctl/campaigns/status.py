@@ -34,6 +34,7 @@ class Status:
     campaigns: tuple[CampaignStatus, ...]
     wall: float
     timing_from: str | None  # where the step timings come from (None: no job measured them yet)
+    rows: tuple[PaperRow, ...]  # every row of the paper's tables
 
 
 TASK_OF = {"clustering": "clustering", "mog": "mog", **{name: "image" for name in campaign.IMAGES}}
@@ -79,4 +80,71 @@ def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs
         rows.append(CampaignStatus(name, metric, ours, paper, len(campaign.read_progress(root, name)["sessions"]),
                                    done, dict(order).get(name), None if place is None else place + 1,
                                    shares.get(name), None if task_flags is None else tuple(task_flags)))
-    return Status(tuple(rows), wall, str(root / TIMING) if timing else None)
+    return Status(tuple(rows), wall, str(root / TIMING) if timing else None, paper_rows(root))
+
+
+# ---- the paper's tables, row by row --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PaperRow:
+    """One row of the paper's tables: its number, ours, the step speed measured for it and the GPU minutes
+    still needed to reach the schedule."""
+
+    table: str
+    model: str
+    code: str
+    dataset: str | None
+    paper: float  # as the paper reports it (bits/dim, log-likelihood, loss)
+    ours: float | None
+    campaign: str | None  # the campaign that chases it (None: none does)
+    step_s: float | None  # seconds per step of the fastest mode measured for it (None: not measured)
+    minutes_left: float | None  # GPU minutes still needed (None: not known; 0: reached)
+    note: str
+
+
+def paper_rows(root: Path = campaign.CAMPAIGNS) -> tuple[PaperRow, ...]:
+    """Every row of the paper's tables (``studies/paper_results.json``) with our number, the fastest step
+    measured for it (campaigns/timing.json) and the GPU minutes its campaign still needs: the clustering
+    table's runs left (``minutes_per_run`` net minutes each, ``side_by_side`` sharing the card); MoG, the
+    paper's whole schedule (a MoG run is one job) at the measured step, until the paper's number is reached."""
+    timing = read_json(root / TIMING)
+    return tuple(_paper_row(row, root, timing) for row in campaign.paper_results()["rows"])
+
+
+def _fastest_step(timing: dict, task: str) -> float | None:
+    steps = campaign.step_seconds(timing, task)
+    return min(steps.values()) if steps else None
+
+
+def _paper_row(row: dict, root: Path, timing: dict) -> PaperRow:
+    base = dict(table=row["table"], model=row["model"], code=row["code"], dataset=row.get("dataset"),
+                paper=row["reported"])
+    if row["task"] == "clustering":
+        return PaperRow(**base, **_clustering_row(row, root, timing))
+    if row["task"] == "mog" and (row["model"], row["code"]) == ("swarm-mog", "768-20-1"):
+        p = campaign.read_progress(root, "mog")
+        ours, step = p.get("best_log_likelihood"), _fastest_step(timing, "mog")
+        reached = ours is not None and ours >= row["reported"]
+        left = 0.0 if reached else None if step is None else campaign.MOG_EPOCHS * campaign.MOG_STEPS * step / 60
+        return PaperRow(**base, ours=ours, campaign="mog", step_s=step, minutes_left=left,
+                        note=f"a run of {campaign.MOG_EPOCHS} x {campaign.MOG_STEPS} steps in one job")
+    if row.get("dataset") in campaign.IMAGES and (row["model"], row["code"]) == ("swarm-image", "256-10-1"):
+        ours = campaign.read_progress(root, row["dataset"]).get("best_bits_per_dim")
+        reached = ours is not None and ours <= row["reported"]
+        return PaperRow(**base, ours=ours, campaign=row["dataset"], step_s=_fastest_step(timing, "image"),
+                        minutes_left=0.0 if reached else None,
+                        note="the paper states its training time, not its epochs: the minutes left are not known")
+    return PaperRow(**base, ours=None, campaign=None, step_s=None, minutes_left=None, note="no campaign")
+
+
+def _clustering_row(row: dict, root: Path, timing: dict) -> dict:
+    p = campaign.read_progress(root, "clustering")
+    key = (row["model"], row["code"])
+    done = [r for r in p.get("runs", {}).values() if (r.get("model"), r.get("code")) == key]
+    left = sum(1 for r in campaign.table_runs() if (r["model"], r["code"]) == key) - len(done)
+    per_run, side = p.get("minutes_per_run", 4.0), p.get("side_by_side", 3)
+    losses = [r["eval_loss"] for r in done if r.get("eval_loss")]
+    step = _fastest_step(timing, "clustering") if row["model"] == "swarm" else None  # timed: SWARM 192-10-1
+    return dict(ours=sum(losses) / len(losses) if losses else None, campaign="clustering", step_s=step,
+                minutes_left=max(left, 0) * per_run / side,
+                note=f"{len(done)} of {len(done) + max(left, 0)} runs, {per_run:g} net min each, {side} side by side")

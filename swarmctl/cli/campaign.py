@@ -107,6 +107,13 @@ def _print_status(status: Status) -> None:
             say(f"  next job: #{c.order}, gap {c.gap:.3f}, share {c.share_s:.0f} s of {status.wall:.0f} s, "
                 f"step mode {mode}")
     say(f"step timings: {status.timing_from or 'none measured yet (the next job measures them)'}")
+    say("the paper's tables (GPU minutes: what the row's campaign still needs):")
+    for r in status.rows:
+        ours = "none yet" if r.ours is None else f"{r.ours:.4f}"
+        step = "" if r.step_s is None else f", step {r.step_s * 1e3:.1f} ms"
+        left = "" if r.minutes_left is None else f", {r.minutes_left:.0f} GPU min left"
+        name = f"{r.model} ({r.code}){'' if r.dataset is None else ' on ' + r.dataset}"
+        say(f"  {r.table}: {name}: paper {r.paper:g}, ours {ours}{step}{left}; {r.note}")
 
 
 def _log_lines() -> None:
