@@ -239,6 +239,21 @@ def _expect_best(what: str, progress: dict[str, Any], key: str, old: Any, new: A
                       f"give {_show(want)}")
 
 
+def _continues_committed(committed: Path, name: str, last: Checkpoint, config: dict[str, Any]) -> None:
+    """The returned last.pt continues the committed one (when there is one): the same run, not behind it."""
+    if not os.path.lexists(committed):
+        return
+    _check_committed_file(committed)
+    try:
+        before = load_checkpoint(committed)
+    except SwarmctlError as exc:
+        raise Refused(f"{committed} is damaged ({_one_line(exc)[:100]}); restore it first") from None
+    if not same_run(before.config, config):
+        raise Refused(f"{name}-last.pt is not the run {committed} holds; the session did not continue it")
+    if last.state.epoch < before.state.epoch:
+        raise Refused(f"{name}-last.pt is at epoch {last.state.epoch}, behind the committed {before.state.epoch}")
+
+
 def check_image(name: str, folder: Path, pts: dict[str, Path], root: Path, progress: dict[str, Any],
                 added: list[dict[str, Any]], old: dict[str, Any], base: dict[str, Any]) -> Campaign:
     """An image campaign: its checkpoints with config.json, evaluation, metrics and pictures."""
@@ -264,18 +279,7 @@ def check_image(name: str, folder: Path, pts: dict[str, Path], root: Path, progr
     last = check_checkpoint(pts[LAST], f"{name}-last.pt", config, "image")
     best = check_checkpoint(pts[BEST], f"{name}-best.pt", config, "image")
     _check_adam(last, config, f"{name}-last.pt")
-    committed = RunDir(root / name).last
-    if os.path.lexists(committed):
-        _check_committed_file(committed)
-        try:
-            before = load_checkpoint(committed)
-        except SwarmctlError as exc:
-            raise Refused(f"{committed} is damaged ({_one_line(exc)[:100]}); restore it first") from None
-        if not same_run(before.config, config):
-            raise Refused(f"{name}-last.pt is not the run {committed} holds; the session did not continue it")
-        if last.state.epoch < before.state.epoch:
-            raise Refused(f"{name}-last.pt is at epoch {last.state.epoch}, behind the committed "
-                          f"{before.state.epoch}")
+    _continues_committed(RunDir(root / name).last, name, last, config)
     _check_extras(folder, name, IMAGE_FILES)
     scored = None
     if (folder / eval_file("test")).is_file():
@@ -317,10 +321,8 @@ def _new_run_folder(root: Path, name: str, run: str) -> None:
                       "would replace a committed run")
 
 
-def check_clustering(folder: Path, root: Path, progress: dict[str, Any], old: dict[str, Any],
-                     base: dict[str, Any]) -> Campaign:
-    """The clustering campaign: its finished runs, each recorded in progress.json with its evaluation."""
-    out, what = Campaign("clustering"), "clustering/progress.json"
+def _run_records(progress: dict[str, Any], what: str) -> dict[str, Any]:
+    """The clustering progress's ``runs``: each a record of its model, code, seed and numbers in range."""
     runs = progress.get("runs", {})
     if not isinstance(runs, dict):
         raise Refused(f"{what}: runs is {_show(runs)}, not an object")
@@ -337,6 +339,14 @@ def check_clustering(folder: Path, root: Path, progress: dict[str, Any], old: di
         for key in ("net_minutes", "median_epoch_s"):
             if entry.get(key) is not None:
                 _number(entry[key], f"{where} {key}", low=0)
+    return runs
+
+
+def check_clustering(folder: Path, root: Path, progress: dict[str, Any], old: dict[str, Any],
+                     base: dict[str, Any]) -> Campaign:
+    """The clustering campaign: its finished runs, each recorded in progress.json with its evaluation."""
+    out, what = Campaign("clustering"), "clustering/progress.json"
+    runs = _run_records(progress, what)
     committed = old.get("runs", {}) if isinstance(old.get("runs"), dict) else {}
     for run, entry in committed.items():
         if runs.get(run) != entry:
