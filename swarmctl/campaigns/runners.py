@@ -98,6 +98,30 @@ def _session_record(ctx: Context, seconds: float, **facts) -> dict:
             "wall_seconds": round(seconds, 1), **facts}
 
 
+def _image_train_args(ctx: Context, name: str, committed: RunDir, run: RunDir, common: list[str],
+                      minutes: float) -> tuple[list[str], int]:
+    """The `swarmctl train` arguments that continue image campaign ``name`` from its committed last.pt (the
+    run folder rebuilt from the committed files), or start it; and the epoch it starts from."""
+    if committed.last.is_file():  # the run folder is rebuilt from the committed files
+        ckpt = load_checkpoint(committed.last)
+        with holding(run.path):
+            write_json(run.config, ckpt.config)
+            for src in (*committed.checkpoints(), committed.metrics):
+                if src.is_file():
+                    copy_file(src, run.path / src.name)
+        done, epoch = ckpt.state.net_seconds / 60, ckpt.state.epoch
+        args = ["train", "swarm-image", "--resume", name, *common, "--minutes", f"{done + minutes:.2f}"]
+        if ctx.smoke:
+            args += ["--max-epochs", str(epoch + 1)]
+    else:
+        epoch = 0
+        size = ["--hidden", "8", "--iters", "2", "--max-epochs", "2"] if ctx.smoke else \
+            ["--hidden", "256", "--iters", "10", "--layers", "1", "--max-epochs", "100000"]
+        args = ["train", "swarm-image", "--dataset", name, "--data-dir", ctx.data_dir, *size, "--name", name, *common,
+                "--minutes", f"{minutes:.2f}", *ctx.flags.get("image", [])]
+    return args, epoch
+
+
 def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
     """Continue (or start) the image campaign ``name`` for about ``budget`` seconds."""
     t0 = time.monotonic()
@@ -115,24 +139,7 @@ def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
     minutes = max(deadline.left() - reserve - 20, 6) / 60 / 1.2  # each epoch validates on the test split
     minutes = 5.0 if ctx.smoke else minutes  # smoke: the epochs bound it
     common = ["--runs-dir", str(runs)]
-    committed, run = RunDir(camp), RunDir(run_dir)
-    if committed.last.is_file():  # the run folder is rebuilt from the committed files
-        ckpt = load_checkpoint(committed.last)
-        with holding(run_dir):
-            write_json(run.config, ckpt.config)
-            for src in (*committed.checkpoints(), committed.metrics):
-                if src.is_file():
-                    copy_file(src, run_dir / src.name)
-        done, epoch = ckpt.state.net_seconds / 60, ckpt.state.epoch
-        args = ["train", "swarm-image", "--resume", name, *common, "--minutes", f"{done + minutes:.2f}"]
-        if ctx.smoke:
-            args += ["--max-epochs", str(epoch + 1)]
-    else:
-        epoch = 0
-        size = ["--hidden", "8", "--iters", "2", "--max-epochs", "2"] if ctx.smoke else \
-            ["--hidden", "256", "--iters", "10", "--layers", "1", "--max-epochs", "100000"]
-        args = ["train", "swarm-image", "--dataset", name, "--data-dir", ctx.data_dir, *size, "--name", name, *common,
-                "--minutes", f"{minutes:.2f}", *ctx.flags.get("image", [])]
+    args, epoch = _image_train_args(ctx, name, RunDir(camp), RunDir(run_dir), common, minutes)
     facts = {"train_exit": finish(start(args, parts / "train.txt"), deadline.left() - reserve + 20)}
     facts["eval_exit"] = finish(start(["eval", name, *common], parts / "eval.txt"), deadline.left() - 15)
     if deadline.left() > 30:
