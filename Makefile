@@ -45,7 +45,7 @@ bench: $(STAMP)
 export FROM
 campaign-commit: $(STAMP)
 	@test -n "$$FROM" || { echo "usage: make campaign-commit FROM=<folder with session.json> [COMMIT_OPTS=...]"; exit 1; }
-	$(PY) benchmarks/gpu/commit_session.py "$$FROM" $(COMMIT_OPTS)
+	$(PY) -m swarmctl campaign commit "$$FROM" $(COMMIT_OPTS)
 	git add campaigns swarmctl/pretrained
 	git commit -m "Campaigns: results of the GPU job in $$FROM"
 

@@ -1,7 +1,7 @@
 """Train the SWARM Transformer on real MNIST and Fashion-MNIST on the CPU for a short budget and report
 test bits/dim (the official test split, as in the paper), the curve, and a sample grid.
 
-The real files come from ../shared/data (gzip IDX); they are copied into the ignored folder datasets/
+The real files come from ../shared/data (gzip IDX); they are copied into the data folder, data/ (git-ignored),
 in torchvision's layout. The CPU model is small (default 64-5-1) so that an epoch of 150 steps and a
 full test-set validation fit in minutes; the paper's 256-10-1 needs a GPU.
 
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.config import DATA_DIR, DataConfig, ModelConfig, TrainConfig
 from swarmctl.plots.samples import plot_samples
 from swarmctl.plots.style import save_figure
+from swarmctl.rundir import RunDir
 from swarmctl.runs import load_model, start_run
 from swarmctl.studies.sampling import sample_grid
 
@@ -45,7 +46,7 @@ def main() -> None:
     ap.add_argument("--steps-per-epoch", type=int, default=150)
     ap.add_argument("--datasets", nargs="*", default=list(SOURCES))
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "data")
-    ap.add_argument("--data-dir", type=Path, default=ROOT / "datasets")
+    ap.add_argument("--data-dir", type=Path, default=ROOT / DATA_DIR)
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs" / "bench-images")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -59,8 +60,8 @@ def main() -> None:
                         TrainConfig(lr=1e-3, batch_size=50, minutes=args.minutes, beta=0.1, device=args.device,
                                     steps_per_epoch=args.steps_per_epoch),
                         DataConfig(path=str(args.data_dir), dataset=dataset), args.runs_dir, name)
-        records = [json.loads(x) for x in (res.run_dir / "metrics.jsonl").read_text().splitlines()]
-        model, _ = load_model(res.run_dir / "best.pt", args.device)
+        records = [json.loads(x) for x in RunDir(res.run_dir).metrics.read_text().splitlines()]
+        model, _ = load_model(RunDir(res.run_dir).best, args.device)
         grid = sample_grid(model, dataset, per_class=4, seed=0, device=args.device)
         args.docs.mkdir(exist_ok=True)
         save_figure(plot_samples(grid.images, f"swarm-image ({args.hidden}-{args.iters}-1), {dataset}, "

@@ -39,6 +39,7 @@ from swarmctl.data.clustering_generator import (
 from swarmctl.data.dataset import bucketed_batches
 from swarmctl.files import atomic_write_text
 from swarmctl.models.registry import complete_config, count_parameters, create_model, paper_code
+from swarmctl.rundir import RunDir
 from swarmctl.runs import load_model, run_lock, shipped_for
 from swarmctl.tasks.clustering import clustering_loss
 from swarmctl.tasks.point_clusters import standardization
@@ -148,7 +149,7 @@ def main() -> None:
                       "code": paper_code(model_cfg), "device": "cpu", "world_size": 1,
                       "recipe": f"benchmarks/train_broad.py {vars(args)}"}}
     with run_lock(run_dir):  # the run's writer holds its folder, as `swarmctl train` does
-        atomic_write_text(run_dir / "config.json", json.dumps(config, indent=2) + "\n")
+        atomic_write_text(RunDir(run_dir).config, json.dumps(config, indent=2) + "\n")
         res = fit(model, TrainingData(train=train, val=val, loss_fn=clustering_loss), train_cfg,
                   RunWriter(run_dir, config, "clustering"), device=torch.device("cpu"))
     print(res)
@@ -160,8 +161,8 @@ def export(checkpoint: Path, extra: dict) -> None:
     from swarmctl.runs import export_weights
 
     dest = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained" / "swarm-192-16-1-clustering-broad.pt"
-    config = json.loads((checkpoint.parent / "config.json").read_text())
-    metrics = [json.loads(line) for line in (checkpoint.parent / "metrics.jsonl").read_text().splitlines()]
+    config = json.loads(RunDir(checkpoint.parent).config.read_text())
+    metrics = [json.loads(line) for line in RunDir(checkpoint.parent).metrics.read_text().splitlines()]
     record = {"dataset": "broad prior (swarmctl.data.clustering_generator.BroadParams, N up to 800) and the paper's "
                          "generator, drawn fresh every epoch",
               "trained_on": f"2-core {platform.machine()} CPU shared with other jobs, torch {torch.__version__}, "

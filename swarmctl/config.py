@@ -12,7 +12,7 @@ from swarmctl.errors import ConfigError, ResourceError
 
 T = TypeVar("T")
 
-DATA_DIR = "data"  # default home of generated datasets and of the torchvision image files (each task names its files)
+DATA_DIR = "data"  # the one data folder: generated datasets and the torchvision image files (train, the campaigns)
 
 
 def _check_positive(obj: Any, *names: str) -> None:

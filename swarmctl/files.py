@@ -181,7 +181,8 @@ class _Staging:
     def __init__(self, inputs: tuple[Path, ...], replace: bool) -> None:
         self.inputs = list(inputs)
         self.replace = replace
-        self.pending: list[tuple[str, Path, bool]] = []  # (temporary file, target, may replace a file)
+        self.pending: list[tuple[str | None, Path, bool]] = []  # (temporary file or None: remove, target,
+        # may replace a file)
         self.created: list[Path] = []
 
 
@@ -209,8 +210,9 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
     finally:
         _staging.reset(token)
         for tmp, _, _ in stage.pending:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
         if not done:
             _remove_folders(stage.created)
 
@@ -284,25 +286,80 @@ def check_png(path: Path | None, name: str) -> Path | None:
     return path
 
 
-def _publish(pending: list[tuple[str, Path, bool]]) -> None:
+def _publish(pending: list[tuple[str | None, Path, bool]]) -> None:
     """Give each temporary file its target's name: first those that may not replace a file, each
     created exclusively (a hard link, which fails when the name exists: no other process's file is
-    replaced, however late it appeared), then the others (a rename). On an error the files this call
-    created are removed again; the temporary files are the caller's to remove."""
+    replaced, however late it appeared), then the others (a rename; a temporary file None removes the
+    target, see :func:`remove_file`). A file replaced or removed is kept under a second name until the
+    end, so on an error every target is put back as it was: the files this call created are removed,
+    the replaced and removed ones restored. The temporary files are the caller's to remove."""
     created: list[tuple[Path, os.stat_result]] = []
+    replaced: list[tuple[Path, str | None]] = []  # (target, where its old file is kept; None: there was none)
     try:
         for tmp, path, replace in sorted(pending, key=lambda p: p[2]):
-            if replace:
-                os.replace(tmp, path)
-            else:
+            if not replace:
                 _create_exclusively(tmp, path)
                 created.append((path, os.lstat(path)))
+                continue
+            if tmp is None and not os.path.lexists(path):
+                continue  # nothing to remove
+            kept = _keep_aside(path, move=tmp is None)
+            replaced.append((path, kept))
+            if tmp is not None:
+                _rename(tmp, path)
     except BaseException:
         for path, st in created:
             with contextlib.suppress(OSError):
                 if os.path.samestat(os.lstat(path), st):  # still ours
                     os.unlink(path)
+        for path, kept in reversed(replaced):
+            with contextlib.suppress(OSError):
+                if kept is not None:
+                    os.replace(kept, path)
+                elif os.path.lexists(path):
+                    os.unlink(path)
         raise
+    for _, kept in replaced:
+        if kept is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(kept)
+
+
+def _rename(tmp: str, path: Path) -> None:
+    """Publish the temporary file ``tmp`` as ``path`` (the one rename that replaces a file; a test makes
+    it fail)."""
+    os.replace(tmp, path)
+
+
+def _keep_aside(path: Path, move: bool) -> str | None:
+    """A second name beside ``path`` for the file there (a hard link; a copy where the file system has
+    none), or with ``move`` the file itself renamed to it; None when there is no file."""
+    if not os.path.lexists(path):
+        return None
+    fd, kept = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    if move:
+        os.replace(path, kept)
+        return kept
+    os.unlink(kept)
+    try:
+        os.link(path, kept)
+    except OSError:  # a file system without hard links
+        shutil.copy2(path, kept)
+    return kept
+
+
+def remove_file(path: Path) -> None:
+    """Remove the file ``path``: inside :func:`staged_writes` when the block ends without error, with the
+    block's other files (and put back if publishing fails); outside one, at once. The target is checked
+    as for a write (:func:`_check_writable_target`); a missing file is no error."""
+    path = Path(path)
+    stage = _staging.get()
+    _check_writable_target(path, stage.inputs if stage else ())
+    if stage is not None:
+        stage.pending.append((None, path, True))
+    elif os.path.lexists(path):
+        os.unlink(path)
 
 
 def _create_exclusively(tmp: str, path: Path) -> None:
@@ -452,23 +509,48 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def open_lock_file(path: Path) -> BinaryIO:
-    """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
-    folder, a FIFO or another special file in its place is refused (ResourceError)."""
+def create_exclusive(path: Path) -> BinaryIO:
+    """A new file ``path`` to fill, created exclusively (FileExistsError when the name exists, never
+    through a link): for a file in a private folder of this process, such as an archive unpacked member by
+    member."""
     path = Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    return os.fdopen(fd, "wb")
+
+
+def _open_regular(path: Path, flags: int, refuse: Callable[[str], Exception]) -> int:
+    """A descriptor of ``path`` opened with ``flags``, never through a link: a link, folder, FIFO or other
+    special file in its place is ``refuse(what it is)``."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            what = _kind(os.lstat(path).st_mode) or "not a regular file"
-            raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again") \
-                from None
+            raise refuse(_kind(os.lstat(path).st_mode) or "not a regular file") from None
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     what = _kind(os.fstat(fd).st_mode)
     if what is not None:
         os.close(fd)
-        raise ResourceError(f"cannot lock {path}: it is {what}, not a lock file; remove it and try again")
+        raise refuse(what)
     os.set_blocking(fd, True)
+    return fd
+
+
+def open_log_file(path: Path) -> BinaryIO:
+    """Open (create) the log ``path`` for appending, as a child process's output, never through a link or
+    into a special file (ResourceError)."""
+    path = Path(path)
+    _check_writable_target(path)
+    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                       lambda what: ResourceError(f"cannot write {path}: it is {what}; remove it"))
+    return os.fdopen(fd, "ab")
+
+
+def open_lock_file(path: Path) -> BinaryIO:
+    """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
+    folder, a FIFO or another special file in its place is refused (ResourceError)."""
+    path = Path(path)
+    fd = _open_regular(path, os.O_RDWR | os.O_CREAT, lambda what: ResourceError(
+        f"cannot lock {path}: it is {what}, not a lock file; remove it and try again"))
     return os.fdopen(fd, "r+b")
 
 
@@ -497,6 +579,12 @@ def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()))
+
+
+def copy_file(source: Path, path: Path) -> None:
+    """Copy the regular file ``source`` to ``path`` through :func:`atomic_write` (staged inside
+    :func:`staged_writes`)."""
+    atomic_write(path, lambda fh: fh.write(read_bytes(source)), replace=None)
 
 
 def private_temp_folder(name: str) -> Path:

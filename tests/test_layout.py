@@ -25,7 +25,8 @@ def test_lazy_top_level_names():
 # the levels of the house style (cli > studies, runs > tasks, training > models, data > layers) the
 # order is fixed too, so no two folders import each other. The base modules sit under everything; the test
 # helpers (testing.py) sit on top: they may use the library, which never imports them.
-LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__", "testing"]
+LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "campaigns", "cli", "__main__",
+          "testing"]
 BASE = {"__init__", "config", "errors", "files", "devices", "rundir", "catalog", "signals", "threads"}
 
 
@@ -66,8 +67,10 @@ def test_imports_flow_one_way():
 
 def test_only_tasks_know_a_task():
     """Outside tasks/ no module names a task (its name as a string, its class, or its module), except the
-    models' registrations (their task) and data/'s HDF5 schema (its file kinds): elsewhere the code asks a
-    Task what it can do."""
+    models' registrations (their task), data/'s HDF5 schema (its file kinds) and campaigns/ (the paper's
+    experiments: each a fixed plan of runs of a named task, timed by named step timings, whose commit
+    re-evaluates a candidate with its task's own loss and data): elsewhere the code asks a Task what it can
+    do."""
     import re
     from pathlib import Path
 
@@ -80,7 +83,7 @@ def test_only_tasks_know_a_task():
     found = []
     for path in root.rglob("*.py"):
         top = path.relative_to(root).parts[0]
-        if top == "tasks":
+        if top in ("tasks", "campaigns"):
             continue
         text = path.read_text()
         named = [n for n in classes + modules if re.search(rf"\b{re.escape(n)}\b", text)]
@@ -123,7 +126,7 @@ def test_the_tests_have_one_conftest():
 # ---- the run layout: one module names a run's files ------------------------------------------------------
 
 RUN_FILE_NAMES = ("config.json", "metrics.jsonl", "best.pt", "last.pt", "curves.png", ".lock")
-RUN_LAYOUT = ("rundir.py",)  # the one module that spells them
+RUN_LAYOUT = ("swarmctl/rundir.py",)  # the one module that spells them
 
 
 def _run_file_literals(path):
@@ -150,11 +153,14 @@ def _string_literals(path):
 
 
 def test_no_run_file_name_is_spelled_outside_the_run_layout():
-    """Every module asks ``swarmctl.rundir.RunDir`` (or its constants) for a run's files: renaming one is
-    one line there."""
+    """Every module of the package and every benchmark asks ``swarmctl.rundir.RunDir`` (or its constants) for
+    a run's files: renaming one is one line there. The tests may spell them: they check the files' contract
+    (what a user finds in a run's folder), not ask where the code keeps the names."""
     root = Path(swarmctl.__file__).parent
-    found = [f"{path.relative_to(root)}:{line}: {text!r}" for path in sorted(root.rglob("*.py"))
-             if path.relative_to(root).as_posix() not in RUN_LAYOUT for line, text in _run_file_literals(path)]
+    repo = root.parent
+    modules = [*sorted(root.rglob("*.py")), *sorted((repo / "benchmarks").rglob("*.py"))]
+    found = [f"{path.relative_to(repo)}:{line}: {text!r}" for path in modules
+             if path.relative_to(root.parent).as_posix() not in RUN_LAYOUT for line, text in _run_file_literals(path)]
     assert not found, "run file names spelled outside swarmctl/rundir.py: " + "; ".join(found)
 
 

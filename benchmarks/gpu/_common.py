@@ -1,4 +1,6 @@
-"""Shared pieces of the prepared GPU calls: a deadline, logged commands, the card, exports.
+"""Shared pieces of the single-experiment GPU calls (clustering.py, mog.py, image.py): their options, the
+start of a call (the card, the GPU tests), and the JSON summary. The processes, the deadline and the copies
+are the campaign job's (swarmctl.campaigns).
 
 Every script runs swarmctl as a user would (``python -m swarmctl ...``) from the repository root, writes
 into a work folder, and copies what is worth keeping into the output folder named on its command line.
@@ -9,88 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import logging
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from swarmctl.campaigns.processes import Deadline, finish, gpu_tests, log, start, summary
+from swarmctl.campaigns.runners import export_run
+
 REPO = Path(__file__).resolve().parents[2]
-PY = sys.executable
+logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)
 
-
-STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
-LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for
-
-
-class Deadline:
-    """Seconds left of the call's wall budget, counted from construction; none once the job was asked to
-    stop (:func:`stop_on_signals`)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return 0.0 if STOPPING else self.end - time.monotonic()
-
-
-def stop_on_signals() -> None:
-    """SIGTERM or SIGINT (a batch scheduler's notice, a preemption) stops the job the graceful way: every
-    running command gets SIGTERM (a trainer then saves its last.pt), every deadline reads zero, and the
-    script goes on through its quick steps (copies, packing, the record) with nothing left to wait for."""
-
-    def handle(signum: int, frame: object) -> None:
-        STOPPING.append(signal.Signals(signum).name)
-        log(f"{STOPPING[0]}: stopping; the running commands get SIGTERM")
-        for proc in list(LIVE):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handle)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def env() -> dict[str, str]:
-    e = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-         "PYTHONUNBUFFERED": "1", "SWARMCTL_NO_DOWNLOAD": "1", "SWARMCTL_NO_EXT": "1", "COLUMNS": "120"}
-    e.setdefault("OMP_NUM_THREADS", "4")  # several trainings share the host's cores
-    return e
-
-
-def start(args: list[str], logfile: Path) -> subprocess.Popen:
-    """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``."""
-    cmd = [PY, *args] if args[0].endswith(".py") or args[0] == "-m" else [PY, "-m", "swarmctl", *args]
-    log(" ".join(cmd[1:]) + f"  > {logfile.name}")
-    fh = open(logfile, "a")
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=fh, stderr=subprocess.STDOUT)
-    LIVE.add(proc)
-    return proc
-
-
-def finish(proc: subprocess.Popen, timeout: float, grace: float = 30.0) -> int:
-    """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL."""
-    LIVE.add(proc)
-    if STOPPING:  # asked to stop before this wait began
-        timeout = min(timeout, 1.0)
-    try:
-        try:
-            return proc.wait(timeout=max(timeout, 1.0))
-        except subprocess.TimeoutExpired:
-            log(f"pid {proc.pid}: out of time, SIGTERM")
-            proc.send_signal(signal.SIGTERM)
-            try:
-                return proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                return proc.wait()
-    finally:
-        LIVE.discard(proc)
+__all__ = ["Deadline", "begin", "card", "export_run", "finish", "log", "parser", "run", "start", "summary",
+           "write_json"]
 
 
 def run(args: list[str], logfile: Path, timeout: float) -> int:
@@ -135,50 +68,6 @@ def card() -> str:
     line = f"device: {what}; torch {torch.__version__}; python {sys.version.split()[0]}"
     log(line)
     return line
-
-
-def gpu_tests(out: Path, timeout: float = 180.0) -> int:
-    """``pytest -m gpu`` (CPU against CUDA, CUDA graphs against eager steps, no host sync in a step) ->
-    OUT/gpu-tests.txt, killed at ``timeout`` seconds (its exit then 124); every test skipped where no CUDA."""
-    logfile = out / "gpu-tests.txt"
-    cmd = [PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests/gpu"]
-    log(f"pytest -m gpu (cap {timeout:.0f} s)")
-    with open(logfile, "w") as fh:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=fh, stderr=subprocess.STDOUT)
-        rc = finish(proc, timeout, grace=5)
-    rc = 124 if rc < 0 else rc
-    tail = logfile.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-    log(f"gpu tests exit {rc}: {tail[0]}")
-    return rc
-
-
-def export_run(run_dir: Path, dest: Path, weights_name: str | None = None) -> None:
-    """Copy a run's small files to ``dest``; with ``weights_name`` also its best weights (no optimizer)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("config.json", "metrics.jsonl", "curves.png"):
-        if (run_dir / name).is_file():
-            shutil.copy2(run_dir / name, dest / name)
-    for path in run_dir.glob("eval-*.json"):
-        shutil.copy2(path, dest / path.name)
-    if weights_name and (run_dir / "best.pt").is_file():
-        sys.path.insert(0, str(REPO))
-        from swarmctl.runs import export_weights
-
-        export_weights(run_dir / "best.pt", dest / weights_name)
-
-
-def summary(run_dir: Path) -> dict:
-    """Epochs, best validation loss and seconds per epoch read from a run's metrics.jsonl."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return {"run": run_dir.name, "epochs": 0}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    net = [r["net_seconds"] for r in rows]
-    per_epoch = [b - a for a, b in zip([0.0] + net, net, strict=False)]
-    return {"run": run_dir.name, "epochs": len(rows), "best_val": rows[-1]["best_val"] if rows else None,
-            "net_seconds": net[-1] if net else 0.0,
-            "first_epoch_s": per_epoch[0] if per_epoch else None,
-            "median_epoch_s": sorted(per_epoch)[len(per_epoch) // 2] if per_epoch else None}
 
 
 def write_json(path: Path, data: dict) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from _common import begin, export_run, finish, log, parser, run, start, summary, write_json
 
+from swarmctl.rundir import CHECKPOINTS
+
 
 def main() -> int:
     ap = parser(__doc__, "clustering")
@@ -54,7 +56,7 @@ def main() -> int:
     for m, proc in evals.items():
         facts[f"eval_{m}_exit"] = finish(proc, deadline.left() - 60)
         export_run(work / "runs" / m, out / m, weights_name="weights.pt")
-        for name in ("best.pt", "last.pt") if a.keep_checkpoints else ():
+        for name in CHECKPOINTS if a.keep_checkpoints else ():
             if (work / "runs" / m / name).is_file():
                 shutil.copy2(work / "runs" / m / name, out / m / name)
         facts[m] = summary(work / "runs" / m)

@@ -2,8 +2,8 @@
 
 Trains for what the wall budget leaves (or continues from a returned last.pt with --resume), scores the
 best checkpoint on the test split in bits/dim, and draws 20 class-conditional samples. The image files
-travel with the checkout: torchvision's layout under --data-dir (default datasets/, i.e.
-datasets/MNIST/raw/*-ubyte.gz). Writes to OUT:
+travel with the checkout: torchvision's layout under --data-dir (default data/, i.e.
+data/MNIST/raw/*-ubyte.gz). Writes to OUT:
   swarm-image/: config.json metrics.jsonl curves.png eval-test.json weights.pt samples.png
   last.pt best.pt (with optimizer state: to continue in the next call);  summary.json
 
@@ -17,13 +17,16 @@ from pathlib import Path
 
 from _common import begin, export_run, finish, parser, start, summary, write_json
 
+from swarmctl.config import DATA_DIR
+from swarmctl.rundir import BEST, CHECKPOINTS, LAST, RunDir
+
 EVAL_RESERVE_S = 90  # the 10,000 test images, the samples and the exports
 
 
 def main() -> int:
     ap = parser(__doc__, "image")
     ap.add_argument("--dataset", default="mnist", help="mnist or fashion-mnist")
-    ap.add_argument("--data-dir", type=Path, default=Path("datasets"), help="relative to the repository root")
+    ap.add_argument("--data-dir", type=Path, default=Path(DATA_DIR), help="relative to the repository root")
     ap.add_argument("--resume", type=Path, help="an earlier call's OUT (last.pt, best.pt, swarm-image/metrics.jsonl): "
                     "continue that run")
     a = ap.parse_args()
@@ -38,12 +41,11 @@ def main() -> int:
 
         import torch
 
-        ckpt = torch.load(a.resume / "last.pt", map_location="cpu", weights_only=True)
-        (run_dir / "config.json").write_text(json.dumps(ckpt["config"], indent=2) + "\n")
-        for src, name in ((a.resume / "last.pt", "last.pt"), (a.resume / "best.pt", "best.pt"),
-                          (a.resume / "swarm-image" / "metrics.jsonl", "metrics.jsonl")):
+        ckpt = torch.load(a.resume / LAST, map_location="cpu", weights_only=True)
+        RunDir(run_dir).config.write_text(json.dumps(ckpt["config"], indent=2) + "\n")
+        for src in (a.resume / LAST, a.resume / BEST, RunDir(a.resume / "swarm-image").metrics):
             if src.is_file():
-                shutil.copy2(src, run_dir / name)
+                shutil.copy2(src, run_dir / src.name)
         done = ckpt["state"]["net_seconds"] / 60
         args = ["train", "swarm-image", "--resume", "swarm-image", *common]
         args[args.index("--minutes") + 1] = f"{done + minutes:.2f}"  # the budget is a run total
@@ -63,7 +65,7 @@ def main() -> int:
     export_run(run_dir, out / "swarm-image", weights_name="weights.pt")
     if (run_dir / "samples.png").is_file():
         shutil.copy2(run_dir / "samples.png", out / "swarm-image" / "samples.png")
-    for name in ("last.pt", "best.pt"):
+    for name in CHECKPOINTS:
         if (run_dir / name).is_file():
             shutil.copy2(run_dir / name, out / name)
     facts["swarm-image"] = summary(run_dir)

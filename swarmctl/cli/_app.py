@@ -186,6 +186,11 @@ class _Command(_PlainHelp, TyperCommand):
     """Every command, with the help conventions of :class:`_PlainHelp`."""
 
 
+class _Group(_PlainHelp, TyperGroup):
+    """A group of commands inside the application (`swarmctl campaign ...`), with the help conventions of
+    :class:`_PlainHelp`."""
+
+
 class _Typer(typer.Typer):
     """The application: its commands are :class:`_Command` unless one names another class."""
 
@@ -207,7 +212,8 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
         tolerant_streams()
         usable_terminal_size()
         for command in self.commands.values():
-            _whole_numbers_only(command)
+            for each in (command, *getattr(command, "commands", {}).values()):  # a group's commands too
+                _whole_numbers_only(each)
         try:
             rv = self._one_line(args, prog_name, complete_var, **extra)
             if sys.stdout is not None and not rv:

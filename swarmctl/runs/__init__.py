@@ -40,6 +40,7 @@ from swarmctl.runs.read import (
     read_run_config,
     resolve_run,
     run_progress,
+    same_run,
 )
 from swarmctl.runs.shipped import (
     ShippedModel,
@@ -56,5 +57,5 @@ __all__ = ["RESUMABLE", "FitResult", "Finished", "Progress", "Run", "RunDir", "R
            "check_training_memory", "configs_from_options", "evaluate_run", "export_weights", "find_checkpoint",
            "finish_runs", "is_main_process", "list_runs", "load_model", "open_run", "parameter_count",
            "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_name", "run_path",
-           "run_progress", "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir", "start_run",
-           "train"]
+           "run_progress", "same_run", "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir",
+           "start_run", "train"]

@@ -39,7 +39,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
 
 
-def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Two run configs describe the same run: model, data and every train option a resume cannot change."""
     def fixed(c: dict[str, Any]) -> Any:
         train = {k: v for k, v in c.get("train", {}).items() if k not in RESUMABLE}
@@ -50,7 +50,7 @@ def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) -> None:
     """Refuse a checkpoint in ``run`` whose config is not the run's own (copied from another run, or left
     by an earlier run of the same name)."""
-    if not _same_run(ckpt_config, read_run_config(run.path)):
+    if not same_run(ckpt_config, read_run_config(run.path)):
         _check_fields_present(checkpoint, ckpt_config, run)
         raise CheckpointError(f"{checkpoint} does not belong to run {run.path} (its config differs from "
                               f"{run.config.name}); remove it or copy the run's own checkpoint back")

@@ -13,7 +13,24 @@ from typer.main import get_command
 
 from swarmctl.cli import app
 
-COMMANDS = sorted(get_command(app).commands)
+
+def _paths(group, prefix=()):
+    """Every command's words (``["eval"]``), a group's commands after the group (``["campaign", "run"]``)."""
+    for name, command in sorted(group.commands.items()):
+        yield [*prefix, name]
+        if hasattr(command, "commands"):
+            yield from _paths(command, (*prefix, name))
+
+
+def _command(args):
+    """The click command ``args`` name (the group itself for none)."""
+    command = get_command(app)
+    for word in args:
+        command = command.commands[word]
+    return command
+
+
+PATHS = list(_paths(get_command(app)))
 
 # Runs the CLI in a fresh interpreter and reports, as it exits, whether torch was ever imported.
 _PROBE = ("import atexit, os, sys\n"
@@ -23,7 +40,7 @@ _PROBE = ("import atexit, os, sys\n"
           "main()\n")
 
 
-@pytest.mark.parametrize("args", [["--help"], *([c, "--help"] for c in COMMANDS)], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("args", [["--help"], *([*c, "--help"] for c in PATHS)], ids=lambda a: " ".join(a))
 def test_help_does_not_import_torch(args):
     out = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=120,
                          env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)})
@@ -79,7 +96,7 @@ def _help(args, width):
     return r.output.splitlines()
 
 
-HELPS = [[], *([c] for c in COMMANDS)]  # swarmctl --help, then each command's
+HELPS = [[], *PATHS]  # swarmctl --help, then each command's
 
 
 def _ragged(rows, room):
@@ -118,18 +135,18 @@ def test_help_paragraphs_fill_the_terminal_width(args, width):
     assert not ragged, f"`swarmctl {' '.join(args)} --help` at {width} columns has hand-broken lines: {ragged}"
 
 
-@pytest.mark.parametrize("args", HELPS[1:], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("args", [p for p in PATHS if not hasattr(_command(p), "commands")], ids=lambda a: " ".join(a))
 def test_arguments_are_named_in_upper_case_and_required_ones_bare(args):
     """One convention for every command: `NAME` for a required argument, `[NAME]` for an optional one,
     `NAME...` for one taking several, in the usage line and the arguments' table alike."""
     lines = _help(args, 120)
     usage = next(line for line in lines if "Usage:" in line).split("[OPTIONS]", 1)[1].split()
-    params = [p for p in get_command(app).commands[args[0]].params if p.param_type_name == "argument"]
+    params = [p for p in _command(args).params if p.param_type_name == "argument"]
     assert len(usage) == len(params), usage
     for shown, param in zip(usage, params, strict=True):
         name = shown if param.required else shown.removeprefix("[").removesuffix("]")
         assert re.fullmatch(r"[A-Z][A-Z0-9_]*(\.\.\.)?", name) and (param.nargs == 1) == (not name.endswith("...")), \
-            f"`swarmctl {args[0]} --help` shows the argument {param.name} as {shown!r}"
+            f"`swarmctl {' '.join(args)} --help` shows the argument {param.name} as {shown!r}"
         assert any(line.startswith("│") and f" {name} " in line for line in lines), (name, lines)
 
 
@@ -144,8 +161,7 @@ def test_switches_are_shown_without_a_type(args):
     """A boolean option is a switch: `--replot`, `--refine / --no-refine`, never `--replot <bool>`."""
     lines = _help(args, 120)
     assert not [line for line in lines if "<bool>" in line], lines
-    group = get_command(app)
-    for param in (group.commands[args[0]] if args else group).params:
+    for param in _command(args).params:
         if getattr(param, "is_flag", False) and param.secondary_opts:
             row = next(line for line in lines if line.startswith("│") and f" {param.opts[0]} " in line)
             assert param.secondary_opts[0] in row, row

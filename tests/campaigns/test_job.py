@@ -1,4 +1,4 @@
-"""The GPU job (benchmarks/gpu/session.py) on the CPU: its mode choice, its wall, and what a kill leaves.
+"""The GPU job (`swarmctl campaign run`) on the CPU: its mode choice, its wall, and what a kill leaves.
 
 A GPU job is rare and short; whatever stops it (its wall, a scheduler's SIGTERM, a SIGKILL) must leave in
 OUT everything finished by then, readable, and within what a job may return (8 files of at most 16 MiB)."""
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import fresh_campaigns, write_fake_mnist
 
+from swarmctl.campaigns.plan import choose_flags
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
-sys.path.insert(0, str(SCRIPTS))
-import session  # noqa: E402
 
 EAGER_MOG = {"mog_ms_per_step": {"eager": 16.0, "graphs": 5.0}, "warmup_s": {"mog/graphs": 2.0},
              "compile_probe": {"task": "mog", "compile_s": 200.0, "steady_ms_per_step": 3.0, "finished": True}}
@@ -28,23 +28,23 @@ EAGER_MOG = {"mog_ms_per_step": {"eager": 16.0, "graphs": 5.0}, "warmup_s": {"mo
 def test_the_mode_choice_counts_compile_time_against_the_share():
     """Compiled MoG steps are fastest (3 ms) but cost 200 s to compile: graphs (5 ms, 2 s to capture) win a
     300 s share; a share long enough to repay the compile picks it; eager when graphs failed their tests."""
-    assert session.choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--cuda-graphs"]}
-    assert session.choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--compile"]}
-    assert session.choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": []}  # 150 s: no time to compile
+    assert choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--cuda-graphs"]}
+    assert choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--compile"]}
+    assert choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": []}  # 150 s: no time to compile
     unfinished = {**EAGER_MOG, "compile_probe": {"task": "mog", "compile_s": ">60", "finished": False}}
-    assert session.choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--cuda-graphs"]}
-    assert session.choose_flags({}, True, {"mog": 300}) == {}  # nothing measured: the trainer's default
+    assert choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--cuda-graphs"]}
+    assert choose_flags({}, True, {"mog": 300}) == {}  # nothing measured: the trainer's default
 
 
 def test_a_compile_probe_for_another_task_does_not_count():
     timing = {**EAGER_MOG, "image_s_per_epoch": {"eager": 12.0}}
-    assert session.choose_flags(timing, True, {"image": 10**6}) == {"image": []}
+    assert choose_flags(timing, True, {"image": 10**6}) == {"image": []}
 
 
 def _files_are_returnable(out: Path) -> dict | None:
     """What a job may return, readable: at most 8 files of at most 16 MiB, names of the allowed characters,
     session.json valid JSON, every archive complete. Returns session.json's content (None if not yet written)."""
-    files = [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".part")]
+    files = [p for p in out.rglob("*") if p.is_file() and not p.name.endswith(".tmp")]  # a write cut short
     assert len(files) <= 8, sorted(p.name for p in files)
     for p in files:
         assert p.stat().st_size < 16 * 2**20 and all(c.isalnum() or c in "._-" for c in p.name), p.name
@@ -60,8 +60,8 @@ def _session(tmp_path, wall, *extra, images=None):
     if not root.exists():
         fresh_campaigns(root)
     images = images or write_fake_mnist(tmp_path / "images", gz=True)
-    cmd = [sys.executable, str(SCRIPTS / "session.py"), str(tmp_path / "out"), "--wall", str(wall), "--campaigns",
-           str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
+    cmd = [sys.executable, "-m", "swarmctl", "campaign", "run", str(tmp_path / "out"), "--wall", str(wall),
+           "--campaigns", str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 

@@ -1,14 +1,12 @@
-"""Where a session's minutes go (benchmarks/gpu/campaign.py): largest gap to the paper first, shares in
+"""Where a job's minutes go (swarmctl/campaigns/plan.py): largest gap to the paper first, shares in
 proportion to the gaps, a campaign at the paper stops, Fashion-MNIST waits for MNIST."""
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"))
-import campaign  # noqa: E402
+from swarmctl.campaigns import plan as campaign
+from swarmctl.campaigns import runners
 
 
 def _write(root, name, **progress):
@@ -67,8 +65,8 @@ def test_a_campaign_with_too_little_time_runs_nothing_and_leaves_nothing_to_pack
     from conftest import fresh_campaigns
 
     root = fresh_campaigns(tmp_path / "campaigns")
-    ctx = campaign.Context(root, tmp_path / "work", tmp_path / "out", False, {}, "datasets", tmp_path / "d.h5",
+    ctx = runners.Context(root, tmp_path / "work", tmp_path / "out", False, {}, "data", tmp_path / "d.h5",
                            lambda: True, "test")
-    assert campaign.run_clustering(ctx, 50, 50) == 0.0
-    assert campaign.run_mog(ctx, 20, 20, 0.0124) == 0.0
+    assert runners.run_clustering(ctx, 50, 50) == 0.0
+    assert runners.run_mog(ctx, 20, 20, 0.0124) == 0.0
     assert not (tmp_path / "work" / "parts").exists()

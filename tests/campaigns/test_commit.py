@@ -1,8 +1,9 @@
-"""commit_session.py against hostile returned folders: every refusal is one line on stderr with exit 1
+"""`swarmctl campaign commit` against hostile returned folders: every refusal is one line on stderr with exit 1
 and leaves campaigns/ and the shipped models byte for byte as they were; a good session goes in whole,
 and a shipped model is replaced only by a candidate that its own re-evaluation confirms."""
 
 import copy
+import hashlib
 import io
 import json
 import os
@@ -16,12 +17,13 @@ import pytest
 import torch
 from conftest import fresh_campaigns, fresh_progress, write_fake_mnist
 
+from swarmctl import files as swarmctl_files
+from swarmctl.campaigns.commit.reevaluate import tolerance
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks" / "gpu"))
-import commit_session  # noqa: E402
 
 CARD = "device: cpu (no CUDA); torch test; python test"
-CLUSTER_RUN = "swarm-192-10-1-s0"  # the table's name; smoke sizes (8-2-1) inside, as session.py --smoke trains
+CLUSTER_RUN = "swarm-192-10-1-s0"  # the table's name; smoke sizes (8-2-1) inside, as a --smoke job trains
 MOG_RUN = "swarm-mog-1"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
 DATE = "2026-01-01 00:00 UTC"
@@ -118,7 +120,7 @@ def _dump(obj):
 
 
 def good_spec(a):
-    """What session.py returns after continuing clustering, mog and mnist once (a dict a test may edit):
+    """What a job returns after continuing clustering, mog and mnist once (a dict a test may edit):
     session.json, the archives' members, the returned checkpoints."""
     current = {n: fresh_progress(n) for n in ("clustering", "mog", "mnist")}
     bits, loss = a.mnist_eval["bits_per_dim"], a.cluster_eval["loss"]
@@ -224,19 +226,18 @@ def tree_hash(root):
 
 
 @pytest.fixture
-def commit(capsys, monkeypatch, repo):
-    """Run commit_session in-process on a returned folder: (exit code, stdout, stderr). An exception that
-    escapes main() is a traceback: the test fails with it."""
+def commit(repo):
+    """Run `swarmctl campaign commit` in-process on a returned folder: (exit code, stdout, stderr). An
+    exception that escapes the command is a traceback: the test fails with it."""
+    from typer.testing import CliRunner
+
+    from swarmctl.cli import app
+
     def run(out, *extra):
-        argv = ["commit_session.py", str(out), "--campaigns", str(repo / "campaigns"), "--pretrained",
+        argv = ["campaign", "commit", str(out), "--campaigns", str(repo / "campaigns"), "--pretrained",
                 str(repo / "pretrained"), *map(str, extra)]
-        monkeypatch.setattr(sys, "argv", argv)
-        try:
-            rc = commit_session.main()
-        except SystemExit as exc:
-            rc = exc.code
-        captured = capsys.readouterr()
-        return rc, captured.out, captured.err
+        result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"}, catch_exceptions=False)
+        return result.exit_code, result.stdout, result.stderr
     return run
 
 
@@ -280,7 +281,7 @@ def test_commit_puts_a_good_session_in_place_and_replaces_the_worse_shipped_mode
     assert json.loads((camp / "timing.json").read_text())["mog_ms_per_step"] == {"eager": 16.4}
     lines = (camp / "sessions.jsonl").read_text().splitlines()
     assert len(lines) == 1
-    assert json.loads(lines[0])["session_sha256"] == commit_session.sha256_file(out / "session.json")
+    assert json.loads(lines[0])["session_sha256"] == hashlib.sha256((out / "session.json").read_bytes()).hexdigest()
     image = json.loads((pre / "swarm-image-8-2-1-mnist.json").read_text())
     assert image["eval"]["bits_per_dim"] == assets.mnist_eval["bits_per_dim"]
     assert image["paper"] == {"bits_per_dim": 0.89} and image["commit_check"]["items"] == 20
@@ -674,10 +675,10 @@ def test_agreement_tolerance_follows_the_subset(assets):
     """A few standard errors of the subset's own per-item losses, shrinking to the numeric tolerance when
     the subset is the whole split."""
     losses = torch.tensor([1.0, 2.0, 3.0, 4.0] * 25, dtype=torch.float64)  # mean 2.5, std 1.13
-    wide = commit_session.tolerance(losses, population=10_000)
+    wide = tolerance(losses, population=10_000)
     assert 0.4 < wide < 0.5  # 4 x 1.13 / 10
-    assert commit_session.tolerance(losses, population=100) < 0.01  # the whole split: only rounding is left
-    assert commit_session.tolerance(losses, population=400) < wide
+    assert tolerance(losses, population=100) < 0.01  # the whole split: only rounding is left
+    assert tolerance(losses, population=400) < wide
 
 
 # ---- all or nothing --------------------------------------------------------------------------------------------
@@ -685,7 +686,7 @@ def test_agreement_tolerance_follows_the_subset(assets):
 def test_commit_puts_everything_back_when_a_move_fails(assets, repo, commit, monkeypatch):
     out = write_out(good_spec(assets), repo.parent / "out")
     before = tree_hash(repo)
-    real, calls = commit_session._replace, []
+    real, calls = swarmctl_files._rename, []
 
     def flaky(src, dest):
         calls.append(dest)
@@ -693,18 +694,18 @@ def test_commit_puts_everything_back_when_a_move_fails(assets, repo, commit, mon
             raise OSError(28, "No space left on device", str(dest))
         real(src, dest)
 
-    monkeypatch.setattr(commit_session, "_replace", flaky)
+    monkeypatch.setattr(swarmctl_files, "_rename", flaky)
     assert_refused(commit(out), "no space left")
     assert len(calls) == 6 and tree_hash(repo) == before
 
 
-# ---- the script and the Makefile ----------------------------------------------------------------------------
+# ---- the command and the Makefile ----------------------------------------------------------------------------
 
 @pytest.mark.slow  # a fresh interpreter imports torch: about 2 s
-def test_the_script_refuses_with_one_line_and_no_traceback(tmp_path):
+def test_the_command_refuses_with_one_line_and_no_traceback(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "session.json").write_text("{")
-    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu" / "commit_session.py"), str(tmp_path / "out"),
+    res = subprocess.run([sys.executable, "-m", "swarmctl", "campaign", "commit", str(tmp_path / "out"),
                           "--campaigns", str(tmp_path / "c"), "--pretrained", str(tmp_path / "p")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -713,7 +714,7 @@ def test_the_script_refuses_with_one_line_and_no_traceback(tmp_path):
 
 @pytest.mark.parametrize("folder", ["returned files", "it's \"odd\"; touch pwned `touch pwned2`"])
 def test_make_campaign_commit_passes_FROM_as_one_argument(tmp_path, folder):
-    """The recipe quotes FROM: a folder with spaces or shell characters reaches the script as one argument,
+    """The recipe quotes FROM: a folder with spaces or shell characters reaches the command as one argument,
     and nothing in it runs."""
     (tmp_path / "pyproject.toml").write_text("")
     venv = tmp_path / ".venv"
@@ -726,5 +727,6 @@ def test_make_campaign_commit_passes_FROM_as_one_argument(tmp_path, folder):
     res = subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-C", str(tmp_path), "campaign-commit",
                           f"FROM={folder}"], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0  # the fake script's exit 1 stops make before git
-    assert (tmp_path / "args.txt").read_text().splitlines()[1:] == [folder], res.stdout + res.stderr
+    args = (tmp_path / "args.txt").read_text().splitlines()
+    assert args[:4] == ["-m", "swarmctl", "campaign", "commit"] and args[4:] == [folder], res.stdout + res.stderr
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()

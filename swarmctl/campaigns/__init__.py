@@ -1,0 +1,14 @@
+"""The GPU campaigns: training that continues the paper's experiments from one job with a wall-time limit
+to the next (campaigns/README.md). :mod:`.plan` decides where a job's minutes go, :mod:`.runners` continue
+each campaign, :mod:`.job` is the job (`swarmctl campaign run`), :mod:`.processes` its commands and
+signals, :mod:`.commit` puts what a job returned into the repository (`swarmctl campaign commit`), and
+:mod:`.status` shows where each campaign stands (`swarmctl campaign status`).
+
+This module holds only the campaigns' names (no PyTorch), so that the command's help reads them.
+"""
+
+IMAGES = ("mnist", "fashion-mnist")  # the image campaigns (a dataset each)
+NAMES = ("clustering", "mog", *IMAGES)  # every campaign
+PROBES = ("mog", "image", "clustering", "none")  # what a job's cold-compile probe may measure
+
+__all__ = ["IMAGES", "NAMES", "PROBES"]

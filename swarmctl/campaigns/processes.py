@@ -1,0 +1,137 @@
+"""The processes of a campaign job: its deadline, the swarmctl commands it runs (each logged to a file and
+stopped in time), and the signals that stop it gracefully.
+
+Every command runs as a user would run it (``python -m swarmctl ...``) in the current folder, with the
+swarmctl this process imported first on its path. What the job says goes to the ``swarmctl.campaigns``
+logger (`swarmctl campaign run` prints it, one time-stamped line per message).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import swarmctl
+from swarmctl import threads
+from swarmctl.files import open_log_file, read_metrics
+from swarmctl.rundir import RunDir
+
+PY = sys.executable
+SOURCE = Path(swarmctl.__file__).resolve().parents[1]  # the folder holding this swarmctl
+GPU_TESTS = Path("tests") / "gpu"  # the repository's GPU tests: run when the job runs in a checkout
+LOG = logging.getLogger("swarmctl.campaigns")
+
+STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
+LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for
+
+
+def log(msg: str) -> None:
+    LOG.info(msg)
+
+
+class Deadline:
+    """Seconds left of the call's wall budget, counted from construction; none once the job was asked to
+    stop (:func:`stop_on_signals`)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return 0.0 if STOPPING else self.end - time.monotonic()
+
+
+def stop_on_signals() -> None:
+    """SIGTERM or SIGINT (a batch scheduler's notice, a preemption) stops the job the graceful way: every
+    running command gets SIGTERM (a trainer then saves its last.pt), every deadline reads zero, and the
+    job goes on through its quick steps (copies, packing, the record) with nothing left to wait for."""
+
+    def handle(signum: int, frame: object) -> None:
+        STOPPING.append(signal.Signals(signum).name)
+        log(f"{STOPPING[0]}: stopping; the running commands get SIGTERM")
+        for proc in list(LIVE):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+
+
+def env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of every command: this swarmctl first on the path, no downloads, no kernel builds."""
+    e = {**os.environ, "PYTHONPATH": str(SOURCE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+         "PYTHONUNBUFFERED": "1", "SWARMCTL_NO_DOWNLOAD": "1", "SWARMCTL_NO_EXT": "1", "COLUMNS": "120"}
+    if threads.SET_BY_SWARMCTL in e and e.get(threads.SET_BY_SWARMCTL) == e.get("OMP_NUM_THREADS"):
+        del e["OMP_NUM_THREADS"], e[threads.SET_BY_SWARMCTL]  # the job's own rule, not the user's: 4 below
+    e.setdefault("OMP_NUM_THREADS", "4")  # several trainings share the host's cores
+    return {**e, **(extra or {})}
+
+
+def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start ``cmd`` with its output appended to ``logfile``."""
+    with open_log_file(logfile) as fh:
+        proc = subprocess.Popen(cmd, env=env(extra_env), stdout=fh, stderr=subprocess.STDOUT)
+    LIVE.add(proc)
+    return proc
+
+
+def start(args: list[str], logfile: Path) -> subprocess.Popen:
+    """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``."""
+    cmd = [PY, *args] if args[0].endswith(".py") or args[0] == "-m" else [PY, "-m", "swarmctl", *args]
+    log(" ".join(cmd[1:]) + f"  > {logfile.name}")
+    return launch(cmd, logfile)
+
+
+def finish(proc: subprocess.Popen, timeout: float, grace: float = 30.0) -> int:
+    """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL."""
+    LIVE.add(proc)
+    if STOPPING:  # asked to stop before this wait began
+        timeout = min(timeout, 1.0)
+    try:
+        try:
+            return proc.wait(timeout=max(timeout, 1.0))
+        except subprocess.TimeoutExpired:
+            log(f"pid {proc.pid}: out of time, SIGTERM")
+            proc.send_signal(signal.SIGTERM)
+            try:
+                return proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                return proc.wait()
+    finally:
+        LIVE.discard(proc)
+
+
+def gpu_tests(out: Path, timeout: float = 180.0) -> int | None:
+    """``pytest -m gpu`` (CPU against CUDA, CUDA graphs against eager steps, no host sync in a step) ->
+    OUT/gpu-tests.txt, killed at ``timeout`` seconds (its exit then 124); every test skipped where no CUDA.
+    None where the job does not run in the repository's checkout (no tests/gpu here)."""
+    if not GPU_TESTS.is_dir():
+        log(f"no {GPU_TESTS} here (not the repository's checkout): the GPU tests are not run")
+        return None
+    logfile = out / "gpu-tests.txt"
+    log(f"pytest -m gpu (cap {timeout:.0f} s)")
+    proc = launch([PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(GPU_TESTS)], logfile)
+    rc = finish(proc, timeout, grace=5)
+    rc = 124 if rc < 0 else rc
+    tail = logfile.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+    log(f"gpu tests exit {rc}: {tail[0]}")
+    return rc
+
+
+def summary(run_dir: Path) -> dict:
+    """Epochs, best validation loss and seconds per epoch read from a run's metrics."""
+    path = RunDir(run_dir).metrics
+    if not path.is_file():
+        return {"run": run_dir.name, "epochs": 0}
+    rows = read_metrics(path)
+    net = [r["net_seconds"] for r in rows]
+    per_epoch = [b - a for a, b in zip([0.0] + net, net, strict=False)]
+    return {"run": run_dir.name, "epochs": len(rows), "best_val": rows[-1]["best_val"] if rows else None,
+            "net_seconds": net[-1] if net else 0.0,
+            "first_epoch_s": per_epoch[0] if per_epoch else None,
+            "median_epoch_s": sorted(per_epoch)[len(per_epoch) // 2] if per_epoch else None}

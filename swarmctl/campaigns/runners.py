@@ -1,0 +1,269 @@
+"""The campaign runners: each continues one campaign for the seconds it is given, through `swarmctl
+train`, `eval` and `sample` run as a user would, and leaves what to keep in the job's work folder
+(``parts/NAME``: the new progress.json, the runs' small files, the logs), which the job packs into OUT.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from swarmctl.campaigns.plan import (
+    IMAGE_RESERVE,
+    MOG_EPOCHS,
+    MOG_MIN_EPOCHS,
+    MOG_RESERVE,
+    MOG_STEPS,
+    PROGRESS,
+    image_target,
+    minimum,
+    mog_target,
+    read_progress,
+    table_runs,
+)
+from swarmctl.campaigns.processes import Deadline, finish, log, start, summary
+from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes
+from swarmctl.rundir import CHECKPOINTS, RunDir
+from swarmctl.runs import export_weights
+from swarmctl.training.checkpoint import load_checkpoint
+
+SAMPLES = "samples.png"  # an image campaign's samples, beside its run's files
+WEIGHTS = "weights.pt"  # a finished clustering run's weights (no optimizer state)
+
+
+def eval_file(split: str) -> str:
+    """The file `swarmctl eval` writes beside a checkpoint for ``split``."""
+    return f"eval-{split}.json"
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from ``path``; empty when it is missing or not one (a command killed before it wrote)."""
+    try:
+        data = json.loads(read_bytes(path))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def pack(folder: Path, archive: Path) -> bool:
+    """``folder`` as ``archive`` (tar.gz, one top folder), written atomically; nothing when empty."""
+    if not (folder.is_dir() and any(folder.iterdir())):
+        return False
+
+    def write(fh: io.BufferedIOBase) -> None:
+        with tarfile.open(fileobj=fh, mode="w:gz") as tar:
+            tar.add(folder, arcname=folder.name)
+
+    atomic_write(archive, write)
+    return True
+
+
+def export_run(run_dir: Path, dest: Path, weights_name: str | None = None) -> None:
+    """Copy a run's small files to ``dest``; with ``weights_name`` also its best weights (no optimizer)."""
+    run = RunDir(run_dir)
+    with holding(dest):  # dest holds a run's files: this process writes them
+        for path in (run.config, run.metrics, run.curves, *sorted(run.path.glob(eval_file("*")))):
+            if path.is_file():
+                copy_file(path, dest / path.name)
+    if weights_name and run.best.is_file():
+        export_weights(run.best, dest / weights_name)
+
+
+class Context:
+    """What every runner needs: the campaigns folder, the work and output folders, the step modes."""
+
+    def __init__(self, root: Path, work: Path, out: Path, smoke: bool, flags: dict[str, list[str]],
+                 data_dir: str, clustering_data: Path, wait_for_data: Callable[[], bool], card: str) -> None:
+        self.root, self.work, self.out, self.smoke, self.flags = root, work, out, smoke, flags
+        self.data_dir, self.clustering_data, self.wait_for_data = data_dir, clustering_data, wait_for_data
+        self.card = card
+
+    def parts(self, name: str) -> Path:
+        path = self.work / "parts" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def _session_record(ctx: Context, seconds: float, **facts) -> dict:
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "card": ctx.card,
+            "wall_seconds": round(seconds, 1), **facts}
+
+
+def _image_train_args(ctx: Context, name: str, committed: RunDir, run: RunDir, common: list[str],
+                      minutes: float) -> tuple[list[str], int]:
+    """The `swarmctl train` arguments that continue image campaign ``name`` from its committed last.pt (the
+    run folder rebuilt from the committed files), or start it; and the epoch it starts from."""
+    if committed.last.is_file():  # the run folder is rebuilt from the committed files
+        ckpt = load_checkpoint(committed.last)
+        with holding(run.path):
+            write_json(run.config, ckpt.config)
+            for src in (*committed.checkpoints(), committed.metrics):
+                if src.is_file():
+                    copy_file(src, run.path / src.name)
+        done, epoch = ckpt.state.net_seconds / 60, ckpt.state.epoch
+        args = ["train", "swarm-image", "--resume", name, *common, "--minutes", f"{done + minutes:.2f}"]
+        if ctx.smoke:
+            args += ["--max-epochs", str(epoch + 1)]
+    else:
+        epoch = 0
+        size = ["--hidden", "8", "--iters", "2", "--max-epochs", "2"] if ctx.smoke else \
+            ["--hidden", "256", "--iters", "10", "--layers", "1", "--max-epochs", "100000"]
+        args = ["train", "swarm-image", "--dataset", name, "--data-dir", ctx.data_dir, *size, "--name", name, *common,
+                "--minutes", f"{minutes:.2f}", *ctx.flags.get("image", [])]
+    return args, epoch
+
+
+def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
+    """Continue (or start) the image campaign ``name`` for about ``budget`` seconds."""
+    t0 = time.monotonic()
+    reserve = 20.0 if ctx.smoke else IMAGE_RESERVE
+    budget = min(max(budget, minimum(name, ctx.smoke)), left)
+    if budget <= reserve + 5:
+        log(f"{name}: no time left")
+        return 0.0
+    deadline = Deadline(budget)
+    camp, runs, parts = ctx.root / name, ctx.work / "runs", ctx.parts(name)
+    run_dir = runs / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    progress = read_progress(ctx.root, name)
+    minutes = max(deadline.left() - reserve - 20, 6) / 60 / 1.2  # each epoch validates on the test split
+    minutes = 5.0 if ctx.smoke else minutes  # smoke: the epochs bound it
+    common = ["--runs-dir", str(runs)]
+    args, epoch = _image_train_args(ctx, name, RunDir(camp), RunDir(run_dir), common, minutes)
+    facts = {"train_exit": finish(start(args, parts / "train.txt"), deadline.left() - reserve + 20)}
+    facts["eval_exit"] = finish(start(["eval", name, *common], parts / "eval.txt"), deadline.left() - 15)
+    if deadline.left() > 30:
+        facts["sample_exit"] = finish(start(["sample", "--run", name, "--dataset", name, *common, "--out",
+                                             str(run_dir / SAMPLES)], parts / "sample.txt"), deadline.left() - 10)
+    export_run(run_dir, parts)
+    if (run_dir / SAMPLES).is_file():
+        copy_file(run_dir / SAMPLES, parts / SAMPLES)
+    for pt in CHECKPOINTS:  # beside the archive: each is one returned file (13 MB)
+        if (run_dir / pt).is_file():
+            copy_file(run_dir / pt, ctx.out / f"{name}-{pt}")
+    s = summary(run_dir)
+    res = read_json(run_dir / eval_file("test"))
+    bits = res.get("bits_per_dim")
+    if bits is not None and bits < progress.get("best_bits_per_dim", float("inf")):
+        progress["best_bits_per_dim"] = bits
+    progress.update({"epochs": s["epochs"], "net_minutes": round(s["net_seconds"] / 60, 2),
+                     "target_bits_per_dim": image_target(name)})
+    used = time.monotonic() - t0
+    progress["sessions"].append(_session_record(ctx, used, epochs=[epoch, s["epochs"]], test_bits_per_dim=bits,
+                                                median_epoch_s=s.get("median_epoch_s"), **facts))
+    write_json(parts / PROGRESS, progress)
+    return used
+
+
+def run_mog(ctx: Context, budget: float, left: float, step_seconds: float | None) -> float:
+    """As many epochs of the paper's MoG schedule as ``budget`` allows (all 100 when it does);
+    ``step_seconds``: the measured step of the mode it trains in."""
+    t0 = time.monotonic()
+    steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
+    reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
+    step_s = step_seconds or 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
+    per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
+    fit = lambda seconds: int((seconds - reserve) / per_epoch)  # noqa: E731
+    epochs = 2 if ctx.smoke else min(MOG_EPOCHS, fit(budget))
+    if not ctx.smoke and epochs < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
+        log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
+        return 0.0
+    wall = min(left, reserve + epochs * per_epoch * 1.15)
+    deadline = Deadline(wall)
+    runs, parts = ctx.work / "runs", ctx.parts("mog")
+    progress = read_progress(ctx.root, "mog")
+    name = f"swarm-mog-{len(progress['sessions']) + 1}"
+    size = ["--hidden", "8", "--iters", "2", "--steps-per-epoch", "3", "--val-batches", "2"] if ctx.smoke else \
+        ["--hidden", "768", "--iters", "20", "--layers", "1"]
+    minutes = 5.0 if ctx.smoke else max(deadline.left() - reserve, 6) / 60  # smoke: the epochs bound it
+    args = ["train", "swarm-mog", *size, "--max-epochs", str(epochs), "--lr-decay-epoch",
+            str(max(1, round(0.7 * epochs))), "--minutes", f"{minutes:.2f}", "--runs-dir", str(runs), "--name", name,
+            *ctx.flags.get("mog", [])]
+    facts = {"train_exit": finish(start(args, parts / "train.txt"), deadline.left() - reserve + 20)}
+    test = []
+    if ctx.smoke:
+        facts["gen_exit"] = finish(start(["gen-data", "--kind", "mog4", "--tasks", "20", "--out",
+                                          str(ctx.work / "mog-test.h5"), "--force"], parts / "gen.txt"), 60)
+        test = ["--data", str(ctx.work / "mog-test.h5")]
+    facts["eval_exit"] = finish(start(["eval", name, "--runs-dir", str(runs), *test], parts / "eval.txt"),
+                                deadline.left() - 5)
+    export_run(runs / name, parts / "runs" / name)
+    res = read_json(runs / name / eval_file("test"))
+    ll = res.get("log_likelihood")
+    if ll is not None and ll > progress.get("best_log_likelihood", -float("inf")):
+        progress["best_log_likelihood"] = ll
+    progress["target_log_likelihood"] = mog_target()
+    s = summary(runs / name)
+    used = time.monotonic() - t0
+    progress["sessions"].append(_session_record(ctx, used, run=name, epochs=s["epochs"], planned_epochs=epochs,
+                                                steps_per_epoch=steps, test_log_likelihood=ll,
+                                                oracle_log_likelihood=res.get("oracle_log_likelihood"),
+                                                ms_per_step=round(step_s * 1e3, 2), **facts))
+    write_json(parts / PROGRESS, progress)
+    return used
+
+
+def run_clustering(ctx: Context, budget: float, left: float) -> float:
+    """The next groups of the table's runs that fit ``budget`` (at least one group when ``left`` holds it)."""
+    t0 = time.monotonic()
+    progress = read_progress(ctx.root, "clustering")
+    progress.setdefault("runs", {})
+    per_run = progress.setdefault("minutes_per_run", 4.0)
+    side = progress.setdefault("side_by_side", 3)
+    side = min(side, 2) if ctx.smoke else side  # smoke: a small CPU runs two at once
+    todo = [r for r in table_runs(ctx.smoke) if r["name"] not in progress["runs"]]
+    reserve = 60.0  # the validation split's evaluation, the copies
+    group_s = reserve + (150.0 if ctx.smoke else per_run * 60 * 1.2 + 30)
+    groups = max(1, int(budget // group_s)) if left >= group_s else 0
+    groups = min(groups, 1) if ctx.smoke else groups  # smoke: one group per session, whatever the machine's speed
+    if groups == 0 or not todo:
+        log(f"clustering: a group of runs needs {group_s:.0f} s, {left:.0f} s are left; skipped")
+        return 0.0  # nothing ran: nothing to pack
+    runs, parts = ctx.work / "runs", ctx.parts("clustering")
+    ran = []
+    for _ in range(groups):
+        group, todo = todo[:side], todo[side:]
+        if not group or time.monotonic() - t0 + group_s > left:
+            break
+        if not ctx.wait_for_data():
+            log("clustering: the seed-0 data could not be generated")
+            break
+        deadline = Deadline(group_s)
+        procs = {}
+        for r in group:
+            extra = ["--max-epochs", "1"] if ctx.smoke else []
+            flags = ctx.flags.get("clustering", []) if r["model"] == "swarm" else []
+            procs[r["name"]] = start(["train", r["model"], *r["options"], "--seed", str(r["seed"]), "--minutes",
+                                      f"{per_run:.2f}", "--data", str(ctx.clustering_data), "--runs-dir", str(runs),
+                                      "--name", r["name"], *extra, *flags], parts / f"train-{r['name']}.txt")
+        codes = {n: finish(p, deadline.left() - reserve) for n, p in procs.items()}
+        evals = {n: start(["eval", n, "--runs-dir", str(runs)], parts / f"eval-{n}.txt") for n in procs}
+        for r in group:
+            n = r["name"]
+            eval_exit = finish(evals[n], deadline.left() - 5)
+            res = read_json(runs / n / eval_file("val"))
+            if codes[n] == 0 and eval_exit == 0 and "loss" in res:  # only finished runs are kept
+                export_run(runs / n, parts / "runs" / n, weights_name=WEIGHTS if r["model"] == "swarm" else None)
+                s = summary(runs / n)
+                progress["runs"][n] = {"model": r["model"], "code": r["code"], "seed": r["seed"],
+                                       "eval_loss": res["loss"], "epochs": s["epochs"],
+                                       "net_minutes": round(s["net_seconds"] / 60, 2),
+                                       "median_epoch_s": s.get("median_epoch_s")}
+                ran.append(n)
+            else:
+                log(f"clustering: run {n} did not finish (train {codes[n]}, eval {eval_exit}); it runs again later")
+    used = time.monotonic() - t0
+    if ran:
+        progress["sessions"].append(_session_record(ctx, used, runs=ran))
+        write_json(parts / PROGRESS, progress)
+    return used

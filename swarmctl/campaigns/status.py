@@ -1,0 +1,150 @@
+"""Where the campaigns stand (`swarmctl campaign status`): for each campaign its number against the paper's
+and the work done so far, and what the next job would do with a given wall: the order, the shares and the
+step modes that :mod:`swarmctl.campaigns.plan` computes for `swarmctl campaign run` (shown, not computed
+again)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarmctl.campaigns import plan as campaign
+from swarmctl.campaigns.job import PACK_RESERVE, TIMING
+from swarmctl.campaigns.runners import read_json
+
+
+@dataclass(frozen=True)
+class CampaignStatus:
+    """One campaign: its number and the paper's, the work so far, and its part in the next job."""
+
+    name: str
+    metric: str  # what the numbers are (lower or higher is better, as the paper reports them)
+    ours: float | None
+    paper: float | None
+    sessions: int
+    done: str  # the work so far, in the campaign's own unit (epochs, runs)
+    gap: float | None  # relative distance to the paper (None: met, or waiting for another campaign)
+    order: int | None  # its place in the next job (None: the next job does not run it)
+    share_s: float | None  # seconds of the next job's wall it would get (the campaigns before it using theirs)
+    flags: tuple[str, ...] | None  # the step mode it would train in (None: the trainer's default)
+
+
+@dataclass(frozen=True)
+class Status:
+    campaigns: tuple[CampaignStatus, ...]
+    wall: float
+    timing_from: str | None  # where the step timings come from (None: no job measured them yet)
+    rows: tuple[PaperRow, ...]  # every row of the paper's tables
+
+
+TASK_OF = {"clustering": "clustering", "mog": "mog", **{name: "image" for name in campaign.IMAGES}}
+
+
+def _numbers(root: Path, name: str) -> tuple[str, float | None, float | None, str]:
+    """(metric, ours, the paper's, the work so far) of campaign ``name``."""
+    p = campaign.read_progress(root, name)
+    if name == "clustering":
+        runs = p.get("runs", {})
+        losses = [r["eval_loss"] for r in runs.values() if isinstance(r, dict) and r.get("eval_loss")]
+        ours = sum(losses) / len(losses) if losses else None
+        return ("mean validation loss of the finished runs", ours, None,
+                f"{len(runs)} of {len(campaign.table_runs())} runs")
+    if name == "mog":
+        ours = p.get("best_log_likelihood", p.get("start_log_likelihood"))
+        epochs = sum(s.get("epochs", 0) for s in p.get("sessions", []) if isinstance(s.get("epochs"), int))
+        return "test log-likelihood per point", ours, campaign.mog_target(), f"{epochs} epochs in all runs"
+    ours = p.get("best_bits_per_dim", p.get("start_bits_per_dim"))
+    return ("test bits/dim", ours, campaign.image_target(name),
+            f"{p.get('epochs', 0)} epochs, {p.get('net_minutes', 0)} net minutes")
+
+
+def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs_ok: bool = True) -> Status:
+    """Every campaign's standing and its part in a next job of ``wall`` seconds (its GPU tests passing, with
+    ``graphs_ok``), planned by the same functions the job uses."""
+    order = campaign.plan(root)
+    left = wall - PACK_RESERVE
+    # the step modes as the job picks them (each task's share of the whole wall, phase 2), then each
+    # campaign's share of what the ones before it leave when they use theirs (phase 3)
+    timing = read_json(root / TIMING)
+    flags = campaign.choose_flags(timing, graphs_ok, {TASK_OF[n]: campaign.share(order, i, left)
+                                                      for i, (n, _) in enumerate(order)})
+    shares = {}
+    for i, (name, _) in enumerate(order):
+        shares[name] = campaign.share(order, i, left)
+        left -= shares[name]
+    rows = []
+    for name in campaign.NAMES:
+        metric, ours, paper, done = _numbers(root, name)
+        place = next((i for i, (n, _) in enumerate(order) if n == name), None)
+        task_flags = flags.get(TASK_OF[name])
+        rows.append(CampaignStatus(name, metric, ours, paper, len(campaign.read_progress(root, name)["sessions"]),
+                                   done, dict(order).get(name), None if place is None else place + 1,
+                                   shares.get(name), None if task_flags is None else tuple(task_flags)))
+    return Status(tuple(rows), wall, str(root / TIMING) if timing else None, paper_rows(root))
+
+
+# ---- the paper's tables, row by row --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PaperRow:
+    """One row of the paper's tables: its number, ours, the step speed measured for it and the GPU minutes
+    still needed to reach the schedule."""
+
+    table: str
+    model: str
+    code: str
+    dataset: str | None
+    paper: float  # as the paper reports it (bits/dim, log-likelihood, loss)
+    ours: float | None
+    campaign: str | None  # the campaign that chases it (None: none does)
+    step_s: float | None  # seconds per step of the fastest mode measured for it (None: not measured)
+    minutes_left: float | None  # GPU minutes still needed (None: not known; 0: reached)
+    note: str
+
+
+def paper_rows(root: Path = campaign.CAMPAIGNS) -> tuple[PaperRow, ...]:
+    """Every row of the paper's tables (``studies/paper_results.json``) with our number, the fastest step
+    measured for it (campaigns/timing.json) and the GPU minutes its campaign still needs: the clustering
+    table's runs left (``minutes_per_run`` net minutes each, ``side_by_side`` sharing the card); MoG, the
+    paper's whole schedule (a MoG run is one job) at the measured step, until the paper's number is reached."""
+    timing = read_json(root / TIMING)
+    return tuple(_paper_row(row, root, timing) for row in campaign.paper_results()["rows"])
+
+
+def _fastest_step(timing: dict, task: str) -> float | None:
+    steps = campaign.step_seconds(timing, task)
+    return min(steps.values()) if steps else None
+
+
+def _paper_row(row: dict, root: Path, timing: dict) -> PaperRow:
+    base = dict(table=row["table"], model=row["model"], code=row["code"], dataset=row.get("dataset"),
+                paper=row["reported"])
+    if row["task"] == "clustering":
+        return PaperRow(**base, **_clustering_row(row, root, timing))
+    if row["task"] == "mog" and (row["model"], row["code"]) == ("swarm-mog", "768-20-1"):
+        p = campaign.read_progress(root, "mog")
+        ours, step = p.get("best_log_likelihood"), _fastest_step(timing, "mog")
+        reached = ours is not None and ours >= row["reported"]
+        left = 0.0 if reached else None if step is None else campaign.MOG_EPOCHS * campaign.MOG_STEPS * step / 60
+        return PaperRow(**base, ours=ours, campaign="mog", step_s=step, minutes_left=left,
+                        note=f"a run of {campaign.MOG_EPOCHS} x {campaign.MOG_STEPS} steps in one job")
+    if row.get("dataset") in campaign.IMAGES and (row["model"], row["code"]) == ("swarm-image", "256-10-1"):
+        ours = campaign.read_progress(root, row["dataset"]).get("best_bits_per_dim")
+        reached = ours is not None and ours <= row["reported"]
+        return PaperRow(**base, ours=ours, campaign=row["dataset"], step_s=_fastest_step(timing, "image"),
+                        minutes_left=0.0 if reached else None,
+                        note="the paper states its training time, not its epochs: the minutes left are not known")
+    return PaperRow(**base, ours=None, campaign=None, step_s=None, minutes_left=None, note="no campaign")
+
+
+def _clustering_row(row: dict, root: Path, timing: dict) -> dict:
+    p = campaign.read_progress(root, "clustering")
+    key = (row["model"], row["code"])
+    done = [r for r in p.get("runs", {}).values() if (r.get("model"), r.get("code")) == key]
+    left = sum(1 for r in campaign.table_runs() if (r["model"], r["code"]) == key) - len(done)
+    per_run, side = p.get("minutes_per_run", 4.0), p.get("side_by_side", 3)
+    losses = [r["eval_loss"] for r in done if r.get("eval_loss")]
+    step = _fastest_step(timing, "clustering") if row["model"] == "swarm" else None  # timed: SWARM 192-10-1
+    return dict(ours=sum(losses) / len(losses) if losses else None, campaign="clustering", step_s=step,
+                minutes_left=max(left, 0) * per_run / side,
+                note=f"{len(done)} of {len(done) + max(left, 0)} runs, {per_run:g} net min each, {side} side by side")

@@ -1,0 +1,129 @@
+"""`swarmctl campaign run|commit|status`: the GPU campaigns that continue the paper's experiments from one
+job with a wall-time limit to the next (campaigns/README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from swarmctl.campaigns import NAMES, PROBES
+from swarmctl.cli._app import _Group, _Typer, app
+from swarmctl.cli._options import argument, option, say, user_errors
+from swarmctl.config import DATA_DIR
+
+if TYPE_CHECKING:
+    from swarmctl.campaigns.status import Status
+
+
+group = _Typer(name="campaign", cls=_Group, no_args_is_help=True, add_completion=False,
+               help="Continue the paper's experiments on a GPU, job by job, and commit what each job returned.")
+app.add_typer(group)
+
+Campaigns = Annotated[Path, option(help="The campaigns folder (each campaign's progress.json).")]
+DataDir = Annotated[Path, option(help="Image files in torchvision's layout (DIR/MNIST/raw/).")]
+
+
+@group.command("run")
+def run_cmd(
+    out: Annotated[Path, argument(help="Folder the job leaves its files in (at most 8, each under 16 MiB).")],
+    wall: Annotated[float, option(help="Seconds for the whole job.")] = 540.0,
+    smoke: Annotated[bool, option("--smoke", help="Tiny sizes: the whole job in minutes on a CPU.")] = False,
+    retime: Annotated[bool, option("--retime", help="Measure the step modes again instead of reading the committed "
+                                        "timings.")] = False,
+    only: Annotated[list[str] | None, option(metavar="NAME", help=f"Run only this campaign (repeatable): "
+                                                                   f"{', '.join(NAMES)}.")] = None,
+    probe: Annotated[str, option(help=f"The task whose cold compile is probed: {', '.join(PROBES)}.")] = PROBES[0],
+    data_dir: DataDir = Path(DATA_DIR),
+    campaigns: Campaigns = Path("campaigns"),
+    work: Annotated[Path, option(help="Scratch folder (emptied first).")] = Path(".gpu-work"),
+) -> None:
+    """Continue every campaign where the campaigns folder left it, within a wall-time limit.
+
+    Phases, each leaving its result in OUT at once: the machine and the inputs; the GPU tests; the step
+    timings (or the committed ones); the campaigns, furthest from the paper first. A SIGTERM (a scheduler's
+    notice) stops the running commands the graceful way and packs what finished. Exit 0 when done, 1 when
+    stopped (a signal, no CUDA without `smoke`)."""
+    with user_errors():
+        from swarmctl.campaigns.job import JobOptions, run_job
+
+        _log_lines()
+        code = run_job(JobOptions(out, wall, campaigns, data_dir, work, retime, probe, tuple(only or ()), smoke))
+    raise typer.Exit(code)
+
+
+@group.command("commit")
+def commit_cmd(
+    returned: Annotated[Path, argument(help="The folder a job's files came back to (its OUT).")],
+    campaigns: Campaigns = Path("campaigns"),
+    pretrained: Annotated[Path | None, option(help="The folder of shipped models [default: the package's, or "
+                                                   "$SWARMCTL_PRETRAINED].")] = None,
+    data_dir: Annotated[Path | None, option(help="Torchvision image files to re-evaluate an image candidate on "
+                                                 f"[default: the run's data folder, else {DATA_DIR}/].")] = None,
+    clustering_data: Annotated[Path | None, option(help="The seed-0 clustering file to re-evaluate a clustering "
+                                                        "candidate on [default: the run's file, else the "
+                                                        "clustering task's default file].")] = None,
+    subset: Annotated[int | None, option(min=2, help="Items a candidate is re-evaluated on [default: 1000 "
+                                                     "clustering tasks, 500 test images].")] = None,
+    keep_shipped: Annotated[bool, option("--keep-shipped", help="Commit the session without re-evaluating or "
+                                                                "replacing any shipped model.")] = False,
+) -> None:
+    """Check what a job returned and put it into the campaigns (and the shipped models), all or nothing.
+
+    Every returned file is checked before anything changes; a candidate replaces a shipped model only when
+    its re-evaluation here confirms its number and it beats the shipped weights on the same items. A
+    refusal is one line, and changes nothing."""
+    with user_errors():
+        from swarmctl.campaigns.commit import CommitOptions, commit
+
+        opts = CommitOptions(data_dir, clustering_data, subset, keep_shipped)
+        lines = commit(returned, campaigns, pretrained, opts, say=say)
+        for line in lines:
+            say(line)
+
+
+@group.command("status")
+def status_cmd(
+    campaigns: Campaigns = Path("campaigns"),
+    wall: Annotated[float, option(help="Seconds of the next job, for its plan.")] = 540.0,
+) -> None:
+    """Show where each campaign stands against the paper, and what the next job would do."""
+    with user_errors():
+        from swarmctl.campaigns.status import campaign_status
+
+        _print_status(campaign_status(campaigns, wall))
+
+
+def _print_status(status: Status) -> None:
+    for c in status.campaigns:
+        ours = "none yet" if c.ours is None else f"{c.ours:.4f}"
+        paper = "" if c.paper is None else f" (paper {c.paper:.4f})"
+        say(f"{c.name}: {c.metric} {ours}{paper}; {c.done}; {c.sessions} session(s)")
+        if c.order is None:
+            say("  next job: not run (met the paper, or waiting for another campaign)")
+        else:
+            mode = "the trainer's default" if c.flags is None else " ".join(c.flags) or "eager"
+            say(f"  next job: #{c.order}, gap {c.gap:.3f}, share {c.share_s:.0f} s of {status.wall:.0f} s, "
+                f"step mode {mode}")
+    say(f"step timings: {status.timing_from or 'none measured yet (the next job measures them)'}")
+    say("the paper's tables (GPU minutes: what the row's campaign still needs):")
+    for r in status.rows:
+        ours = "none yet" if r.ours is None else f"{r.ours:.4f}"
+        step = "" if r.step_s is None else f", step {r.step_s * 1e3:.1f} ms"
+        left = "" if r.minutes_left is None else f", {r.minutes_left:.0f} GPU min left"
+        name = f"{r.model} ({r.code}){'' if r.dataset is None else ' on ' + r.dataset}"
+        say(f"  {r.table}: {name}: paper {r.paper:g}, ours {ours}{step}{left}; {r.note}")
+
+
+def _log_lines() -> None:
+    """Print the job's log (the ``swarmctl.campaigns`` logger) as time-stamped lines on standard output."""
+    import logging
+    import sys
+
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
+    logger = logging.getLogger("swarmctl.campaigns")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
