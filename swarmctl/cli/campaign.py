@@ -10,8 +10,9 @@ import typer
 
 from swarmctl.campaigns import NAMES, PROBES
 from swarmctl.cli._app import _Group, _Typer, app
-from swarmctl.cli._options import argument, option, say, user_errors
+from swarmctl.cli._options import argument, checked, option, positive, say, user_errors
 from swarmctl.config import DATA_DIR
+from swarmctl.errors import ConfigError
 
 if TYPE_CHECKING:
     from swarmctl.campaigns.status import Status
@@ -21,20 +22,34 @@ group = _Typer(name="campaign", cls=_Group, no_args_is_help=True, add_completion
                help="Continue the paper's experiments on a GPU, job by job, and commit what each job returned.")
 app.add_typer(group)
 
+
+
+def _one_of(choices: tuple[str, ...]) -> object:
+    """An option callback: every value given (one, or a list) is one of ``choices`` (else exit 2)."""
+    def check(value: str | list[str], flag: str) -> None:
+        for name in [value] if isinstance(value, str) else value:
+            if name not in choices:
+                raise ConfigError(f"`{flag}` {name!r} is not one of {', '.join(choices)}")
+    return checked(check)
+
+
 Campaigns = Annotated[Path, option(help="The campaigns folder (each campaign's progress.json).")]
+Wall = Annotated[float, option(help="Seconds for the whole job.", callback=positive)]
 DataDir = Annotated[Path, option(help="Image files in torchvision's layout (DIR/MNIST/raw/).")]
 
 
 @group.command("run")
 def run_cmd(
     out: Annotated[Path, argument(help="Folder the job leaves its files in (at most 8, each under 16 MiB).")],
-    wall: Annotated[float, option(help="Seconds for the whole job.")] = 540.0,
+    wall: Wall = 540.0,
     smoke: Annotated[bool, option("--smoke", help="Tiny sizes: the whole job in minutes on a CPU.")] = False,
     retime: Annotated[bool, option("--retime", help="Measure the step modes again instead of reading the committed "
                                         "timings.")] = False,
-    only: Annotated[list[str] | None, option(metavar="NAME", help=f"Run only this campaign (repeatable): "
-                                                                   f"{', '.join(NAMES)}.")] = None,
-    probe: Annotated[str, option(help=f"The task whose cold compile is probed: {', '.join(PROBES)}.")] = PROBES[0],
+    only: Annotated[list[str] | None, option(metavar="NAME", callback=_one_of(NAMES),
+                                             help=f"Run only this campaign (repeatable): {', '.join(NAMES)}.")]
+    = None,
+    probe: Annotated[str, option(help=f"The task whose cold compile is probed: {', '.join(PROBES)}.",
+                                 callback=_one_of(PROBES))] = PROBES[0],
     data_dir: DataDir = Path(DATA_DIR),
     campaigns: Campaigns = Path("campaigns"),
     work: Annotated[Path, option(help="Scratch folder (emptied first).")] = Path(".gpu-work"),
@@ -86,7 +101,7 @@ def commit_cmd(
 @group.command("status")
 def status_cmd(
     campaigns: Campaigns = Path("campaigns"),
-    wall: Annotated[float, option(help="Seconds of the next job, for its plan.")] = 540.0,
+    wall: Annotated[float, option(help="Seconds of the next job, for its plan.", callback=positive)] = 540.0,
 ) -> None:
     """Show where each campaign stands against the paper, and what the next job would do."""
     with user_errors():

@@ -20,7 +20,7 @@ from swarmctl.cli import app
 STRINGS = {"--device": ("tpu", 2), "--pooling": ("no-such", 2), "--dataset": ("no-such", 2), "--kind": ("no-such", 2),
            "--method": ("no-such", 2), "--shard": ("0/0", 2), "--columns": ("0,00", 2), "--name": ("..", 2),
            "--split": ("no-such", 1), "--key": ("no-such", 1), "--run": ("no-such", 1), "--resume": ("no-such", 1),
-           "--step": ("turbo", 2), "--title": None}
+           "--step": ("turbo", 2), "--only": ("no-such", 2), "--probe": ("no-such", 2), "--title": None}
 ARGUMENT = {("train",): "swarm"}  # a command's positional arguments, where "x" would fail first
 CONTEXT = {("train", "--data-dir"): ["swarm-image"]}  # arguments for an option that applies only to some models
 
@@ -73,8 +73,10 @@ CASES = _cases()
 
 @pytest.mark.parametrize(("path", "flag", "args", "value", "code"), CASES,
                          ids=[f"{' '.join(c[0])}{c[1]}={c[3]}" for c in CASES])
-def test_every_option_refuses_a_wrong_value_with_the_rules_code(tmp_path, path, flag, args, value, code):
+def test_every_option_refuses_a_wrong_value_with_the_rules_code(tmp_path, monkeypatch, path, flag, args, value,
+                                                                code):
     assert value is not None, code  # an option of a type this walk does not know yet
+    monkeypatch.chdir(tmp_path)  # relative defaults (runs/, campaigns/, data/) never reach the checkout
     (tmp_path / "a-file").write_text("not a folder\n")
     value = value.format(file=tmp_path / "a-file")
     r = cli(*path, *args, f"{flag}={value}")
