@@ -226,6 +226,14 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _signal_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _signal_in_one_line():
+            return super().invoke(ctx)
+
     def _one_line(self, args: Any, prog_name: str | None, complete_var: str | None, **extra: Any) -> Any:
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -243,6 +251,19 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
                 sys.exit(signals.EXIT_CODE)
             _say_error("aborted")
             sys.exit(1)
+
+
+@contextlib.contextmanager
+def _signal_in_one_line() -> Any:
+    """A signal while the options are parsed or outside a command's own handling (while it loads PyTorch,
+    say) ends with the one line and exit 130: Typer turns the KeyboardInterrupt into a bare exit 130 (older
+    versions into an Abort, answered in ``_one_line``). A command that handled its signal exits through
+    ``typer.Exit``, which passes."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        _say_error(f"error: {signals.interrupted_line(signals.signal_of(exc))}")
+        raise typer.Exit(signals.EXIT_CODE) from None
 
 
 def _say_error(text: str) -> None:

@@ -47,6 +47,40 @@ def test_a_signal_while_the_commands_load_is_one_line_and_130(tmp_path, sig):
     assert list(tmp_path.iterdir()) == []
 
 
+# A real swarmctl process whose SIGTERM arrives when a command, its options parsed, loads PyTorch: the moment
+# between the start-up handler and the command's own handling, which Typer turned into a bare exit 130.
+_SIGNAL_AT_TORCH = """
+import importlib.abc, signal, sys
+class SignalAtTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGTERM)
+        return None
+sys.meta_path.insert(0, SignalAtTorch())
+sys.argv = ["swarmctl", *sys.argv[1:]]
+from swarmctl.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "set-linear", "--data", "d.h5", "--max-epochs", "1"],
+    ["cluster", "p.csv"],
+    ["eval", "nosuchrun"],
+])
+def test_a_signal_while_a_command_loads_pytorch_is_one_line_and_130(tmp_path, command):
+    (tmp_path / "p.csv").write_text("x,y\n0,0\n1,1\n2,0\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AT_TORCH, *command], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 class _SignalsInDel:
     """Sends SIGTERM to this process while Python runs its __del__, where an exception cannot propagate."""
 
