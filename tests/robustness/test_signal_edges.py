@@ -81,6 +81,35 @@ def test_a_signal_while_a_command_loads_pytorch_is_one_line_and_130(tmp_path, co
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def _ignores_sigterm(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see the signal ignored")
+def test_a_signal_after_the_last_line_keeps_the_commands_exit_code(tmp_path):
+    """The interpreter's teardown after a command (over half a second once PyTorch loaded) ended a SIGTERM
+    with the default action's 143, the command's output complete. Synchronised on the process: the signal
+    is sent once the teardown has begun, where Python restores the default action."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "swarmctl", "models"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while proc.poll() is None and not _ignores_sigterm(proc.pid):
+            time.sleep(0.001)  # a poll interval, not a wait for an event
+    except FileNotFoundError:  # the process has gone: its teardown never ignored the signal
+        pass
+    ended = proc.poll() is not None
+    if not ended:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert not ended, "the process ended without ignoring SIGTERM in its teardown"
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert err == "" and "swarm" in out, err
+
+
 class _SignalsInDel:
     """Sends SIGTERM to this process while Python runs its __del__, where an exception cannot propagate."""
 
