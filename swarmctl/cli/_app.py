@@ -234,6 +234,20 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
         with _signal_in_one_line():
             return super().invoke(ctx)
 
+    def _own_option(self, name: str | None, ctx: Any) -> str | None:
+        """For an option of swarmctl itself (``--threads``) given after a command, which does not know it:
+        where it goes. None for any other unknown option."""
+        if name is None or ctx is None or ctx.parent is None:
+            return None
+        for param in self.params:
+            if name in param.opts:
+                value = "" if param.is_flag else f" {param.metavar or 'VALUE'}"
+                root = ctx.find_root().command_path
+                command = "" if param.is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
+                return (f"{name} is an option of {root} itself: give it before the command, "
+                        f"`{root} {name}{value}{command}`")
+        return None
+
     def _one_line(self, args: Any, prog_name: str | None, complete_var: str | None, **extra: Any) -> Any:
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -243,6 +257,9 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(exc.format_message().split())
+            own = self._own_option(getattr(exc, "option_name", None), ctx)
+            if own is not None:
+                message, hint = own, ""
             _say_error(f"error: {message}{hint}")
             sys.exit(exc.exit_code)
         except typer.Abort as exc:
