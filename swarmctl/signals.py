@@ -1,7 +1,8 @@
 """SIGINT and SIGTERM: the one module that handles them, in the three ways a swarmctl process answers them.
 
 - :func:`install` a handler for both signals (the CLI's start-up handler, which ends the process while the
-  commands load);
+  commands load, and its last, which ends it with the command's own exit code once the command is over;
+  :func:`ignore` for the interpreter's teardown after that);
 - :class:`Interruption`: raise :class:`Interrupted` (a KeyboardInterrupt), so that every atomic write on the
   way out removes its temporary file (the CLI, around a command's work and outside it);
 - :class:`StopSignals`: set a flag that the trainer checks between batches (training and validation), so
@@ -32,6 +33,14 @@ def install(handler: Handler) -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in SIGNALS:
             signal.signal(sig, handler)
+
+
+def ignore() -> None:
+    """SIGINT and SIGTERM ignored from now on (main thread only): for the interpreter's last teardown, where
+    Python would give them back their default action (an exit 143 with nothing to save)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from pathlib import Path
 ENV = "SWARMCTL_THREADS"
 SET_BY_SWARMCTL = "_SWARMCTL_THREADS_CHOSEN"  # marks an OMP_NUM_THREADS that this rule wrote, not the user
 LOAD_SLACK = 0.25  # a load of 0.75 (one process busy three quarters of the last minute) takes a core away
+MAX_COUNT = 2**31 - 1  # PyTorch keeps the count in a C int (torch.set_num_threads refuses more)
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,13 @@ class Threads:
 
 
 def _positive_int(text: str | None) -> int | None:
-    """``text`` as a whole number >= 1, else None (an unusable variable is ignored, like PyTorch does)."""
-    if text is None or not text.strip().isdigit():
+    """``text`` as a whole number 1..MAX_COUNT in ASCII digits, else None (an unusable variable is ignored,
+    like PyTorch does; digits only Python reads, such as a superscript or Arabic-Indic digit, are unusable to
+    OpenMP, which warns on stderr about such a value or one past its own range)."""
+    if text is None or not (text.strip().isascii() and text.strip().isdigit()):
         return None
     value = int(text.strip())
-    return value if value >= 1 else None
+    return value if 1 <= value <= MAX_COUNT else None
 
 
 def usable_cores() -> int:

@@ -9,6 +9,7 @@ when it runs. ``app``, the Typer application with every command, is loaded on fi
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -53,13 +54,35 @@ def main() -> None:
     from swarmctl.cli._streams import prepare
 
     prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
+    atexit.register(signals.ignore)  # registered first, so run last: the teardown after it saves nothing
     from swarmctl import threads
 
     threads.apply(threads.choose())  # the cores free to this process, before PyTorch reads its variables
     signals.install(_stopped_while_loading)
     app = _load_app()
     signals.install(signals.Interruption().handle)  # parsing the options, printing a result: nothing half-written
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        signals.install(_finished(done.code))
+        raise
+
+
+def _finished(code: object) -> signals.Handler:
+    """The handler once the command has ended and printed its last line: the interpreter's teardown (over
+    half a second with PyTorch loaded) has nothing left to save, so a signal ends the process at once with
+    the command's own exit code, not the bare 143 of a signal's default action (and after the exit handlers,
+    where Python restores that action, the signals are ignored)."""
+    status = 0 if code is None else code if isinstance(code, int) else 1
+
+    def stop(signum: int, frame: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                if stream is not None:
+                    stream.flush()
+        os._exit(status)
+
+    return stop
 
 
 def __getattr__(name: str) -> Any:

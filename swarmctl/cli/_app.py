@@ -226,6 +226,28 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
 
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        with _signal_in_one_line():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _signal_in_one_line():
+            return super().invoke(ctx)
+
+    def _own_option(self, name: str | None, ctx: Any) -> str | None:
+        """For an option of swarmctl itself (``--threads``) given after a command, which does not know it:
+        where it goes. None for any other unknown option."""
+        if name is None or ctx is None or ctx.parent is None:
+            return None
+        for param in self.params:
+            if name in param.opts:
+                value = "" if param.is_flag else f" {param.metavar or 'VALUE'}"
+                root = ctx.find_root().command_path
+                command = "" if param.is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
+                return (f"{name} is an option of {root} itself: give it before the command, "
+                        f"`{root} {name}{value}{command}`")
+        return None
+
     def _one_line(self, args: Any, prog_name: str | None, complete_var: str | None, **extra: Any) -> Any:
         try:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -235,6 +257,9 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(exc.format_message().split())
+            own = self._own_option(getattr(exc, "option_name", None), ctx)
+            if own is not None:
+                message, hint = own, ""
             _say_error(f"error: {message}{hint}")
             sys.exit(exc.exit_code)
         except typer.Abort as exc:
@@ -243,6 +268,19 @@ class _OneLineErrors(_PlainHelp, TyperGroup):
                 sys.exit(signals.EXIT_CODE)
             _say_error("aborted")
             sys.exit(1)
+
+
+@contextlib.contextmanager
+def _signal_in_one_line() -> Any:
+    """A signal while the options are parsed or outside a command's own handling (while it loads PyTorch,
+    say) ends with the one line and exit 130: Typer turns the KeyboardInterrupt into a bare exit 130 (older
+    versions into an Abort, answered in ``_one_line``). A command that handled its signal exits through
+    ``typer.Exit``, which passes."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        _say_error(f"error: {signals.interrupted_line(signals.signal_of(exc))}")
+        raise typer.Exit(signals.EXIT_CODE) from None
 
 
 def _say_error(text: str) -> None:

@@ -15,6 +15,9 @@ def _threads(value: int | None) -> int | None:
     if value is not None:
         from swarmctl import threads
 
+        if value > threads.MAX_COUNT:
+            raise typer.BadParameter(f"{value} is more than PyTorch can use (at most {threads.MAX_COUNT}); give "
+                                     "at most the number of cores")
         threads.apply(threads.choose(value))
     return value
 

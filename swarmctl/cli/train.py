@@ -25,6 +25,7 @@ _DATA_DIR_HELP = "; ".join(f"{t['name']} models: the folder holding the files [d
 
 
 _ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
+_RESUMABLE_FLAGS = either(("--" + n.replace("_", "-") for n in RESUMABLE), "and")  # what a resume may change
 
 
 def _refuse_fixed_options(ctx: typer.Context) -> None:
@@ -35,10 +36,12 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
         flags = either(("--" + name.replace("_", "-") for name in given), "and")
         raise typer.BadParameter(f"{flags} cannot change when resuming (the run keeps its own); drop "
                                  f"{'it' if len(given) == 1 else 'them'}, or start a new run with --name. Only "
-                                 f"{either(('--' + n.replace('_', '-') for n in RESUMABLE), 'and')} may change.")
+                                 f"{_RESUMABLE_FLAGS} may change.")
 
 
 _THE_MODELS = "the model's"
+# the switches that make up a step mode (config.check_step), named in --step's help (the library spells no flag)
+_STEP_PARTS = "; --amp, --compile and --cuda-graphs alone give a mode by its parts, beside --step they must agree"
 _TYPES = {"int": int, "float": float, "str": str}
 
 
@@ -67,7 +70,8 @@ def _train_option(row: TrainOption) -> inspect.Parameter:
         flag = "--" + row.field.replace("_", "-")
         return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=False,
                                  annotation=Annotated[bool, option(flag, help=row.help + ".")])
-    text = f"{row.help.format_map(_TaskDefaults())} [default: {per_task('defaults.' + row.field)}]."
+    more = _STEP_PARTS if row.field == "step" else ""
+    text = f"{row.help.format_map(_TaskDefaults())}{more} [default: {per_task('defaults.' + row.field)}]."
     kind = _TYPES[row.type.split("|")[0].strip()]
     check = checked(lambda value, flag: TrainConfig(**{row.field: value}))  # the value alone, against the defaults
     return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=None,
@@ -100,7 +104,8 @@ def train_cmd(
     = None,
     name: Annotated[str | None, option(help="Run name [default: MODEL-CODE-sSEED].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
-    resume: Annotated[str | None, option(help="Continue the run with this name or folder.")] = None,
+    resume: Annotated[str | None, option(help=f"Continue the run with this name or folder, in its own settings: "
+                                              f"only {_RESUMABLE_FLAGS} may be given with it.")] = None,
     **options: Any,
 ) -> None:
     """Train a registered model on its task until the time budget is spent.

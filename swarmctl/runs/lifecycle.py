@@ -41,7 +41,7 @@ from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
 from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, fit
-from swarmctl.training.modes import resolve_step
+from swarmctl.training.modes import resolve_step, resumed_step
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
@@ -259,10 +259,9 @@ def resume_run(
         plan = _Plan(model, prepared, train_cfg, config, task, dev, resume=not from_scratch, restarted=from_scratch,
                      new=False)
         if announce is not None and ctx.is_main:
-            mode = "+".join(n for n, on in (("amp", train_cfg.amp), ("graphs", train_cfg.cuda_graphs),
-                                            ("compile", train_cfg.compile)) if on) or "eager"
+            step = resumed_step(train_cfg, dev.type)
             announce(f"continuing {folder.name}: {model_cfg.name} ({config['run'].get('code', '?')}) on "
-                     f"{_where(dev)}, {mode} step (the run's own)")
+                     f"{_where(dev)}, {step.mode.name} step ({step.reason})")
         return _train_locked(folder, runs_dir, plan, ctx, signals, progress)
 
 

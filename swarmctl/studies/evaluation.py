@@ -35,7 +35,7 @@ def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: P
     appears when the block ends without error, so what the caller prints inside it comes first.
     ``announce`` is told which shipped model is scored. An existing ``out`` is replaced only with ``force``
     (the default file beside the checkpoint is eval's own, replaced by each run of it); the dataset scored
-    on, the run's own when ``data`` is None, is never written."""
+    on and the run's own dataset are never written."""
     with staged_outputs([data], replace=force or out is None) as outputs:
         if target is None and out is None:  # before a fresh checkout's dataset is generated for the shipped model
             outputs.folder(runs_dir)
@@ -44,7 +44,9 @@ def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: P
         opened = open_run(target, runs_dir, device, data=data, progress=progress)
         if opened.shipped and announce is not None:
             announce(f"scoring the shipped model {opened.checkpoint}")
-        outputs.input(opened.checkpoint, data or opened.config.get("data", {}).get("path"))
+        # the run's own dataset is never written, also when --data scores another (a resume or a later eval
+        # of the run reads it)
+        outputs.input(opened.checkpoint, data, opened.config.get("data", {}).get("path"))
         if out is None:
             outputs.folder(opened.dir)
         else:

@@ -92,7 +92,17 @@ def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Meas
     else:
         choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
     mode = choice.mode
-    if mode.graphs and device_type != "cuda":
-        choice = Choice(mode, f"{choice.reason}; CUDA graphs apply on CUDA only: its steps run eagerly here")
     return dataclasses.replace(cfg, step=mode.name, amp=mode.amp, cuda_graphs=mode.graphs,
-                               compile=mode.compile), choice
+                               compile=mode.compile), _on(device_type, choice)
+
+
+def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:
+    """The mode a resumed run keeps (its switches as saved), said as a new run's is."""
+    return _on(device_type, Choice(StepMode(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile), "the run's own"))
+
+
+def _on(device_type: str, choice: Choice) -> Choice:
+    """``choice`` with a note where its graphs do not apply (off CUDA its steps run eagerly)."""
+    if choice.mode.graphs and device_type != "cuda":
+        return Choice(choice.mode, f"{choice.reason}; CUDA graphs apply on CUDA only: its steps run eagerly here")
+    return choice

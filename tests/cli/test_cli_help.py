@@ -242,3 +242,16 @@ def test_reflow_joins_a_paragraphs_lines_and_keeps_lists_and_code():
     assert reflow(doc) == ("First line broken by hand.\n\nProse that continues.\n- an item that continues\n"
                            "- another item\n1. numbered\n\n    code  line\n    kept as is\n\n"
                            "\b\nkept\nlines\n\f\nhidden")
+
+
+def test_train_help_says_what_a_resume_takes_and_how_the_step_switches_go_with_step(cli):
+    """The two refusals a user meets with the new options (`--resume NAME --step amp`, `--step graphs --amp`)
+    are announced in the help: the options a resume takes, from RESUMABLE, and the switches' rule."""
+    from swarmctl.config import RESUMABLE
+
+    text = " ".join(cli("train", "--help").output.replace("│", " ").split())
+    flags = ["--" + name.replace("_", "-") for name in RESUMABLE]
+    assert f"only {', '.join(flags[:-1])} and {flags[-1]} may be given with it" in text, text
+    assert "--amp, --compile and --cuda-graphs alone give a mode by its parts, beside --step they must agree" in text
+    refused = cli("train", "swarm", "--step", "graphs", "--amp")
+    assert refused.exit_code == 2 and "--step" in refused.output and "--amp" in refused.output, refused.output

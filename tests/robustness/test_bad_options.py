@@ -286,3 +286,14 @@ def test_columns_exit_by_the_rule_wrong_in_themselves_2_absent_from_the_file_1(c
         assert "--columns" in r.output and _snapshot(world) == before, r.output
     finally:
         points.unlink()
+
+
+@pytest.mark.parametrize("args", [["train", "swarm", "--threads", "2"], ["cluster", "p.csv", "--threads=2"],
+                                  ["campaign", "status", "--threads", "2"], ["models", "--version"]])
+def test_an_option_of_swarmctl_itself_after_the_command_says_where_it_goes(cli, args):
+    """`swarmctl train --threads 2` was 'No such option: --threads (Possible options: --heads, --iters)'."""
+    r = cli(*args)
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    flag = args[-2] if args[-1] == "2" else args[-1].split("=")[0]
+    assert f"swarmctl {flag}" in lines[0] and "before the command" in lines[0], r.output

@@ -231,3 +231,19 @@ def test_a_dead_run_with_a_damaged_config_is_refused_in_one_line(cli, tiny_h5, t
     assert "Traceback" not in r.output and r.exit_code == 1, r.output
     assert len([x for x in r.output.splitlines() if x.strip()]) <= 3, r.output
     assert (runs / "dead" / "config.json").read_bytes() == before
+
+
+def test_a_resumed_graphs_run_off_cuda_says_its_steps_run_eagerly(tmp_path):
+    """The first line of a resume says what a new run's says: a graphs mode off CUDA runs eagerly (a resume
+    on the CPU of a run started on a card said 'graphs step', as if graphs were used)."""
+    data = tmp_path / "d.h5"
+    generate_dataset(data, ClusteringParams(**PARAMS), seed=0)
+    lines: list[str] = []
+    model = ModelConfig(name="swarm", dim_hidden=8, n_iter=2, n_layers=1)
+    start_run(model, TrainConfig(batch_size=6, max_epochs=1, device="cpu", step="amp+graphs"),
+              DataConfig(path=str(data)), tmp_path / "runs", "g", announce=lines.append)
+    from swarmctl.runs import resume_run
+
+    resume_run("g", tmp_path / "runs", max_epochs=2, announce=lines.append)
+    assert "amp+graphs step (as asked; CUDA graphs apply on CUDA only: its steps run eagerly here)" in lines[0]
+    assert "amp+graphs step (the run's own; CUDA graphs apply on CUDA only: its steps run eagerly here)" in lines[1]

@@ -162,11 +162,17 @@ def own_data_run(tmp_path):
     return root
 
 
+@pytest.mark.parametrize("scored_on", [None, "other.h5"])
 @pytest.mark.parametrize("force", [False, True])
-def test_eval_never_writes_its_json_over_the_runs_own_dataset(own_data_run, force):
+def test_eval_never_writes_its_json_over_the_runs_own_dataset(own_data_run, force, scored_on):
+    """Neither when it scores on that dataset nor when --data names another: the run's own stays its own."""
     root = own_data_run
+    data = []
+    if scored_on is not None:
+        shutil.copyfile(root / "data.h5", root / scored_on)
+        data = ["--data", root / scored_on]
     before = snapshot(root)
-    r = cli("eval", "r", "--runs-dir", root / "runs", "--device", "cpu", "--out", root / "data.h5",
+    r = cli("eval", "r", "--runs-dir", root / "runs", "--device", "cpu", *data, "--out", root / "data.h5",
             *(["--force"] if force else []))
     assert_clean_failure(r, root, before)
     assert "input" in r.output and "data.h5" in r.output, r.output

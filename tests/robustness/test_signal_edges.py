@@ -47,6 +47,69 @@ def test_a_signal_while_the_commands_load_is_one_line_and_130(tmp_path, sig):
     assert list(tmp_path.iterdir()) == []
 
 
+# A real swarmctl process whose SIGTERM arrives when a command, its options parsed, loads PyTorch: the moment
+# between the start-up handler and the command's own handling, which Typer turned into a bare exit 130.
+_SIGNAL_AT_TORCH = """
+import importlib.abc, signal, sys
+class SignalAtTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            sys.meta_path.remove(self)
+            signal.raise_signal(signal.SIGTERM)
+        return None
+sys.meta_path.insert(0, SignalAtTorch())
+sys.argv = ["swarmctl", *sys.argv[1:]]
+from swarmctl.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", [
+    ["train", "set-linear", "--data", "d.h5", "--max-epochs", "1"],
+    ["cluster", "p.csv"],
+    ["eval", "nosuchrun"],
+])
+def test_a_signal_while_a_command_loads_pytorch_is_one_line_and_130(tmp_path, command):
+    (tmp_path / "p.csv").write_text("x,y\n0,0\n1,1\n2,0\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AT_TORCH, *command], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "interrupted (SIGTERM)" in lines[0], proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def _ignores_sigterm(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see the signal ignored")
+def test_a_signal_after_the_last_line_keeps_the_commands_exit_code(tmp_path):
+    """The interpreter's teardown after a command (over half a second once PyTorch loaded) ended a SIGTERM
+    with the default action's 143, the command's output complete. Synchronised on the process: the signal
+    is sent once the teardown has begun, where Python restores the default action."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "swarmctl", "models"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while proc.poll() is None and not _ignores_sigterm(proc.pid):
+            time.sleep(0.001)  # a poll interval, not a wait for an event
+    except FileNotFoundError:  # the process has gone: its teardown never ignored the signal
+        pass
+    ended = proc.poll() is not None
+    if not ended:
+        proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert not ended, "the process ended without ignoring SIGTERM in its teardown"
+    assert proc.returncode == 0, (proc.returncode, err)
+    assert err == "" and "swarm" in out, err
+
+
 class _SignalsInDel:
     """Sends SIGTERM to this process while Python runs its __del__, where an exception cannot propagate."""
 

@@ -1,0 +1,42 @@
+"""Thread counts from the command line and the environment, wrongly given: a variable PyTorch could not use
+is ignored without a word (as PyTorch ignores one), a --threads beyond what PyTorch takes is refused with
+exit 2; never a traceback or a C library's warning on stderr."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmctl import threads
+
+REPO = Path(__file__).resolve().parents[2]
+VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", threads.ENV, threads.SET_BY_SWARMCTL)
+
+
+def _swarmctl(tmp_path, *args, **env):
+    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    return subprocess.run([sys.executable, "-m", "swarmctl", *args], capture_output=True, text=True, cwd=tmp_path,
+                          env={**clean, "PYTHONPATH": str(REPO), "COLUMNS": "200", **env}, timeout=120)
+
+
+# digits Python's int() reads or refuses but no C library does (a superscript two, an Arabic-Indic three),
+# and counts past the C int PyTorch keeps and the unsigned long OpenMP reads
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "2147483648", "99999999999999999999"])
+@pytest.mark.parametrize("variable", [threads.ENV, "OMP_NUM_THREADS"])
+def test_an_unusable_thread_variable_is_ignored_quietly(tmp_path, variable, value):
+    proc = _swarmctl(tmp_path, "models", **{variable: value})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", proc.stderr
+    assert threads.choose(environ={variable: value}, cores=2, load=0.0) == threads.choose(environ={}, cores=2,
+                                                                                          load=0.0)
+
+
+@pytest.mark.parametrize("value", ["2147483648", "99999999999999999999"])
+def test_a_thread_count_pytorch_cannot_take_is_refused_with_exit_2(tmp_path, value):
+    proc = _swarmctl(tmp_path, "--threads", value, "models")
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--threads" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert not proc.stdout
