@@ -36,6 +36,7 @@ from pathlib import Path
 
 from swarmctl.campaigns import PROBES, runners
 from swarmctl.campaigns import plan as campaign
+from swarmctl.campaigns.parts import PART_LIMIT
 from swarmctl.campaigns.processes import PY, STOPPING, Deadline, finish, gpu_tests, launch, log, start, stop_on_signals
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError, ResourceError
@@ -52,6 +53,7 @@ IMAGE_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
                "t10k-labels-idx1-ubyte")
 IMAGE_FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # torchvision's layout
 NO_CUDA = "cpu (no CUDA)"
+LOGS = "logs.tgz"  # the GPU tests' and the step timings' output, one returned file
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class JobOptions:
     probe: str = PROBES[0]
     only: tuple[str, ...] = ()
     smoke: bool = False
+    part_limit: int = PART_LIMIT  # bytes a returned part may hold (the MoG checkpoint's, MOG_PARTS of them)
 
     def __post_init__(self) -> None:
         if self.probe not in PROBES:
@@ -172,8 +175,13 @@ def inputs_phase(job: Job) -> tuple[list[tuple[str, float]], subprocess.Popen | 
         job.phase_done("0-inputs", t0)
         return None
     order = [(n, g) for n, g in campaign.plan(opts.campaigns) if not opts.only or n in opts.only]
+    order, waiting = campaign.within_files(order, opts.campaigns)
     facts["plan"] = [{"campaign": n, "gap": round(g, 4)} for n, g in order]
     log("plan: " + ", ".join(f"{n} {g:.3f}" for n, g in order))
+    if waiting:
+        facts["waiting"] = waiting
+        log(f"{', '.join(waiting)}: its files do not fit beside the others' in the {campaign.RETURNED_FILES} files "
+            "a job returns; a later job runs it")
     facts["missing"] = missing_inputs(order, opts.campaigns, opts.data_dir)
     measure = opts.retime or not runners.read_json(opts.campaigns / TIMING)
     gen = None
@@ -194,13 +202,25 @@ def clustering_data(opts: JobOptions) -> Path:
     return opts.work / "clustering-seed0.h5"
 
 
+def logs_folder(work: Path) -> Path:
+    """Where the GPU tests' and the step timings' output is written (gpu-tests.txt, bench.txt), returned as
+    OUT/logs.tgz: one returned file for both."""
+    folder = work / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def pack_logs(opts: JobOptions) -> None:
+    runners.pack(logs_folder(opts.work), opts.out / LOGS)
+
+
 # ---- phase 2: the step timings ----------------------------------------------------------------------------
 
-def timings(data: Path, work: Path, out: Path, deadline: Deadline, smoke: bool, probe_task: str | None) -> dict:
+def timings(data: Path, work: Path, deadline: Deadline, smoke: bool, probe_task: str | None) -> dict:
     """The step timings under their cap, then the compile probe under its own; whatever each wrote before
-    its end or its kill is kept."""
+    its end or its kill is kept (their output in the logs folder's bench.txt)."""
     path = work / "timing.json"
-    bench = out / "bench.txt"
+    bench = logs_folder(work) / "bench.txt"
     cap = min(TIMING_CAP, max(deadline.left() * 0.3, 5))
     log(f"phase 2: step timings (cap {cap:.0f} s)")
     cmd = [PY, str(STEP_TIMING), str(data), "--json", str(path), "--budget", f"{cap - 10:.0f}", *(["--smoke"] * smoke)]
@@ -234,11 +254,11 @@ def timing_phase(job: Job, gen: subprocess.Popen | None, measure: bool) -> dict:
     if measure:
         if gen is not None and deadline.left() > 60:  # the clustering part reads the data: wait for it here
             finish(gen, min(deadline.left() * 0.2, 120))
-        return timings(clustering_data(opts), opts.work, opts.out, deadline, opts.smoke,
+        return timings(clustering_data(opts), opts.work, deadline, opts.smoke,
                        None if opts.probe == "none" else opts.probe)
     timing = runners.read_json(committed)
-    atomic_write_text(opts.out / "bench.txt", f"step timings from {committed}, measured by an earlier job "
-                      f"(--retime measures again):\n{json.dumps(timing, indent=2)}\n")
+    atomic_write_text(logs_folder(opts.work) / "bench.txt", f"step timings from {committed}, measured by an "
+                      f"earlier job (--retime measures again):\n{json.dumps(timing, indent=2)}\n")
     job.facts["timing_measured"] = False
     return timing
 
@@ -258,7 +278,7 @@ def campaigns_phase(job: Job, order: list[tuple[str, float]], gen: subprocess.Po
         return gen_rc[0] == 0
 
     ctx = runners.Context(opts.campaigns, opts.work, opts.out, opts.smoke, facts["flags"], str(opts.data_dir),
-                          clustering_data(opts), wait_for_data, facts["card"])
+                          clustering_data(opts), wait_for_data, facts["card"], opts.part_limit)
     for i, (name, _) in enumerate(order):
         if facts["missing"].get(name) or STOPPING:
             continue
@@ -278,7 +298,7 @@ def _run_campaign(ctx: runners.Context, name: str, budget: float, left: float, t
         if name == "clustering":
             return runners.run_clustering(ctx, budget, left)
         if name == "mog":
-            mode = {"--cuda-graphs": "graphs", "--compile": "compile"}.get((ctx.flags.get("mog") or [""])[0], "eager")
+            mode = (ctx.flags.get("mog") or ["--step", "eager"])[-1]
             return runners.run_mog(ctx, budget, left, campaign.step_seconds(timing, "mog").get(mode))
         return runners.run_image(ctx, name, budget, left)
     except Exception:  # one campaign's failure must not cost the others (or what this one wrote)
@@ -315,8 +335,9 @@ def run_job(opts: JobOptions) -> int:
     order, gen, measure = started
 
     t0 = time.monotonic()  # phase 1
-    job.facts["gpu_tests_exit"] = None if STOPPING else gpu_tests(opts.out, min(TESTS_CAP, max(job.deadline.left()
-                                                                                              * 0.25, 5)))
+    job.facts["gpu_tests_exit"] = None if STOPPING else gpu_tests(logs_folder(opts.work),
+                                                                  min(TESTS_CAP, max(job.deadline.left() * 0.25, 5)))
+    pack_logs(opts)
     graphs_ok = job.facts["gpu_tests_exit"] in (0, 5)  # 5: nothing collected (no CUDA: every test skipped)
     job.phase_done("1-gpu-tests", t0)
 
@@ -327,8 +348,10 @@ def run_job(opts: JobOptions) -> int:
     left = job.deadline.left() - PACK_RESERVE
     shares = {("image" if n in IMAGE_FOLDERS else n): campaign.share(order, i, left, opts.smoke)
               for i, (n, _) in enumerate(order)}
-    job.facts["flags"] = flags = campaign.choose_flags(timing, graphs_ok, shares)
+    device_type = "cpu" if job.facts["card"] == NO_CUDA else "cuda"
+    job.facts["flags"] = flags = campaign.choose_flags(timing, graphs_ok, shares, device_type)
     log(f"step modes: {flags}")
+    pack_logs(opts)
     job.phase_done("2-timings", t0)
 
     t0 = time.monotonic()  # phase 3

@@ -33,6 +33,8 @@ from swarmctl.errors import DataError
 from swarmctl.files import read_bytes
 from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
+from swarmctl.tasks import get_task
+from swarmctl.training.modes import MODES, Measured, choose_step_mode
 
 CAMPAIGNS = Path("campaigns")  # the repository's campaigns folder, from its root
 TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, from the repository's root
@@ -138,6 +140,33 @@ def share(gaps: list[tuple[str, float]], i: int, seconds: float, smoke: bool = F
     return max(min(part, seconds - later), 0.0)
 
 
+# ---- what a job returns: at most 8 files, each under 16 MiB ----------------------------------------------
+
+RETURNED_FILES = 8  # files a job may return
+FIXED_FILES = ("session.json", "logs.tgz")  # every job's: its record, and the GPU tests' and timings' output
+MOG_PARTS = 4  # swarm-mog 768-20-1's last.pt with Adam (57 MB) comes back in 4 parts of at most 15 MiB
+
+
+def returned_files(name: str) -> int:
+    """The files campaign ``name`` returns: NAME.tgz, and MoG's last.pt in :data:`MOG_PARTS` parts (their
+    manifest inside mog.tgz), an image campaign's NAME-last.pt and NAME-best.pt."""
+    return 1 + (MOG_PARTS if name == "mog" else 2 if name in IMAGES else 0)
+
+
+def within_files(order: list[tuple[str, float]], root: Path,
+                 limit: int = RETURNED_FILES) -> tuple[list[tuple[str, float]], list[str]]:
+    """The campaigns of ``order`` whose files fit in what a job returns with :data:`FIXED_FILES`, and those
+    left to a later job. While they do not fit, the campaign that returns checkpoints (MoG's parts, an image
+    campaign's) with the most committed sessions waits (ties: the smaller gap), so MoG and MNIST take turns."""
+    keep = list(order)
+    while len(FIXED_FILES) + sum(returned_files(n) for n, _ in keep) > limit:
+        heavy = [i for i, (n, _) in enumerate(keep) if returned_files(n) > 1] or list(range(len(keep)))
+        drop = max(heavy, key=lambda i: (len(read_progress(root, keep[i][0])["sessions"]), i))
+        keep.pop(drop)
+    left = [n for n, _ in order if n not in dict(keep)]
+    return keep, left
+
+
 IMAGE_RESERVE = 60.0  # after an image campaign's training: the 10,000 test images, the samples, the copies
 IMAGE_MIN_TRAIN = 120.0  # seconds of training an image campaign gets at least (net of validation)
 MOG_RESERVE = 45.0  # around a MoG run: start-up, the 10,000 fixed test tasks, the copies
@@ -160,25 +189,50 @@ def minimum(name: str, smoke: bool = False) -> float:
 
 # ---- which step mode each task trains in ------------------------------------------------------------------
 
-OPTIONS = {"eager": [], "tf32": [], "graphs": ["--cuda-graphs"], "tf32+graphs": ["--cuda-graphs"],
-           "compile": ["--compile"], "tf32+compile": ["--compile"]}
 KEYS = {"clustering": "clustering_s_per_epoch", "mog": "mog_ms_per_step", "image": "image_s_per_epoch"}
 STEPS = {"clustering": 90, "mog": 1, "image": 1200}  # steps per unit the timing key is measured in
 SCALE = {"clustering": 1.0, "mog": 1e-3, "image": 1.0}  # the unit in seconds
+_TIMED_PARTS = {"bf16": "amp", "bf16-autocast": "amp", "amp": "amp", "graphs": "graphs", "compile": "compile"}
+
+
+def trainer_mode(timed: str) -> str | None:
+    """The `swarmctl train --step` mode a step-timing name measures (``tf32`` is the trainer's float32 on
+    CUDA, ``bf16-autocast`` its ``amp``); None for a mode the trainer does not offer (fp32, triton)."""
+    parts = set(timed.split("+")) - {"tf32", "eager"}
+    if not parts <= set(_TIMED_PARTS):
+        return None
+    on = {_TIMED_PARTS[p] for p in parts}
+    return "+".join(p for p in ("amp", "graphs", "compile") if p in on) or "eager"
+
+
+def measured_modes(timing: dict, task: str) -> dict[str, Measured]:
+    """Each mode of ``task`` that a job's step timings measured, as the trainer's choice reads it: seconds per
+    step and start-up seconds (the warm-up and capture the timing recorded; compile: the cold-compile probe's
+    compile seconds and its steady step). Only the modes the task lists as proven (``Task.step_modes``: a
+    bf16 mode where its loss agrees with float32's, graphs where the GPU tests pin them)."""
+    proven = get_task(task).step_modes
+    warm = timing.get("warmup_s") or {}
+    out: dict[str, Measured] = {}
+    for timed, t in (timing.get(KEYS[task]) or {}).items():
+        mode = trainer_mode(timed)
+        if mode is None or mode not in proven or not isinstance(t, (int, float)) or t <= 0 or mode in out:
+            continue
+        start = warm.get(f"{task}/{timed}")
+        out[mode] = Measured(t * SCALE[task] / STEPS[task], float(start) if isinstance(start, (int, float))
+                             and start > 0 else 0.0)
+    probe = compile_probe(timing, task)
+    steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
+    compile_s = probe.get("compile_s")
+    if "compile" in proven and probe.get("finished") and isinstance(steady, (int, float)) and steady > 0 \
+            and isinstance(compile_s, (int, float)):
+        unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
+        out["compile"] = Measured(steady * unit, float(compile_s) + float(probe.get("warmup_s") or 0.0))
+    return out
 
 
 def step_seconds(timing: dict, task: str) -> dict[str, float]:
-    """Seconds per step of each measured mode of ``task`` (the modes `swarmctl train` offers; bf16 stays
-    off, its effect on a whole run is not measured), the compile probe's steady step included."""
-    key = KEYS[task]
-    out = {m: t * SCALE[task] / STEPS[task] for m, t in (timing.get(key) or {}).items()
-           if m in OPTIONS and isinstance(t, (int, float)) and t > 0}
-    probe = compile_probe(timing, task)
-    steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
-    if probe.get("finished") and isinstance(steady, (int, float)) and steady > 0:
-        unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
-        out["compile"] = steady * unit
-    return out
+    """Seconds per step of each measured mode of ``task`` (:func:`measured_modes`)."""
+    return {mode: m.step_seconds for mode, m in measured_modes(timing, task).items()}
 
 
 def compile_probe(timing: dict, task: str) -> dict:
@@ -191,30 +245,21 @@ def compile_probe(timing: dict, task: str) -> dict:
     return probe if isinstance(probe, dict) else {}
 
 
-def start_cost(timing: dict, task: str, mode: str) -> float:
-    """Seconds a fresh job spends before ``mode`` reaches its steady step: the compile probe's compile time,
-    or the warm-up and capture time the step timing measured; 0 when not measured (eager)."""
-    if "compile" in mode:
-        seconds = compile_probe(timing, task).get("compile_s")
-        return float(seconds) if isinstance(seconds, (int, float)) else float("inf")
-    warm = timing.get("warmup_s") or {}
-    value = warm.get(f"{task}/{mode}")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
-
-
-def choose_flags(timing: dict, graphs_ok: bool, shares: dict[str, float]) -> dict[str, list[str]]:
-    """Each task's mode that does the most steps in the seconds it will train (``shares``): the share less
-    the mode's start cost, divided by its step time. CUDA graphs only when the GPU tests passed."""
-    flags: dict[str, list[str]] = {}
+def choose_modes(timing: dict, graphs_ok: bool, shares: dict[str, float], device_type: str = "cuda") -> dict[str, str]:
+    """Each task's step mode for the seconds it will train (``shares``), chosen by the trainer's own rule
+    (:func:`swarmctl.training.modes.choose_step_mode`: the most steps in the budget, start-up counted) among
+    the modes the job's timings measured (none measured: the task's committed ``step_modes``, as `train
+    --step auto` reads them); the CUDA-graph modes only when the GPU tests passed."""
+    modes: dict[str, str] = {}
     for task in KEYS:
-        share = shares.get(task, 0.0)
-        best, most = None, -1.0
-        for mode, per_step in step_seconds(timing, task).items():
-            if "graphs" in mode and not graphs_ok:
-                continue
-            steps = (share - start_cost(timing, task, mode)) / per_step
-            if steps > most:
-                best, most = mode, steps
-        if best is not None and most > 0:
-            flags[task] = OPTIONS[best]
-    return flags
+        measured = measured_modes(timing, task) or dict(get_task(task).step_modes)
+        if not graphs_ok:
+            measured = {m: v for m, v in measured.items() if not MODES[m].graphs}
+        modes[task] = choose_step_mode("auto", device_type, measured, shares.get(task, 0.0)).mode.name
+    return modes
+
+
+def choose_flags(timing: dict, graphs_ok: bool, shares: dict[str, float],
+                 device_type: str = "cuda") -> dict[str, list[str]]:
+    """The `swarmctl train` options of :func:`choose_modes`: ``--step MODE`` per task."""
+    return {task: ["--step", mode] for task, mode in choose_modes(timing, graphs_ok, shares, device_type).items()}
