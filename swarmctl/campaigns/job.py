@@ -31,29 +31,28 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from swarmctl.campaigns import PROBES, runners
 from swarmctl.campaigns import plan as campaign
 from swarmctl.campaigns.parts import PART_LIMIT
+from swarmctl.campaigns.plan import LOGS, PACK_RESERVE, TIMING
 from swarmctl.campaigns.processes import PY, STOPPING, Deadline, finish, gpu_tests, launch, log, start, stop_on_signals
+from swarmctl.campaigns.status import paper_rows
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.files import atomic_write_text
 
-PACK_RESERVE = 15.0  # seconds kept at the end for packing the returned files
 TESTS_CAP = 100.0  # phase 1
 TIMING_CAP = 100.0  # phase 2, the step timings
 PROBE_CAP = 60.0  # phase 2, the cold-compile probe
 STEP_TIMING = Path("benchmarks") / "gpu" / "step_timing.py"  # the repository's benchmark, from its root
-TIMING = "timing.json"  # the committed step timings, in the campaigns folder
 DEPENDENCIES = ("torch", "torchvision", "numpy", "scipy", "h5py", "matplotlib", "typer", "rich", "swarmctl")
 IMAGE_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")
 IMAGE_FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # torchvision's layout
 NO_CUDA = "cpu (no CUDA)"
-LOGS = "logs.tgz"  # the GPU tests' and the step timings' output, one returned file
 
 
 @dataclass(frozen=True)
@@ -175,14 +174,14 @@ def inputs_phase(job: Job) -> tuple[list[tuple[str, float]], subprocess.Popen | 
         job.phase_done("0-inputs", t0)
         return None
     order = [(n, g) for n, g in campaign.plan(opts.campaigns) if not opts.only or n in opts.only]
-    order, waiting = campaign.within_files(order, opts.campaigns)
+    facts["missing"] = missing_inputs(order, opts.campaigns, opts.data_dir)
+    order, waiting = campaign.within_files([(n, g) for n, g in order if not facts["missing"][n]], opts.campaigns)
     facts["plan"] = [{"campaign": n, "gap": round(g, 4)} for n, g in order]
     log("plan: " + ", ".join(f"{n} {g:.3f}" for n, g in order))
     if waiting:
         facts["waiting"] = waiting
         log(f"{', '.join(waiting)}: its files do not fit beside the others' in the {campaign.RETURNED_FILES} files "
             "a job returns; a later job runs it")
-    facts["missing"] = missing_inputs(order, opts.campaigns, opts.data_dir)
     measure = opts.retime or not runners.read_json(opts.campaigns / TIMING)
     gen = None
     if measure or any(n == "clustering" for n, _ in order):
@@ -306,6 +305,17 @@ def _run_campaign(ctx: runners.Context, name: str, budget: float, left: float, t
         return -1.0
 
 
+def record_plan(job: Job, timing: dict) -> None:
+    """session.json's plan of the paper's tables: each row's number, the fastest step measured for it and the
+    GPU minutes it still needs (with what this job's campaigns have recorded so far), and the clustering
+    table's runs side by side on this card and the jobs of this wall it still takes."""
+    opts, card = job.opts, job.facts.get("card")
+    newer = {n: p for n in campaign.NAMES if (p := runners.read_json(opts.work / "parts" / n / campaign.PROGRESS))}
+    job.facts["paper_rows"] = [asdict(r) for r in paper_rows(opts.campaigns, timing, newer, card)]
+    clustering = newer.get("clustering") or campaign.read_progress(opts.campaigns, "clustering")
+    job.facts["table"] = asdict(campaign.table_plan(clustering, opts.wall, campaign.card_bytes(card)))
+
+
 # ---- the job ------------------------------------------------------------------------------------------------
 
 def check_folders(opts: JobOptions) -> None:
@@ -352,10 +362,12 @@ def run_job(opts: JobOptions) -> int:
     job.facts["flags"] = flags = campaign.choose_flags(timing, graphs_ok, shares, device_type)
     log(f"step modes: {flags}")
     pack_logs(opts)
+    record_plan(job, timing)
     job.phase_done("2-timings", t0)
 
     t0 = time.monotonic()  # phase 3
     campaigns_phase(job, order, gen, timing)
+    record_plan(job, timing)
     job.phase_done("3-campaigns", t0)
 
     if gen is not None and gen.poll() is None:

@@ -26,11 +26,16 @@ leaving the later campaigns their minimum (:func:`minimum`), and what one leaves
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.campaigns import IMAGES, NAMES
+from swarmctl.config import ModelConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.errors import DataError
 from swarmctl.files import read_bytes
+from swarmctl.runs import parameter_count, training_state_bytes
 from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
 from swarmctl.tasks import get_task
@@ -41,6 +46,9 @@ TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, from the re
 
 
 PROGRESS = "progress.json"  # a campaign's record, in campaigns/NAME/
+TIMING = "timing.json"  # the committed step timings, in the campaigns folder
+LOGS = "logs.tgz"  # a job's GPU tests' and step timings' output, one returned file
+PACK_RESERVE = 15.0  # seconds a job keeps at its end for packing the returned files
 
 
 def read_progress(root: Path, name: str) -> dict:
@@ -77,7 +85,7 @@ SMOKE_SIZES = {"swarm": ["--hidden", "8", "--iters", "2"], "set-transformer": ["
 
 def table_runs(smoke: bool = False) -> list[dict]:
     """Every run of sweeps/best.toml, seed-major (all configurations of seed 0 first): name, model, code,
-    seed, train options (tiny ones with ``smoke``)."""
+    seed, train options (tiny ones with ``smoke``) and its model config (the table's sizes)."""
     out = []
     for run in expand(load_spec(TABLE)):
         cfg = run.model
@@ -86,8 +94,92 @@ def table_runs(smoke: bool = False) -> list[dict]:
         if smoke:
             opts = SMOKE_SIZES.get(cfg.name, ["--hidden", "8", "--layers", "1"])
         code = run.name[len(cfg.name) + 1 : run.name.rindex("-s")]
-        out.append({"name": run.name, "model": cfg.name, "code": code, "seed": run.seed, "options": opts})
+        out.append({"name": run.name, "model": cfg.name, "code": code, "seed": run.seed, "options": opts,
+                    "config": cfg})
     return out
+
+
+# ---- the clustering table on one card: how many runs side by side, how many jobs ---------------------------
+
+CONTEXT_BYTES = 1 << 30  # one training process's CUDA context and allocator reserve (estimate)
+ACTIVATION_FLOATS = 12  # floats kept for the backward pass per hidden unit, point and step (estimate: LSTM gates,
+# states and their pointwise results)
+CARD_FILL = 0.9  # of the card's memory the runs side by side may plan for
+GROUP_RESERVE = 60.0  # after a group of runs: the validation split's evaluation, the copies
+TABLE_JOB_OVERHEAD = 60.0  # of a job's wall before and after its campaigns: phases 0-1 (32 s on an H200), packing
+
+
+def table_run_bytes(model_cfg: ModelConfig, batch: int, points: int) -> int:
+    """Estimated memory of one clustering run of the table on the card: its process's context, its training
+    state (weights, gradients, Adam: :func:`swarmctl.runs.training_state_bytes`) and the activations of a
+    batch of ``batch`` sets of ``points`` points kept for the backward pass (:data:`ACTIVATION_FLOATS` floats
+    per hidden unit, point and step; the steps: iterations x layers)."""
+    depth = (model_cfg.n_iter or 1) * (model_cfg.n_layers or 1)
+    activations = batch * points * (model_cfg.dim_hidden or 1) * depth * ACTIVATION_FLOATS * 4
+    return CONTEXT_BYTES + training_state_bytes(parameter_count(model_cfg)) + activations
+
+
+def fit_side_by_side(run_bytes: list[int], card_bytes: float) -> int:
+    """How many of the table's runs fit on a card of ``card_bytes`` at once: :data:`CARD_FILL` of it over
+    the largest run's memory, at least one, at most every run."""
+    if not run_bytes:
+        return 0
+    return max(1, min(len(run_bytes), int(card_bytes * CARD_FILL // max(run_bytes))))
+
+
+def group_seconds(minutes_per_run: float, smoke: bool = False) -> float:
+    """A job's seconds for one group of runs side by side: their net minutes (plus a fifth for validation),
+    start-up, the evaluation and the copies."""
+    return GROUP_RESERVE + (150.0 if smoke else minutes_per_run * 60 * 1.2 + 30)
+
+
+def table_jobs(runs_left: int, side: int, minutes_per_run: float, wall: float) -> int | None:
+    """Jobs of ``wall`` seconds (the table alone on the card) that finish ``runs_left`` runs, ``side`` at once;
+    None when not one group fits in a job."""
+    if runs_left <= 0:
+        return 0
+    per_job = int((wall - TABLE_JOB_OVERHEAD) // group_seconds(minutes_per_run))
+    if per_job < 1 or side < 1:
+        return None
+    groups = -(-runs_left // side)
+    return -(-groups // per_job)
+
+
+def card_bytes(card: str | None) -> float | None:
+    """The card's memory from its description (``NAME, 140 GiB, 132 SMs``), None when it says none."""
+    found = re.search(r"([0-9.]+) GiB", card or "")
+    return float(found.group(1)) * 2**30 if found else None
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The clustering table's plan: its runs, how many are left, how many fit side by side on the card (by
+    memory) and how many a job runs at once (the campaign's ``side_by_side``, at most what fits), and the
+    jobs of ``wall`` seconds it still takes with the card to itself."""
+
+    runs: int
+    runs_left: int
+    run_gib: float  # the largest run's estimated memory
+    fit: int | None  # runs whose memory fits on the card at once (None: the card's memory is not known)
+    side: int  # runs a job trains at once
+    minutes_per_run: float
+    group_s: float
+    wall: float
+    jobs: int | None  # None: not one group fits in a job of ``wall`` seconds
+
+
+def table_plan(progress: dict, wall: float, card: float | None) -> TablePlan:
+    """The clustering table's plan from its progress (``minutes_per_run``, ``side_by_side``, the finished
+    runs) for jobs of ``wall`` seconds on a card of ``card`` bytes."""
+    runs = table_runs()
+    left = sum(1 for r in runs if r["name"] not in progress.get("runs", {}))
+    batch, points = get_task("clustering").defaults.batch_size, ClusteringParams().n_max
+    sizes = [table_run_bytes(r["config"], batch, points) for r in runs]
+    fit = None if card is None else fit_side_by_side(sizes, card)
+    per_run = float(progress.get("minutes_per_run", 4.0))
+    side = int(progress.get("side_by_side", 3)) if fit is None else min(int(progress.get("side_by_side", 3)), fit)
+    return TablePlan(len(runs), left, max(sizes) / 2**30, fit, side, per_run, group_seconds(per_run), wall,
+                     table_jobs(left, side, per_run, wall))
 
 
 def clustering_gap(progress: dict) -> float | None:
@@ -246,12 +338,12 @@ def compile_probe(timing: dict, task: str) -> dict:
 
 
 def choose_modes(timing: dict, graphs_ok: bool, shares: dict[str, float], device_type: str = "cuda") -> dict[str, str]:
-    """Each task's step mode for the seconds it will train (``shares``), chosen by the trainer's own rule
+    """Each task's (of ``shares``) step mode for the seconds it will train, chosen by the trainer's own rule
     (:func:`swarmctl.training.modes.choose_step_mode`: the most steps in the budget, start-up counted) among
     the modes the job's timings measured (none measured: the task's committed ``step_modes``, as `train
     --step auto` reads them); the CUDA-graph modes only when the GPU tests passed."""
     modes: dict[str, str] = {}
-    for task in KEYS:
+    for task in (t for t in KEYS if t in shares):
         measured = measured_modes(timing, task) or dict(get_task(task).step_modes)
         if not graphs_ok:
             measured = {m: v for m, v in measured.items() if not MODES[m].graphs}

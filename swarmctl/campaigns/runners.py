@@ -17,6 +17,7 @@ from pathlib import Path
 
 from swarmctl.campaigns import parts
 from swarmctl.campaigns.plan import (
+    GROUP_RESERVE,
     IMAGE_RESERVE,
     MOG_EPOCHS,
     MOG_MIN_EPOCHS,
@@ -24,10 +25,13 @@ from swarmctl.campaigns.plan import (
     MOG_RESERVE,
     MOG_STEPS,
     PROGRESS,
+    card_bytes,
+    group_seconds,
     image_target,
     minimum,
     mog_target,
     read_progress,
+    table_plan,
     table_runs,
 )
 from swarmctl.campaigns.processes import Deadline, finish, log, start, summary
@@ -312,10 +316,10 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
     progress.setdefault("runs", {})
     per_run = progress.setdefault("minutes_per_run", 4.0)
     side = progress.setdefault("side_by_side", 3)
-    side = min(side, 2) if ctx.smoke else side  # smoke: a small CPU runs two at once
+    side = min(side, 2) if ctx.smoke else table_plan(progress, left, card_bytes(ctx.card)).side  # what fits
     todo = [r for r in table_runs(ctx.smoke) if r["name"] not in progress["runs"]]
-    reserve = 60.0  # the validation split's evaluation, the copies
-    group_s = reserve + (150.0 if ctx.smoke else per_run * 60 * 1.2 + 30)
+    reserve = GROUP_RESERVE
+    group_s = group_seconds(per_run, ctx.smoke)
     groups = max(1, int(budget // group_s)) if left >= group_s else 0
     groups = min(groups, 1) if ctx.smoke else groups  # smoke: one group per session, whatever the machine's speed
     if groups == 0 or not todo:

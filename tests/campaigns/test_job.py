@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import fresh_campaigns, write_fake_mnist
 
-from swarmctl.campaigns.plan import choose_flags
+from swarmctl.campaigns.plan import choose_flags, measured_modes, trainer_mode
+from swarmctl.tasks import get_task
+from swarmctl.training.modes import Measured, choose_step_mode
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -27,18 +29,57 @@ EAGER_MOG = {"mog_ms_per_step": {"eager": 16.0, "graphs": 5.0}, "warmup_s": {"mo
 
 def test_the_mode_choice_counts_compile_time_against_the_share():
     """Compiled MoG steps are fastest (3 ms) but cost 200 s to compile: graphs (5 ms, 2 s to capture) win a
-    300 s share; a share long enough to repay the compile picks it; eager when graphs failed their tests."""
-    assert choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--cuda-graphs"]}
-    assert choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--compile"]}
-    assert choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": []}  # 150 s: no time to compile
+    300 s share; a share long enough to repay the compile picks it; eager when graphs failed their tests.
+    Each becomes `train --step MODE`."""
+    assert choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--step", "graphs"]}
+    assert choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--step", "compile"]}
+    assert choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": ["--step", "eager"]}  # no time to compile
     unfinished = {**EAGER_MOG, "compile_probe": {"task": "mog", "compile_s": ">60", "finished": False}}
-    assert choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--cuda-graphs"]}
-    assert choose_flags({}, True, {"mog": 300}) == {}  # nothing measured: the trainer's default
+    assert choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--step", "graphs"]}
+    assert choose_flags(EAGER_MOG, True, {"mog": 3000}, device_type="cpu") == {"mog": ["--step", "eager"]}
 
 
-def test_a_compile_probe_for_another_task_does_not_count():
-    timing = {**EAGER_MOG, "image_s_per_epoch": {"eager": 12.0}}
-    assert choose_flags(timing, True, {"image": 10**6}) == {"image": []}
+def test_with_nothing_measured_the_job_takes_the_trainers_own_choice():
+    """No timings in this job: the mode `train --step auto` would pick from the task's committed
+    measurements, for the same budget; the graph modes left out when the GPU tests failed."""
+    for budget in (20, 300, 5000):
+        own = choose_step_mode("auto", "cuda", get_task("mog").step_modes, budget).mode.name
+        assert choose_flags({}, True, {"mog": budget}) == {"mog": ["--step", own]}
+        no_graphs = {m: v for m, v in get_task("mog").step_modes.items() if "graphs" not in m}
+        own = choose_step_mode("auto", "cuda", no_graphs, budget).mode.name
+        assert choose_flags({}, False, {"mog": budget}) == {"mog": ["--step", own]}
+    assert choose_flags({}, True, {}) == {}  # a task with no share in this job: nothing to choose
+
+
+def test_only_the_modes_a_task_lists_as_proven_are_chosen():
+    """The step timings name modes by their precision (tf32, bf16-autocast, fp32); bf16 is chosen only where
+    the task lists it as proven (not MoG), fp32 never (not a trainer mode)."""
+    assert [trainer_mode(n) for n in ("tf32", "eager", "tf32+graphs", "graphs+bf16", "bf16-autocast", "fp32",
+                                      "triton")] == ["eager", "eager", "graphs", "amp+graphs", "amp", None, None]
+    fast_bf16 = {"mog_ms_per_step": {"eager": 16.0, "bf16-autocast": 1.0, "fp32": 0.5},
+                 "image_s_per_epoch": {"eager": 30.0, "bf16-autocast": 20.0, "fp32": 1.0}}
+    assert choose_flags(fast_bf16, True, {"mog": 600, "image": 600}) == {"mog": ["--step", "eager"],
+                                                                        "image": ["--step", "amp"]}
+    assert measured_modes({"clustering_s_per_epoch": {"tf32+graphs": 0.9}, "warmup_s": {"clustering/tf32+graphs": 3.0}},
+                          "clustering") == {"graphs": Measured(0.01, 3.0)}
+
+
+def test_the_file_budget_lets_mog_and_an_image_campaign_take_turns(tmp_path):
+    """MoG returns 5 files (mog.tgz and its last.pt in 4 parts), an image campaign 3, the clustering table 1,
+    every job 2 (session.json, logs.tgz): all of them make 11, over the 8 a job returns. The checkpoint
+    campaign with more committed sessions waits (ties: the smaller gap), the others run."""
+    from swarmctl.campaigns import plan
+
+    root = fresh_campaigns(tmp_path / "campaigns")
+    order = [("mog", 0.5), ("mnist", 0.2), ("clustering", 0.01)]
+    assert [plan.returned_files(n) for n, _ in order] == [5, 3, 1]
+    assert plan.within_files(order, root) == ([("mog", 0.5), ("clustering", 0.01)], ["mnist"])  # a tie: the gap
+    progress = json.loads((root / "mog" / "progress.json").read_text())
+    progress["sessions"].append({"date": "d", "card": "c"})
+    (root / "mog" / "progress.json").write_text(json.dumps(progress))
+    assert plan.within_files(order, root) == ([("mnist", 0.2), ("clustering", 0.01)], ["mog"])
+    assert plan.within_files(order[:1] + order[2:], root) == (order[:1] + order[2:], [])  # 8 files: all fit
+    assert plan.within_files(order, root, limit=4) == ([("clustering", 0.01)], ["mog", "mnist"])
 
 
 def _files_are_returnable(out: Path) -> dict | None:

@@ -29,8 +29,8 @@ from swarmctl.campaigns.commit.unpack import (
     unpack,
 )
 from swarmctl.campaigns.commit.validate import Campaign, _check_destination, check_campaign
-from swarmctl.campaigns.job import TIMING
 from swarmctl.campaigns.parts import joined_bytes, manifest_path, read_manifest
+from swarmctl.campaigns.plan import TIMING
 from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import SwarmctlError, describe_os_error
 from swarmctl.files import (

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from swarmctl.campaigns.job import LOGS
-from swarmctl.campaigns.plan import IMAGES, NAMES
+from swarmctl.campaigns.plan import IMAGES, LOGS, NAMES
 from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
 from swarmctl.files import create_exclusive
