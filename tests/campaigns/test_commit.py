@@ -777,11 +777,13 @@ def mog_parts_spec(run, epochs=(0, 2), date=DATE, committed=None, limit=None):
               "oracle_log_likelihood": -1.4, "epoch": epochs[1] - 1}
     prefix = f"mog/runs/{MOG_RUN}"
     archive = {"mog/progress.json": _dump(progress), f"{prefix}/config.json": _dump(config),
-               f"{prefix}/metrics.jsonl": (run / "metrics.jsonl").read_bytes(), f"{prefix}/eval-test.json": _dump(scored),
+               f"{prefix}/metrics.jsonl": (run / "metrics.jsonl").read_bytes(),
+               f"{prefix}/eval-test.json": _dump(scored),
                "mog/mog-last.pt.parts.json": manifest.to_json().encode()}
     session = {"card": CARD, "wall": 550.0 + 10 * epochs[0] + epochs[1], "plan": [{"campaign": "mog", "gap": 0.5}],
                "timing_measured": False, "flags": {"mog": ["--step", "eager"]}, "seconds": {"mog": 60.0}}
-    return {"session": session, "archives": {"mog": archive}, "files": {**files, "logs.tgz": _tar({"logs/bench.txt": b"x"})}}
+    logs = _tar({"logs/bench.txt": b"x"})
+    return {"session": session, "archives": {"mog": archive}, "files": {**files, "logs.tgz": logs}}
 
 
 def test_commit_joins_the_mog_parts_and_keeps_them_in_parts(mog_run, repo, commit):
