@@ -4,22 +4,28 @@ the campaigns folder left it, and return everything learned by any moment the jo
 Phases (each writes its result into OUT the moment it ends; session.json is rewritten atomically after
 every phase and every campaign, so a kill at any point leaves a readable record of what was done):
  0. seconds: the card, driver, CUDA, torch and Triton versions; every dependency imported; every input
-    the campaigns need checked (the image files, the campaigns' own files), what is missing named.
+    the campaigns need checked (the image files, the campaigns' own files), what is missing named; the
+    campaigns whose returned files do not fit beside the others' wait for a later job (plan.within_files).
     The seed-0 clustering data starts generating on the host when something will read it.
- 1. ``pytest -m gpu`` under a hard cap -> gpu-tests.txt (written before phase 2 starts; run where the job
-    runs in the repository's checkout). CUDA graphs are used only when these tests pass.
+ 1. ``pytest -m gpu`` under a hard cap -> gpu-tests.txt in logs.tgz (written before phase 2 starts; run
+    where the job runs in the repository's checkout). CUDA graphs are used only when these tests pass.
  2. step timings (the repository's benchmarks/gpu/step_timing.py, no whole-model compiles; its JSON
-    rewritten after every mode) -> bench.txt and session.json's ``timing``, and one cold-compile probe under
-    its own timeout (compile seconds and steady step time). Skipped when campaigns/timing.json holds an
-    earlier job's numbers (``retime`` measures again), or where the benchmark is not there (not the
-    repository's checkout: the committed timings are used). Each task then trains in the mode that does the
-    most steps in the share it will get, its compile or capture time counted against that share.
+    rewritten after every mode) -> bench.txt in logs.tgz and session.json's ``timing``, and one cold-compile
+    probe under its own timeout (compile seconds and steady step time). Skipped when campaigns/timing.json
+    holds an earlier job's numbers (``retime`` measures again), or where the benchmark is not there (not the
+    repository's checkout: the committed timings are used). Each task then trains in the mode the trainer's
+    own rule picks (training/modes.choose_step_mode: the most steps in the share it will get, start-up
+    counted) among the measured modes its task lists as proven, passed as ``train --step MODE``.
+    session.json's ``paper_rows`` and ``table``: every row of the paper's tables with its step and GPU
+    minutes left, and the clustering table's runs side by side on this card (again after phase 3).
  3. the campaigns on what is left: MoG first while it is furthest from the paper, then MNIST with at
     least 2 minutes of training (Fashion-MNIST once MNIST reaches the paper), then the clustering table;
-    each packs its files as soon as it ends: NAME.tgz, and the image campaign's NAME-last.pt and
-    NAME-best.pt. A campaign that did not run packs nothing.
+    each packs its files as soon as it ends: NAME.tgz, MoG's last.pt in parts (mog-last.pt.partK, their
+    manifest inside mog.tgz), the image campaign's NAME-last.pt and NAME-best.pt. A campaign that did not
+    run packs nothing.
 
-At most 8 files come back: session.json gpu-tests.txt bench.txt, and up to five campaign files.
+At most 8 files come back, each under 16 MiB: session.json, logs.tgz, and the campaigns' files (MoG 5,
+an image campaign 3, the clustering table 1; plan.returned_files).
 """
 
 from __future__ import annotations

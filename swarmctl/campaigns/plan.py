@@ -11,11 +11,15 @@ paper's number each one chases (swarmctl's package data):
 - ``clustering``: Table 2, the six configurations of sweeps/best.toml x its 3 seeds, one run each of
   ``minutes_per_run`` net minutes, ``side_by_side`` runs sharing the card; finished runs keep their
   config, metrics and evaluation (``swarmctl report campaigns/clustering/runs`` prints the table);
-- ``mog``: swarm-mog (768-20-1), the paper's schedule (100 epochs of 500 steps, lr x 0.1 after 70) or as
-  many epochs of it as the job's share allows; the test log-likelihood on the fixed 10,000 tasks.
-  Its checkpoint (57 MB with Adam) is over what one returned file may hold, so a MoG run is one job;
+- ``mog``: swarm-mog (768-20-1), one run of the paper's schedule (100 epochs of 500 steps, lr x 0.1 after
+  70) carried across jobs, as many epochs as each job's share allows; its last.pt (57 MB with Adam) is
+  kept in parts under a job's file limit (``last.pt.partK`` and ``last.pt.parts.json``); each job scores
+  the last.pt it returns on the fixed 10,000 test tasks;
 - ``mnist``, then ``fashion-mnist`` once MNIST reaches the paper: swarm-image (256-10-1), resumed from
   ``last.pt`` for whatever the job's share allows; test bits/dim of ``best.pt``.
+
+What a job returns: at most :data:`RETURNED_FILES` files; when MoG's parts and an image campaign's
+checkpoints do not fit together, they take turns (:func:`within_files`).
 
 Where the wall goes: a campaign's gap is its relative distance to the paper's number (a clustering
 configuration with no finished run counts as none yet); the campaigns run one after another, largest gap

@@ -167,8 +167,12 @@ def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
     assert proc.returncode == 0, output[-3000:]
     facts = _files_are_returnable(tmp_path / "out")
     assert list(facts["phases"]) == ["0-inputs", "1-gpu-tests", "2-timings", "3-campaigns"]
-    assert facts["packed"] == ["mog", "mnist", "clustering"]
-    assert (tmp_path / "out" / "gpu-tests.txt").is_file() and (tmp_path / "out" / "bench.txt").is_file()
+    assert facts["packed"] == ["mog", "clustering"] and facts["waiting"] == ["mnist"]  # 8 files: MNIST waits
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"session.json", "logs.tgz", "mog.tgz", "clustering.tgz",
+                                                              *(f"mog-last.pt.part{k}" for k in range(4))}
+    with tarfile.open(tmp_path / "out" / "logs.tgz") as tar:
+        assert {"logs/gpu-tests.txt", "logs/bench.txt"} <= set(tar.getnames())
+    assert {r["campaign"] for r in facts["paper_rows"]} == {"clustering", "mog", "mnist", "fashion-mnist", None}
 
 
 def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
@@ -182,3 +186,66 @@ def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "30"], capture_output=True,
                           text=True, timeout=90, env={**os.environ, "PYTHON": "/usr/bin/python3"})
     assert bare.returncode == 1 and "torch cannot be imported" in bare.stdout and "Traceback" not in bare.stderr
+
+
+@pytest.fixture(scope="module")
+def mog_checkpoint(tmp_path_factory):
+    """A tiny MoG run's folder (8-2-1, 3 steps an epoch, 2 epochs) with its last.pt (Adam state included)."""
+    from swarmctl.config import DataConfig, ModelConfig
+    from swarmctl.runs import start_run
+
+    runs = tmp_path_factory.mktemp("mog")
+    start_run(ModelConfig(name="swarm-mog", dim_hidden=8, n_iter=2, n_layers=1),
+              get_task("mog").train_config(steps_per_epoch=3, val_batches=2, max_epochs=2, device="cpu"),
+              DataConfig(), runs, "swarm-mog-4")
+    return runs / "swarm-mog-4"
+
+
+def test_the_mog_checkpoint_comes_back_in_its_parts_and_never_over_the_limit(mog_checkpoint, tmp_path):
+    """last.pt in MOG_PARTS parts in OUT (the job's file budget counts them), the manifest beside the run's
+    files (inside mog.tgz); a checkpoint whose parts would exceed the per-file limit is not returned at all."""
+    from swarmctl.campaigns import parts, runners
+    from swarmctl.campaigns.plan import MOG_PARTS
+
+    last = mog_checkpoint / "last.pt"
+    out, keep = tmp_path / "out", tmp_path / "keep"
+    out.mkdir()
+    assert runners.return_mog_checkpoint(last, tmp_path / "work", out, keep, parts.PART_LIMIT) == MOG_PARTS
+    assert sorted(p.name for p in out.iterdir()) == [f"mog-last.pt.part{k}" for k in range(MOG_PARTS)]
+    for p in out.iterdir():
+        (keep / p.name).write_bytes(p.read_bytes())
+    assert parts.joined_bytes(keep / "mog-last.pt.parts.json") == last.read_bytes()
+    small = tmp_path / "small"
+    small.mkdir()
+    limit = last.stat().st_size // MOG_PARTS - 1  # four parts would each hold more
+    assert runners.return_mog_checkpoint(last, tmp_path / "work2", small, tmp_path / "keep2", limit) == 0
+    assert not list(small.iterdir())
+
+
+def test_the_next_job_rebuilds_the_carried_mog_run_from_the_committed_parts(mog_checkpoint, tmp_path):
+    """campaigns/mog/last.pt in several committed parts: the job joins them (checked) into its runs folder
+    with the run's config and metrics, and resumes from the epoch the checkpoint holds; a damaged part stops
+    the campaign with the part named."""
+    from swarmctl.campaigns import parts, runners
+    from swarmctl.errors import DataError
+
+    root = fresh_campaigns(tmp_path / "campaigns")
+    run = root / "mog" / "runs" / "swarm-mog-4"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_bytes((mog_checkpoint / "metrics.jsonl").read_bytes())
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "last.pt").write_bytes((mog_checkpoint / "last.pt").read_bytes())
+    size = (mog_checkpoint / "last.pt").stat().st_size
+    assert len(parts.split(tmp_path / "src" / "last.pt", root / "mog", size // 3 + 1).parts) == 3
+    carried = runners.restore_mog(root, tmp_path / "runs")
+    assert carried is not None and (carried.name, carried.epoch) == ("swarm-mog-4", 2)
+    rebuilt = tmp_path / "runs" / "swarm-mog-4"
+    assert (rebuilt / "last.pt").read_bytes() == (mog_checkpoint / "last.pt").read_bytes()
+    assert (rebuilt / "metrics.jsonl").read_bytes() == (mog_checkpoint / "metrics.jsonl").read_bytes()
+    assert json.loads((rebuilt / "config.json").read_text())["run"]["name"] == "swarm-mog-4"
+    part = root / "mog" / "last.pt.part1"
+    data = part.read_bytes()
+    part.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(DataError, match="last.pt.part1"):
+        runners.restore_mog(root, tmp_path / "runs2")
+    assert runners.restore_mog(fresh_campaigns(tmp_path / "fresh"), tmp_path / "runs3") is None
