@@ -844,10 +844,18 @@ def test_commit_refuses_a_missing_or_damaged_mog_part(mog_run, refused_unchanged
     refused_unchanged(spec, *words)
 
 
-def test_commit_refuses_parts_without_their_manifest_or_a_linked_part(mog_run, repo, refused_unchanged):
+def test_commit_takes_no_part_without_its_manifest(mog_run, repo, commit):
+    """A job stopped while splitting or before packing mog.tgz leaves parts without their manifest: they are
+    not taken (the committed checkpoint stays), the rest of the session is committed and the commit says so."""
     spec = mog_parts_spec(mog_run.first)
-    del spec["archives"]["mog"]["mog/mog-last.pt.parts.json"]
-    refused_unchanged(spec, "mog-last.pt.part0", "no mog-last.pt.parts.json")
+    del spec["archives"]["mog"]
+    spec["session"]["plan"] = []
+    rc, stdout, err = commit(write_out(spec, repo.parent / "no-archive"))
+    assert rc == 0 and "mog-last.pt.part0" in stdout and "not taken" in stdout, (stdout, err)
+    assert not list((repo / "campaigns" / "mog").glob("last.pt*"))
+
+
+def test_commit_refuses_a_linked_part(mog_run, repo, refused_unchanged):
     spec = mog_parts_spec(mog_run.first)
     out = write_out(spec, repo.parent / "linked")
     target = repo.parent / "elsewhere"

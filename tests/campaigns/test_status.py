@@ -38,6 +38,8 @@ def test_status_command_prints_every_campaign(cli, tmp_path):
     assert r.exit_code == 0, r.output
     assert all(f"{n}:" in r.output for n in plan.NAMES) and "next job: #1" in r.output
     assert "none measured yet" in r.output
+    text = " ".join(r.output.split())
+    assert "the clustering table: 18 of 18 runs left; the card's memory not known yet" in text
 
 
 def test_every_paper_row_has_its_numbers_step_and_minutes_left(tmp_path):

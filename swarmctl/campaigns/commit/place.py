@@ -126,17 +126,22 @@ def _checked_campaigns(found: Returned, root: Path, stage: Path, base: dict[str,
             if name == "mog":
                 pts = _joined_mog(found, unpacked / name, copies)
             campaigns.append(check_campaign(name, unpacked, pts, root, base))
+    if found.parts and not manifest_path(unpacked / "mog", MOG_RETURNED).is_file():
+        mog = next((c for c in campaigns if c.name == "mog"), None)
+        if mog is None:
+            campaigns.append(mog := Campaign("mog"))
+        mog.notes.append(f"{', '.join(sorted(found.parts))} came back without their manifest (the job stopped "
+                         "before packing mog.tgz): not taken")
     return campaigns
 
 
 def _joined_mog(found: Returned, folder: Path, copies: Path) -> dict[str, Path]:
     """MoG's last.pt from the returned parts, each copied beside the manifest mog.tgz brought (regular files
     only) and checked against it (names, sizes, SHA-256 of each part and of the whole); {} when none came
-    back. A part without the manifest, a manifest without a part, or a part it does not list: refused."""
+    back. A manifest without a part, or a part it does not list: refused; parts without their manifest (a
+    job stopped while splitting or packing) are not taken."""
     manifest = manifest_path(folder, MOG_RETURNED)
-    if not manifest.is_file():
-        if found.parts:
-            raise Refused(f"{sorted(found.parts)[0]} came back, but mog.tgz holds no {manifest.name}")
+    if not manifest.is_file():  # no part is taken without its manifest (written last: nothing half-split)
         return {}
     listed = {file for file, _, _ in read_manifest(manifest).parts}
     extra = sorted(set(found.parts) - listed)

@@ -199,8 +199,6 @@ def scan_returned(folder: Path) -> Returned:
     for campaign in checkpoints:
         if campaign not in archives:
             raise Refused(f"{campaign}-*.pt came back without {campaign}.tgz (its config and progress)")
-    if parts and "mog" not in archives:
-        raise Refused(f"{MOG_RETURNED}.part* came back without mog.tgz (their manifest, config and progress)")
     return Returned(session, archives, checkpoints, parts)
 
 
