@@ -24,7 +24,8 @@ Everything is checked before anything changes:
 - the returned folder: session.json, NAME.tgz, NAME-{last,best}.pt and mog-last.pt.partK are regular files,
   never links; NAME is one of the campaigns (checkpoints: an image campaign's, with its archive; parts: MoG's,
   each listed by the manifest in mog.tgz, none missing, each of its size and SHA-256, the whole of its
-  SHA-256); other files (logs.tgz, logs) are not read;
+  SHA-256; parts without their manifest, left by a job stopped while splitting, are not taken); other files
+  (logs.tgz, logs) are not read;
 - each archive: a gzip tar of regular files and folders only, every member inside NAME/, relative, without
   '.', '..', control characters or duplicates, within size limits; only the files named above are taken;
 - every JSON file: parsed strictly (no NaN or Infinity), of the shape the job writes and reads, numbers
