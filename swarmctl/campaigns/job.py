@@ -303,8 +303,7 @@ def _run_campaign(ctx: runners.Context, name: str, budget: float, left: float, t
         if name == "clustering":
             return runners.run_clustering(ctx, budget, left)
         if name == "mog":
-            mode = (ctx.flags.get("mog") or ["--step", "eager"])[-1]
-            return runners.run_mog(ctx, budget, left, campaign.step_seconds(timing, "mog").get(mode))
+            return runners.run_mog(ctx, budget, left, timing)
         return runners.run_image(ctx, name, budget, left)
     except Exception:  # one campaign's failure must not cost the others (or what this one wrote)
         log(f"{name} failed:\n{traceback.format_exc()}")

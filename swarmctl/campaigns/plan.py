@@ -326,6 +326,12 @@ def measured_modes(timing: dict, task: str) -> dict[str, Measured]:
     return out
 
 
+def measurement(timing: dict, task: str, mode: str) -> Measured | None:
+    """``mode``'s step and start-up seconds for ``task``: this job's timings, else the task's committed
+    ``step_modes`` (what the choice read); None when neither has it."""
+    return measured_modes(timing, task).get(mode) or get_task(task).step_modes.get(mode)
+
+
 def step_seconds(timing: dict, task: str) -> dict[str, float]:
     """Seconds per step of each measured mode of ``task`` (:func:`measured_modes`)."""
     return {mode: m.step_seconds for mode, m in measured_modes(timing, task).items()}

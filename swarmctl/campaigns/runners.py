@@ -28,6 +28,7 @@ from swarmctl.campaigns.plan import (
     card_bytes,
     group_seconds,
     image_target,
+    measurement,
     minimum,
     mog_target,
     read_progress,
@@ -186,6 +187,7 @@ class MogRun:
     name: str
     epoch: int
     net_seconds: float
+    step: str  # the step mode it trains in (a resumed run keeps its own)
 
 
 def restore_mog(root: Path, runs: Path) -> MogRun | None:
@@ -209,7 +211,11 @@ def restore_mog(root: Path, runs: Path) -> MogRun | None:
         if committed.is_file():
             copy_file(committed, run.metrics)
     remove_file(joined)
-    return MogRun(run.path.name, ckpt.state.epoch, ckpt.state.net_seconds)
+    train = ckpt.config.get("train", {})
+    step = train.get("step") if train.get("step") not in (None, "auto") else \
+        "+".join(n for n, key in (("amp", "amp"), ("graphs", "cuda_graphs"), ("compile", "compile"))
+                 if train.get(key)) or "eager"
+    return MogRun(run.path.name, ckpt.state.epoch, ckpt.state.net_seconds, step)
 
 
 def return_mog_checkpoint(last: Path, work: Path, out: Path, keep: Path, part_limit: int) -> int:
@@ -242,29 +248,34 @@ def _next_mog_run(root: Path, progress: dict) -> str:
     return f"swarm-mog-{max(numbers, default=0) + 1}"
 
 
-def run_mog(ctx: Context, budget: float, left: float, step_seconds: float | None) -> float:
+def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
     """Continue the MoG run of the paper's schedule (100 epochs of 500 steps, lr x 0.1 after 70) from its
     committed last.pt for as many epochs as ``budget`` allows, or start one (the schedule done, or none
-    yet); score its last.pt on the fixed test tasks and return it in parts. ``step_seconds``: the measured
-    step of the mode it trains in."""
+    yet); score its last.pt on the fixed test tasks and return it in parts. ``timing``: the job's step
+    timings, for the step and start-up (warm-up, capture, compilation) of the mode it trains in (a
+    continued run keeps its own)."""
     t0 = time.monotonic()
-    steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
-    reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
-    step_s = step_seconds or 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
-    per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
-    fit = lambda seconds: int((seconds - reserve) / per_epoch)  # noqa: E731
-    if not ctx.smoke and fit(budget) < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
-        log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
-        return 0.0
-    runs, keep = ctx.work / "runs", ctx.parts("mog")
-    progress = read_progress(ctx.root, "mog")
+    runs = ctx.work / "runs"
     resumed = restore_mog(ctx.root, runs)
     if resumed is not None and resumed.epoch >= MOG_EPOCHS:
         log(f"mog: {resumed.name} finished the schedule ({resumed.epoch} epochs); a new run starts")
         resumed = None
+    mode = resumed.step if resumed else (ctx.flags.get("mog") or ["--step", "eager"])[-1]
+    measured = measurement(timing, "mog", mode)
+    steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
+    reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
+    step_s = measured.step_seconds if measured else 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
+    start_s = measured.start_seconds if measured else 0.0
+    per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
+    fit = lambda seconds: int((seconds - reserve - start_s) / per_epoch)  # noqa: E731
+    if not ctx.smoke and fit(budget) < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
+        log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step ({mode}); "
+            "skipped")
+        return 0.0
+    keep, progress = ctx.parts("mog"), read_progress(ctx.root, "mog")
     done = resumed.epoch if resumed else 0
     epochs = 2 if ctx.smoke else min(MOG_EPOCHS - done, fit(budget))
-    wall = min(left, reserve + epochs * per_epoch * 1.15)
+    wall = min(left, reserve + start_s + epochs * per_epoch * 1.15)
     deadline = Deadline(wall)
     minutes = 5.0 if ctx.smoke else max(deadline.left() - reserve, 6) / 60  # smoke: the epochs bound it
     common = ["--runs-dir", str(runs), "--max-epochs", str(done + epochs)]

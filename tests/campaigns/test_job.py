@@ -238,7 +238,7 @@ def test_the_next_job_rebuilds_the_carried_mog_run_from_the_committed_parts(mog_
     size = (mog_checkpoint / "last.pt").stat().st_size
     assert len(parts.split(tmp_path / "src" / "last.pt", root / "mog", size // 3 + 1).parts) == 3
     carried = runners.restore_mog(root, tmp_path / "runs")
-    assert carried is not None and (carried.name, carried.epoch) == ("swarm-mog-4", 2)
+    assert carried is not None and (carried.name, carried.epoch, carried.step) == ("swarm-mog-4", 2, "eager")
     rebuilt = tmp_path / "runs" / "swarm-mog-4"
     assert (rebuilt / "last.pt").read_bytes() == (mog_checkpoint / "last.pt").read_bytes()
     assert (rebuilt / "metrics.jsonl").read_bytes() == (mog_checkpoint / "metrics.jsonl").read_bytes()
