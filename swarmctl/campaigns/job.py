@@ -4,22 +4,28 @@ the campaigns folder left it, and return everything learned by any moment the jo
 Phases (each writes its result into OUT the moment it ends; session.json is rewritten atomically after
 every phase and every campaign, so a kill at any point leaves a readable record of what was done):
  0. seconds: the card, driver, CUDA, torch and Triton versions; every dependency imported; every input
-    the campaigns need checked (the image files, the campaigns' own files), what is missing named.
+    the campaigns need checked (the image files, the campaigns' own files), what is missing named; the
+    campaigns whose returned files do not fit beside the others' wait for a later job (plan.within_files).
     The seed-0 clustering data starts generating on the host when something will read it.
- 1. ``pytest -m gpu`` under a hard cap -> gpu-tests.txt (written before phase 2 starts; run where the job
-    runs in the repository's checkout). CUDA graphs are used only when these tests pass.
+ 1. ``pytest -m gpu`` under a hard cap -> gpu-tests.txt in logs.tgz (written before phase 2 starts; run
+    where the job runs in the repository's checkout). CUDA graphs are used only when these tests pass.
  2. step timings (the repository's benchmarks/gpu/step_timing.py, no whole-model compiles; its JSON
-    rewritten after every mode) -> bench.txt and session.json's ``timing``, and one cold-compile probe under
-    its own timeout (compile seconds and steady step time). Skipped when campaigns/timing.json holds an
-    earlier job's numbers (``retime`` measures again), or where the benchmark is not there (not the
-    repository's checkout: the committed timings are used). Each task then trains in the mode that does the
-    most steps in the share it will get, its compile or capture time counted against that share.
+    rewritten after every mode) -> bench.txt in logs.tgz and session.json's ``timing``, and one cold-compile
+    probe under its own timeout (compile seconds and steady step time). Skipped when campaigns/timing.json
+    holds an earlier job's numbers (``retime`` measures again), or where the benchmark is not there (not the
+    repository's checkout: the committed timings are used). Each task then trains in the mode the trainer's
+    own rule picks (training/modes.choose_step_mode: the most steps in the share it will get, start-up
+    counted) among the measured modes its task lists as proven, passed as ``train --step MODE``.
+    session.json's ``paper_rows`` and ``table``: every row of the paper's tables with its step and GPU
+    minutes left, and the clustering table's runs side by side on this card (again after phase 3).
  3. the campaigns on what is left: MoG first while it is furthest from the paper, then MNIST with at
     least 2 minutes of training (Fashion-MNIST once MNIST reaches the paper), then the clustering table;
-    each packs its files as soon as it ends: NAME.tgz, and the image campaign's NAME-last.pt and
-    NAME-best.pt. A campaign that did not run packs nothing.
+    each packs its files as soon as it ends: NAME.tgz, MoG's last.pt in parts (mog-last.pt.partK, their
+    manifest inside mog.tgz), the image campaign's NAME-last.pt and NAME-best.pt. A campaign that did not
+    run packs nothing.
 
-At most 8 files come back: session.json gpu-tests.txt bench.txt, and up to five campaign files.
+At most 8 files come back, each under 16 MiB: session.json, logs.tgz, and the campaigns' files (MoG 5,
+an image campaign 3, the clustering table 1; plan.returned_files).
 """
 
 from __future__ import annotations
@@ -31,22 +37,23 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from swarmctl.campaigns import PROBES, runners
 from swarmctl.campaigns import plan as campaign
+from swarmctl.campaigns.parts import PART_LIMIT
+from swarmctl.campaigns.plan import LOGS, PACK_RESERVE, TIMING
 from swarmctl.campaigns.processes import PY, STOPPING, Deadline, finish, gpu_tests, launch, log, start, stop_on_signals
+from swarmctl.campaigns.status import paper_rows
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.files import atomic_write_text
 
-PACK_RESERVE = 15.0  # seconds kept at the end for packing the returned files
 TESTS_CAP = 100.0  # phase 1
 TIMING_CAP = 100.0  # phase 2, the step timings
 PROBE_CAP = 60.0  # phase 2, the cold-compile probe
 STEP_TIMING = Path("benchmarks") / "gpu" / "step_timing.py"  # the repository's benchmark, from its root
-TIMING = "timing.json"  # the committed step timings, in the campaigns folder
 DEPENDENCIES = ("torch", "torchvision", "numpy", "scipy", "h5py", "matplotlib", "typer", "rich", "swarmctl")
 IMAGE_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")
@@ -67,6 +74,7 @@ class JobOptions:
     probe: str = PROBES[0]
     only: tuple[str, ...] = ()
     smoke: bool = False
+    part_limit: int = PART_LIMIT  # bytes a returned part may hold (the MoG checkpoint's, MOG_PARTS of them)
 
     def __post_init__(self) -> None:
         if self.probe not in PROBES:
@@ -172,9 +180,14 @@ def inputs_phase(job: Job) -> tuple[list[tuple[str, float]], subprocess.Popen | 
         job.phase_done("0-inputs", t0)
         return None
     order = [(n, g) for n, g in campaign.plan(opts.campaigns) if not opts.only or n in opts.only]
+    facts["missing"] = missing_inputs(order, opts.campaigns, opts.data_dir)
+    order, waiting = campaign.within_files([(n, g) for n, g in order if not facts["missing"][n]], opts.campaigns)
     facts["plan"] = [{"campaign": n, "gap": round(g, 4)} for n, g in order]
     log("plan: " + ", ".join(f"{n} {g:.3f}" for n, g in order))
-    facts["missing"] = missing_inputs(order, opts.campaigns, opts.data_dir)
+    if waiting:
+        facts["waiting"] = waiting
+        log(f"{', '.join(waiting)}: its files do not fit beside the others' in the {campaign.RETURNED_FILES} files "
+            "a job returns; a later job runs it")
     measure = opts.retime or not runners.read_json(opts.campaigns / TIMING)
     gen = None
     if measure or any(n == "clustering" for n, _ in order):
@@ -194,13 +207,25 @@ def clustering_data(opts: JobOptions) -> Path:
     return opts.work / "clustering-seed0.h5"
 
 
+def logs_folder(work: Path) -> Path:
+    """Where the GPU tests' and the step timings' output is written (gpu-tests.txt, bench.txt), returned as
+    OUT/logs.tgz: one returned file for both."""
+    folder = work / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def pack_logs(opts: JobOptions) -> None:
+    runners.pack(logs_folder(opts.work), opts.out / LOGS)
+
+
 # ---- phase 2: the step timings ----------------------------------------------------------------------------
 
-def timings(data: Path, work: Path, out: Path, deadline: Deadline, smoke: bool, probe_task: str | None) -> dict:
+def timings(data: Path, work: Path, deadline: Deadline, smoke: bool, probe_task: str | None) -> dict:
     """The step timings under their cap, then the compile probe under its own; whatever each wrote before
-    its end or its kill is kept."""
+    its end or its kill is kept (their output in the logs folder's bench.txt)."""
     path = work / "timing.json"
-    bench = out / "bench.txt"
+    bench = logs_folder(work) / "bench.txt"
     cap = min(TIMING_CAP, max(deadline.left() * 0.3, 5))
     log(f"phase 2: step timings (cap {cap:.0f} s)")
     cmd = [PY, str(STEP_TIMING), str(data), "--json", str(path), "--budget", f"{cap - 10:.0f}", *(["--smoke"] * smoke)]
@@ -234,11 +259,11 @@ def timing_phase(job: Job, gen: subprocess.Popen | None, measure: bool) -> dict:
     if measure:
         if gen is not None and deadline.left() > 60:  # the clustering part reads the data: wait for it here
             finish(gen, min(deadline.left() * 0.2, 120))
-        return timings(clustering_data(opts), opts.work, opts.out, deadline, opts.smoke,
+        return timings(clustering_data(opts), opts.work, deadline, opts.smoke,
                        None if opts.probe == "none" else opts.probe)
     timing = runners.read_json(committed)
-    atomic_write_text(opts.out / "bench.txt", f"step timings from {committed}, measured by an earlier job "
-                      f"(--retime measures again):\n{json.dumps(timing, indent=2)}\n")
+    atomic_write_text(logs_folder(opts.work) / "bench.txt", f"step timings from {committed}, measured by an "
+                      f"earlier job (--retime measures again):\n{json.dumps(timing, indent=2)}\n")
     job.facts["timing_measured"] = False
     return timing
 
@@ -258,7 +283,7 @@ def campaigns_phase(job: Job, order: list[tuple[str, float]], gen: subprocess.Po
         return gen_rc[0] == 0
 
     ctx = runners.Context(opts.campaigns, opts.work, opts.out, opts.smoke, facts["flags"], str(opts.data_dir),
-                          clustering_data(opts), wait_for_data, facts["card"])
+                          clustering_data(opts), wait_for_data, facts["card"], opts.part_limit)
     for i, (name, _) in enumerate(order):
         if facts["missing"].get(name) or STOPPING:
             continue
@@ -278,12 +303,22 @@ def _run_campaign(ctx: runners.Context, name: str, budget: float, left: float, t
         if name == "clustering":
             return runners.run_clustering(ctx, budget, left)
         if name == "mog":
-            mode = {"--cuda-graphs": "graphs", "--compile": "compile"}.get((ctx.flags.get("mog") or [""])[0], "eager")
-            return runners.run_mog(ctx, budget, left, campaign.step_seconds(timing, "mog").get(mode))
+            return runners.run_mog(ctx, budget, left, timing)
         return runners.run_image(ctx, name, budget, left)
     except Exception:  # one campaign's failure must not cost the others (or what this one wrote)
         log(f"{name} failed:\n{traceback.format_exc()}")
         return -1.0
+
+
+def record_plan(job: Job, timing: dict) -> None:
+    """session.json's plan of the paper's tables: each row's number, the fastest step measured for it and the
+    GPU minutes it still needs (with what this job's campaigns have recorded so far), and the clustering
+    table's runs side by side on this card and the jobs of this wall it still takes."""
+    opts, card = job.opts, job.facts.get("card")
+    newer = {n: p for n in campaign.NAMES if (p := runners.read_json(opts.work / "parts" / n / campaign.PROGRESS))}
+    job.facts["paper_rows"] = [asdict(r) for r in paper_rows(opts.campaigns, timing, newer, card)]
+    clustering = newer.get("clustering") or campaign.read_progress(opts.campaigns, "clustering")
+    job.facts["table"] = asdict(campaign.table_plan(clustering, opts.wall, campaign.card_bytes(card)))
 
 
 # ---- the job ------------------------------------------------------------------------------------------------
@@ -315,8 +350,9 @@ def run_job(opts: JobOptions) -> int:
     order, gen, measure = started
 
     t0 = time.monotonic()  # phase 1
-    job.facts["gpu_tests_exit"] = None if STOPPING else gpu_tests(opts.out, min(TESTS_CAP, max(job.deadline.left()
-                                                                                              * 0.25, 5)))
+    job.facts["gpu_tests_exit"] = None if STOPPING else gpu_tests(logs_folder(opts.work),
+                                                                  min(TESTS_CAP, max(job.deadline.left() * 0.25, 5)))
+    pack_logs(opts)
     graphs_ok = job.facts["gpu_tests_exit"] in (0, 5)  # 5: nothing collected (no CUDA: every test skipped)
     job.phase_done("1-gpu-tests", t0)
 
@@ -327,12 +363,16 @@ def run_job(opts: JobOptions) -> int:
     left = job.deadline.left() - PACK_RESERVE
     shares = {("image" if n in IMAGE_FOLDERS else n): campaign.share(order, i, left, opts.smoke)
               for i, (n, _) in enumerate(order)}
-    job.facts["flags"] = flags = campaign.choose_flags(timing, graphs_ok, shares)
+    device_type = "cpu" if job.facts["card"] == NO_CUDA else "cuda"
+    job.facts["flags"] = flags = campaign.choose_flags(timing, graphs_ok, shares, device_type)
     log(f"step modes: {flags}")
+    pack_logs(opts)
+    record_plan(job, timing)
     job.phase_done("2-timings", t0)
 
     t0 = time.monotonic()  # phase 3
     campaigns_phase(job, order, gen, timing)
+    record_plan(job, timing)
     job.phase_done("3-campaigns", t0)
 
     if gen is not None and gen.poll() is None:

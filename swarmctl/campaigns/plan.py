@@ -11,11 +11,15 @@ paper's number each one chases (swarmctl's package data):
 - ``clustering``: Table 2, the six configurations of sweeps/best.toml x its 3 seeds, one run each of
   ``minutes_per_run`` net minutes, ``side_by_side`` runs sharing the card; finished runs keep their
   config, metrics and evaluation (``swarmctl report campaigns/clustering/runs`` prints the table);
-- ``mog``: swarm-mog (768-20-1), the paper's schedule (100 epochs of 500 steps, lr x 0.1 after 70) or as
-  many epochs of it as the job's share allows; the test log-likelihood on the fixed 10,000 tasks.
-  Its checkpoint (57 MB with Adam) is over what one returned file may hold, so a MoG run is one job;
+- ``mog``: swarm-mog (768-20-1), one run of the paper's schedule (100 epochs of 500 steps, lr x 0.1 after
+  70) carried across jobs, as many epochs as each job's share allows; its last.pt (57 MB with Adam) is
+  kept in parts under a job's file limit (``last.pt.partK`` and ``last.pt.parts.json``); each job scores
+  the last.pt it returns on the fixed 10,000 test tasks;
 - ``mnist``, then ``fashion-mnist`` once MNIST reaches the paper: swarm-image (256-10-1), resumed from
   ``last.pt`` for whatever the job's share allows; test bits/dim of ``best.pt``.
+
+What a job returns: at most :data:`RETURNED_FILES` files; when MoG's parts and an image campaign's
+checkpoints do not fit together, they take turns (:func:`within_files`).
 
 Where the wall goes: a campaign's gap is its relative distance to the paper's number (a clustering
 configuration with no finished run counts as none yet); the campaigns run one after another, largest gap
@@ -26,19 +30,29 @@ leaving the later campaigns their minimum (:func:`minimum`), and what one leaves
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.campaigns import IMAGES, NAMES
+from swarmctl.config import ModelConfig
+from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.errors import DataError
 from swarmctl.files import read_bytes
+from swarmctl.runs import parameter_count, training_state_bytes
 from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
+from swarmctl.tasks import get_task
+from swarmctl.training.modes import MODES, Measured, choose_step_mode
 
 CAMPAIGNS = Path("campaigns")  # the repository's campaigns folder, from its root
 TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, from the repository's root
 
 
 PROGRESS = "progress.json"  # a campaign's record, in campaigns/NAME/
+TIMING = "timing.json"  # the committed step timings, in the campaigns folder
+LOGS = "logs.tgz"  # a job's GPU tests' and step timings' output, one returned file
+PACK_RESERVE = 15.0  # seconds a job keeps at its end for packing the returned files
 
 
 def read_progress(root: Path, name: str) -> dict:
@@ -75,7 +89,7 @@ SMOKE_SIZES = {"swarm": ["--hidden", "8", "--iters", "2"], "set-transformer": ["
 
 def table_runs(smoke: bool = False) -> list[dict]:
     """Every run of sweeps/best.toml, seed-major (all configurations of seed 0 first): name, model, code,
-    seed, train options (tiny ones with ``smoke``)."""
+    seed, train options (tiny ones with ``smoke``) and its model config (the table's sizes)."""
     out = []
     for run in expand(load_spec(TABLE)):
         cfg = run.model
@@ -84,8 +98,92 @@ def table_runs(smoke: bool = False) -> list[dict]:
         if smoke:
             opts = SMOKE_SIZES.get(cfg.name, ["--hidden", "8", "--layers", "1"])
         code = run.name[len(cfg.name) + 1 : run.name.rindex("-s")]
-        out.append({"name": run.name, "model": cfg.name, "code": code, "seed": run.seed, "options": opts})
+        out.append({"name": run.name, "model": cfg.name, "code": code, "seed": run.seed, "options": opts,
+                    "config": cfg})
     return out
+
+
+# ---- the clustering table on one card: how many runs side by side, how many jobs ---------------------------
+
+CONTEXT_BYTES = 1 << 30  # one training process's CUDA context and allocator reserve (estimate)
+ACTIVATION_FLOATS = 12  # floats kept for the backward pass per hidden unit, point and step (estimate: LSTM gates,
+# states and their pointwise results)
+CARD_FILL = 0.9  # of the card's memory the runs side by side may plan for
+GROUP_RESERVE = 60.0  # after a group of runs: the validation split's evaluation, the copies
+TABLE_JOB_OVERHEAD = 60.0  # of a job's wall before and after its campaigns: phases 0-1 (32 s on an H200), packing
+
+
+def table_run_bytes(model_cfg: ModelConfig, batch: int, points: int) -> int:
+    """Estimated memory of one clustering run of the table on the card: its process's context, its training
+    state (weights, gradients, Adam: :func:`swarmctl.runs.training_state_bytes`) and the activations of a
+    batch of ``batch`` sets of ``points`` points kept for the backward pass (:data:`ACTIVATION_FLOATS` floats
+    per hidden unit, point and step; the steps: iterations x layers)."""
+    depth = (model_cfg.n_iter or 1) * (model_cfg.n_layers or 1)
+    activations = batch * points * (model_cfg.dim_hidden or 1) * depth * ACTIVATION_FLOATS * 4
+    return CONTEXT_BYTES + training_state_bytes(parameter_count(model_cfg)) + activations
+
+
+def fit_side_by_side(run_bytes: list[int], card_bytes: float) -> int:
+    """How many of the table's runs fit on a card of ``card_bytes`` at once: :data:`CARD_FILL` of it over
+    the largest run's memory, at least one, at most every run."""
+    if not run_bytes:
+        return 0
+    return max(1, min(len(run_bytes), int(card_bytes * CARD_FILL // max(run_bytes))))
+
+
+def group_seconds(minutes_per_run: float, smoke: bool = False) -> float:
+    """A job's seconds for one group of runs side by side: their net minutes (plus a fifth for validation),
+    start-up, the evaluation and the copies."""
+    return GROUP_RESERVE + (150.0 if smoke else minutes_per_run * 60 * 1.2 + 30)
+
+
+def table_jobs(runs_left: int, side: int, minutes_per_run: float, wall: float) -> int | None:
+    """Jobs of ``wall`` seconds (the table alone on the card) that finish ``runs_left`` runs, ``side`` at once;
+    None when not one group fits in a job."""
+    if runs_left <= 0:
+        return 0
+    per_job = int((wall - TABLE_JOB_OVERHEAD) // group_seconds(minutes_per_run))
+    if per_job < 1 or side < 1:
+        return None
+    groups = -(-runs_left // side)
+    return -(-groups // per_job)
+
+
+def card_bytes(card: str | None) -> float | None:
+    """The card's memory from its description (``NAME, 140 GiB, 132 SMs``), None when it says none."""
+    found = re.search(r"([0-9.]+) GiB", card or "")
+    return float(found.group(1)) * 2**30 if found else None
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """The clustering table's plan: its runs, how many are left, how many fit side by side on the card (by
+    memory) and how many a job runs at once (the campaign's ``side_by_side``, at most what fits), and the
+    jobs of ``wall`` seconds it still takes with the card to itself."""
+
+    runs: int
+    runs_left: int
+    run_gib: float  # the largest run's estimated memory
+    fit: int | None  # runs whose memory fits on the card at once (None: the card's memory is not known)
+    side: int  # runs a job trains at once
+    minutes_per_run: float
+    group_s: float
+    wall: float
+    jobs: int | None  # None: not one group fits in a job of ``wall`` seconds
+
+
+def table_plan(progress: dict, wall: float, card: float | None) -> TablePlan:
+    """The clustering table's plan from its progress (``minutes_per_run``, ``side_by_side``, the finished
+    runs) for jobs of ``wall`` seconds on a card of ``card`` bytes."""
+    runs = table_runs()
+    left = sum(1 for r in runs if r["name"] not in progress.get("runs", {}))
+    batch, points = get_task("clustering").defaults.batch_size, ClusteringParams().n_max
+    sizes = [table_run_bytes(r["config"], batch, points) for r in runs]
+    fit = None if card is None else fit_side_by_side(sizes, card)
+    per_run = float(progress.get("minutes_per_run", 4.0))
+    side = int(progress.get("side_by_side", 3)) if fit is None else min(int(progress.get("side_by_side", 3)), fit)
+    return TablePlan(len(runs), left, max(sizes) / 2**30, fit, side, per_run, group_seconds(per_run), wall,
+                     table_jobs(left, side, per_run, wall))
 
 
 def clustering_gap(progress: dict) -> float | None:
@@ -138,6 +236,33 @@ def share(gaps: list[tuple[str, float]], i: int, seconds: float, smoke: bool = F
     return max(min(part, seconds - later), 0.0)
 
 
+# ---- what a job returns: at most 8 files, each under 16 MiB ----------------------------------------------
+
+RETURNED_FILES = 8  # files a job may return
+FIXED_FILES = ("session.json", "logs.tgz")  # every job's: its record, and the GPU tests' and timings' output
+MOG_PARTS = 4  # swarm-mog 768-20-1's last.pt with Adam (57 MB) comes back in 4 parts of at most 15 MiB
+
+
+def returned_files(name: str) -> int:
+    """The files campaign ``name`` returns: NAME.tgz, and MoG's last.pt in :data:`MOG_PARTS` parts (their
+    manifest inside mog.tgz), an image campaign's NAME-last.pt and NAME-best.pt."""
+    return 1 + (MOG_PARTS if name == "mog" else 2 if name in IMAGES else 0)
+
+
+def within_files(order: list[tuple[str, float]], root: Path,
+                 limit: int = RETURNED_FILES) -> tuple[list[tuple[str, float]], list[str]]:
+    """The campaigns of ``order`` whose files fit in what a job returns with :data:`FIXED_FILES`, and those
+    left to a later job. While they do not fit, the campaign that returns checkpoints (MoG's parts, an image
+    campaign's) with the most committed sessions waits (ties: the smaller gap), so MoG and MNIST take turns."""
+    keep = list(order)
+    while len(FIXED_FILES) + sum(returned_files(n) for n, _ in keep) > limit:
+        heavy = [i for i, (n, _) in enumerate(keep) if returned_files(n) > 1] or list(range(len(keep)))
+        drop = max(heavy, key=lambda i: (len(read_progress(root, keep[i][0])["sessions"]), i))
+        keep.pop(drop)
+    left = [n for n, _ in order if n not in dict(keep)]
+    return keep, left
+
+
 IMAGE_RESERVE = 60.0  # after an image campaign's training: the 10,000 test images, the samples, the copies
 IMAGE_MIN_TRAIN = 120.0  # seconds of training an image campaign gets at least (net of validation)
 MOG_RESERVE = 45.0  # around a MoG run: start-up, the 10,000 fixed test tasks, the copies
@@ -160,25 +285,56 @@ def minimum(name: str, smoke: bool = False) -> float:
 
 # ---- which step mode each task trains in ------------------------------------------------------------------
 
-OPTIONS = {"eager": [], "tf32": [], "graphs": ["--cuda-graphs"], "tf32+graphs": ["--cuda-graphs"],
-           "compile": ["--compile"], "tf32+compile": ["--compile"]}
 KEYS = {"clustering": "clustering_s_per_epoch", "mog": "mog_ms_per_step", "image": "image_s_per_epoch"}
 STEPS = {"clustering": 90, "mog": 1, "image": 1200}  # steps per unit the timing key is measured in
 SCALE = {"clustering": 1.0, "mog": 1e-3, "image": 1.0}  # the unit in seconds
+_TIMED_PARTS = {"bf16": "amp", "bf16-autocast": "amp", "amp": "amp", "graphs": "graphs", "compile": "compile"}
+
+
+def trainer_mode(timed: str) -> str | None:
+    """The `swarmctl train --step` mode a step-timing name measures (``tf32`` is the trainer's float32 on
+    CUDA, ``bf16-autocast`` its ``amp``); None for a mode the trainer does not offer (fp32, triton)."""
+    parts = set(timed.split("+")) - {"tf32", "eager"}
+    if not parts <= set(_TIMED_PARTS):
+        return None
+    on = {_TIMED_PARTS[p] for p in parts}
+    return "+".join(p for p in ("amp", "graphs", "compile") if p in on) or "eager"
+
+
+def measured_modes(timing: dict, task: str) -> dict[str, Measured]:
+    """Each mode of ``task`` that a job's step timings measured, as the trainer's choice reads it: seconds per
+    step and start-up seconds (the warm-up and capture the timing recorded; compile: the cold-compile probe's
+    compile seconds and its steady step). Only the modes the task lists as proven (``Task.step_modes``: a
+    bf16 mode where its loss agrees with float32's, graphs where the GPU tests pin them)."""
+    proven = get_task(task).step_modes
+    warm = timing.get("warmup_s") or {}
+    out: dict[str, Measured] = {}
+    for timed, t in (timing.get(KEYS[task]) or {}).items():
+        mode = trainer_mode(timed)
+        if mode is None or mode not in proven or not isinstance(t, (int, float)) or t <= 0 or mode in out:
+            continue
+        start = warm.get(f"{task}/{timed}")
+        out[mode] = Measured(t * SCALE[task] / STEPS[task], float(start) if isinstance(start, (int, float))
+                             and start > 0 else 0.0)
+    probe = compile_probe(timing, task)
+    steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
+    compile_s = probe.get("compile_s")
+    if "compile" in proven and probe.get("finished") and isinstance(steady, (int, float)) and steady > 0 \
+            and isinstance(compile_s, (int, float)):
+        unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
+        out["compile"] = Measured(steady * unit, float(compile_s) + float(probe.get("warmup_s") or 0.0))
+    return out
+
+
+def measurement(timing: dict, task: str, mode: str) -> Measured | None:
+    """``mode``'s step and start-up seconds for ``task``: this job's timings, else the task's committed
+    ``step_modes`` (what the choice read); None when neither has it."""
+    return measured_modes(timing, task).get(mode) or get_task(task).step_modes.get(mode)
 
 
 def step_seconds(timing: dict, task: str) -> dict[str, float]:
-    """Seconds per step of each measured mode of ``task`` (the modes `swarmctl train` offers; bf16 stays
-    off, its effect on a whole run is not measured), the compile probe's steady step included."""
-    key = KEYS[task]
-    out = {m: t * SCALE[task] / STEPS[task] for m, t in (timing.get(key) or {}).items()
-           if m in OPTIONS and isinstance(t, (int, float)) and t > 0}
-    probe = compile_probe(timing, task)
-    steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
-    if probe.get("finished") and isinstance(steady, (int, float)) and steady > 0:
-        unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
-        out["compile"] = steady * unit
-    return out
+    """Seconds per step of each measured mode of ``task`` (:func:`measured_modes`)."""
+    return {mode: m.step_seconds for mode, m in measured_modes(timing, task).items()}
 
 
 def compile_probe(timing: dict, task: str) -> dict:
@@ -191,30 +347,21 @@ def compile_probe(timing: dict, task: str) -> dict:
     return probe if isinstance(probe, dict) else {}
 
 
-def start_cost(timing: dict, task: str, mode: str) -> float:
-    """Seconds a fresh job spends before ``mode`` reaches its steady step: the compile probe's compile time,
-    or the warm-up and capture time the step timing measured; 0 when not measured (eager)."""
-    if "compile" in mode:
-        seconds = compile_probe(timing, task).get("compile_s")
-        return float(seconds) if isinstance(seconds, (int, float)) else float("inf")
-    warm = timing.get("warmup_s") or {}
-    value = warm.get(f"{task}/{mode}")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
+def choose_modes(timing: dict, graphs_ok: bool, shares: dict[str, float], device_type: str = "cuda") -> dict[str, str]:
+    """Each task's (of ``shares``) step mode for the seconds it will train, chosen by the trainer's own rule
+    (:func:`swarmctl.training.modes.choose_step_mode`: the most steps in the budget, start-up counted) among
+    the modes the job's timings measured (none measured: the task's committed ``step_modes``, as `train
+    --step auto` reads them); the CUDA-graph modes only when the GPU tests passed."""
+    modes: dict[str, str] = {}
+    for task in (t for t in KEYS if t in shares):
+        measured = measured_modes(timing, task) or dict(get_task(task).step_modes)
+        if not graphs_ok:
+            measured = {m: v for m, v in measured.items() if not MODES[m].graphs}
+        modes[task] = choose_step_mode("auto", device_type, measured, shares.get(task, 0.0)).mode.name
+    return modes
 
 
-def choose_flags(timing: dict, graphs_ok: bool, shares: dict[str, float]) -> dict[str, list[str]]:
-    """Each task's mode that does the most steps in the seconds it will train (``shares``): the share less
-    the mode's start cost, divided by its step time. CUDA graphs only when the GPU tests passed."""
-    flags: dict[str, list[str]] = {}
-    for task in KEYS:
-        share = shares.get(task, 0.0)
-        best, most = None, -1.0
-        for mode, per_step in step_seconds(timing, task).items():
-            if "graphs" in mode and not graphs_ok:
-                continue
-            steps = (share - start_cost(timing, task, mode)) / per_step
-            if steps > most:
-                best, most = mode, steps
-        if best is not None and most > 0:
-            flags[task] = OPTIONS[best]
-    return flags
+def choose_flags(timing: dict, graphs_ok: bool, shares: dict[str, float],
+                 device_type: str = "cuda") -> dict[str, list[str]]:
+    """The `swarmctl train` options of :func:`choose_modes`: ``--step MODE`` per task."""
+    return {task: ["--step", mode] for task, mode in choose_modes(timing, graphs_ok, shares, device_type).items()}

@@ -108,7 +108,7 @@ def finish(proc: subprocess.Popen, timeout: float, grace: float = 30.0) -> int:
 
 def gpu_tests(out: Path, timeout: float = 180.0) -> int | None:
     """``pytest -m gpu`` (CPU against CUDA, CUDA graphs against eager steps, no host sync in a step) ->
-    OUT/gpu-tests.txt, killed at ``timeout`` seconds (its exit then 124); every test skipped where no CUDA.
+    ``out``/gpu-tests.txt, killed at ``timeout`` seconds (its exit then 124); every test skipped where no CUDA.
     None where the job does not run in the repository's checkout (no tests/gpu here)."""
     if not GPU_TESTS.is_dir():
         log(f"no {GPU_TESTS} here (not the repository's checkout): the GPU tests are not run")

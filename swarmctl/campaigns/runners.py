@@ -7,28 +7,37 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
 import tarfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from swarmctl.campaigns import parts
 from swarmctl.campaigns.plan import (
+    GROUP_RESERVE,
     IMAGE_RESERVE,
     MOG_EPOCHS,
     MOG_MIN_EPOCHS,
+    MOG_PARTS,
     MOG_RESERVE,
     MOG_STEPS,
     PROGRESS,
+    card_bytes,
+    group_seconds,
     image_target,
+    measurement,
     minimum,
     mog_target,
     read_progress,
+    table_plan,
     table_runs,
 )
 from swarmctl.campaigns.processes import Deadline, finish, log, start, summary
-from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes
-from swarmctl.rundir import CHECKPOINTS, RunDir
+from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
+from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
 from swarmctl.runs import export_weights
 from swarmctl.training.checkpoint import load_checkpoint
 
@@ -82,10 +91,11 @@ class Context:
     """What every runner needs: the campaigns folder, the work and output folders, the step modes."""
 
     def __init__(self, root: Path, work: Path, out: Path, smoke: bool, flags: dict[str, list[str]],
-                 data_dir: str, clustering_data: Path, wait_for_data: Callable[[], bool], card: str) -> None:
+                 data_dir: str, clustering_data: Path, wait_for_data: Callable[[], bool], card: str,
+                 part_limit: int = parts.PART_LIMIT) -> None:
         self.root, self.work, self.out, self.smoke, self.flags = root, work, out, smoke, flags
         self.data_dir, self.clustering_data, self.wait_for_data = data_dir, clustering_data, wait_for_data
-        self.card = card
+        self.card, self.part_limit = card, part_limit
 
     def parts(self, name: str) -> Path:
         path = self.work / "parts" / name
@@ -165,51 +175,148 @@ def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
     return used
 
 
-def run_mog(ctx: Context, budget: float, left: float, step_seconds: float | None) -> float:
-    """As many epochs of the paper's MoG schedule as ``budget`` allows (all 100 when it does);
-    ``step_seconds``: the measured step of the mode it trains in."""
+MOG_DECAY_EPOCH = 70  # the paper's MoG schedule: lr x 0.1 after epoch 70 of 100
+MOG_RETURNED = "mog-last.pt"  # the MoG run's last.pt as a job returns it: MOG_RETURNED.partK, its manifest in mog.tgz
+
+
+@dataclass(frozen=True)
+class MogRun:
+    """The MoG run the campaign carries across jobs, rebuilt in the job's runs folder from the committed
+    parts: its name, the epochs it has done and its net training seconds."""
+
+    name: str
+    epoch: int
+    net_seconds: float
+    step: str  # the step mode it trains in (a resumed run keeps its own)
+
+
+def restore_mog(root: Path, runs: Path) -> MogRun | None:
+    """Join campaigns/mog/last.pt from its committed parts (each checked against their manifest) into a run
+    folder under ``runs``, with the config.json and metrics.jsonl it continues; None when none is committed."""
+    manifest = parts.manifest_path(root / "mog", LAST)
+    if not manifest.is_file():
+        return None
+    data = parts.joined_bytes(manifest)
+    joined = runs / f".{MOG_RETURNED}"
+    runs.mkdir(parents=True, exist_ok=True)
+    with holding(runs):
+        atomic_write(joined, lambda fh: fh.write(data))
+    ckpt = load_checkpoint(joined)
+    run = RunDir(runs / ckpt.config["run"]["name"])
+    run.path.mkdir(parents=True, exist_ok=True)
+    with holding(run.path):
+        write_json(run.config, ckpt.config)
+        copy_file(joined, run.last)
+        committed = RunDir(root / "mog" / "runs" / run.path.name).metrics
+        if committed.is_file():
+            copy_file(committed, run.metrics)
+    remove_file(joined)
+    train = ckpt.config.get("train", {})
+    step = train.get("step") if train.get("step") not in (None, "auto") else \
+        "+".join(n for n, key in (("amp", "amp"), ("graphs", "cuda_graphs"), ("compile", "compile"))
+                 if train.get(key)) or "eager"
+    return MogRun(run.path.name, ckpt.state.epoch, ckpt.state.net_seconds, step)
+
+
+def return_mog_checkpoint(last: Path, work: Path, out: Path, keep: Path, part_limit: int) -> int:
+    """``last`` (the MoG run's last.pt) returned in :data:`MOG_PARTS` parts in ``out``, its manifest in
+    ``keep`` (packed into mog.tgz); the number of parts, 0 when a part would exceed ``part_limit`` bytes."""
+    size = last.stat().st_size
+    limit = max(math.ceil(size / MOG_PARTS), 1)
+    if limit > part_limit:
+        log(f"mog: last.pt ({size:,} bytes) does not fit in {MOG_PARTS} parts of {part_limit:,} bytes; not returned")
+        return 0
+    folder = work / "mog-split"
+    folder.mkdir(parents=True, exist_ok=True)
+    with holding(folder):
+        copy_file(last, folder / MOG_RETURNED)
+        manifest = parts.split(folder / MOG_RETURNED, folder, limit)
+        for file, _, _ in manifest.parts:  # each part one returned file, the manifest last (in the archive)
+            copy_file(folder / file, out / file)
+    keep.mkdir(parents=True, exist_ok=True)
+    with holding(keep):
+        copy_file(parts.manifest_path(folder, MOG_RETURNED), parts.manifest_path(keep, MOG_RETURNED))
+    return len(manifest.parts)
+
+
+def _next_mog_run(root: Path, progress: dict) -> str:
+    """A new MoG run's name: swarm-mog-K, K one past every run the campaign has recorded."""
+    known = [progress.get("run") or "", *(s.get("run") or "" for s in progress["sessions"])]
+    folder = root / "mog" / "runs"
+    known += [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    numbers = [int(n.rsplit("-", 1)[1]) for n in known if n.startswith("swarm-mog-") and n.rsplit("-", 1)[1].isdigit()]
+    return f"swarm-mog-{max(numbers, default=0) + 1}"
+
+
+def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
+    """Continue the MoG run of the paper's schedule (100 epochs of 500 steps, lr x 0.1 after 70) from its
+    committed last.pt for as many epochs as ``budget`` allows, or start one (the schedule done, or none
+    yet); score its last.pt on the fixed test tasks and return it in parts. ``timing``: the job's step
+    timings, for the step and start-up (warm-up, capture, compilation) of the mode it trains in (a
+    continued run keeps its own)."""
     t0 = time.monotonic()
+    runs = ctx.work / "runs"
+    resumed = restore_mog(ctx.root, runs)
+    if resumed is not None and resumed.epoch >= MOG_EPOCHS:
+        log(f"mog: {resumed.name} finished the schedule ({resumed.epoch} epochs); a new run starts")
+        resumed = None
+    mode = resumed.step if resumed else (ctx.flags.get("mog") or ["--step", "eager"])[-1]
+    measured = measurement(timing, "mog", mode)
     steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
     reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
-    step_s = step_seconds or 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
+    step_s = measured.step_seconds if measured else 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
+    start_s = measured.start_seconds if measured else 0.0
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
-    fit = lambda seconds: int((seconds - reserve) / per_epoch)  # noqa: E731
-    epochs = 2 if ctx.smoke else min(MOG_EPOCHS, fit(budget))
-    if not ctx.smoke and epochs < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
-        log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step; skipped")
+    fit = lambda seconds: int((seconds - reserve - start_s) / per_epoch)  # noqa: E731
+    if not ctx.smoke and fit(budget) < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
+        log(f"mog: {budget:.0f} s hold fewer than {MOG_MIN_EPOCHS} epochs at {step_s * 1e3:.1f} ms/step ({mode}); "
+            "skipped")
         return 0.0
-    wall = min(left, reserve + epochs * per_epoch * 1.15)
+    keep, progress = ctx.parts("mog"), read_progress(ctx.root, "mog")
+    done = resumed.epoch if resumed else 0
+    epochs = 2 if ctx.smoke else min(MOG_EPOCHS - done, fit(budget))
+    wall = min(left, reserve + start_s + epochs * per_epoch * 1.15)
     deadline = Deadline(wall)
-    runs, parts = ctx.work / "runs", ctx.parts("mog")
-    progress = read_progress(ctx.root, "mog")
-    name = f"swarm-mog-{len(progress['sessions']) + 1}"
-    size = ["--hidden", "8", "--iters", "2", "--steps-per-epoch", "3", "--val-batches", "2"] if ctx.smoke else \
-        ["--hidden", "768", "--iters", "20", "--layers", "1"]
     minutes = 5.0 if ctx.smoke else max(deadline.left() - reserve, 6) / 60  # smoke: the epochs bound it
-    args = ["train", "swarm-mog", *size, "--max-epochs", str(epochs), "--lr-decay-epoch",
-            str(max(1, round(0.7 * epochs))), "--minutes", f"{minutes:.2f}", "--runs-dir", str(runs), "--name", name,
-            *ctx.flags.get("mog", [])]
-    facts = {"train_exit": finish(start(args, parts / "train.txt"), deadline.left() - reserve + 20)}
+    common = ["--runs-dir", str(runs), "--max-epochs", str(done + epochs)]
+    if resumed is not None:
+        name = resumed.name
+        args = ["train", "swarm-mog", "--resume", name, *common, "--minutes",
+                f"{resumed.net_seconds / 60 + minutes:.2f}"]
+    else:
+        name = _next_mog_run(ctx.root, progress)
+        size = ["--hidden", "8", "--iters", "2", "--steps-per-epoch", "3", "--val-batches", "2"] if ctx.smoke else \
+            ["--hidden", "768", "--iters", "20", "--layers", "1"]
+        args = ["train", "swarm-mog", *size, *common, "--lr-decay-epoch", str(MOG_DECAY_EPOCH), "--minutes",
+                f"{minutes:.2f}", "--name", name, *ctx.flags.get("mog", [])]
+    facts = {"train_exit": finish(start(args, keep / "train.txt"), deadline.left() - reserve + 20)}
     test = []
     if ctx.smoke:
         facts["gen_exit"] = finish(start(["gen-data", "--kind", "mog4", "--tasks", "20", "--out",
-                                          str(ctx.work / "mog-test.h5"), "--force"], parts / "gen.txt"), 60)
+                                          str(ctx.work / "mog-test.h5"), "--force"], keep / "gen.txt"), 60)
         test = ["--data", str(ctx.work / "mog-test.h5")]
-    facts["eval_exit"] = finish(start(["eval", name, "--runs-dir", str(runs), *test], parts / "eval.txt"),
-                                deadline.left() - 5)
-    export_run(runs / name, parts / "runs" / name)
-    res = read_json(runs / name / eval_file("test"))
+    run = RunDir(runs / name)
+    res, returned = {}, 0
+    if run.last.is_file():  # the checkpoint the next job continues is the one scored
+        facts["eval_exit"] = finish(start(["eval", str(run.last), "--runs-dir", str(runs), *test, "--force"],
+                                          keep / "eval.txt"), deadline.left() - 5)
+        res = read_json(run.path / eval_file("test")) if facts["eval_exit"] == 0 else {}
+        returned = return_mog_checkpoint(run.last, ctx.work, ctx.out, keep, ctx.part_limit)
+    export_run(run.path, keep / "runs" / name)
     ll = res.get("log_likelihood")
     if ll is not None and ll > progress.get("best_log_likelihood", -float("inf")):
         progress["best_log_likelihood"] = ll
+    s = summary(run.path)
+    if returned:  # the run the next job continues
+        progress.update(run=name, epoch=s["epochs"], net_minutes=round(s["net_seconds"] / 60, 2))
     progress["target_log_likelihood"] = mog_target()
-    s = summary(runs / name)
     used = time.monotonic() - t0
-    progress["sessions"].append(_session_record(ctx, used, run=name, epochs=s["epochs"], planned_epochs=epochs,
-                                                steps_per_epoch=steps, test_log_likelihood=ll,
+    progress["sessions"].append(_session_record(ctx, used, run=name, epochs=[done, s["epochs"]],
+                                                planned_epochs=done + epochs, steps_per_epoch=steps,
+                                                test_log_likelihood=ll,
                                                 oracle_log_likelihood=res.get("oracle_log_likelihood"),
-                                                ms_per_step=round(step_s * 1e3, 2), **facts))
-    write_json(parts / PROGRESS, progress)
+                                                ms_per_step=round(step_s * 1e3, 2), parts=returned, **facts))
+    write_json(keep / PROGRESS, progress)
     return used
 
 
@@ -220,10 +327,10 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
     progress.setdefault("runs", {})
     per_run = progress.setdefault("minutes_per_run", 4.0)
     side = progress.setdefault("side_by_side", 3)
-    side = min(side, 2) if ctx.smoke else side  # smoke: a small CPU runs two at once
+    side = min(side, 2) if ctx.smoke else table_plan(progress, left, card_bytes(ctx.card)).side  # what fits
     todo = [r for r in table_runs(ctx.smoke) if r["name"] not in progress["runs"]]
-    reserve = 60.0  # the validation split's evaluation, the copies
-    group_s = reserve + (150.0 if ctx.smoke else per_run * 60 * 1.2 + 30)
+    reserve = GROUP_RESERVE
+    group_s = group_seconds(per_run, ctx.smoke)
     groups = max(1, int(budget // group_s)) if left >= group_s else 0
     groups = min(groups, 1) if ctx.smoke else groups  # smoke: one group per session, whatever the machine's speed
     if groups == 0 or not todo:

@@ -5,11 +5,12 @@ again)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.campaigns import plan as campaign
-from swarmctl.campaigns.job import PACK_RESERVE, TIMING
+from swarmctl.campaigns.plan import PACK_RESERVE, TIMING
 from swarmctl.campaigns.runners import read_json
 
 
@@ -35,6 +36,9 @@ class Status:
     wall: float
     timing_from: str | None  # where the step timings come from (None: no job measured them yet)
     rows: tuple[PaperRow, ...]  # every row of the paper's tables
+    table: campaign.TablePlan  # the clustering table on one card: side by side, jobs of ``wall`` seconds
+    card: str | None  # the card the plan counts on (the last committed job's)
+    waiting: tuple[str, ...] = ()  # campaigns whose files do not fit beside the others' in the next job
 
 
 TASK_OF = {"clustering": "clustering", "mog": "mog", **{name: "image" for name in campaign.IMAGES}}
@@ -51,8 +55,9 @@ def _numbers(root: Path, name: str) -> tuple[str, float | None, float | None, st
                 f"{len(runs)} of {len(campaign.table_runs())} runs")
     if name == "mog":
         ours = p.get("best_log_likelihood", p.get("start_log_likelihood"))
-        epochs = sum(s.get("epochs", 0) for s in p.get("sessions", []) if isinstance(s.get("epochs"), int))
-        return "test log-likelihood per point", ours, campaign.mog_target(), f"{epochs} epochs in all runs"
+        done = f"run {p['run']} at epoch {p.get('epoch', 0)} of {campaign.MOG_EPOCHS}" if p.get("run") else \
+            "no run carried across jobs yet"
+        return "test log-likelihood per point", ours, campaign.mog_target(), done
     ours = p.get("best_bits_per_dim", p.get("start_bits_per_dim"))
     return ("test bits/dim", ours, campaign.image_target(name),
             f"{p.get('epochs', 0)} epochs, {p.get('net_minutes', 0)} net minutes")
@@ -61,7 +66,7 @@ def _numbers(root: Path, name: str) -> tuple[str, float | None, float | None, st
 def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs_ok: bool = True) -> Status:
     """Every campaign's standing and its part in a next job of ``wall`` seconds (its GPU tests passing, with
     ``graphs_ok``), planned by the same functions the job uses."""
-    order = campaign.plan(root)
+    order, waiting = campaign.within_files(campaign.plan(root), root)
     left = wall - PACK_RESERVE
     # the step modes as the job picks them (each task's share of the whole wall, phase 2), then each
     # campaign's share of what the ones before it leave when they use theirs (phase 3)
@@ -80,7 +85,10 @@ def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs
         rows.append(CampaignStatus(name, metric, ours, paper, len(campaign.read_progress(root, name)["sessions"]),
                                    done, dict(order).get(name), None if place is None else place + 1,
                                    shares.get(name), None if task_flags is None else tuple(task_flags)))
-    return Status(tuple(rows), wall, str(root / TIMING) if timing else None, paper_rows(root))
+    card = last_card(root)
+    table = campaign.table_plan(campaign.read_progress(root, "clustering"), wall, campaign.card_bytes(card))
+    return Status(tuple(rows), wall, str(root / TIMING) if timing else None, paper_rows(root, timing, card=card),
+                  table, card, tuple(waiting))
 
 
 # ---- the paper's tables, row by row --------------------------------------------------------------------------
@@ -102,13 +110,32 @@ class PaperRow:
     note: str
 
 
-def paper_rows(root: Path = campaign.CAMPAIGNS) -> tuple[PaperRow, ...]:
+def last_card(root: Path) -> str | None:
+    """The card of the last committed job (campaigns/sessions.jsonl), None before the first."""
+    path = root / "sessions.jsonl"
+    lines = path.read_text(errors="replace").split("\n") if path.is_file() else []
+    for line in reversed([x for x in lines if x.strip()]):
+        try:
+            card = json.loads(line).get("card")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(card, str):
+            return card
+    return None
+
+
+def paper_rows(root: Path = campaign.CAMPAIGNS, timing: dict | None = None, progress: dict | None = None,
+               card: str | None = None) -> tuple[PaperRow, ...]:
     """Every row of the paper's tables (``studies/paper_results.json``) with our number, the fastest step
-    measured for it (campaigns/timing.json) and the GPU minutes its campaign still needs: the clustering
-    table's runs left (``minutes_per_run`` net minutes each, ``side_by_side`` sharing the card); MoG, the
-    paper's whole schedule (a MoG run is one job) at the measured step, until the paper's number is reached."""
-    timing = read_json(root / TIMING)
-    return tuple(_paper_row(row, root, timing) for row in campaign.paper_results()["rows"])
+    measured for it (``timing``, else campaigns/timing.json) and the GPU minutes its campaign still needs:
+    the clustering table's runs left (``minutes_per_run`` net minutes each, as many side by side as
+    :func:`swarmctl.campaigns.plan.table_plan` lets share the ``card``, by default the last job's); MoG, the
+    rest of the paper's schedule of the run it carries (100 x 500 steps) at the measured step, until the
+    paper's number is reached. ``progress``: campaigns' records newer than the committed ones (a job's)."""
+    timing = read_json(root / TIMING) if timing is None else timing
+    records = {name: (progress or {}).get(name) or campaign.read_progress(root, name) for name in campaign.NAMES}
+    table = campaign.table_plan(records["clustering"], 540.0, campaign.card_bytes(card or last_card(root)))
+    return tuple(_paper_row(row, records, timing, table) for row in campaign.paper_results()["rows"])
 
 
 def _fastest_step(timing: dict, task: str) -> float | None:
@@ -116,20 +143,33 @@ def _fastest_step(timing: dict, task: str) -> float | None:
     return min(steps.values()) if steps else None
 
 
-def _paper_row(row: dict, root: Path, timing: dict) -> PaperRow:
+def mog_minutes_left(progress: dict, step_s: float | None) -> float | None:
+    """GPU minutes of the MoG schedule still to train: the epochs the carried run has left (all 100 without
+    one) of 500 steps at ``step_s``; 0 once the paper's number is reached, None without a measured step."""
+    ours = progress.get("best_log_likelihood")
+    if ours is not None and ours >= campaign.mog_target():
+        return 0.0
+    if step_s is None:
+        return None
+    done = progress.get("epoch", 0) if progress.get("run") else 0
+    return max(campaign.MOG_EPOCHS - done, 0) * campaign.MOG_STEPS * step_s / 60
+
+
+def _paper_row(row: dict, records: dict, timing: dict, table: campaign.TablePlan) -> PaperRow:
     base = dict(table=row["table"], model=row["model"], code=row["code"], dataset=row.get("dataset"),
                 paper=row["reported"])
     if row["task"] == "clustering":
-        return PaperRow(**base, **_clustering_row(row, root, timing))
+        return PaperRow(**base, **_clustering_row(row, records["clustering"], timing, table))
     if row["task"] == "mog" and (row["model"], row["code"]) == ("swarm-mog", "768-20-1"):
-        p = campaign.read_progress(root, "mog")
-        ours, step = p.get("best_log_likelihood"), _fastest_step(timing, "mog")
-        reached = ours is not None and ours >= row["reported"]
-        left = 0.0 if reached else None if step is None else campaign.MOG_EPOCHS * campaign.MOG_STEPS * step / 60
-        return PaperRow(**base, ours=ours, campaign="mog", step_s=step, minutes_left=left,
-                        note=f"a run of {campaign.MOG_EPOCHS} x {campaign.MOG_STEPS} steps in one job")
+        p = records["mog"]
+        step = _fastest_step(timing, "mog")
+        carried = f"{p['run']} at epoch {p.get('epoch', 0)}" if p.get("run") else "no run yet"
+        return PaperRow(**base, ours=p.get("best_log_likelihood"), campaign="mog", step_s=step,
+                        minutes_left=mog_minutes_left(p, step),
+                        note=f"one run of {campaign.MOG_EPOCHS} x {campaign.MOG_STEPS} steps carried across jobs "
+                             f"({carried})")
     if row.get("dataset") in campaign.IMAGES and (row["model"], row["code"]) == ("swarm-image", "256-10-1"):
-        ours = campaign.read_progress(root, row["dataset"]).get("best_bits_per_dim")
+        ours = records[row["dataset"]].get("best_bits_per_dim")
         reached = ours is not None and ours <= row["reported"]
         return PaperRow(**base, ours=ours, campaign=row["dataset"], step_s=_fastest_step(timing, "image"),
                         minutes_left=0.0 if reached else None,
@@ -137,14 +177,13 @@ def _paper_row(row: dict, root: Path, timing: dict) -> PaperRow:
     return PaperRow(**base, ours=None, campaign=None, step_s=None, minutes_left=None, note="no campaign")
 
 
-def _clustering_row(row: dict, root: Path, timing: dict) -> dict:
-    p = campaign.read_progress(root, "clustering")
+def _clustering_row(row: dict, p: dict, timing: dict, table: campaign.TablePlan) -> dict:
     key = (row["model"], row["code"])
     done = [r for r in p.get("runs", {}).values() if (r.get("model"), r.get("code")) == key]
     left = sum(1 for r in campaign.table_runs() if (r["model"], r["code"]) == key) - len(done)
-    per_run, side = p.get("minutes_per_run", 4.0), p.get("side_by_side", 3)
     losses = [r["eval_loss"] for r in done if r.get("eval_loss")]
     step = _fastest_step(timing, "clustering") if row["model"] == "swarm" else None  # timed: SWARM 192-10-1
     return dict(ours=sum(losses) / len(losses) if losses else None, campaign="clustering", step_s=step,
-                minutes_left=max(left, 0) * per_run / side,
-                note=f"{len(done)} of {len(done) + max(left, 0)} runs, {per_run:g} net min each, {side} side by side")
+                minutes_left=max(left, 0) * table.minutes_per_run / table.side,
+                note=f"{len(done)} of {len(done) + max(left, 0)} runs, {table.minutes_per_run:g} net min each, "
+                     f"{table.side} side by side")

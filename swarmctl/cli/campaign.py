@@ -121,7 +121,17 @@ def _print_status(status: Status) -> None:
             mode = "the trainer's default" if c.flags is None else " ".join(c.flags) or "eager"
             say(f"  next job: #{c.order}, gap {c.gap:.3f}, share {c.share_s:.0f} s of {status.wall:.0f} s, "
                 f"step mode {mode}")
+    if status.waiting:
+        say(f"  waiting: {', '.join(status.waiting)} (its files do not fit beside the others' in what one job "
+            "returns; the campaign with more sessions waits a job)")
     say(f"step timings: {status.timing_from or 'none measured yet (the next job measures them)'}")
+    t = status.table
+    fit = "the card's memory not known yet" if t.fit is None else \
+        f"{t.fit} fit on {status.card} by memory (the largest run about {t.run_gib:.1f} GiB)"
+    jobs = "a group of runs does not fit in one job" if t.jobs is None else f"{t.jobs} job(s)"
+    say(f"the clustering table: {t.runs_left} of {t.runs} runs left; {fit}; {t.side} side by side, "
+        f"{t.minutes_per_run:g} net min each ({t.group_s:.0f} s a group): {jobs} of {t.wall:.0f} s with the card "
+        "to itself")
     say("the paper's tables (GPU minutes: what the row's campaign still needs):")
     for r in status.rows:
         ours = "none yet" if r.ours is None else f"{r.ours:.4f}"

@@ -6,7 +6,8 @@ and last checkpoints, curves, lock). The package:
 - ``lifecycle``: configs from options, :func:`start_run` and :func:`resume_run` (one skeleton), what follows
   training (:func:`finish_runs`), and :func:`train`, the whole of `swarmctl train`;
 - ``plan``: what a run is before it trains, for `train` and `sweep` alike: its default name (:func:`run_name`)
-  and the refusal of a model too large for the device (:func:`parameter_count`, :func:`check_training_memory`);
+  and the refusal of a model too large for the device (:func:`parameter_count`, :func:`training_state_bytes`,
+  :func:`check_training_memory`);
 - ``lock``: :func:`run_lock`, one writer at a time;
 - ``read``: a run's config and progress, its checkpoint, :func:`open_run` (every command that reads a run
   goes through it), :func:`evaluate_run`;
@@ -28,7 +29,7 @@ from swarmctl.runs.lifecycle import (
     train,
 )
 from swarmctl.runs.lock import run_lock
-from swarmctl.runs.plan import check_training_memory, parameter_count, run_name
+from swarmctl.runs.plan import check_training_memory, parameter_count, run_name, training_state_bytes
 from swarmctl.runs.read import (
     Run,
     RunProgress,
@@ -58,4 +59,4 @@ __all__ = ["RESUMABLE", "FitResult", "Finished", "Progress", "Run", "RunDir", "R
            "finish_runs", "is_main_process", "list_runs", "load_model", "open_run", "parameter_count",
            "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_name", "run_path",
            "run_progress", "same_run", "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir",
-           "start_run", "train"]
+           "start_run", "train", "training_state_bytes"]

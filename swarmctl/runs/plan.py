@@ -33,8 +33,14 @@ def parameter_count(model_cfg: ModelConfig, fix: str | None = None) -> int:
                             + (f"; {fix}" if fix else "")) from None
 
 
+def training_state_bytes(parameters: int) -> int:
+    """Bytes of a float32 model's training state: weights, gradients and Adam's two moments, 4 floats per
+    parameter (activations not counted)."""
+    return 16 * parameters
+
+
 def check_training_memory(model_cfg: ModelConfig, parameters: int, limit: float, fix: str) -> None:
     """Refuse a model of ``parameters`` whose weights, gradients and Adam state alone exceed ``limit`` bytes,
     before anything is allocated, saying ``fix``."""
-    check_memory(16 * parameters, limit, f"{_label(model_cfg)} with {parameters:,} parameters (weights, gradients "
-                 "and Adam state)", fix)
+    check_memory(training_state_bytes(parameters), limit, f"{_label(model_cfg)} with {parameters:,} parameters "
+                 "(weights, gradients and Adam state)", fix)

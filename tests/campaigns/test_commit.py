@@ -730,3 +730,164 @@ def test_make_campaign_commit_passes_FROM_as_one_argument(tmp_path, folder):
     args = (tmp_path / "args.txt").read_text().splitlines()
     assert args[:4] == ["-m", "swarmctl", "campaign", "commit"] and args[4:] == [folder], res.stdout + res.stderr
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
+
+
+# ---- the MoG run carried across jobs: its last.pt in parts ------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def mog_run(tmp_path_factory):
+    """A tiny trained MoG run (8-2-1, 3 steps an epoch), its last.pt with Adam state, and one more epoch of it."""
+    import shutil
+
+    from swarmctl.config import DataConfig, ModelConfig
+    from swarmctl.runs import resume_run, start_run
+    from swarmctl.tasks import get_task
+
+    runs = tmp_path_factory.mktemp("mog-run")
+    start_run(ModelConfig(name="swarm-mog", dim_hidden=8, n_iter=2, n_layers=1),
+              get_task("mog").train_config(steps_per_epoch=3, val_batches=2, max_epochs=2, device="cpu"),
+              DataConfig(), runs, MOG_RUN)
+    first = runs / "first"
+    shutil.copytree(runs / MOG_RUN, first)
+    resume_run(MOG_RUN, runs, max_epochs=3)
+    return SimpleNamespace(first=first, second=runs / MOG_RUN)
+
+
+def mog_parts_spec(run, epochs=(0, 2), date=DATE, committed=None, limit=None):
+    """What a job returns after training the carried MoG run ``run`` (a folder): mog.tgz with its run's
+    files, progress and the parts' manifest, and the parts of its last.pt (split in 3 unless ``limit``)."""
+    import tempfile
+
+    from swarmctl.campaigns import parts
+
+    last = (run / "last.pt").read_bytes()
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "mog-last.pt").write_bytes(last)
+        manifest = parts.split(Path(tmp) / "mog-last.pt", Path(tmp), limit or -(-len(last) // 3))
+        files = {f: (Path(tmp) / f).read_bytes() for f, _, _ in manifest.parts}
+    base = committed or fresh_progress("mog")
+    ll = -3.0 - epochs[1] / 100
+    progress = {**base, "best_log_likelihood": max(ll, base.get("best_log_likelihood", -99.0)), "run": MOG_RUN,
+                "epoch": epochs[1],
+                "sessions": [*base["sessions"], {"date": date, "card": CARD, "wall_seconds": 60.0, "run": MOG_RUN,
+                                                 "epochs": list(epochs), "test_log_likelihood": ll,
+                                                 "parts": len(files), "train_exit": 0, "eval_exit": 0}]}
+    config = json.loads((run / "config.json").read_text())
+    scored = {"model": "swarm-mog", "code": "8-2-1", "split": "test", "tasks": 20, "log_likelihood": ll,
+              "oracle_log_likelihood": -1.4, "epoch": epochs[1] - 1}
+    prefix = f"mog/runs/{MOG_RUN}"
+    archive = {"mog/progress.json": _dump(progress), f"{prefix}/config.json": _dump(config),
+               f"{prefix}/metrics.jsonl": (run / "metrics.jsonl").read_bytes(),
+               f"{prefix}/eval-test.json": _dump(scored),
+               "mog/mog-last.pt.parts.json": manifest.to_json().encode()}
+    session = {"card": CARD, "wall": 550.0 + 10 * epochs[0] + epochs[1], "plan": [{"campaign": "mog", "gap": 0.5}],
+               "timing_measured": False, "flags": {"mog": ["--step", "eager"]}, "seconds": {"mog": 60.0}}
+    logs = _tar({"logs/bench.txt": b"x"})
+    return {"session": session, "archives": {"mog": archive}, "files": {**files, "logs.tgz": logs}}
+
+
+def test_commit_joins_the_mog_parts_and_keeps_them_in_parts(mog_run, repo, commit):
+    """The parts come back, are joined and checked, and campaigns/mog holds last.pt again in parts (each
+    under a job's file limit) beside the run's files; the logs archive is not a campaign."""
+    from swarmctl.campaigns import parts
+
+    rc, stdout, err = commit(write_out(mog_parts_spec(mog_run.first), repo.parent / "out"))
+    assert rc == 0, err
+    mog = repo / "campaigns" / "mog"
+    assert parts.joined_bytes(mog / "last.pt.parts.json") == (mog_run.first / "last.pt").read_bytes()
+    assert all(p.stat().st_size < 16 * 2**20 for p in mog.glob("last.pt.part*"))
+    progress = json.loads((mog / "progress.json").read_text())
+    assert (progress["run"], progress["epoch"]) == (MOG_RUN, 2)
+    assert (mog / "runs" / MOG_RUN / "metrics.jsonl").read_bytes() == (mog_run.first / "metrics.jsonl").read_bytes()
+
+
+def test_commit_of_the_next_job_continues_the_carried_run(mog_run, repo, commit, refused_unchanged):
+    """The second job continued the committed last.pt (epoch 2 -> 3): its run folder and parts replace the
+    committed ones; a job that returns the older checkpoint again is behind the committed one."""
+    from swarmctl.campaigns import parts
+
+    assert commit(write_out(mog_parts_spec(mog_run.first), repo.parent / "out1"))[0] == 0
+    committed = json.loads((repo / "campaigns" / "mog" / "progress.json").read_text())
+    second = mog_parts_spec(mog_run.second, (2, 3), "2026-01-02 00:00 UTC", committed)
+    rc, _, err = commit(write_out(second, repo.parent / "out2"))
+    assert rc == 0, err
+    mog = repo / "campaigns" / "mog"
+    assert parts.joined_bytes(mog / "last.pt.parts.json") == (mog_run.second / "last.pt").read_bytes()
+    assert json.loads((mog / "progress.json").read_text())["epoch"] == 3
+    committed = json.loads((mog / "progress.json").read_text())
+    refused_unchanged(write_out(mog_parts_spec(mog_run.first, (3, 2), "2026-01-03 00:00 UTC", committed),
+                                repo.parent / "out3"), "behind the committed")
+
+
+def _flip(data):
+    return data[:100] + bytes([data[100] ^ 1]) + data[101:]
+
+
+MOG_PART_DAMAGE = {
+    "missing": (lambda files: files.pop("mog-last.pt.part1"), "mog-last.pt.part1", "missing"),
+    "damaged": (lambda files: files.update({"mog-last.pt.part0": _flip(files["mog-last.pt.part0"])}),
+                "mog-last.pt.part0", "SHA-256"),
+    "truncated": (lambda files: files.update({"mog-last.pt.part2": files["mog-last.pt.part2"][:-1]}),
+                  "mog-last.pt.part2", "damaged"),
+    "unlisted": (lambda files: files.update({"mog-last.pt.part3": b"more"}), "mog-last.pt.part3", "does not list"),
+    "swapped": (lambda files: files.update({"mog-last.pt.part0": files["mog-last.pt.part1"],
+                                            "mog-last.pt.part1": files["mog-last.pt.part0"]}), "mog-last.pt.part0"),
+    "another-file": (lambda files: files.update({"clustering-last.pt.part0": b"x"}), "clustering-last.pt.part0"),
+}
+
+
+@pytest.mark.parametrize("damage", MOG_PART_DAMAGE.values(), ids=MOG_PART_DAMAGE.keys())
+def test_commit_refuses_a_missing_or_damaged_mog_part(mog_run, refused_unchanged, damage):
+    spec = mog_parts_spec(mog_run.first)
+    edit, *words = damage
+    edit(spec["files"])
+    refused_unchanged(spec, *words)
+
+
+def test_commit_takes_no_part_without_its_manifest(mog_run, repo, commit):
+    """A job stopped while splitting or before packing mog.tgz leaves parts without their manifest: they are
+    not taken (the committed checkpoint stays), the rest of the session is committed and the commit says so."""
+    spec = mog_parts_spec(mog_run.first)
+    del spec["archives"]["mog"]
+    spec["session"]["plan"] = []
+    rc, stdout, err = commit(write_out(spec, repo.parent / "no-archive"))
+    assert rc == 0 and "mog-last.pt.part0" in stdout and "not taken" in stdout, (stdout, err)
+    assert not list((repo / "campaigns" / "mog").glob("last.pt*"))
+
+
+def test_commit_refuses_a_linked_part(mog_run, repo, refused_unchanged):
+    spec = mog_parts_spec(mog_run.first)
+    out = write_out(spec, repo.parent / "linked")
+    target = repo.parent / "elsewhere"
+    target.write_bytes(spec["files"]["mog-last.pt.part1"])
+    (out / "mog-last.pt.part1").unlink()
+    (out / "mog-last.pt.part1").symlink_to(target)
+    refused_unchanged(out, "mog-last.pt.part1", "symbolic link")
+
+
+def test_commit_refuses_a_mog_progress_that_disagrees_with_its_checkpoint(mog_run, repo, refused_unchanged):
+    """progress.json says epoch 5 for a last.pt at epoch 2; or it moves the carried run with no parts back."""
+    spec = mog_parts_spec(mog_run.first)
+    progress = json.loads(spec["archives"]["mog"]["mog/progress.json"])
+    spec["archives"]["mog"]["mog/progress.json"] = _dump({**progress, "epoch": 5})
+    refused_unchanged(spec, "epoch is 5")
+    spec = mog_parts_spec(mog_run.first)
+    spec["files"] = {k: v for k, v in spec["files"].items() if ".part" not in k}
+    del spec["archives"]["mog"]["mog/mog-last.pt.parts.json"]
+    refused_unchanged(write_out(spec, repo.parent / "no-parts"), "no mog-last.pt came back")
+
+
+def test_commit_refuses_a_mog_checkpoint_without_adam_in_parts(mog_run, tmp_path, refused_unchanged):
+    """The parts join into a checkpoint the next job cannot resume (no optimizer state): refused like the
+    image campaign's last.pt."""
+    from swarmctl.files import holding
+    from swarmctl.training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+
+    ck = load_checkpoint(mog_run.first / "last.pt")
+    stripped = tmp_path / "run"
+    stripped.mkdir()
+    for f in ("config.json", "metrics.jsonl"):
+        (stripped / f).write_bytes((mog_run.first / f).read_bytes())
+    with holding(stripped):
+        save_checkpoint(stripped / "last.pt", Checkpoint(ck.task, ck.config, ck.state, ck.model, None))
+    refused_unchanged(mog_parts_spec(stripped), "mog-last.pt", "optimizer")

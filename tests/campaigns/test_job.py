@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import fresh_campaigns, write_fake_mnist
 
-from swarmctl.campaigns.plan import choose_flags
+from swarmctl.campaigns.plan import choose_flags, measured_modes, trainer_mode
+from swarmctl.tasks import get_task
+from swarmctl.training.modes import Measured, choose_step_mode
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -27,18 +29,57 @@ EAGER_MOG = {"mog_ms_per_step": {"eager": 16.0, "graphs": 5.0}, "warmup_s": {"mo
 
 def test_the_mode_choice_counts_compile_time_against_the_share():
     """Compiled MoG steps are fastest (3 ms) but cost 200 s to compile: graphs (5 ms, 2 s to capture) win a
-    300 s share; a share long enough to repay the compile picks it; eager when graphs failed their tests."""
-    assert choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--cuda-graphs"]}
-    assert choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--compile"]}
-    assert choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": []}  # 150 s: no time to compile
+    300 s share; a share long enough to repay the compile picks it; eager when graphs failed their tests.
+    Each becomes `train --step MODE`."""
+    assert choose_flags(EAGER_MOG, True, {"mog": 300}) == {"mog": ["--step", "graphs"]}
+    assert choose_flags(EAGER_MOG, True, {"mog": 3000}) == {"mog": ["--step", "compile"]}
+    assert choose_flags(EAGER_MOG, False, {"mog": 150}) == {"mog": ["--step", "eager"]}  # no time to compile
     unfinished = {**EAGER_MOG, "compile_probe": {"task": "mog", "compile_s": ">60", "finished": False}}
-    assert choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--cuda-graphs"]}
-    assert choose_flags({}, True, {"mog": 300}) == {}  # nothing measured: the trainer's default
+    assert choose_flags(unfinished, True, {"mog": 10**6}) == {"mog": ["--step", "graphs"]}
+    assert choose_flags(EAGER_MOG, True, {"mog": 3000}, device_type="cpu") == {"mog": ["--step", "eager"]}
 
 
-def test_a_compile_probe_for_another_task_does_not_count():
-    timing = {**EAGER_MOG, "image_s_per_epoch": {"eager": 12.0}}
-    assert choose_flags(timing, True, {"image": 10**6}) == {"image": []}
+def test_with_nothing_measured_the_job_takes_the_trainers_own_choice():
+    """No timings in this job: the mode `train --step auto` would pick from the task's committed
+    measurements, for the same budget; the graph modes left out when the GPU tests failed."""
+    for budget in (20, 300, 5000):
+        own = choose_step_mode("auto", "cuda", get_task("mog").step_modes, budget).mode.name
+        assert choose_flags({}, True, {"mog": budget}) == {"mog": ["--step", own]}
+        no_graphs = {m: v for m, v in get_task("mog").step_modes.items() if "graphs" not in m}
+        own = choose_step_mode("auto", "cuda", no_graphs, budget).mode.name
+        assert choose_flags({}, False, {"mog": budget}) == {"mog": ["--step", own]}
+    assert choose_flags({}, True, {}) == {}  # a task with no share in this job: nothing to choose
+
+
+def test_only_the_modes_a_task_lists_as_proven_are_chosen():
+    """The step timings name modes by their precision (tf32, bf16-autocast, fp32); bf16 is chosen only where
+    the task lists it as proven (not MoG), fp32 never (not a trainer mode)."""
+    assert [trainer_mode(n) for n in ("tf32", "eager", "tf32+graphs", "graphs+bf16", "bf16-autocast", "fp32",
+                                      "triton")] == ["eager", "eager", "graphs", "amp+graphs", "amp", None, None]
+    fast_bf16 = {"mog_ms_per_step": {"eager": 16.0, "bf16-autocast": 1.0, "fp32": 0.5},
+                 "image_s_per_epoch": {"eager": 30.0, "bf16-autocast": 20.0, "fp32": 1.0}}
+    assert choose_flags(fast_bf16, True, {"mog": 600, "image": 600}) == {"mog": ["--step", "eager"],
+                                                                        "image": ["--step", "amp"]}
+    assert measured_modes({"clustering_s_per_epoch": {"tf32+graphs": 0.9}, "warmup_s": {"clustering/tf32+graphs": 3.0}},
+                          "clustering") == {"graphs": Measured(0.01, 3.0)}
+
+
+def test_the_file_budget_lets_mog_and_an_image_campaign_take_turns(tmp_path):
+    """MoG returns 5 files (mog.tgz and its last.pt in 4 parts), an image campaign 3, the clustering table 1,
+    every job 2 (session.json, logs.tgz): all of them make 11, over the 8 a job returns. The checkpoint
+    campaign with more committed sessions waits (ties: the smaller gap), the others run."""
+    from swarmctl.campaigns import plan
+
+    root = fresh_campaigns(tmp_path / "campaigns")
+    order = [("mog", 0.5), ("mnist", 0.2), ("clustering", 0.01)]
+    assert [plan.returned_files(n) for n, _ in order] == [5, 3, 1]
+    assert plan.within_files(order, root) == ([("mog", 0.5), ("clustering", 0.01)], ["mnist"])  # a tie: the gap
+    progress = json.loads((root / "mog" / "progress.json").read_text())
+    progress["sessions"].append({"date": "d", "card": "c"})
+    (root / "mog" / "progress.json").write_text(json.dumps(progress))
+    assert plan.within_files(order, root) == ([("mnist", 0.2), ("clustering", 0.01)], ["mog"])
+    assert plan.within_files(order[:1] + order[2:], root) == (order[:1] + order[2:], [])  # 8 files: all fit
+    assert plan.within_files(order, root, limit=4) == ([("clustering", 0.01)], ["mog", "mnist"])
 
 
 def _files_are_returnable(out: Path) -> dict | None:
@@ -116,7 +157,7 @@ def test_a_job_killed_at_any_moment_leaves_what_it_finished(tmp_path, how):
         facts = _files_are_returnable(run / "out")
         if how == "SIGTERM" and proc.returncode == 1:  # stopped (not already done at that moment)
             assert facts and "stopped" in facts, (at, output[-2000:])
-            assert set(facts.get("packed", [])) == {p.name[:-4] for p in (run / "out").glob("*.tgz")}
+            assert set(facts.get("packed", [])) == {p.name[:-4] for p in (run / "out").glob("*.tgz")} - {"logs"}
 
 
 @pytest.mark.slow
@@ -126,8 +167,12 @@ def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
     assert proc.returncode == 0, output[-3000:]
     facts = _files_are_returnable(tmp_path / "out")
     assert list(facts["phases"]) == ["0-inputs", "1-gpu-tests", "2-timings", "3-campaigns"]
-    assert facts["packed"] == ["mog", "mnist", "clustering"]
-    assert (tmp_path / "out" / "gpu-tests.txt").is_file() and (tmp_path / "out" / "bench.txt").is_file()
+    assert facts["packed"] == ["mog", "clustering"] and facts["waiting"] == ["mnist"]  # 8 files: MNIST waits
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"session.json", "logs.tgz", "mog.tgz", "clustering.tgz",
+                                                              *(f"mog-last.pt.part{k}" for k in range(4))}
+    with tarfile.open(tmp_path / "out" / "logs.tgz") as tar:
+        assert {"logs/gpu-tests.txt", "logs/bench.txt"} <= set(tar.getnames())
+    assert {r["campaign"] for r in facts["paper_rows"]} == {"clustering", "mog", "mnist", "fashion-mnist", None}
 
 
 def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
@@ -141,3 +186,66 @@ def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "30"], capture_output=True,
                           text=True, timeout=90, env={**os.environ, "PYTHON": "/usr/bin/python3"})
     assert bare.returncode == 1 and "torch cannot be imported" in bare.stdout and "Traceback" not in bare.stderr
+
+
+@pytest.fixture(scope="module")
+def mog_checkpoint(tmp_path_factory):
+    """A tiny MoG run's folder (8-2-1, 3 steps an epoch, 2 epochs) with its last.pt (Adam state included)."""
+    from swarmctl.config import DataConfig, ModelConfig
+    from swarmctl.runs import start_run
+
+    runs = tmp_path_factory.mktemp("mog")
+    start_run(ModelConfig(name="swarm-mog", dim_hidden=8, n_iter=2, n_layers=1),
+              get_task("mog").train_config(steps_per_epoch=3, val_batches=2, max_epochs=2, device="cpu"),
+              DataConfig(), runs, "swarm-mog-4")
+    return runs / "swarm-mog-4"
+
+
+def test_the_mog_checkpoint_comes_back_in_its_parts_and_never_over_the_limit(mog_checkpoint, tmp_path):
+    """last.pt in MOG_PARTS parts in OUT (the job's file budget counts them), the manifest beside the run's
+    files (inside mog.tgz); a checkpoint whose parts would exceed the per-file limit is not returned at all."""
+    from swarmctl.campaigns import parts, runners
+    from swarmctl.campaigns.plan import MOG_PARTS
+
+    last = mog_checkpoint / "last.pt"
+    out, keep = tmp_path / "out", tmp_path / "keep"
+    out.mkdir()
+    assert runners.return_mog_checkpoint(last, tmp_path / "work", out, keep, parts.PART_LIMIT) == MOG_PARTS
+    assert sorted(p.name for p in out.iterdir()) == [f"mog-last.pt.part{k}" for k in range(MOG_PARTS)]
+    for p in out.iterdir():
+        (keep / p.name).write_bytes(p.read_bytes())
+    assert parts.joined_bytes(keep / "mog-last.pt.parts.json") == last.read_bytes()
+    small = tmp_path / "small"
+    small.mkdir()
+    limit = last.stat().st_size // MOG_PARTS - 1  # four parts would each hold more
+    assert runners.return_mog_checkpoint(last, tmp_path / "work2", small, tmp_path / "keep2", limit) == 0
+    assert not list(small.iterdir())
+
+
+def test_the_next_job_rebuilds_the_carried_mog_run_from_the_committed_parts(mog_checkpoint, tmp_path):
+    """campaigns/mog/last.pt in several committed parts: the job joins them (checked) into its runs folder
+    with the run's config and metrics, and resumes from the epoch the checkpoint holds; a damaged part stops
+    the campaign with the part named."""
+    from swarmctl.campaigns import parts, runners
+    from swarmctl.errors import DataError
+
+    root = fresh_campaigns(tmp_path / "campaigns")
+    run = root / "mog" / "runs" / "swarm-mog-4"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_bytes((mog_checkpoint / "metrics.jsonl").read_bytes())
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "last.pt").write_bytes((mog_checkpoint / "last.pt").read_bytes())
+    size = (mog_checkpoint / "last.pt").stat().st_size
+    assert len(parts.split(tmp_path / "src" / "last.pt", root / "mog", size // 3 + 1).parts) == 3
+    carried = runners.restore_mog(root, tmp_path / "runs")
+    assert carried is not None and (carried.name, carried.epoch, carried.step) == ("swarm-mog-4", 2, "eager")
+    rebuilt = tmp_path / "runs" / "swarm-mog-4"
+    assert (rebuilt / "last.pt").read_bytes() == (mog_checkpoint / "last.pt").read_bytes()
+    assert (rebuilt / "metrics.jsonl").read_bytes() == (mog_checkpoint / "metrics.jsonl").read_bytes()
+    assert json.loads((rebuilt / "config.json").read_text())["run"]["name"] == "swarm-mog-4"
+    part = root / "mog" / "last.pt.part1"
+    data = part.read_bytes()
+    part.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(DataError, match="last.pt.part1"):
+        runners.restore_mog(root, tmp_path / "runs2")
+    assert runners.restore_mog(fresh_campaigns(tmp_path / "fresh"), tmp_path / "runs3") is None

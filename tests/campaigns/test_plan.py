@@ -68,5 +68,5 @@ def test_a_campaign_with_too_little_time_runs_nothing_and_leaves_nothing_to_pack
     ctx = runners.Context(root, tmp_path / "work", tmp_path / "out", False, {}, "data", tmp_path / "d.h5",
                            lambda: True, "test")
     assert runners.run_clustering(ctx, 50, 50) == 0.0
-    assert runners.run_mog(ctx, 20, 20, 0.0124) == 0.0
+    assert runners.run_mog(ctx, 20, 20, {"mog_ms_per_step": {"eager": 12.4}}) == 0.0
     assert not (tmp_path / "work" / "parts").exists()

@@ -7,7 +7,12 @@ candidate replaces a shipped model) and :mod:`.place` (everything into place at 
         [--data-dir DIR] [--clustering-data FILE] [--subset N] [--keep-shipped]
     make campaign-commit FROM=RETURNED [COMMIT_OPTS="--data-dir DIR"]   # the same, then git add + commit
 
-What goes where: NAME.tgz's progress.json becomes campaigns/NAME/progress.json; an image campaign's
+What goes where: NAME.tgz's progress.json becomes campaigns/NAME/progress.json; MoG's mog-last.pt.partK
+(listed, with their sizes and SHA-256, by mog/mog-last.pt.parts.json in mog.tgz) are joined, checked like an
+image campaign's last.pt (it must continue the committed one, or start a new run once the committed one
+finished the schedule) and written as campaigns/mog/last.pt.partK and last.pt.parts.json (parts of at most
+15 MiB, so the repository holds no file over a job's limit), beside the carried run's files in
+campaigns/mog/runs/RUN/; an image campaign's
 NAME-last.pt and NAME-best.pt become campaigns/NAME/last.pt and best.pt, with config.json, metrics.jsonl,
 eval-test.json, curves.png and samples.png beside them (a metrics, evaluation, curves or samples file that
 did not come back is removed: it described the old checkpoint); finished clustering and MoG runs go to
@@ -16,9 +21,11 @@ measured step timings writes campaigns/timing.json, and every session adds a lin
 campaigns/sessions.jsonl holding the SHA-256 of its session.json: a session already recorded is refused.
 
 Everything is checked before anything changes:
-- the returned folder: session.json, NAME.tgz and NAME-{last,best}.pt are regular files, never links; NAME
-  is one of the campaigns (checkpoints: an image campaign's, with its archive); other files (logs) are not
-  read;
+- the returned folder: session.json, NAME.tgz, NAME-{last,best}.pt and mog-last.pt.partK are regular files,
+  never links; NAME is one of the campaigns (checkpoints: an image campaign's, with its archive; parts: MoG's,
+  each listed by the manifest in mog.tgz, none missing, each of its size and SHA-256, the whole of its
+  SHA-256; parts without their manifest, left by a job stopped while splitting, are not taken); other files
+  (logs.tgz, logs) are not read;
 - each archive: a gzip tar of regular files and folders only, every member inside NAME/, relative, without
   '.', '..', control characters or duplicates, within size limits; only the files named above are taken;
 - every JSON file: parsed strictly (no NaN or Infinity), of the shape the job writes and reads, numbers

@@ -29,7 +29,9 @@ from swarmctl.campaigns.commit.unpack import (
     unpack,
 )
 from swarmctl.campaigns.commit.validate import Campaign, _check_destination, check_campaign
-from swarmctl.campaigns.job import TIMING
+from swarmctl.campaigns.parts import joined_bytes, manifest_path, read_manifest
+from swarmctl.campaigns.plan import TIMING
+from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import SwarmctlError, describe_os_error
 from swarmctl.files import (
     atomic_write,
@@ -40,6 +42,7 @@ from swarmctl.files import (
     shipped_folder,
     staged_writes,
 )
+from swarmctl.rundir import LAST
 from swarmctl.runs import export_weights
 
 SESSIONS = "sessions.jsonl"  # one line per committed job, in the campaigns folder
@@ -120,8 +123,39 @@ def _checked_campaigns(found: Returned, root: Path, stage: Path, base: dict[str,
             for which, path in found.checkpoints.get(name, {}).items():
                 pts[which] = copies / f"{name}-{which}"
                 _copy_returned(path, pts[which], path.name)
+            if name == "mog":
+                pts = _joined_mog(found, unpacked / name, copies)
             campaigns.append(check_campaign(name, unpacked, pts, root, base))
+    if found.parts and not manifest_path(unpacked / "mog", MOG_RETURNED).is_file():
+        mog = next((c for c in campaigns if c.name == "mog"), None)
+        if mog is None:
+            campaigns.append(mog := Campaign("mog"))
+        mog.notes.append(f"{', '.join(sorted(found.parts))} came back without their manifest (the job stopped "
+                         "before packing mog.tgz): not taken")
     return campaigns
+
+
+def _joined_mog(found: Returned, folder: Path, copies: Path) -> dict[str, Path]:
+    """MoG's last.pt from the returned parts, each copied beside the manifest mog.tgz brought (regular files
+    only) and checked against it (names, sizes, SHA-256 of each part and of the whole); {} when none came
+    back. A manifest without a part, or a part it does not list: refused; parts without their manifest (a
+    job stopped while splitting or packing) are not taken."""
+    manifest = manifest_path(folder, MOG_RETURNED)
+    if not manifest.is_file():  # no part is taken without its manifest (written last: nothing half-split)
+        return {}
+    listed = {file for file, _, _ in read_manifest(manifest).parts}
+    extra = sorted(set(found.parts) - listed)
+    if extra:
+        raise Refused(f"{extra[0]} came back, but {manifest.name} does not list it")
+    for file in sorted(listed & set(found.parts)):
+        _copy_returned(found.parts[file], folder / file, file)
+    try:
+        data = joined_bytes(manifest)
+    except SwarmctlError as exc:
+        raise Refused(_one_line(exc).replace(str(folder) + "/", "")) from None
+    joined = copies / MOG_RETURNED
+    atomic_write(joined, lambda fh: fh.write(data))
+    return {LAST: joined}
 
 
 def _replacements(campaigns: list[Campaign], pretrained: Path, opts: CommitOptions, notes: list[str],

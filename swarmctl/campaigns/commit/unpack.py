@@ -9,16 +9,18 @@ import errno
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tarfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from swarmctl.campaigns.plan import IMAGES, NAMES
+from swarmctl.campaigns.plan import IMAGES, LOGS, NAMES
+from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
 from swarmctl.files import create_exclusive
 from swarmctl.rundir import CHECKPOINTS
@@ -29,6 +31,7 @@ MAX_UNPACKED = 1 << 30  # one archive, unpacked
 MAX_MEMBERS = 10_000
 MAX_JSON = 16 << 20
 RETURNED_CHECKPOINTS = {Path(name).stem: name for name in CHECKPOINTS}  # NAME-best.pt -> best.pt, NAME-last.pt
+PART = re.compile(r"(?P<stem>.+)\.part(?P<index>[0-9]+)")  # a returned part: NAME.partK (campaigns/parts.py)
 TIMINGS = ("clustering_s_per_epoch", "mog_ms_per_step", "image_s_per_epoch")  # the job picks modes from these
 
 
@@ -156,6 +159,7 @@ class Returned:
     session_bytes: bytes
     archives: dict[str, Path]  # campaign -> NAME.tgz
     checkpoints: dict[str, dict[str, Path]]  # image campaign -> {"last.pt": NAME-last.pt, "best.pt": ...}
+    parts: dict[str, Path] = field(default_factory=dict)  # mog-last.pt.partK -> its path (MoG's last.pt in parts)
 
 
 def _campaign_of(file: str, campaign: str, known: tuple[str, ...]) -> str:
@@ -168,14 +172,19 @@ def scan_returned(folder: Path) -> Returned:
     """The returned folder's session.json, archives and checkpoints, each a regular file (not a link)."""
     if not folder.is_dir():
         raise Refused(f"{folder} is not a folder; pass the folder `swarmctl campaign run` wrote (its OUT)")
-    session, archives, checkpoints = None, {}, {}
+    session, archives, checkpoints, parts = None, {}, {}, {}
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         name, path = entry.name, Path(entry.path)
-        if name != SESSION and not name.endswith((".tgz", ".pt")):
+        part = PART.fullmatch(name)
+        if name == LOGS or (name != SESSION and not name.endswith((".tgz", ".pt")) and not part):
             continue  # logs: never read
         if entry.is_symlink():
             raise Refused(f"{name} is a symbolic link; a returned file must be the file itself")
-        if name == SESSION:
+        if part:
+            if part["stem"] != MOG_RETURNED:
+                raise Refused(f"{name}: unexpected part; only the MoG campaign's {MOG_RETURNED} comes back in parts")
+            parts[name] = path
+        elif name == SESSION:
             session = _read_returned(path, name)
         elif name.endswith(".tgz"):
             archives[_campaign_of(name, name[: -len(".tgz")], NAMES)] = path
@@ -190,7 +199,7 @@ def scan_returned(folder: Path) -> Returned:
     for campaign in checkpoints:
         if campaign not in archives:
             raise Refused(f"{campaign}-*.pt came back without {campaign}.tgz (its config and progress)")
-    return Returned(session, archives, checkpoints)
+    return Returned(session, archives, checkpoints, parts)
 
 
 def check_session(raw: bytes) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from swarmctl import create_model
+from swarmctl.campaigns import parts
 from swarmctl.campaigns.commit.unpack import (
     Refused,
     _check_committed_file,
@@ -30,10 +31,11 @@ from swarmctl.campaigns.commit.unpack import (
     _untrusted,
     parse_json,
 )
-from swarmctl.campaigns.plan import PROGRESS
-from swarmctl.campaigns.runners import SAMPLES, WEIGHTS, eval_file
+from swarmctl.campaigns.plan import MOG_EPOCHS, PROGRESS
+from swarmctl.campaigns.runners import MOG_RETURNED, SAMPLES, WEIGHTS, eval_file
 from swarmctl.config import ModelConfig, from_dict
 from swarmctl.errors import SwarmctlError
+from swarmctl.files import copy_file, holding, remove_file
 from swarmctl.models import get_spec, paper_code
 from swarmctl.rundir import BEST, CHECKPOINTS, CONFIG, CURVES, LAST, METRICS, RunDir
 from swarmctl.runs import read_run_config, same_run
@@ -392,8 +394,10 @@ def check_clustering(folder: Path, root: Path, progress: dict[str, Any], old: di
 
 
 def check_mog(folder: Path, root: Path, progress: dict[str, Any], added: list[dict[str, Any]],
-              old: dict[str, Any]) -> Campaign:
-    """The MoG campaign: the runs this session's records name, with their evaluation."""
+              old: dict[str, Any], last_pt: Path | None) -> Campaign:
+    """The MoG campaign: the runs this session's records name, with their evaluation; the run it carries
+    across jobs (``run``) may come back again, and with it its last.pt (joined from its parts,
+    ``last_pt``), which continues the committed one and is placed in parts again."""
     out, what = Campaign("mog"), "mog/progress.json"
     named = [r.get("run") for r in added if "run" in r]
     if not all(isinstance(n, str) for n in named):
@@ -403,6 +407,7 @@ def check_mog(folder: Path, root: Path, progress: dict[str, Any], added: list[di
         if record.get("test_log_likelihood") is not None:
             ll = _number(record["test_log_likelihood"], f"{what}: test_log_likelihood")
             best = ll if best is None else max(best, ll)
+    configs = {}
     for run in _returned_runs(folder, "mog"):
         run_dir, prefix = folder / "runs" / run, f"mog/runs/{run}"
         if run not in named:
@@ -410,21 +415,73 @@ def check_mog(folder: Path, root: Path, progress: dict[str, Any], added: list[di
         if not RunDir(run_dir).config.is_file():
             out.notes.append(f"mog: run {run} came back without its config.json (training failed); not committed")
             continue
-        _new_run_folder(root, "mog", run)
-        config = _run_config(run_dir, f"{prefix}/{CONFIG}")
+        if run != old.get("run"):  # the run the campaign carries is continued; any other is new
+            _new_run_folder(root, "mog", run)
+        config = configs[run] = _run_config(run_dir, f"{prefix}/{CONFIG}")
         if config["run"]["name"] != run or get_spec(config["model"]["name"]).task != "mog":
             raise Refused(f"{prefix}/config.json is not mog run {run!r}")
         if (run_dir / eval_file("test")).is_file():
             scored = check_eval(run_dir / eval_file("test"), f"{prefix}/eval-test.json", config, "test",
                                 ("log_likelihood",), low=None)
-            said = next((r.get("test_log_likelihood") for r in added if r.get("run") == run), None)
+            said = next((r.get("test_log_likelihood") for r in reversed(added) if r.get("run") == run), None)
             if said is None or not _same(said, scored["log_likelihood"]):
                 raise Refused(f"{what}: run {run!r} has test_log_likelihood {_show(said)}, its eval-test.json "
                               f"{scored['log_likelihood']}")
         _check_extras(run_dir, prefix, RUN_FILES["mog"])
-        out.files.update({f"runs/{run}/{f}": run_dir / f for f in RUN_FILES["mog"] if (run_dir / f).is_file()})
+        out.files.update({f"runs/{run}/{f}": run_dir / f if (run_dir / f).is_file() else None
+                          for f in RUN_FILES["mog"]})
     _expect_best(what, progress, "best_log_likelihood", old.get("best_log_likelihood"), best, max)
+    if last_pt is None:
+        if (progress.get("run"), progress.get("epoch")) != (old.get("run"), old.get("epoch")):
+            raise Refused(f"{what} moves the carried run to {_show(progress.get('run'))} epoch "
+                          f"{_show(progress.get('epoch'))}, but no {MOG_RETURNED} came back")
+        return out
+    run = progress.get("run")
+    if not isinstance(run, str) or run not in configs:
+        raise Refused(f"{MOG_RETURNED} came back, but {what} names no returned run with its config.json as the "
+                      f"run it carries (run {_show(run)})")
+    last = check_checkpoint(last_pt, MOG_RETURNED, configs[run], "mog")
+    _check_adam(last, configs[run], MOG_RETURNED)
+    if _integer(progress.get("epoch"), f"{what}: epoch") != last.state.epoch:
+        raise Refused(f"{what}: epoch is {progress['epoch']}, {MOG_RETURNED} is at epoch {last.state.epoch}")
+    scored = folder / "runs" / run / eval_file("test")
+    if scored.is_file() and parse_json(scored.read_bytes(), "eval").get("epoch") != last.state.epoch - 1:
+        raise Refused(f"mog/runs/{run}/eval-test.json does not score {MOG_RETURNED} (epoch {last.state.epoch - 1})")
+    _continues_committed_mog(root, last, configs[run], last_pt.parent)
+    split_to = last_pt.parent / "mog-parts"
+    split_to.mkdir()
+    joined = split_to / LAST
+    with holding(split_to):
+        copy_file(last_pt, joined)
+        manifest = parts.split(joined, split_to)  # campaigns/mog/ holds it in parts, each under a job's file limit
+        remove_file(joined)
+    out.files[parts.manifest_path(Path(), LAST).name] = parts.manifest_path(split_to, LAST)
+    out.files.update({file: split_to / file for file, _, _ in manifest.parts})
+    for stale in sorted((root / "mog").glob(f"{LAST}.part*")):  # a committed part the new file no longer has
+        out.files.setdefault(stale.name, None)
     return out
+
+
+def _continues_committed_mog(root: Path, last: Checkpoint, config: dict[str, Any], scratch: Path) -> None:
+    """The returned last.pt continues the committed one (in parts in campaigns/mog/): the same run, not behind
+    it; or a new run once the committed one finished the paper's schedule."""
+    manifest = parts.manifest_path(root / "mog", LAST)
+    if not os.path.lexists(manifest):
+        return
+    committed = scratch / f"committed-{LAST}"
+    try:
+        parts.join(manifest, committed)
+        before = load_checkpoint(committed)
+    except SwarmctlError as exc:
+        raise Refused(f"{manifest.parent}/{LAST} (in parts) is damaged ({_one_line(exc)[:100]}); restore it first") \
+            from None
+    if not same_run(before.config, config):
+        if before.state.epoch >= MOG_EPOCHS:
+            return  # the committed run finished the schedule: a new one may start
+        raise Refused(f"{MOG_RETURNED} is not the run campaigns/mog/{LAST} holds, which has not finished the "
+                      f"schedule ({before.state.epoch} of {MOG_EPOCHS} epochs); the session did not continue it")
+    if last.state.epoch < before.state.epoch:
+        raise Refused(f"{MOG_RETURNED} is at epoch {last.state.epoch}, behind the committed {before.state.epoch}")
 
 
 def check_campaign(name: str, unpacked: Path, pts: dict[str, Path], root: Path, base: dict[str, Any]) -> Campaign:
@@ -446,7 +503,7 @@ def check_campaign(name: str, unpacked: Path, pts: dict[str, Path], root: Path, 
     if name == "clustering":
         out = check_clustering(folder, root, progress, old, base)
     elif name == "mog":
-        out = check_mog(folder, root, progress, added, old)
+        out = check_mog(folder, root, progress, added, old, pts.get(LAST))
     else:
         out = check_image(name, folder, pts, root, progress, added, old, base)
     out.files[PROGRESS] = path
