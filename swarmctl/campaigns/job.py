@@ -49,6 +49,7 @@ from swarmctl.campaigns.status import paper_rows
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.files import atomic_write_text
+from swarmctl.signals import EXIT_CODE as SIGNAL_EXIT
 
 TESTS_CAP = 100.0  # phase 1
 TIMING_CAP = 100.0  # phase 2, the step timings
@@ -323,25 +324,48 @@ def record_plan(job: Job, timing: dict) -> None:
 
 # ---- the job ------------------------------------------------------------------------------------------------
 
+WORK_MARK = ".swarmctl-job-work"  # in a work folder a job made: only such a folder (or an empty one) is emptied
+
+
 def check_folders(opts: JobOptions) -> None:
-    """OUT and the work folder are folders (or missing); the campaigns folder is one."""
+    """OUT and the work folder are folders (or missing); the campaigns folder is one; the work folder, which
+    the job empties, holds none of the others nor the current folder, and is empty or a job's own."""
     for what, path in (("OUT", opts.out), ("the work folder", opts.work)):
         if path.exists() and not path.is_dir():
             raise ResourceError(f"{path} is a file; {what} is a folder the job writes into: choose another path")
     if not opts.campaigns.is_dir():
         raise ResourceError(f"{opts.campaigns} is not a folder; pass the repository's campaigns folder "
                             "with `campaigns`")
+    if any(p.exists() and not p.is_dir() for p in (opts.data_dir, *opts.data_dir.parents)):
+        raise ResourceError(f"{opts.data_dir} is a file or lies under one; `data_dir` is the folder of the image "
+                            "files (DIR/MNIST/raw/)")
+    work = opts.work.resolve()
+    for what, path in (("the current folder", Path.cwd()), ("OUT", opts.out), ("the campaigns folder", opts.campaigns),
+                       ("the data folder", opts.data_dir)):
+        if work == path.resolve() or work in path.resolve().parents:
+            raise ConfigError(f"`work` {opts.work} holds {what} ({path}), and the job empties its work folder; "
+                              "give a scratch folder of its own (the default .gpu-work)")
+    if work.is_dir() and any(work.iterdir()) and not (work / WORK_MARK).is_file():
+        raise ResourceError(f"{opts.work} is a folder with files that no job made, and the job empties its work "
+                            "folder; give an empty or new folder as `work`")
+
+
+def fresh_work_folder(work: Path) -> None:
+    """Empty the work folder (checked by :func:`check_folders`) and mark it as a job's own."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    atomic_write_text(work / WORK_MARK, "a scratch folder of `swarmctl campaign run`; emptied by the next job\n")
 
 
 def run_job(opts: JobOptions) -> int:
-    """The whole job; returns its exit status: 0 done, 1 stopped (a signal, no torch, no CUDA)."""
+    """The whole job; returns its exit status: 0 done, 130 stopped by a signal (what finished is packed), 1
+    without torch or CUDA."""
     check_folders(opts)
     campaign.plan(opts.campaigns)  # a damaged progress.json: one line, before anything is written
     stop_on_signals()
     job = Job(opts, Deadline(opts.wall))
     opts.out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(opts.work, ignore_errors=True)
-    opts.work.mkdir(parents=True)
+    fresh_work_folder(opts.work)
     job.facts = {"wall": opts.wall, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                  "phases": {}, "seconds": {}}
     started = inputs_phase(job)
@@ -380,7 +404,7 @@ def run_job(opts: JobOptions) -> int:
     returned = ", ".join(sorted(p.name for p in opts.out.iterdir()))
     if STOPPING:
         log(f"stopped by {STOPPING[0]}; returned: {returned}")
-        return 1
+        return SIGNAL_EXIT
     log(f"done, {job.deadline.left():.0f} s left; returned: {returned}")
     return 0
 

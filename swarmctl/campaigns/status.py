@@ -12,6 +12,7 @@ from pathlib import Path
 from swarmctl.campaigns import plan as campaign
 from swarmctl.campaigns.plan import PACK_RESERVE, TIMING
 from swarmctl.campaigns.runners import read_json
+from swarmctl.errors import ResourceError
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ def _numbers(root: Path, name: str) -> tuple[str, float | None, float | None, st
 def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs_ok: bool = True) -> Status:
     """Every campaign's standing and its part in a next job of ``wall`` seconds (its GPU tests passing, with
     ``graphs_ok``), planned by the same functions the job uses."""
+    if not root.is_dir():
+        raise ResourceError(f"{root} is not a folder; pass the repository's campaigns folder with `campaigns`")
     order, waiting = campaign.within_files(campaign.plan(root), root)
     left = wall - PACK_RESERVE
     # the step modes as the job picks them (each task's share of the whole wall, phase 2), then each

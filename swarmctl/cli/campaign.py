@@ -58,8 +58,9 @@ def run_cmd(
 
     Phases, each leaving its result in OUT at once: the machine and the inputs; the GPU tests; the step
     timings (or the committed ones); the campaigns, furthest from the paper first. A SIGTERM (a scheduler's
-    notice) stops the running commands the graceful way and packs what finished. Exit 0 when done, 1 when
-    stopped (a signal, no CUDA without `smoke`)."""
+    notice) stops the running commands the graceful way and packs what finished. Exit 0 when done, 130 when
+    stopped by a signal, 1 without CUDA (unless --smoke). The work folder is emptied first: it must be new,
+    empty or an earlier job's."""
     with user_errors():
         from swarmctl.campaigns.job import JobOptions, run_job
 

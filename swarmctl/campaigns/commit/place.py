@@ -83,6 +83,9 @@ def commit(returned: Path, root: Path, pretrained: Path | None, opts: CommitOpti
 
 def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
             say: Callable[[str], None]) -> list[str]:
+    if not pretrained.is_dir():
+        raise Refused(f"{pretrained} is not a folder; pass the folder of shipped models with `pretrained` (or "
+                      "leave it out)")
     found = scan_returned(returned)
     session = check_session(found.session_bytes)
     digest = hashlib.sha256(found.session_bytes).hexdigest()
