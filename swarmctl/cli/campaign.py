@@ -119,7 +119,8 @@ def _print_status(status: Status) -> None:
         if c.order is None:
             say("  next job: not run (met the paper, or waiting for another campaign)")
         else:
-            mode = "the trainer's default" if c.flags is None else " ".join(c.flags) or "eager"
+            mode = "the trainer's default" if c.flags is None else \
+                " ".join(f for f in c.flags if f != "--step") or "eager"
             say(f"  next job: #{c.order}, gap {c.gap:.3f}, share {c.share_s:.0f} s of {status.wall:.0f} s, "
                 f"step mode {mode}")
     if status.waiting:
