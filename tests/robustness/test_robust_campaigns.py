@@ -85,5 +85,8 @@ def test_run_with_a_data_folder_under_a_file_is_one_line(cli, tmp_path):
 
 def test_commit_into_a_shipped_models_folder_that_is_a_file_is_one_line(cli, tmp_path):
     (tmp_path / "a-file").write_text("x\n")
-    r = cli("campaign", "commit", tmp_path, "--pretrained", tmp_path / "a-file")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "session.json").write_text('{"card": "NVIDIA H200"}')
+    r = cli("campaign", "commit", tmp_path / "out", "--campaigns", fresh_campaigns(tmp_path / "campaigns"),
+            "--pretrained", tmp_path / "a-file")
     _one_line(r, 1, "is not a folder", "--pretrained")

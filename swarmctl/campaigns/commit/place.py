@@ -83,11 +83,11 @@ def commit(returned: Path, root: Path, pretrained: Path | None, opts: CommitOpti
 
 def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
             say: Callable[[str], None]) -> list[str]:
+    found = scan_returned(returned)
+    session = check_session(found.session_bytes)
     if not pretrained.is_dir():
         raise Refused(f"{pretrained} is not a folder; pass the folder of shipped models with `pretrained` (or "
                       "leave it out)")
-    found = scan_returned(returned)
-    session = check_session(found.session_bytes)
     digest = hashlib.sha256(found.session_bytes).hexdigest()
     planned = {step["campaign"] for step in session.get("plan", [])}
     for name in found.archives:
