@@ -138,7 +138,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
             warnings=cluster_warnings(pts.values, found, training,
                                       as_given_scale=None if standardize else float(task.point_std()),
                                       refined=refine, model_clusters=model_k, model_points=seen,
-                                      given_clusters=clusters),
+                                      given_clusters=clusters, searched=fitted.searched if fitted else ()),
             **refinement)
         write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy)
         written = [out]
@@ -218,7 +218,7 @@ def _model_points(n: int, refine: bool) -> int:
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
                      as_given_scale: float | None = None, refined: bool = False,
                      model_clusters: int | None = None, model_points: int | None = None,
-                     given_clusters: int | None = None) -> tuple[str, ...]:
+                     given_clusters: int | None = None, searched: tuple[int, ...] = ()) -> tuple[str, ...]:
     """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
     reached, many unsure points, a set or clusters outside what the model was trained on
     (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
@@ -226,7 +226,8 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
     not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many clusters
     the model found before a refinement merged some (the cap is the model's); ``model_points``: how many of
     the points the model saw (all when None); ``given_clusters``: the number of clusters the user gave
-    (then neither the cap nor the training range of K applies: EM made that many)."""
+    (then neither the cap nor the training range of K applies: EM made that many); ``searched``: the
+    numbers of clusters the refinement's search tried (its largest chosen: there may be more)."""
     seen = len(values) if model_points is None else model_points
     given = given_clusters is not None
     lines = (
@@ -234,6 +235,7 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
         _unsure_warning(clusters),
         _set_size_warning(seen, training),
         None if given else _cluster_count_warning(len(clusters.sizes), training),
+        None if given else _search_edge_warning(len(clusters.sizes), searched),
         _tiny_clusters_warning(values, clusters, refined),
         None if refined else _mergeable_warning(values, clusters),
         _spread_warning(values, clusters, training),
@@ -250,6 +252,15 @@ def _cap_warning(clusters: PointClusters, model_clusters: int | None) -> str | N
         return None
     return (f"the model filled all {clusters.slots} of its cluster slots, the most it can give"
             f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
+
+
+def _search_edge_warning(K: int, searched: tuple[int, ...]) -> str | None:
+    """The refinement's search for K chose the largest K it tried: the BIC was still falling there, so the
+    points may hold more clusters than the model saw (25 separate blobs came back as 8 without a word)."""
+    if not searched or K < max(searched):
+        return None
+    return (f"the refinement chose the largest number of clusters it tried ({K}), the BIC still falling: the "
+            "points may hold more clusters; give `clusters` if you know how many")
 
 
 def _unsure_warning(clusters: PointClusters) -> str | None:

@@ -145,3 +145,17 @@ def test_a_number_of_clusters_given_is_not_blamed_on_the_model():
     assert not any("cluster slots" in w or "clusters found" in w for w in given), given
     unsure = cluster_warnings(x, _clusters(labels, probability=0.3), PAPER, refined=True, given_clusters=12)
     assert any("unsure" in w for w in unsure), unsure
+
+
+@pytest.mark.parametrize(("searched", "warned"), [((3, 4, 5, 6, 7, 8), True), ((2, 3, 4, 5, 6, 7, 8, 9), False),
+                                                  ((), False)])
+def test_a_refinement_that_chose_the_largest_k_it_tried_warns_that_there_may_be_more(searched, warned):
+    """25 well-separated blobs came back as 8 clusters from the broad model with no word: the refinement's
+    search had chosen the largest K it tried, the BIC still falling."""
+    x, labels = _blobs(8, 60, 0.1)
+    got = cluster_warnings(x, _clusters(labels, slots=16), PAPER, refined=True, searched=searched)
+    assert len([w for w in got if "largest number of clusters it tried (8)" in w]) == warned, got
+    assert all("`clusters`" in w for w in got if "largest number" in w)
+    given = cluster_warnings(x, _clusters(labels, slots=16), PAPER, refined=True, searched=searched,
+                             given_clusters=8)
+    assert not any("largest number" in w for w in given), given
