@@ -12,8 +12,9 @@ many times slower than with fewer threads. The rule (docs/design.md, "Threads"):
    the one-minute load average, so a single busy process takes one core away; never fewer than one.
 
 The result is written to ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` before PyTorch is imported (PyTorch
-reads them when it starts, and the processes a command starts inherit them), and set on PyTorch directly
-when it is already loaded. Plain standard library: the CLI calls it before anything heavy loads.
+reads them when it starts, and the processes a command starts inherit them). Where PyTorch is already
+loaded (a process that calls the CLI itself), a count the user asked for is set on it directly; the rule's
+own count leaves the threads that process chose. Plain standard library: the CLI calls it before anything heavy loads.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ def choose(requested: int | None = None, environ: dict[str, str] | None = None, 
 
 
 def apply(threads: Threads, environ: dict[str, str] | None = None) -> None:
-    """Use ``threads``: the variables PyTorch and OpenMP read at start-up, and PyTorch itself if loaded."""
+    """Use ``threads``: the variables PyTorch and OpenMP read at start-up, and PyTorch itself if already
+    loaded, but then only for a count the user asked for (``--threads``, ``SWARMCTL_THREADS``): a process that
+    loaded PyTorch and set its threads before calling the CLI keeps them against the default rule."""
     env = os.environ if environ is None else environ
     value = str(threads.count)
     if threads.reason != "OMP_NUM_THREADS":
@@ -101,5 +104,6 @@ def apply(threads: Threads, environ: dict[str, str] | None = None) -> None:
         env["MKL_NUM_THREADS"] = value
         env[SET_BY_SWARMCTL] = value
     torch = sys.modules.get("torch")
-    if torch is not None and environ is None and hasattr(torch, "set_num_threads"):
+    asked = threads.reason in ("--threads", ENV)
+    if asked and torch is not None and environ is None and hasattr(torch, "set_num_threads"):
         torch.set_num_threads(threads.count)

@@ -103,3 +103,31 @@ def test_threads_option_below_one_is_refused_with_exit_2():
                           text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 2
     assert "--threads" in proc.stderr
+
+
+_HOST = """
+import os, sys, torch
+torch.set_num_threads(1)  # a host process (a benchmark's runner, a notebook) chose its threads
+import swarmctl.threads as rule
+rule.usable_cores, rule.load_average = (lambda: 2), (lambda: 0.0)  # the rule's own count: 2, whatever the load
+sys.argv = ["swarmctl", *sys.argv[1:]]
+from swarmctl.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(torch.get_num_threads(), file=sys.stderr)
+"""
+
+
+def test_threads_default_rule_leaves_a_host_process_threads_alone():
+    """A process that loaded PyTorch and set one thread before calling the CLI kept two after it (the rule's
+    count on an idle machine): `mog_vs_authors.py --threads 1` measured swarmctl on two threads."""
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                              "SWARMCTL_THREADS", threads.SET_BY_SWARMCTL)}
+    run = [sys.executable, "-c", _HOST, "models"]
+    proc = subprocess.run(run, capture_output=True, text=True, cwd=REPO, env=clean, timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "1"
+    proc = subprocess.run([*run[:3], "--threads", "2", "models"], capture_output=True, text=True, cwd=REPO, env=clean,
+                          timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "2"  # asked for: applied
