@@ -25,7 +25,7 @@ from swarmctl.errors import CheckpointError
 from swarmctl.rundir import BEST, LAST
 from swarmctl.signals import StopSignals
 from swarmctl.training.checkpoint import RunWriter, TrainState
-from swarmctl.training.device import DistContext, tf32_scope
+from swarmctl.training.device import DistContext, barrier, tf32_scope
 from swarmctl.training.steps import TrainStep
 
 logger = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def fit(
             if stopped_by is not None:
                 state.stop_reason = f"interrupted ({stopped_by})"
                 save_last()
-                return _result(writer.dir, state)
+                return _result(writer.dir, state, ctx)
             time_up = time_up or any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
@@ -237,7 +237,7 @@ def fit(
                 state.stop_reason = f"interrupted ({signals.received or 'signal on another rank'})"
                 state.eval_seconds += clock() - t_eval
                 save_last()  # the steps are done: a resume starts with this validation
-                return _result(writer.dir, state)
+                return _result(writer.dir, state, ctx)
             v = _broadcast(v, ctx, device)
             lr_used = state.lr
             backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
@@ -261,7 +261,7 @@ def fit(
                 progress.epoch_end(record)
             if state.finished:
                 break
-    return _result(writer.dir, state)
+    return _result(writer.dir, state, ctx)
 
 
 # ---- the steps of fit, in the order it calls them -------------------------------------------------------
@@ -434,6 +434,10 @@ def _close_epoch(state: TrainState, time_up: bool, cfg: TrainConfig) -> None:
         state.stop_reason = "time budget" if time_up else "max epochs"
 
 
-def _result(run_dir: Path, state: TrainState) -> FitResult:
+def _result(run_dir: Path, state: TrainState, ctx: DistContext) -> FitResult:
+    """What fit returns, once every rank is here: rank 0 writes the last checkpoints after the others' last
+    collective, and a rank that went on (to tear down its process group, or exit) while rank 0 still wrote
+    ended now and then in an abort of gloo's threads (SIGABRT, "terminate called without an active exception")."""
+    barrier(ctx)
     return FitResult(run_dir, state.best_val, state.best_epoch, state.epoch, state.net_seconds,
                      state.eval_seconds, state.backtracks, state.stop_reason)
