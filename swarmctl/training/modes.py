@@ -29,6 +29,11 @@ class StepMode:
     graphs: bool = False
     compile: bool = False
 
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> StepMode:
+        """The mode ``cfg``'s switches make."""
+        return cls(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile)
+
     @property
     def name(self) -> str:
         parts = [n for n, on in (("amp", self.amp), ("graphs", self.graphs), ("compile", self.compile)) if on]
@@ -88,7 +93,7 @@ def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Meas
     """``cfg`` with its step mode settled for a new run: ``step`` the mode's name and its switches set. A
     mode given by its switches alone (``amp``, ``cuda_graphs``, ``compile`` with ``step`` auto) is as asked."""
     if cfg.step == "auto" and (cfg.amp or cfg.cuda_graphs or cfg.compile):
-        choice = Choice(StepMode(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile), "as asked")
+        choice = Choice(StepMode.of(cfg), "as asked")
     else:
         choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
     mode = choice.mode
@@ -98,7 +103,7 @@ def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Meas
 
 def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:
     """The mode a resumed run keeps (its switches as saved), said as a new run's is."""
-    return _on(device_type, Choice(StepMode(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile), "the run's own"))
+    return _on(device_type, Choice(StepMode.of(cfg), "the run's own"))
 
 
 def _on(device_type: str, choice: Choice) -> Choice:
