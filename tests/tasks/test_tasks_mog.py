@@ -110,3 +110,24 @@ def test_a_padded_step_equals_the_unpadded_step():
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_swarm_mog_reads_its_mixture_off_in_float32_under_bf16_autocast():
+    """`train --step amp`: the parameters come out in float32, and one that the output bias dominates is not
+    rounded to bf16 (spacing 1/64 at 3) nor scaled by a bf16-rounded 1/n in the mean over the points."""
+    from swarmctl import ModelConfig, create_model
+
+    torch.manual_seed(0)
+    model = create_model(ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=2)).eval()
+    with torch.no_grad():
+        model.swarm.output.weight.mul_(1e-3)
+        model.swarm.output.bias.copy_(3.0 + torch.linspace(0.001, 0.019, model.swarm.output.bias.numel()))
+    b = sample_mog_batch(np.random.default_rng(0), 3)
+    mask = b.mask.clone()
+    mask[0, 150:] = False  # 1/n for n with no exact bf16 reciprocal
+    with torch.no_grad():
+        full = model(b.x, mask)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            half = model(b.x, mask)
+    assert half.dtype == torch.float32
+    assert (half - full).abs().max().item() < 1e-4  # bf16 here: up to 0.008 from rounding the parameters
