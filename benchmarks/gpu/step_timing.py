@@ -7,9 +7,11 @@ anywhere in the timing modes; the compile cost is measured apart by --compile-pr
 Timing modes (the default invocation), in this order, each one a unit of the JSON:
 
 (1) swarm-mog (768-20-1): ms per step of 10 tasks drawn on the device (N padded to the sampler's buckets),
-    120 warm-up steps then 40 timed: eager (TF32, as `swarmctl train` on CUDA), CUDA graphs (one per N
-    bucket), fp32 (eager, strict float32: what the old script measured as eager, its TF32 being off);
-    then with the Triton cell (swarmctl.layers.swarm.triton_cell): triton (eager, TF32), triton+graphs.
+    120 warm-up steps then 40 timed: eager (TF32, as `swarmctl train` on CUDA), bf16 autocast, CUDA graphs
+    (one per N bucket), graphs + bf16, fp32 (eager, strict float32: what the old script measured as eager,
+    its TF32 being off); then with the Triton cell (swarmctl.layers.swarm.triton_cell): triton (eager,
+    TF32), triton+bf16, triton+graphs, triton+graphs+bf16; after the eager mode, the loss of its weights (160
+    steps trained) on 500 other tasks in fp32, TF32 and bf16, and TF32 and bf16 with the Triton cell.
 (2) swarm-image (256-10-1): seconds per MNIST epoch (1,200 steps of 50 images), extrapolated from 8 timed
     steps after 4 warm-up steps: eager (TF32), bf16 autocast, CUDA graphs, graphs + bf16, fp32; the loss
     of the same weights in float32 and bf16; then with the Triton cell: triton, triton+bf16,
@@ -27,7 +29,8 @@ A mode that raises is listed under "failed"; the others still run.
 The JSON (--json PATH) is rewritten atomically (a temporary file beside it, fsync, rename) after every
 mode, so a run killed at any moment leaves either no file or a valid one holding every finished mode:
     {"mog_ms_per_step": {MODE: ms}, "image_s_per_epoch": {MODE: s}, "clustering_s_per_epoch": {MODE: s},
-     "warmup_s": {"PART/MODE": s}, "loss": {"image_same_weights": {...}, "clustering_val_same_weights": {...}},
+     "warmup_s": {"PART/MODE": s}, "loss": {"mog_same_weights": {...}, "image_same_weights": {...},
+     "clustering_val_same_weights": {...}},
      "not_measured": {"PART/MODE": why}, "failed": {"PART/MODE" or PART: error},
      "device": {"name", "type", "torch"}, "smoke": bool, "budget_s": s or null, "elapsed_s": s,
      "complete": bool, "stopped": "SIGTERM" (only when stopped)}
@@ -39,8 +42,9 @@ SIGTERM: the JSON is written once more ("stopped") and the script exits with 143
 The compile probe (--compile-probe TASK, a separate invocation meant for its own subprocess timeout):
 from a cold compile cache (a fresh inductor/triton cache folder unless --compile-cache names one) it
 compiles as `swarmctl train --compile` does (SWARM models: model.compile_steps(); others:
-torch.compile(model, dynamic=True)), then times the steps as the timing mode eager does. It writes
-    {"compile_probe": {"task", "device", "torch", "cache_dir", "cold_cache", "compile_s", "warmup_s",
+torch.compile(model, dynamic=True)), then times the steps as the timing mode eager does (with --amp: the
+bf16 autocast step, as `swarmctl train --step amp+compile`, timed as the bf16 modes are). It writes
+    {"compile_probe": {"task", "amp", "device", "torch", "cache_dir", "cold_cache", "compile_s", "warmup_s",
                        "steady_ms_per_step" (mog, image) / "steady_s_per_epoch" (image, clustering),
                        "finished": bool, "stopped"/"failed" (when so)}}
 after each number, compile_s first (seconds from before the compile to the end of the first step;
@@ -51,7 +55,7 @@ itself is bounded by the caller's subprocess timeout.
 
     PYTHONPATH=. python3 benchmarks/gpu/step_timing.py DATA.h5 [--json PATH] [--budget S] [--only PART]...
                                                        [--device cuda] [--smoke]
-    PYTHONPATH=. python3 benchmarks/gpu/step_timing.py [DATA.h5] --compile-probe {mog,image,clustering}
+    PYTHONPATH=. python3 benchmarks/gpu/step_timing.py [DATA.h5] --compile-probe {mog,image,clustering} [--amp]
                                                        [--json PATH] [--budget S] [--compile-cache DIR]
 """
 
@@ -269,6 +273,7 @@ class Sizes:
         self.smoke = smoke
         self.mog_HT = (8, 2) if smoke else (768, 20)
         self.mog_steps, self.mog_warm = (8, 4) if smoke else (160, 120)  # 120: every N bucket seen (graphs: captured)
+        self.mog_val = 2 if smoke else 50  # tasks / 10 for the same-weights losses
         self.image_HT = (8, 2) if smoke else (256, 10)
         self.image_batch, self.image_steps, self.image_warm = (4, 3, 1) if smoke else (50, 12, 4)
         self.clustering_HT = (8, 2) if smoke else (192, 10)
@@ -353,23 +358,52 @@ class Timing:
     def mog(self) -> None:
         s = self.sizes
         batches = s.mog_batches(self.device)
-        for mode, tf32, graphs in (("eager", True, False), ("graphs", True, True), ("fp32", False, False),
-                                   ("triton", True, False), ("triton+graphs", True, True)):
-            self.unit("mog", mode, lambda m=mode, t=tf32, g=graphs: self._mog(batches, m, t, g), graphs=graphs,
-                      tf32=mode == "fp32", triton="triton" in mode)  # off CUDA the fp32 mode is the eager mode
+        modes = (("eager", True, False, False), ("bf16-autocast", True, True, False), ("graphs", True, False, True),
+                 ("graphs+bf16", True, True, True), ("fp32", False, False, False), ("triton", True, False, False),
+                 ("triton+bf16", True, True, False), ("triton+graphs", True, False, True),
+                 ("triton+graphs+bf16", True, True, True))
+        for mode, tf32, amp, graphs in modes:
+            self.unit("mog", mode, lambda m=mode, t=tf32, p=amp, g=graphs: self._mog(batches, m, t, p, g),
+                      graphs=graphs, tf32=mode == "fp32", triton="triton" in mode)  # off CUDA fp32 is eager
 
-    def _mog(self, batches, mode, tf32, graphs):
+    def _mog(self, batches, mode, tf32, amp, graphs):
         s = self.sizes
         H, T = s.mog_HT
         use_tf32(tf32)
         model = fresh_model("swarm-mog", H, T, self.device)
-        step = adam_step(model, 0.01, mog_loss, self.device, graphs=graphs)
+        step = adam_step(model, 0.01, mog_loss, self.device, amp=amp, graphs=graphs)
         warm = timed(step, batches[:s.mog_warm], self.device, self.budget)  # every bucket seen (graphs captured)
         per_step = timed(step, batches[s.mog_warm:], self.device, self.budget) / (len(batches) - s.mog_warm)
         ms = per_step * 1e3
-        return (self._result("mog", mode, ms, warm),
-                f"mog/{mode}: {ms:.3f} ms/step, swarm-mog ({H}-{T}-1), 10 tasks per step (warm-up {warm:.2f} s; "
+        update = self._result("mog", mode, ms, warm)
+        line = (f"mog/{mode}: {ms:.3f} ms/step, swarm-mog ({H}-{T}-1), 10 tasks per step (warm-up {warm:.2f} s; "
                 f"{per_step * 50_000 / 60:.1f} min for the paper's 50,000 steps)")
+        if mode != "eager":
+            return update, line
+        losses = self._mog_losses(model)
+
+        def both(d: dict) -> None:
+            update(d)
+            d["loss"]["mog_same_weights"] = losses
+
+        return both, (f"{line}\nloss/mog_same_weights ({len(batches)} steps trained), nats per point: "
+                      + ", ".join(f"{k} {v:.5f}" for k, v in losses.items()))
+
+    def _mog_losses(self, model) -> dict[str, float]:
+        """The loss of the eager mode's weights (trained for its warm-up and timed steps) on tasks drawn apart
+        from the training ones, in each numeric: what a bf16 MoG mode must keep within AMP_RTOL of float32."""
+        val = list(FreshBatches(self.sizes.mog_val, 10, 0, 1, 0, MogParams()).on(self.device))
+        numerics = [("fp32", False, False, False), ("bf16-autocast", True, True, False)]
+        if self.cuda:
+            numerics[1:1] = [("tf32", True, False, False)]
+            numerics += [("tf32+triton", True, False, True), ("bf16+triton", True, True, True)]
+        losses = {}
+        for name, tf32, amp, triton in numerics:
+            use_tf32(tf32)
+            with triton_cell(triton):
+                losses[name] = mean_loss(model, val, mog_loss, amp, self.device)
+        use_tf32(True)
+        return losses
 
     # ---- (2) swarm-image
 
@@ -454,11 +488,11 @@ class Timing:
         losses = {}
         for name, tf32, amp in numerics if self.cuda else (numerics[0], numerics[2]):
             use_tf32(tf32)
-            losses[name] = val_loss(model, val, amp, self.device)
+            losses[name] = mean_loss(model, val, clustering_loss, amp, self.device)
         for name, amp in (("tf32+triton", False), ("bf16+triton", True)) if self.cuda else ():
             use_tf32(True)
             with triton_cell():  # the same weights through the Triton cell
-                losses[name] = val_loss(model, val, amp, self.device)
+                losses[name] = mean_loss(model, val, clustering_loss, amp, self.device)
         use_tf32(True)
         return (lambda d: d["loss"].__setitem__("clustering_val_same_weights", losses),
                 f"loss/clustering_val_same_weights ({self.sizes.loss_epochs} epochs trained): "
@@ -466,12 +500,13 @@ class Timing:
 
 
 @torch.no_grad()
-def val_loss(model, batches, amp: bool, device) -> float:
+def mean_loss(model, batches, loss_fn, amp: bool, device) -> float:
+    """The mean of ``loss_fn``'s per-task losses over ``batches`` (eval mode, bf16 autocast when ``amp``)."""
     model.eval()
     total = n = 0
     for b in batches:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            losses = clustering_loss(model, b)
+            losses = loss_fn(model, b)
         total, n = total + losses.double().sum().item(), n + len(losses)
     model.train()
     return total / n
@@ -539,7 +574,7 @@ def run_probe(a: argparse.Namespace, device: torch.device, report: Report, budge
     """The cold-compile probe of ``a.compile_probe``; each number is written as soon as it is known."""
     task, s = a.compile_probe, Sizes(a.smoke)
     entry: dict[str, Any] = {"task": task, "device": device_info(device)["name"], "torch": torch.__version__,
-                             "smoke": a.smoke, "tf32": device.type == "cuda", "finished": False}
+                             "smoke": a.smoke, "tf32": device.type == "cuda", "amp": a.amp, "finished": False}
     report.data["compile_probe"] = entry
 
     def write(**numbers: Any) -> None:
@@ -567,12 +602,12 @@ def run_probe(a: argparse.Namespace, device: torch.device, report: Report, budge
         write(cache_dir=folder, cold_cache=cold)
         sync(device)
         t = time.perf_counter()
-        step = adam_step(compiled_for_training(model), lr, loss_fn, device)
+        step = adam_step(compiled_for_training(model), lr, loss_fn, device, amp=a.amp)
         step(first)
         sync(device)
         compile_s = time.perf_counter() - t
         write(compile_s=compile_s)
-        print(f"compile-probe {task}: compile_s {compile_s:.2f} s to the first compiled step "
+        print(f"compile-probe {task}{' (bf16 autocast)' * a.amp}: compile_s {compile_s:.2f} s to the first compiled step "
               f"({'cold' if cold else 'warm'} cache {folder})", flush=True)
         try:
             warmup = timed(step, warm, device, budget)  # the other shapes (a recompile each, where any)
@@ -618,11 +653,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--compile-probe", choices=PARTS, metavar="TASK",
                     help="instead of the timing modes: seconds from a cold compile cache to the first compiled "
                          "step of TASK (mog, image or clustering), then its steady step time")
+    ap.add_argument("--amp", action="store_true", help="with --compile-probe: compile and time the bf16 autocast "
+                                                       "step (`train --step amp+compile`)")
     ap.add_argument("--compile-cache", metavar="DIR", help="with --compile-probe: the inductor cache folder to use "
                                             "(default: a fresh temporary one, i.e. a cold cache)")
     a = ap.parse_args(argv)
     if a.compile_probe and a.only:
         ap.error("--only and --compile-probe exclude each other")
+    if a.amp and not a.compile_probe:
+        ap.error("--amp goes with --compile-probe (the timing modes measure bf16 autocast by themselves)")
     if "clustering" in ((a.compile_probe,) if a.compile_probe else (a.only or PARTS)) and not a.data:
         ap.error("the clustering part needs DATA (or choose parts with --only)")
     if a.budget is not None and not a.budget > 0:

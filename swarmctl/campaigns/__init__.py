@@ -9,6 +9,7 @@ This module holds only the campaigns' names (no PyTorch), so that the command's 
 
 IMAGES = ("mnist", "fashion-mnist")  # the image campaigns (a dataset each)
 NAMES = ("clustering", "mog", *IMAGES)  # every campaign
-PROBES = ("mog", "image", "clustering", "none")  # what a job's cold-compile probe may measure
+# what a job's cold-compile probe may measure: a task's step, or (+amp) its bf16 autocast step
+PROBES = ("mog", "image", "clustering", "mog+amp", "image+amp", "clustering+amp", "none")
 
 __all__ = ["IMAGES", "NAMES", "PROBES"]

@@ -11,7 +11,8 @@ every phase and every campaign, so a kill at any point leaves a readable record 
     where the job runs in the repository's checkout). CUDA graphs are used only when these tests pass.
  2. step timings (the repository's benchmarks/gpu/step_timing.py, no whole-model compiles; its JSON
     rewritten after every mode) -> bench.txt in logs.tgz and session.json's ``timing``, and one cold-compile
-    probe under its own timeout (compile seconds and steady step time). Skipped when campaigns/timing.json
+    probe under its own timeout (compile seconds and steady step time; ``TASK+amp`` probes the bf16 step;
+    earlier jobs' probes are kept beside it in ``compile_probes``). Skipped when campaigns/timing.json
     holds an earlier job's numbers (``retime`` measures again), or where the benchmark is not there (not the
     repository's checkout: the committed timings are used). Each task then trains in the mode the trainer's
     own rule picks (training/modes.choose_step_mode: the most steps in the share it will get, start-up
@@ -222,9 +223,10 @@ def pack_logs(opts: JobOptions) -> None:
 
 # ---- phase 2: the step timings ----------------------------------------------------------------------------
 
-def timings(data: Path, work: Path, deadline: Deadline, smoke: bool, probe_task: str | None) -> dict:
-    """The step timings under their cap, then the compile probe under its own; whatever each wrote before
-    its end or its kill is kept (their output in the logs folder's bench.txt)."""
+def timings(data: Path, work: Path, deadline: Deadline, smoke: bool, probe_task: str | None, earlier: dict) -> dict:
+    """The step timings under their cap, then the compile probe (``TASK`` or ``TASK+amp``) under its own;
+    whatever each wrote before its end or its kill is kept (their output in the logs folder's bench.txt).
+    The ``earlier`` timings' finished compile probes are kept beside this job's (``compile_probes``)."""
     path = work / "timing.json"
     bench = logs_folder(work) / "bench.txt"
     cap = min(TIMING_CAP, max(deadline.left() * 0.3, 5))
@@ -235,17 +237,18 @@ def timings(data: Path, work: Path, deadline: Deadline, smoke: bool, probe_task:
     if probe_task and deadline.left() > PROBE_CAP * 3:
         probe = work / "probe.json"
         log(f"phase 2: cold-compile probe of {probe_task} (cap {PROBE_CAP:.0f} s)")
-        cmd = [PY, str(STEP_TIMING), str(data), "--json", str(probe), "--compile-probe", probe_task,
-               *(["--smoke"] * smoke)]
+        task, _, amp = probe_task.partition("+")
+        cmd = [PY, str(STEP_TIMING), str(data), "--json", str(probe), "--compile-probe", task,
+               *(["--amp"] * bool(amp)), *(["--smoke"] * smoke)]
         cold = {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor-cache")}  # cold: a fresh folder
         rc = finish(launch(cmd, bench, cold), PROBE_CAP, grace=3)
-        found = runners.read_json(probe).get("compile_probe") or {"task": probe_task}
+        found = runners.read_json(probe).get("compile_probe") or {"task": task, "amp": bool(amp)}
         found.setdefault("compile_s", None)
         found["exit"] = rc
         if rc != 0 and found.get("compile_s") is None:  # killed before its first compiled step
             found["compile_s"] = f">{PROBE_CAP:.0f}"
         timing["compile_probe"] = found
-    return timing
+    return campaign.keep_probes(timing, earlier)
 
 
 def timing_phase(job: Job, gen: subprocess.Popen | None, measure: bool) -> dict:
@@ -261,7 +264,7 @@ def timing_phase(job: Job, gen: subprocess.Popen | None, measure: bool) -> dict:
         if gen is not None and deadline.left() > 60:  # the clustering part reads the data: wait for it here
             finish(gen, min(deadline.left() * 0.2, 120))
         return timings(clustering_data(opts), opts.work, deadline, opts.smoke,
-                       None if opts.probe == "none" else opts.probe)
+                       None if opts.probe == "none" else opts.probe, runners.read_json(committed))
     timing = runners.read_json(committed)
     atomic_write_text(logs_folder(opts.work) / "bench.txt", f"step timings from {committed}, measured by an "
                       f"earlier job (--retime measures again):\n{json.dumps(timing, indent=2)}\n")

@@ -316,14 +316,24 @@ def measured_modes(timing: dict, task: str) -> dict[str, Measured]:
         start = warm.get(f"{task}/{timed}")
         out[mode] = Measured(t * SCALE[task] / STEPS[task], float(start) if isinstance(start, (int, float))
                              and start > 0 else 0.0)
-    probe = compile_probe(timing, task)
+    for mode in ("compile", "amp+compile"):
+        found = _compiled(timing, task, mode) if mode in proven else None
+        if found is not None:
+            out[mode] = found
+    return out
+
+
+def _compiled(timing: dict, task: str, mode: str) -> Measured | None:
+    """A compiled ``mode`` (``compile`` or ``amp+compile``) as its finished cold-compile probe measured it: its
+    steady step, and its compile seconds (warm-up included) as the start-up; None without such a probe."""
+    probe = compile_probe(timing, task, amp=MODES[mode].amp)
     steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
     compile_s = probe.get("compile_s")
-    if "compile" in proven and probe.get("finished") and isinstance(steady, (int, float)) and steady > 0 \
-            and isinstance(compile_s, (int, float)):
-        unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
-        out["compile"] = Measured(steady * unit, float(compile_s) + float(probe.get("warmup_s") or 0.0))
-    return out
+    if not (probe.get("finished") and isinstance(steady, (int, float)) and steady > 0
+            and isinstance(compile_s, (int, float))):
+        return None
+    unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
+    return Measured(steady * unit, float(compile_s) + float(probe.get("warmup_s") or 0.0))
 
 
 def measurement(timing: dict, task: str, mode: str) -> Measured | None:
@@ -337,14 +347,31 @@ def step_seconds(timing: dict, task: str) -> dict[str, float]:
     return {mode: m.step_seconds for mode, m in measured_modes(timing, task).items()}
 
 
-def compile_probe(timing: dict, task: str) -> dict:
-    """The cold-compile probe of ``task``: this job's (``compile_probe``) or an earlier job's, kept per task
-    in ``compile_probes``; empty when none was measured."""
+def probe_key(probe: dict) -> str:
+    """Where a cold-compile probe is kept in ``compile_probes``: its task, ``+amp`` for the bf16 step."""
+    return f"{probe.get('task')}{'+amp' if probe.get('amp') else ''}"
+
+
+def compile_probe(timing: dict, task: str, amp: bool = False) -> dict:
+    """The finished cold-compile probe of ``task`` (of its bf16 autocast step with ``amp``): this job's
+    (``compile_probe``), else the last finished one kept in ``compile_probes``; empty when none was."""
+    key = f"{task}{'+amp' if amp else ''}"
     probe = timing.get("compile_probe")
-    if isinstance(probe, dict) and probe.get("task") == task:
+    if isinstance(probe, dict) and probe_key(probe) == key and probe.get("finished"):
         return probe
-    probe = (timing.get("compile_probes") or {}).get(task)
+    probe = (timing.get("compile_probes") or {}).get(key)
     return probe if isinstance(probe, dict) else {}
+
+
+def keep_probes(timing: dict, earlier: dict) -> dict:
+    """``timing`` (a job's new step timings, maybe with its own ``compile_probe``) with ``compile_probes``: the
+    earlier timings' finished probes, the job's own in its place when it finished. A job probes one compile;
+    the others' numbers must outlive its commit."""
+    probes = {k: v for k, v in (earlier.get("compile_probes") or {}).items() if isinstance(v, dict)}
+    probe = timing.get("compile_probe")
+    if isinstance(probe, dict) and probe.get("finished"):
+        probes[probe_key(probe)] = probe
+    return {**timing, "compile_probes": probes} if probes else timing
 
 
 def choose_modes(timing: dict, graphs_ok: bool, shares: dict[str, float], device_type: str = "cuda") -> dict[str, str]:

@@ -84,14 +84,16 @@ def test_a_smoke_run_writes_every_key_and_no_cuda_mode_on_the_cpu(tiny_h5, tmp_p
         assert key in doc, key
     assert doc["complete"] is True and doc["failed"] == {} and doc["device"]["name"] == "cpu"
     assert _check_document(doc) >= 4
-    assert set(doc["mog_ms_per_step"]) == {"eager"}  # the stale mode of the earlier file is gone
+    assert set(doc["mog_ms_per_step"]) == {"eager", "bf16-autocast"}  # the stale mode of the earlier file is gone
     assert {"fp32", "bf16-autocast"} <= set(doc["clustering_s_per_epoch"])
     assert {"eager", "bf16-autocast"} <= set(doc["image_s_per_epoch"])
     for key in ("mog/graphs", "image/graphs", "image/graphs+bf16", "clustering/tf32+graphs", "clustering/tf32",
-                "mog/triton", "mog/triton+graphs", "image/triton", "image/triton+bf16", "image/triton+graphs+bf16",
+                "mog/graphs+bf16", "mog/triton", "mog/triton+bf16", "mog/triton+graphs", "mog/triton+graphs+bf16",
+                "image/triton", "image/triton+bf16", "image/triton+graphs+bf16",
                 "clustering/tf32+triton", "clustering/bf16+triton", "clustering/tf32+triton+graphs"):
         assert "CUDA" in doc["not_measured"][key], key  # listed as not measured, never as a number
-    assert set(doc["loss"]) == {"image_same_weights", "clustering_val_same_weights"}
+    assert set(doc["loss"]) == {"mog_same_weights", "image_same_weights", "clustering_val_same_weights"}
+    assert set(doc["loss"]["mog_same_weights"]) == {"fp32", "bf16-autocast"}  # tf32 and Triton: CUDA only
     assert doc["compile_probe"] == {"task": "mog", "compile_s": 1.5}  # kept: not this invocation's
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -265,12 +267,13 @@ def _probe_with_spy(args) -> tuple[int, list[dict], str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["clustering", "image"])
-def test_the_compile_probe_writes_the_compile_seconds_before_timing_the_steady_steps(task, tiny_h5, tmp_path):
+@pytest.mark.parametrize("task,amp", [("clustering", False), ("image", False), ("image", True)])
+def test_the_compile_probe_writes_the_compile_seconds_before_timing_the_steady_steps(task, amp, tiny_h5, tmp_path):
     out = tmp_path / "probe.json"
     out.write_text(json.dumps({"mog_ms_per_step": {"eager": 2.0}}))  # a timing run's file: kept
     t = time.perf_counter()
-    rc, writes, log = _probe_with_spy([tiny_h5, "--smoke", "--device", "cpu", "--compile-probe", task, "--json", out])
+    rc, writes, log = _probe_with_spy([tiny_h5, "--smoke", "--device", "cpu", "--compile-probe", task, "--json", out,
+                                       *["--amp"] * amp])
     print(f"compile probe {task}: {time.perf_counter() - t:.1f} s")
     assert rc == 0, log
     probes = [w["compile_probe"] for w in writes]
@@ -283,6 +286,7 @@ def test_the_compile_probe_writes_the_compile_seconds_before_timing_the_steady_s
     assert final["mog_ms_per_step"] == {"eager": 2.0}
     probe = final["compile_probe"]
     assert probe["task"] == task and probe["finished"] is True and probe[steady] > 0 and probe == probes[-1]
+    assert probe["amp"] is amp and ("bf16 autocast" in log) is amp
     assert not Path(probe["cache_dir"]).exists()  # the fresh cache folder is removed
 
 

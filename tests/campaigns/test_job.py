@@ -249,3 +249,38 @@ def test_the_next_job_rebuilds_the_carried_mog_run_from_the_committed_parts(mog_
     with pytest.raises(DataError, match="last.pt.part1"):
         runners.restore_mog(root, tmp_path / "runs2")
     assert runners.restore_mog(fresh_campaigns(tmp_path / "fresh"), tmp_path / "runs3") is None
+
+
+def test_a_bf16_compile_probe_counts_as_amp_compile_only_where_the_task_lists_it(monkeypatch):
+    """`--probe image+amp` measures the compiled bf16 step; the choice takes it (as `amp+compile`) only where
+    the task lists that mode as proven, and never for the float32 `compile`."""
+    from swarmctl.tasks.image import ImageTask
+
+    probe = {"task": "image", "amp": True, "finished": True, "compile_s": 30.0, "warmup_s": 2.0,
+             "steady_s_per_epoch": 6.0, "steady_ms_per_step": 5.0}
+    timing = {"image_s_per_epoch": {"eager": 30.0}, "compile_probe": probe}
+    assert set(measured_modes(timing, "image")) == {"eager"}  # image lists no amp+compile (yet)
+    monkeypatch.setattr(ImageTask, "step_modes", {**ImageTask.step_modes, "amp+compile": Measured(0.01, 40.0)})
+    assert measured_modes(timing, "image")["amp+compile"] == Measured(0.005, 32.0)
+    assert "compile" not in measured_modes(timing, "image")
+    assert choose_flags(timing, True, {"image": 3600}) == {"image": ["--step", "amp+compile"]}
+    kept = {"compile_probes": {"image+amp": probe}}  # an earlier job's probe, kept in timing.json
+    assert measured_modes(kept, "image")["amp+compile"] == Measured(0.005, 32.0)
+
+
+def test_a_job_keeps_the_earlier_jobs_compile_probes_beside_its_own():
+    """A job probes one compile; committing its timings must not drop the other tasks' probes, and a probe
+    it did not finish (killed by its cap) does not replace a finished one."""
+    from swarmctl.campaigns.plan import keep_probes
+
+    old = {"task": "image", "finished": True, "compile_s": 40.0, "steady_s_per_epoch": 15.0}
+    earlier = {"compile_probes": {"image": old, "mog": {"task": "mog", "finished": True, "compile_s": 45.0,
+                                                         "steady_ms_per_step": 9.8}}}
+    new_mog = {"task": "mog", "amp": True, "finished": True, "compile_s": 50.0, "steady_ms_per_step": 5.0}
+    got = keep_probes({"mog_ms_per_step": {"eager": 20.0}, "compile_probe": new_mog}, earlier)
+    assert set(got["compile_probes"]) == {"image", "mog", "mog+amp"} and got["compile_probes"]["mog+amp"] == new_mog
+    killed = {"task": "image", "compile_s": ">60", "finished": False}
+    got = keep_probes({"compile_probe": killed}, earlier)
+    assert got["compile_probes"]["image"] == old and got["compile_probe"] == killed
+    assert measured_modes(got, "image")["compile"] == Measured(15.0 / 1200, 40.0)
+    assert keep_probes({"x": 1}, {}) == {"x": 1}
