@@ -41,7 +41,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from swarmctl.campaigns import PROBES, runners
+from swarmctl.campaigns import NO_CUDA, PROBES, runners
 from swarmctl.campaigns import plan as campaign
 from swarmctl.campaigns.parts import PART_LIMIT
 from swarmctl.campaigns.plan import LOGS, PACK_RESERVE, TIMING
@@ -60,7 +60,6 @@ DEPENDENCIES = ("torch", "torchvision", "numpy", "scipy", "h5py", "matplotlib", 
 IMAGE_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")
 IMAGE_FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # torchvision's layout
-NO_CUDA = "cpu (no CUDA)"
 
 
 @dataclass(frozen=True)
@@ -370,7 +369,7 @@ def run_job(opts: JobOptions) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     fresh_work_folder(opts.work)
     job.facts = {"wall": opts.wall, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                 "phases": {}, "seconds": {}}
+                 "smoke": opts.smoke, "phases": {}, "seconds": {}}
     started = inputs_phase(job)
     if started is None:
         return 1

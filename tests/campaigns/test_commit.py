@@ -458,6 +458,25 @@ def test_commit_refuses_progress_that_drops_committed_sessions(assets, repo, com
     refused_unchanged(write_out(stale, repo.parent / "out2"), "does not continue")
 
 
+def test_commit_refuses_a_smoke_job_into_campaigns_that_hold_real_jobs(assets, repo, commit, refused_unchanged):
+    """`campaign run --smoke` tries the job on a CPU with tiny models: committed beside a card's sessions it would
+    replace the card's step timings (and carried runs) with a CPU's. A trial folder of smoke jobs takes it."""
+    spec = good_spec(assets)
+    assert commit(write_out(spec, repo.parent / "out1"))[0] == 0
+    smoke = copy.deepcopy(spec)
+    smoke["session"] = {**spec["session"], "smoke": True, "wall": 300.0, "plan": [], "seconds": {},
+                        "timing": {**spec["session"]["timing"], "smoke": True}}
+    smoke["archives"], smoke["files"] = {}, {}
+    refused_unchanged(write_out(smoke, repo.parent / "out2"), "--smoke", "trial folder")
+    older = copy.deepcopy(smoke)  # written before session.json said so: its CPU card or smoke timings tell
+    del older["session"]["smoke"]
+    refused_unchanged(write_out(older, repo.parent / "out3"), "--smoke")
+    trial = fresh_campaigns(repo.parent / "trial")
+    rc, _, err = commit(write_out(smoke, repo.parent / "out4"), "--campaigns", trial)
+    assert rc == 0, err
+    assert json.loads((trial / "sessions.jsonl").read_text())["smoke"] is True
+
+
 # ---- malformed JSON and archive members -------------------------------------------------------------------
 
 SESSIONS = {
@@ -471,6 +490,7 @@ SESSIONS = {
     "plan-not-a-list": {"plan": {"campaign": "mnist"}},
     "flags-not-lists": {"flags": {"image": "--compile"}},
     "exit-a-string": {"gpu_tests_exit": "0"},
+    "smoke-a-string": {"smoke": "no"},
     "bad-utf8": b'{"card": "\xff"}',
 }
 

@@ -18,7 +18,8 @@ eval-test.json, curves.png and samples.png beside them (a metrics, evaluation, c
 did not come back is removed: it described the old checkpoint); finished clustering and MoG runs go to
 campaigns/NAME/runs/RUN/ (config, metrics, evaluation, curves; SWARM's weights.pt). A session that
 measured step timings writes campaigns/timing.json, and every session adds a line to
-campaigns/sessions.jsonl holding the SHA-256 of its session.json: a session already recorded is refused.
+campaigns/sessions.jsonl holding the SHA-256 of its session.json: a session already recorded is refused, and
+so is a ``--smoke`` job's (tiny models, a CPU's timings) into a campaigns folder that records a real job.
 
 Everything is checked before anything changes:
 - the returned folder: session.json, NAME.tgz, NAME-{last,best}.pt and mog-last.pt.partK are regular files,

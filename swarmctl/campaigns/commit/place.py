@@ -24,7 +24,9 @@ from swarmctl.campaigns.commit.unpack import (
     _one_line,
     _untrusted,
     check_session,
+    card_sessions,
     committed_sessions,
+    is_smoke,
     scan_returned,
     unpack,
 )
@@ -100,6 +102,10 @@ def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
         if digest in committed_sessions(root):
             raise Refused(f"the session in {returned} (session.json sha256 {digest[:12]}) is already committed in "
                           f"{root / SESSIONS}")
+        if is_smoke(session) and card_sessions(root):
+            raise Refused(f"{returned} is a --smoke job's (tiny models): committed into {root}, which holds real "
+                          "jobs, it would replace their step timings and carried runs; commit it into a trial "
+                          "folder that records no real job (`campaigns DIR`) or run the job without --smoke")
         stage = _staging(root)
         stack.callback(shutil.rmtree, stage, ignore_errors=True)
         base = {"trained_on": session["card"], "command": "swarmctl campaign run (see campaigns/README.md)",
@@ -192,6 +198,7 @@ def _place(root: Path, pretrained: Path, campaigns: list[Campaign], replacements
         _check_destination(dest, pretrained if dest.parent == pretrained else root)
     old_log = log.read_bytes() if log.is_file() else b""
     entry = {k: session.get(k) for k in ("card", "wall", "plan", "flags", "seconds", "gpu_tests_exit")}
+    entry["smoke"] = is_smoke(session)
     lines = []
     with contextlib.ExitStack() as held:
         for folder in sorted({dest.parent for dest in targets}):

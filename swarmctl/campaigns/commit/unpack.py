@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from swarmctl.campaigns import NO_CUDA
 from swarmctl.campaigns.plan import IMAGES, LOGS, NAMES
 from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
@@ -237,6 +238,8 @@ def check_session(raw: bytes) -> dict[str, Any]:
             raise Refused(f"session.json timing {key} is {_show(modes)}, not an object")
         for mode, value in modes.items():
             _number(value, f"session.json timing {key} {mode}", positive=True)
+    if not isinstance(s.get("smoke", False), bool):
+        raise Refused(f"session.json smoke is {_show(s['smoke'])}, not true or false")
     exit_code = s.get("gpu_tests_exit")
     if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
         raise Refused(f"session.json gpu_tests_exit is {_show(exit_code)}, not an exit code")
@@ -245,16 +248,34 @@ def check_session(raw: bytes) -> dict[str, Any]:
 
 def committed_sessions(root: Path) -> set[str]:
     """The session.json digests campaigns/sessions.jsonl records."""
+    return {r["session_sha256"] for r in _session_records(root) if isinstance(r.get("session_sha256"), str)}
+
+
+def card_sessions(root: Path) -> int:
+    """How many sessions campaigns/sessions.jsonl records from a real job (not a ``--smoke`` one)."""
+    return sum(1 for r in _session_records(root) if not is_smoke(r))
+
+
+def is_smoke(session: dict[str, Any]) -> bool:
+    """Whether a session (session.json or its line in sessions.jsonl) is a ``--smoke`` job's: it says so, or
+    (written before it said so) its timings are a smoke run's or it ran without CUDA, which only a smoke
+    job trains on."""
+    timing = session.get("timing")
+    return (session.get("smoke") is True or session.get("card") == NO_CUDA
+            or (isinstance(timing, dict) and timing.get("smoke") is True))
+
+
+def _session_records(root: Path) -> list[dict[str, Any]]:
     path = root / "sessions.jsonl"
     if not os.path.lexists(path):
-        return set()
+        return []
     _check_committed_file(path)
-    found = set()
+    found = []
     for number, record in _json_lines(path):
         if record is None:
             raise Refused(f"{path} line {number} is not JSON; repair it (git checkout {path}) first")
-        if isinstance(record, dict) and isinstance(record.get("session_sha256"), str):
-            found.add(record["session_sha256"])
+        if isinstance(record, dict):
+            found.append(record)
     return found
 
 
