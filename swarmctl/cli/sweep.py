@@ -66,7 +66,7 @@ def sweep_cmd(
             say(f"[{k + 1}/{total}] {run.name}: {ACTIONS[status]}")
 
         with EpochProgress(plan.task) as progress:
-            results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress)
+            results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress, announce=say)
         after_fit([result for _, _, result in results], interruption.hint,
                   finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
     trained = sum(1 for _, status, _ in results if status != "done")

@@ -165,6 +165,11 @@ def _grid_configs(g_no: int, grid: dict[str, Any]) -> list[ModelConfig]:
     spec = get_spec(model)
     allowed = {k for k, h in GRID_KEYS.items() if h.field in spec.code_fields}
     bad = sorted(set(grid) - allowed - {"model"})
+    spec_wide = [k for k in bad if k in TOP_KEYS]
+    if spec_wide:  # a training setting: the runs' names (MODEL-CODE-sSEED) hold the grid's keys only
+        k = spec_wide[0]
+        raise ConfigError(f"grid {g_no}: {k} is set for the whole spec, not per grid; move `{k} = ...` above the "
+                          f"first [[grid]] (one value a spec; another value is another spec)")
     if bad:
         raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
                           f"(keys: {', '.join(sorted(allowed))})")
@@ -357,6 +362,7 @@ def train_sweep(
     runs_dir: Path,
     on_run: Any = None,
     progress: Any = None,
+    announce: Any = None,
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
     one resumed (budget included), one killed before its first checkpoint started again. Everything that
@@ -364,7 +370,8 @@ def train_sweep(
     A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
     once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
     interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
-    before each run. Returns (run, status, FitResult or None) for every run looked at."""
+    before each run; ``announce`` is told each trained run's device and step mode (the trainer's first line).
+    Returns (run, status, FitResult or None) for every run looked at."""
     _check_runs(spec, runs, runs_dir)
     _check_memory_fits(spec, runs)
     folder = Path(runs_dir) / spec.folder
@@ -380,9 +387,11 @@ def train_sweep(
             continue
         if status == "partial":
             changes = {k: v for k, v in spec.train.items() if k in RESUMABLE}  # the spec's budget and device
-            result = resume_run(run_dir, folder, model_name=run.model.name, progress=progress, **changes)
+            result = resume_run(run_dir, folder, model_name=run.model.name, progress=progress, announce=announce,
+                                **changes)
         else:  # new, or empty: start_run starts a run that never saved a checkpoint again from scratch
-            result = start_run(run.model, train_config(spec, run.seed), data_cfg, folder, run.name, progress=progress)
+            result = start_run(run.model, train_config(spec, run.seed), data_cfg, folder, run.name, progress=progress,
+                               announce=announce)
         done.append((run, status, result))
         if result.interrupted:
             break

@@ -107,6 +107,8 @@ def test_bad_shards(text, problem):
     ('minutes = 1\n[[grid]]\nmodel = "lstm"\nhidden = []\n', "empty list"),
     ('minutes = 1\n[[grid]]\nmodel = "swarm"\n[[grid]]\nmodel = "swarm-mog"\n', "one task per spec"),
     ('minutes = [1\n', "not valid TOML"),
+    ('minutes = 1\n[[grid]]\nmodel = "swarm"\nstep = ["eager", "amp"]\n', "step is set for the whole spec"),
+    ('minutes = 1\n[[grid]]\nmodel = "lstm"\nminutes = 2\n', "move `minutes = ...` above"),
 ])
 def test_bad_specs_name_the_problem(tmp_path, body, problem):
     with pytest.raises(ConfigError, match=problem):
@@ -170,6 +172,7 @@ def test_sweep_is_idempotent_shards_cover_the_grid_and_report_reads_it(tmp_path,
     for i in range(2):
         r = cli("sweep", spec, "--runs-dir", runs, "--shard", f"{i}/2")
         assert r.exit_code == 0, r.output
+        assert r.output.count(" step (") == 3, r.output  # each run says its device and step mode, as train does
     folder = runs / "sweep-t"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         f"{m}-s{s}" for s in (0, 1) for m in ("set-linear-4-2", "set-linear-8-2", "swarm-4-2-1"))
