@@ -46,7 +46,7 @@ from swarmctl.tasks import get_task
 from swarmctl.training.modes import MODES, Measured, choose_step_mode
 
 CAMPAIGNS = Path("campaigns")  # the repository's campaigns folder, from its root
-TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, from the repository's root
+TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, in the repository's checkout
 
 
 PROGRESS = "progress.json"  # a campaign's record, in campaigns/NAME/
@@ -87,11 +87,23 @@ SMOKE_SIZES = {"swarm": ["--hidden", "8", "--iters", "2"], "set-transformer": ["
                                                                                "--heads", "2", "--layers", "1"]}
 
 
+def table_spec() -> Path:
+    """The clustering table's spec: sweeps/best.toml of the current folder, else of the checkout this package
+    runs from (an editable install), so that the campaign commands also run outside the repository's root."""
+    here = Path(__file__).resolve().parents[2] / TABLE
+    if not TABLE.is_file() and here.is_file():
+        return here
+    if not TABLE.is_file():
+        raise DataError(f"{TABLE} (the clustering table's runs) is neither here nor beside this swarmctl; run "
+                        "from the repository's root")
+    return TABLE
+
+
 def table_runs(smoke: bool = False) -> list[dict]:
     """Every run of sweeps/best.toml, seed-major (all configurations of seed 0 first): name, model, code,
     seed, train options (tiny ones with ``smoke``) and its model config (the table's sizes)."""
     out = []
-    for run in expand(load_spec(TABLE)):
+    for run in expand(load_spec(table_spec())):
         cfg = run.model
         opts = [x for field, flag in FLAGS.items() if getattr(cfg, field) is not None
                 for x in (flag, str(getattr(cfg, field)))]

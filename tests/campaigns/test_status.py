@@ -42,6 +42,16 @@ def test_status_command_prints_every_campaign(cli, tmp_path):
     assert "the clustering table: 18 of 18 runs left; the card's memory not known yet" in text
 
 
+def test_status_runs_outside_the_repositorys_root(cli, tmp_path, monkeypatch):
+    """The clustering table's spec (sweeps/best.toml) is found beside the package when the current folder
+    has none."""
+    root = fresh_campaigns(tmp_path / "campaigns")
+    monkeypatch.chdir(tmp_path)
+    r = cli("campaign", "status", "--campaigns", root)
+    assert r.exit_code == 0, r.output
+    assert "18 of 18 runs left" in " ".join(r.output.split())
+
+
 def test_every_paper_row_has_its_numbers_step_and_minutes_left(tmp_path):
     """One row per row of the paper's tables: the MoG row needs the paper's whole schedule (100 x 500 steps)
     at the fastest measured step until it reaches the paper; a clustering row, its runs left at the
