@@ -265,6 +265,9 @@ def timing_phase(job: Job, gen: subprocess.Popen | None, measure: bool) -> dict:
         return timings(clustering_data(opts), opts.work, deadline, opts.smoke,
                        None if opts.probe == "none" else opts.probe, runners.read_json(committed))
     timing = runners.read_json(committed)
+    if opts.probe != "none":
+        log(f"no cold-compile probe ({opts.probe}): this job uses the committed step timings; --retime measures "
+            "them again and runs the probe")
     atomic_write_text(logs_folder(opts.work) / "bench.txt", f"step timings from {committed}, measured by an "
                       f"earlier job (--retime measures again):\n{json.dumps(timing, indent=2)}\n")
     job.facts["timing_measured"] = False

@@ -30,6 +30,7 @@ leaving the later campaigns their minimum (:func:`minimum`), and what one leaves
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,15 +89,14 @@ SMOKE_SIZES = {"swarm": ["--hidden", "8", "--iters", "2"], "set-transformer": ["
 
 
 def table_spec() -> Path:
-    """The clustering table's spec: sweeps/best.toml of the current folder, else of the checkout this package
-    runs from (an editable install), so that the campaign commands also run outside the repository's root."""
-    here = Path(__file__).resolve().parents[2] / TABLE
-    if not TABLE.is_file() and here.is_file():
-        return here
-    if not TABLE.is_file():
-        raise DataError(f"{TABLE} (the clustering table's runs) is neither here nor beside this swarmctl; run "
-                        "from the repository's root")
-    return TABLE
+    """The clustering table's spec: sweeps/best.toml of the checkout this package runs from (an editable
+    install), so that the campaign commands also run outside the repository's root, else of the current
+    folder (an installed package run from the repository's root)."""
+    for path in (Path(__file__).resolve().parents[2] / TABLE, TABLE):
+        if path.is_file():
+            return path
+    raise DataError(f"{TABLE} (the clustering table's runs) is neither beside this swarmctl nor here; run from "
+                    "the repository's root")
 
 
 def table_runs(smoke: bool = False) -> list[dict]:
@@ -340,12 +340,15 @@ def _compiled(timing: dict, task: str, mode: str) -> Measured | None:
     steady step, and its compile seconds (warm-up included) as the start-up; None without such a probe."""
     probe = compile_probe(timing, task, amp=MODES[mode].amp)
     steady = probe.get("steady_ms_per_step", probe.get("steady_s_per_epoch"))
-    compile_s = probe.get("compile_s")
-    if not (probe.get("finished") and isinstance(steady, (int, float)) and steady > 0
-            and isinstance(compile_s, (int, float))):
+    compile_s, warm = probe.get("compile_s"), probe.get("warmup_s")
+    if not (probe.get("finished") is True and _seconds(steady) and steady > 0 and _seconds(compile_s)):
         return None
     unit = 1e-3 if "steady_ms_per_step" in probe else 1.0 / STEPS[task]
-    return Measured(steady * unit, float(compile_s) + float(probe.get("warmup_s") or 0.0))
+    return Measured(steady * unit, float(compile_s) + (float(warm) if _seconds(warm) else 0.0))
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 def measurement(timing: dict, task: str, mode: str) -> Measured | None:
@@ -366,23 +369,29 @@ def probe_key(probe: dict) -> str:
 
 def compile_probe(timing: dict, task: str, amp: bool = False) -> dict:
     """The finished cold-compile probe of ``task`` (of its bf16 autocast step with ``amp``): this job's
-    (``compile_probe``), else the last finished one kept in ``compile_probes``; empty when none was."""
+    (``compile_probe``), else the one kept in ``compile_probes``; empty when none was."""
     key = f"{task}{'+amp' if amp else ''}"
     probe = timing.get("compile_probe")
-    if isinstance(probe, dict) and probe_key(probe) == key and probe.get("finished"):
+    if isinstance(probe, dict) and probe_key(probe) == key and probe.get("finished") is True:
         return probe
-    probe = (timing.get("compile_probes") or {}).get(key)
+    kept = timing.get("compile_probes")
+    probe = kept.get(key) if isinstance(kept, dict) else None
     return probe if isinstance(probe, dict) else {}
 
 
 def keep_probes(timing: dict, earlier: dict) -> dict:
     """``timing`` (a job's new step timings, maybe with its own ``compile_probe``) with ``compile_probes``: the
-    earlier timings' finished probes, the job's own in its place when it finished. A job probes one compile;
-    the others' numbers must outlive its commit."""
-    probes = {k: v for k, v in (earlier.get("compile_probes") or {}).items() if isinstance(v, dict)}
-    probe = timing.get("compile_probe")
-    if isinstance(probe, dict) and probe.get("finished"):
-        probes[probe_key(probe)] = probe
+    finished probes of the ``earlier`` timings (kept there, or an older file's own ``compile_probe``) that
+    were measured on this job's card and torch, and this job's own in its place when it finished. A job
+    probes one compile; the others' numbers must outlive its commit, but never beside another card's."""
+    device = timing.get("device") if isinstance(timing.get("device"), dict) else {}
+    kept = earlier.get("compile_probes") if isinstance(earlier.get("compile_probes"), dict) else {}
+    older = [earlier.get("compile_probe"), *kept.values(), timing.get("compile_probe")]
+    probes = {}
+    for probe in older:  # in this order: a later one replaces an earlier one of the same key
+        if isinstance(probe, dict) and probe.get("finished") is True and device.get("name") \
+                and (probe.get("device"), probe.get("torch")) == (device.get("name"), device.get("torch")):
+            probes[probe_key(probe)] = probe
     return {**timing, "compile_probes": probes} if probes else timing
 
 

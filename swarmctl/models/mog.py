@@ -22,7 +22,6 @@ from swarmctl.models.registry import check_heads_divide_hidden, register_model
 
 N_CLUSTERS = MogParams.n_clusters  # components per mixture
 PARAMS_PER_CLUSTER = 5  # mean (2), std (2), logit
-FULL = (torch.float32, torch.float64)  # the dtypes SwarmMeanPool reads its parameters off as they are
 
 
 def mixture_parameters(raw: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -49,11 +48,12 @@ class SwarmMeanPool(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         h, c = self.swarm.states(x, mask)
         # The mixture is read off these outputs: under bf16 autocast (`train --step amp`) the output map and the
-        # mean over the points run in float32, so neither the parameters nor the mean's 1/n weights are rounded
-        # to bf16's 8 bits (up to 0.4 %: a mean at 3 moved by 0.012); the iterations keep their bf16 products.
+        # mean over the points run in the weights' dtype (float32), so neither the parameters nor the mean's 1/n
+        # weights are rounded to bf16's 8 bits (up to 0.4 %: a mean at 3 moved by 0.012); the iterations keep
+        # their bf16 products. A model cast to bf16 as a whole stays in bf16.
         with torch.autocast(x.device.type, enabled=False):
             hc = torch.cat([h, c], dim=-1)
-            y = masked_mean(self.swarm.output(hc if hc.dtype in FULL else hc.float()), mask)  # (B, K*5)
+            y = masked_mean(self.swarm.output(hc.to(self.swarm.output.weight.dtype)), mask)  # (B, K*5)
         return y.view(-1, self.n_clusters, PARAMS_PER_CLUSTER)
 
 

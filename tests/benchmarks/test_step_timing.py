@@ -154,6 +154,31 @@ def test_the_budget_starts_no_mode_it_cannot_hold(tmp_path):
     assert time.monotonic() - t < 1 and "ran out" in report.data["not_measured"]["mog/graphs"]
 
 
+def test_a_failing_triton_cell_fails_only_its_own_mog_loss_numerics(tmp_path, monkeypatch):
+    """The MoG same-weights losses are a unit of their own: a Triton cell that cannot run (as on a card whose
+    Triton fails) is listed under "failed" per numeric, and the float32, TF32 and bf16 losses still come."""
+    import contextlib
+
+    st = _module()
+    report = st.Report(tmp_path / "l.json", st.TIMING_KEYS)
+    report.data.update(loss={}, warmup_s={}, not_measured={}, failed={})
+    timing = st.Timing(argparse.Namespace(smoke=True), torch.device("cpu"), report, st.Budget(None))
+    timing.cuda = True  # as on a card: the TF32 and Triton numerics are asked for
+
+    @contextlib.contextmanager
+    def broken(enabled=True):
+        if enabled:
+            raise ImportError("no triton here")
+        yield
+
+    monkeypatch.setattr(st, "triton_cell", broken)
+    monkeypatch.setattr(st, "use_tf32", lambda on: None)
+    timing.unit("mog", "loss", lambda: timing._mog_loss(timing.sizes.mog_batches(timing.device)))
+    doc = json.loads((tmp_path / "l.json").read_text())
+    assert set(doc["loss"]["mog_same_weights"]) == {"fp32", "tf32", "bf16-autocast"}
+    assert set(doc["failed"]) == {"mog/loss/tf32+triton", "mog/loss/bf16+triton"}
+
+
 def test_a_spent_budget_ends_the_run_at_once_with_what_it_has(tiny_h5, tmp_path):
     out = tmp_path / "timing.json"
     t = time.perf_counter()

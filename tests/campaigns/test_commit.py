@@ -491,6 +491,12 @@ SESSIONS = {
     "flags-not-lists": {"flags": {"image": "--compile"}},
     "exit-a-string": {"gpu_tests_exit": "0"},
     "smoke-a-string": {"smoke": "no"},
+    "probes-a-list": {"timing_measured": True, "timing": {"compile_probes": []}},
+    "probe-of-no-task": {"timing_measured": True, "timing": {"compile_probes": {"cifar": {"finished": True}}}},
+    "probe-seconds-text": {"timing_measured": True,
+                           "timing": {"compile_probes": {"mog": {"finished": True, "warmup_s": "x"}}}},
+    "probe-finished-text": {"timing_measured": True, "timing": {"compile_probe": {"task": "mog", "finished": "yes"}}},
+    "probe-negative": {"timing_measured": True, "timing": {"compile_probe": {"task": "mog", "compile_s": -1.0}}},
     "bad-utf8": b'{"card": "\xff"}',
 }
 

@@ -269,18 +269,40 @@ def test_a_bf16_compile_probe_counts_as_amp_compile_only_where_the_task_lists_it
 
 
 def test_a_job_keeps_the_earlier_jobs_compile_probes_beside_its_own():
-    """A job probes one compile; committing its timings must not drop the other tasks' probes, and a probe
-    it did not finish (killed by its cap) does not replace a finished one."""
+    """A job probes one compile; committing its timings must not drop the other tasks' probes of the same card
+    and torch (nor an older file's own probe), a probe it did not finish (killed by its cap) does not replace a
+    finished one, and another card's probes are not kept beside this card's timings."""
     from swarmctl.campaigns.plan import keep_probes
 
-    old = {"task": "image", "finished": True, "compile_s": 40.0, "steady_s_per_epoch": 15.0}
-    earlier = {"compile_probes": {"image": old, "mog": {"task": "mog", "finished": True, "compile_s": 45.0,
-                                                         "steady_ms_per_step": 9.8}}}
-    new_mog = {"task": "mog", "amp": True, "finished": True, "compile_s": 50.0, "steady_ms_per_step": 5.0}
-    got = keep_probes({"mog_ms_per_step": {"eager": 20.0}, "compile_probe": new_mog}, earlier)
-    assert set(got["compile_probes"]) == {"image", "mog", "mog+amp"} and got["compile_probes"]["mog+amp"] == new_mog
-    killed = {"task": "image", "compile_s": ">60", "finished": False}
-    got = keep_probes({"compile_probe": killed}, earlier)
+    card = {"device": "H200", "torch": "2.11"}
+    old = {"task": "image", "finished": True, "compile_s": 40.0, "steady_s_per_epoch": 15.0, **card}
+    older = {"task": "clustering", "finished": True, "compile_s": 16.0, "steady_s_per_epoch": 1.5, **card}
+    earlier = {"compile_probe": older,
+               "compile_probes": {"image": old, "mog": {"task": "mog", "finished": True, "compile_s": 45.0,
+                                                        "steady_ms_per_step": 9.8, **card}}}
+    here = {"device": {"name": "H200", "type": "cuda", "torch": "2.11"}}
+    new_mog = {"task": "mog", "amp": True, "finished": True, "compile_s": 50.0, "steady_ms_per_step": 5.0, **card}
+    got = keep_probes({**here, "mog_ms_per_step": {"eager": 20.0}, "compile_probe": new_mog}, earlier)
+    assert set(got["compile_probes"]) == {"image", "mog", "mog+amp", "clustering"}
+    assert got["compile_probes"]["mog+amp"] == new_mog
+    killed = {"task": "image", "compile_s": ">60", "finished": False, **card}
+    got = keep_probes({**here, "compile_probe": killed}, earlier)
     assert got["compile_probes"]["image"] == old and got["compile_probe"] == killed
     assert measured_modes(got, "image")["compile"] == Measured(15.0 / 1200, 40.0)
+    elsewhere = keep_probes({"device": {"name": "A100", "torch": "2.11"}, "mog_ms_per_step": {"eager": 40.0}}, earlier)
+    assert "compile_probes" not in elsewhere and "compile" not in measured_modes(elsewhere, "mog")
     assert keep_probes({"x": 1}, {}) == {"x": 1}
+
+
+@pytest.mark.parametrize("bad", [[], "fast", {"mog": "x"}, {"mog": {"task": "mog", "finished": True,
+                                                                     "compile_s": "x", "steady_ms_per_step": 3}},
+                                 {"mog": {"task": "mog", "finished": True, "compile_s": 5, "warmup_s": "x",
+                                          "steady_ms_per_step": 3}}])
+def test_a_malformed_kept_probe_is_no_measurement(bad):
+    """timing.json is the repository's file, but a hand edit must not crash the job or `campaign status`."""
+    from swarmctl.campaigns.plan import keep_probes
+
+    timing = {"mog_ms_per_step": {"eager": 16.0}, "compile_probes": bad}
+    modes = measured_modes(timing, "mog")
+    assert "eager" in modes and (modes.get("compile") in (None, Measured(3e-3, 5.0)))
+    keep_probes({"device": {"name": "c", "torch": "t"}}, timing)

@@ -131,3 +131,6 @@ def test_swarm_mog_reads_its_mixture_off_in_float32_under_bf16_autocast():
             half = model(b.x, mask)
     assert half.dtype == torch.float32
     assert (half - full).abs().max().item() < 1e-4  # bf16 here: up to 0.008 from rounding the parameters
+    for dtype in (torch.bfloat16, torch.float64):  # a model cast as a whole keeps its dtype
+        with torch.no_grad():
+            assert model.to(dtype)(b.x.to(dtype), mask).dtype == dtype

@@ -105,7 +105,8 @@ def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
         if is_smoke(session) and card_sessions(root):
             raise Refused(f"{returned} is a --smoke job's (tiny models): committed into {root}, which holds real "
                           "jobs, it would replace their step timings and carried runs; commit it into a trial "
-                          "folder that records no real job (`campaigns DIR`) or run the job without --smoke")
+                          "folder that records no real job (`mkdir DIR`, then `campaigns` DIR) or run the job "
+                          "without --smoke")
         stage = _staging(root)
         stack.callback(shutil.rmtree, stage, ignore_errors=True)
         base = {"trained_on": session["card"], "command": "swarmctl campaign run (see campaigns/README.md)",

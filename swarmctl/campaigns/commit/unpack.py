@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from swarmctl.campaigns import NO_CUDA
+from swarmctl.campaigns import NO_CUDA, PROBES
 from swarmctl.campaigns.plan import IMAGES, LOGS, NAMES
 from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
@@ -238,12 +238,33 @@ def check_session(raw: bytes) -> dict[str, Any]:
             raise Refused(f"session.json timing {key} is {_show(modes)}, not an object")
         for mode, value in modes.items():
             _number(value, f"session.json timing {key} {mode}", positive=True)
+    _check_probes(timing)
     if not isinstance(s.get("smoke", False), bool):
         raise Refused(f"session.json smoke is {_show(s['smoke'])}, not true or false")
     exit_code = s.get("gpu_tests_exit")
     if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool)):
         raise Refused(f"session.json gpu_tests_exit is {_show(exit_code)}, not an exit code")
     return s
+
+
+def _check_probes(timing: dict[str, Any]) -> None:
+    """The job's cold-compile probe and the ones it kept: objects of a known probe (a task, or TASK+amp) whose
+    seconds are numbers (a compile killed by its cap says so in text, ">60")."""
+    kept = timing.get("compile_probes", {})
+    if not isinstance(kept, dict):
+        raise Refused(f"session.json timing compile_probes is {_show(kept)}, not an object")
+    found = [("compile_probe", timing["compile_probe"])] if "compile_probe" in timing else []
+    for key, probe in [*found, *kept.items()]:
+        if key != "compile_probe" and key not in PROBES[:-1]:
+            raise Refused(f"session.json timing compile_probes has {_show(key)}, not one of {', '.join(PROBES[:-1])}")
+        if not isinstance(probe, dict):
+            raise Refused(f"session.json timing {key} is {_show(probe)}, not an object")
+        if not isinstance(probe.get("finished", False), bool):
+            raise Refused(f"session.json timing {key} finished is {_show(probe['finished'])}, not true or false")
+        for field in ("compile_s", "warmup_s", "steady_ms_per_step", "steady_s_per_epoch"):
+            value = probe.get(field)
+            if value is not None and not (field == "compile_s" and isinstance(value, str) and len(value) < 20):
+                _number(value, f"session.json timing {key} {field}", low=0)
 
 
 def committed_sessions(root: Path) -> set[str]:
