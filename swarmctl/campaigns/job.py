@@ -53,7 +53,7 @@ from swarmctl.files import atomic_write_text
 from swarmctl.signals import EXIT_CODE as SIGNAL_EXIT
 
 TESTS_CAP = 100.0  # phase 1
-TIMING_CAP = 100.0  # phase 2, the step timings
+TIMING_CAP = 150.0  # phase 2, the step timings (47 s on an H200 before the Triton and MoG bf16 modes)
 PROBE_CAP = 60.0  # phase 2, the cold-compile probe
 STEP_TIMING = Path("benchmarks") / "gpu" / "step_timing.py"  # the repository's benchmark, from its root
 DEPENDENCIES = ("torch", "torchvision", "numpy", "scipy", "h5py", "matplotlib", "typer", "rich", "swarmctl")
