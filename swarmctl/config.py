@@ -133,19 +133,24 @@ def host_memory() -> int:
 
 
 MAX_LR = 1.0  # Adam with a step size above 1 diverges on every model here
-STEP_MODES = ("auto", "eager", "amp", "graphs", "amp+graphs", "compile", "amp+compile")  # training/modes.py
-_SWITCHES = {"amp": "amp", "graphs": "cuda_graphs", "compile": "compile"}  # a mode's parts -> TrainConfig fields
+STEP_MODES = ("auto", "eager", "amp", "graphs", "amp+graphs", "compile", "amp+compile", "triton", "amp+triton",
+              "triton+graphs", "amp+triton+graphs")  # training/modes.py
+_SWITCHES = {"amp": "amp", "triton": "triton", "graphs": "cuda_graphs", "compile": "compile"}  # a mode's parts ->
+# TrainConfig fields
 
 
 def check_step(step: str, switches: dict[str, bool]) -> None:
-    """``step`` is a known mode, and the switches (``amp``, ``graphs``, ``compile``) either all off or the
-    mode's own parts: ``auto`` with switches on is the mode those switches make."""
+    """``step`` is a known mode, and the switches (``amp``, ``triton``, ``graphs``, ``compile``) either all off
+    or the mode's own parts: ``auto`` with switches on is the mode those switches make (one of the modes)."""
     if step not in STEP_MODES:
         raise ConfigError(f"unknown `step` {step!r}; choose one of {', '.join(STEP_MODES)}")
     on = {part for part, value in switches.items() if value}
+    given = ", ".join(f"`{_SWITCHES[p]}`" for p in sorted(on))
     if step != "auto" and on and on != (set() if step == "eager" else set(step.split("+"))):
-        given = ", ".join(f"`{_SWITCHES[p]}`" for p in sorted(on))
         raise ConfigError(f"`step` {step} and {given} disagree; give the mode with `step` alone")
+    if step == "auto" and on and not any(set(m.split("+")) == on for m in STEP_MODES):
+        raise ConfigError(f"{given} make no step mode (the Triton cell is not compiled); choose `step` from "
+                          f"{', '.join(STEP_MODES[1:])}")
 
 
 def train_option(default: Any, help: str, *, sweep: bool = False, resume: bool = False) -> Any:
@@ -170,12 +175,16 @@ class TrainConfig:
     # a sweep spec gives a list of them, `seeds`
     seed: int = train_option(0, "Seed (0 to 2^32 - 1) for initialisation, batch order and drawn tasks")
     device: str = train_option("auto", "auto, cpu, cuda or cuda:N", sweep=True, resume=True)
-    # the step mode (training/modes.py): auto picks on CUDA; the three switches below force parts of one
+    # the step mode (training/modes.py): auto picks on CUDA; the four switches below force parts of one
     step: str = train_option("auto", "Step mode: auto (on CUDA the mode measured fastest for the model's task "
                                      "in the budget; eager elsewhere), or eager, amp, graphs, amp+graphs, compile, "
-                                     "amp+compile", sweep=True)
+                                     "amp+compile, triton, amp+triton, triton+graphs, amp+triton+graphs",
+                             sweep=True)
     amp: bool = train_option(False, "bfloat16 autocast")
     compile: bool = train_option(False, "torch.compile the model (SWARM: its step)")
+    # on CUDA: layers/_triton.py, the LSTM update and the pooling fused (forward and backward)
+    triton: bool = train_option(False, "CUDA: SWARM layers iterate through the fused Triton cell (ignored "
+                                       "elsewhere)")
     # on CUDA: each step shape captured once and replayed (training/steps.py)
     cuda_graphs: bool = train_option(False, "CUDA: capture each step shape in a CUDA graph and replay it (ignored "
                                             "elsewhere)")
@@ -200,7 +209,8 @@ class TrainConfig:
         _check_positive(self, "batch_size", "max_epochs")
         check_positive("minutes", self.minutes)
         check_device(self.device)
-        check_step(self.step, {"amp": self.amp, "graphs": self.cuda_graphs, "compile": self.compile})
+        check_step(self.step, {"amp": self.amp, "triton": self.triton, "graphs": self.cuda_graphs,
+                               "compile": self.compile})
         check_seed(self.seed)
         if not 0 <= self.beta < math.inf:
             raise ConfigError(f"`beta` must be a finite number >= 0, got {self.beta}")

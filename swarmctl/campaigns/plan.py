@@ -300,17 +300,20 @@ def minimum(name: str, smoke: bool = False) -> float:
 KEYS = {"clustering": "clustering_s_per_epoch", "mog": "mog_ms_per_step", "image": "image_s_per_epoch"}
 STEPS = {"clustering": 90, "mog": 1, "image": 1200}  # steps per unit the timing key is measured in
 SCALE = {"clustering": 1.0, "mog": 1e-3, "image": 1.0}  # the unit in seconds
-_TIMED_PARTS = {"bf16": "amp", "bf16-autocast": "amp", "amp": "amp", "graphs": "graphs", "compile": "compile"}
+_TIMED_PARTS = {"bf16": "amp", "bf16-autocast": "amp", "amp": "amp", "graphs": "graphs", "compile": "compile",
+                "triton": "triton"}
 
 
 def trainer_mode(timed: str) -> str | None:
     """The `swarmctl train --step` mode a step-timing name measures (``tf32`` is the trainer's float32 on
-    CUDA, ``bf16-autocast`` its ``amp``); None for a mode the trainer does not offer (fp32, triton)."""
+    CUDA, ``bf16-autocast`` its ``amp``, ``triton`` its Triton cell); None for a mode the trainer does not
+    offer (fp32)."""
     parts = set(timed.split("+")) - {"tf32", "eager"}
     if not parts <= set(_TIMED_PARTS):
         return None
     on = {_TIMED_PARTS[p] for p in parts}
-    return "+".join(p for p in ("amp", "graphs", "compile") if p in on) or "eager"
+    name = "+".join(p for p in ("amp", "triton", "graphs", "compile") if p in on) or "eager"
+    return name if name in MODES else None
 
 
 def measured_modes(timing: dict, task: str) -> dict[str, Measured]:

@@ -22,10 +22,12 @@ from torch import Tensor, nn
 from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
 from swarmctl.errors import CheckpointError
+from swarmctl.layers.swarm import triton_cell
 from swarmctl.rundir import BEST, LAST
 from swarmctl.signals import StopSignals
 from swarmctl.training.checkpoint import RunWriter, TrainState
 from swarmctl.training.device import DistContext, barrier, tf32_scope
+from swarmctl.training.modes import triton_runs_on
 from swarmctl.training.steps import TrainStep
 
 logger = logging.getLogger(__name__)
@@ -211,7 +213,8 @@ def fit(
             writer.save(LAST, model.state_dict(), opt.state_dict(), state)
 
     budget = cfg.minutes * 60.0
-    with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device):
+    with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device), \
+            triton_scope(cfg.triton, device):
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
             state.finished, state.stop_reason = True, "max epochs"
         while state.epoch < cfg.max_epochs:
@@ -287,6 +290,15 @@ def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfi
         best = _snapshot(model, opt)
     _set_lr(opt, state.lr)
     return state, best
+
+
+def triton_scope(on: bool, device: torch.device) -> contextlib.AbstractContextManager:
+    """The run's SWARM layers iterate through the Triton cell (``TrainConfig.triton``), its steps and its
+    validation alike: on CUDA, and on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``, the tests);
+    elsewhere the layers take their own path."""
+    if on and triton_runs_on(device.type):
+        return triton_cell()
+    return contextlib.nullcontext()
 
 
 def _training_model(model: nn.Module, cfg: TrainConfig, ctx: DistContext, device: torch.device) -> nn.Module:

@@ -1,5 +1,5 @@
-"""Which step mode a run trains in: eager, bf16 autocast (``amp``), CUDA graphs, torch.compile, or a
-combination; ``auto`` picks one.
+"""Which step mode a run trains in: eager, bf16 autocast (``amp``), the fused Triton cell (``triton``), CUDA
+graphs, torch.compile, or a combination (the Triton cell is not compiled); ``auto`` picks one.
 
 ``auto`` is eager on the CPU (bf16 autocast and CUDA graphs do not speed the CPU step up: its fused
 kernels do). On CUDA it takes, among the modes its task has measured and proven (``Task.step_modes``:
@@ -13,10 +13,12 @@ name forces that mode, on any device (off CUDA, graphs are ignored as ever).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from swarmctl.config import STEP_MODES, TrainConfig, check_step
+from swarmctl.errors import ConfigError
 
 AMP_RTOL = 2e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's (0.2 %)
 
@@ -28,20 +30,24 @@ class StepMode:
     amp: bool = False
     graphs: bool = False
     compile: bool = False
+    triton: bool = False
 
     @classmethod
     def of(cls, cfg: TrainConfig) -> StepMode:
         """The mode ``cfg``'s switches make."""
-        return cls(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile)
+        return cls(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile, triton=cfg.triton)
 
     @property
     def name(self) -> str:
-        parts = [n for n, on in (("amp", self.amp), ("graphs", self.graphs), ("compile", self.compile)) if on]
+        parts = [n for n, on in (("amp", self.amp), ("triton", self.triton), ("graphs", self.graphs),
+                                 ("compile", self.compile)) if on]
         return "+".join(parts) or "eager"
 
 
 MODES = {m.name: m for m in (StepMode(), StepMode(amp=True), StepMode(graphs=True), StepMode(amp=True, graphs=True),
-                             StepMode(compile=True), StepMode(amp=True, compile=True))}
+                             StepMode(compile=True), StepMode(amp=True, compile=True), StepMode(triton=True),
+                             StepMode(amp=True, triton=True), StepMode(triton=True, graphs=True),
+                             StepMode(amp=True, triton=True, graphs=True))}
 CHOICES = STEP_MODES
 assert set(CHOICES) == {"auto", *MODES}, "config.STEP_MODES names the modes of this module"
 
@@ -91,23 +97,48 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
 
 def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Measured]) -> tuple[TrainConfig, Choice]:
     """``cfg`` with its step mode settled for a new run: ``step`` the mode's name and its switches set. A
-    mode given by its switches alone (``amp``, ``cuda_graphs``, ``compile`` with ``step`` auto) is as asked."""
-    if cfg.step == "auto" and (cfg.amp or cfg.cuda_graphs or cfg.compile):
+    mode given by its switches alone (``amp``, ``triton``, ``cuda_graphs``, ``compile`` with ``step`` auto) is as
+    asked."""
+    if cfg.step == "auto" and (cfg.amp or cfg.triton or cfg.cuda_graphs or cfg.compile):
         choice = Choice(StepMode.of(cfg), "as asked")
     else:
         choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
     mode = choice.mode
-    return dataclasses.replace(cfg, step=mode.name, amp=mode.amp, cuda_graphs=mode.graphs,
-                               compile=mode.compile), _on(device_type, choice)
+    _check_parts(mode, device_type)
+    return dataclasses.replace(cfg, step=mode.name, amp=mode.amp, cuda_graphs=mode.graphs, compile=mode.compile,
+                               triton=mode.triton), _on(device_type, choice)
 
 
 def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:
     """The mode a resumed run keeps (its switches as saved), said as a new run's is."""
-    return _on(device_type, Choice(StepMode.of(cfg), "the run's own"))
+    mode = StepMode.of(cfg)
+    _check_parts(mode, device_type)
+    return _on(device_type, Choice(mode, "the run's own"))
+
+
+def _check_parts(mode: StepMode, device_type: str) -> None:
+    """A mode whose parts this machine lacks is refused before the run starts: on CUDA the Triton cell needs
+    Triton (elsewhere the layers take their own path, so it is not needed)."""
+    if mode.triton and device_type == "cuda":
+        try:
+            from swarmctl.layers import _triton  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(f"`step` {mode.name} runs the Triton cell, and Triton cannot be imported here "
+                              f"({exc}); install PyTorch's Triton or choose another `step`") from None
+
+
+def triton_runs_on(device_type: str) -> bool:
+    """Whether the Triton cell runs on a device of ``device_type``: CUDA, and the CPU under Triton's interpreter
+    (``TRITON_INTERPRET=1``, the tests); elsewhere the layers take their own path."""
+    return device_type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _on(device_type: str, choice: Choice) -> Choice:
-    """``choice`` with a note where its graphs do not apply (off CUDA its steps run eagerly)."""
-    if choice.mode.graphs and device_type != "cuda":
-        return Choice(choice.mode, f"{choice.reason}; CUDA graphs apply on CUDA only: its steps run eagerly here")
-    return choice
+    """``choice`` with a note where its graphs or its Triton cell do not apply (off CUDA its steps run eagerly,
+    through the layers' own path)."""
+    if device_type == "cuda":
+        return choice
+    notes = [note for note, on in (("CUDA graphs apply on CUDA only: its steps run eagerly here", choice.mode.graphs),
+                                   ("the Triton cell runs on CUDA only: the layers take their own path here",
+                                    choice.mode.triton and not triton_runs_on(device_type))) if on]
+    return Choice(choice.mode, "; ".join([choice.reason, *notes])) if notes else choice

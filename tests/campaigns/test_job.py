@@ -55,7 +55,10 @@ def test_only_the_modes_a_task_lists_as_proven_are_chosen():
     """The step timings name modes by their precision (tf32, bf16-autocast, fp32); bf16 is chosen only where
     the task lists it as proven (not MoG), fp32 never (not a trainer mode)."""
     assert [trainer_mode(n) for n in ("tf32", "eager", "tf32+graphs", "graphs+bf16", "bf16-autocast", "fp32",
-                                      "triton")] == ["eager", "eager", "graphs", "amp+graphs", "amp", None, None]
+                                      "triton", "triton+graphs+bf16", "bf16+triton", "tf32+triton+graphs",
+                                      "triton+compile")] == \
+        ["eager", "eager", "graphs", "amp+graphs", "amp", None, "triton", "amp+triton+graphs", "amp+triton",
+         "triton+graphs", None]
     fast_bf16 = {"mog_ms_per_step": {"eager": 16.0, "bf16-autocast": 1.0, "fp32": 0.5},
                  "image_s_per_epoch": {"eager": 30.0, "bf16-autocast": 20.0, "fp32": 1.0}}
     assert choose_flags(fast_bf16, True, {"mog": 600, "image": 600}) == {"mog": ["--step", "eager"],

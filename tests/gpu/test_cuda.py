@@ -115,6 +115,22 @@ def test_training_on_cuda_writes_a_finite_resumable_run(tmp_path, tiny_h5):
     assert (tmp_path / "gpu" / "best.pt").is_file()
 
 
+@pytest.mark.parametrize("step", ["triton", "triton+graphs"])
+def test_a_triton_run_on_cuda_trains_as_the_eager_run_does(tmp_path, tiny_h5, step):
+    """`train --step triton` (and with graphs): the same epochs' losses as the eager run's, to TF32 rounding."""
+    import json
+
+    cfg = ModelConfig(name="swarm", dim_hidden=16, n_iter=3)
+    for name in ("eager", step):
+        start_run(cfg, TrainConfig(batch_size=4, max_epochs=2, device="cuda", step=name),
+                  DataConfig(path=str(tiny_h5)), tmp_path, name)
+    eager, fused = ([json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]
+                    for n in ("eager", step))
+    for a, b in zip(eager, fused, strict=True):
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=2e-3), (a, b)
+    assert json.loads((tmp_path / step / "config.json").read_text())["train"]["triton"] is True
+
+
 # ---- issue 16: no host sync in a step, device MoG sampler, device Hungarian, CUDA graphs ---------------
 
 def test_the_device_hungarian_loss_and_gradients_equal_scipys_on_the_cpu():

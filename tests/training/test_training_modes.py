@@ -138,3 +138,82 @@ def test_a_run_says_its_step_mode_first_and_keeps_it_on_resume(tiny_h5, tmp_path
     resume_run("amp", tmp_path, max_epochs=2, announce=lines.append)
     assert "amp step (the run's own)" in lines[2]
     assert json.loads((tmp_path / "amp" / "config.json").read_text())["train"]["amp"] is True
+
+
+def test_the_triton_switch_is_a_mode_of_its_own_and_never_compiled():
+    from swarmctl.config import TrainConfig
+
+    cfg, choice = resolve_step(TrainConfig(triton=True, amp=True), "cuda", MEASURED)
+    assert (cfg.step, cfg.triton, cfg.amp, choice.reason) == ("amp+triton", True, True, "as asked")
+    cfg, choice = resolve_step(TrainConfig(step="triton+graphs"), "cpu", MEASURED)
+    assert (cfg.triton, cfg.cuda_graphs) == (True, True)
+    assert "run eagerly here" in choice.reason and "Triton cell runs on CUDA only" in choice.reason
+    with pytest.raises(ConfigError, match="make no step mode"):
+        TrainConfig(triton=True, compile=True)
+    with pytest.raises(ConfigError, match="disagree"):
+        TrainConfig(step="triton", amp=True)
+
+
+def test_a_triton_mode_on_cuda_without_triton_is_refused_before_the_run(monkeypatch):
+    import sys
+
+    from swarmctl.config import TrainConfig
+    from swarmctl.training.modes import resumed_step
+
+    import swarmctl.layers
+
+    monkeypatch.setitem(sys.modules, "swarmctl.layers._triton", None)  # `import` of it raises ImportError
+    monkeypatch.delattr(swarmctl.layers, "_triton", raising=False)  # (once imported, the package holds it)
+    with pytest.raises(ConfigError, match="Triton cannot be imported here"):
+        resolve_step(TrainConfig(step="triton"), "cuda", MEASURED)
+    with pytest.raises(ConfigError, match="Triton cannot be imported here"):
+        resumed_step(TrainConfig(step="amp+triton", amp=True, triton=True), "cuda")
+    assert resolve_step(TrainConfig(step="triton"), "cpu", MEASURED)[0].triton  # not needed off CUDA
+
+
+TRITON_TRAIN = """
+import json, sys
+from swarmctl.layers import _triton
+calls = []
+apply = _triton.TritonCell.apply
+_triton.TritonCell.apply = lambda *a: calls.append(1) or apply(*a)
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+from swarmctl.runs import start_run
+lines = []
+for step in ("eager", "triton"):
+    before = len(calls)
+    start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2, n_layers=1),
+              TrainConfig(batch_size=8, max_epochs=2, device="cpu", step=step), DataConfig(path=sys.argv[1]),
+              sys.argv[2], step, announce=lines.append)
+    print(json.dumps({"step": step, "calls": len(calls) - before}))
+print(json.dumps({"lines": lines}))
+"""
+
+
+@pytest.mark.slow
+def test_a_triton_run_trains_through_the_triton_cell_as_the_eager_run_does(tiny_h5, tmp_path):
+    """`--step triton` on the CPU under Triton's interpreter (where the cell runs on CPU tensors): every step
+    and validation goes through the Triton cell, and the run's losses are the eager run's to rounding."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton", reason="Triton cannot be imported here: there is no Triton cell to train with")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", TRITON_TRAIN, str(tiny_h5), str(tmp_path)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    out = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+    calls = {o["step"]: o["calls"] for o in out if "step" in o}
+    assert calls["eager"] == 0 and calls["triton"] > 0, out
+    assert "triton step (as asked)" in out[-1]["lines"][1]
+    eager, triton = ([json.loads(line) for line in (tmp_path / s / "metrics.jsonl").read_text().splitlines()]
+                     for s in ("eager", "triton"))
+    for a, b in zip(eager, triton, strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+    saved = json.loads((tmp_path / "triton" / "config.json").read_text())["train"]
+    assert (saved["step"], saved["triton"]) == ("triton", True)
