@@ -36,10 +36,12 @@ from swarmctl.campaigns.plan import (
     table_runs,
 )
 from swarmctl.campaigns.processes import Deadline, finish, log, start, summary
+from swarmctl.config import TrainConfig, from_dict
 from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
 from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
 from swarmctl.runs import export_weights
 from swarmctl.training.checkpoint import load_checkpoint
+from swarmctl.training.modes import StepMode
 
 SAMPLES = "samples.png"  # an image campaign's samples, beside its run's files
 WEIGHTS = "weights.pt"  # a finished clustering run's weights (no optimizer state)
@@ -176,6 +178,7 @@ def run_image(ctx: Context, name: str, budget: float, left: float) -> float:
 
 
 MOG_DECAY_EPOCH = 70  # the paper's MoG schedule: lr x 0.1 after epoch 70 of 100
+SMOKE_MOG_CODE = "8-2-1"  # a --smoke job's MoG model (it never continues a carried run of another size)
 MOG_RETURNED = "mog-last.pt"  # the MoG run's last.pt as a job returns it: MOG_RETURNED.partK, its manifest in mog.tgz
 
 
@@ -188,6 +191,7 @@ class MogRun:
     epoch: int
     net_seconds: float
     step: str  # the step mode it trains in (a resumed run keeps its own)
+    code: str = ""  # its model's paper code (768-20-1; a smoke job's 8-2-1)
 
 
 def restore_mog(root: Path, runs: Path) -> MogRun | None:
@@ -211,11 +215,8 @@ def restore_mog(root: Path, runs: Path) -> MogRun | None:
         if committed.is_file():
             copy_file(committed, run.metrics)
     remove_file(joined)
-    train = ckpt.config.get("train", {})
-    step = train.get("step") if train.get("step") not in (None, "auto") else \
-        "+".join(n for n, key in (("amp", "amp"), ("graphs", "cuda_graphs"), ("compile", "compile"))
-                 if train.get(key)) or "eager"
-    return MogRun(run.path.name, ckpt.state.epoch, ckpt.state.net_seconds, step)
+    step = StepMode.of(from_dict(TrainConfig, ckpt.config.get("train", {}))).name  # what its switches make
+    return MogRun(run.path.name, ckpt.state.epoch, ckpt.state.net_seconds, step, ckpt.config["run"]["code"])
 
 
 def return_mog_checkpoint(last: Path, work: Path, out: Path, keep: Path, part_limit: int) -> int:
@@ -239,11 +240,12 @@ def return_mog_checkpoint(last: Path, work: Path, out: Path, keep: Path, part_li
     return len(manifest.parts)
 
 
-def _next_mog_run(root: Path, progress: dict) -> str:
-    """A new MoG run's name: swarm-mog-K, K one past every run the campaign has recorded."""
+def _next_mog_run(root: Path, progress: dict, runs: Path) -> str:
+    """A new MoG run's name: swarm-mog-K, K one past every run the campaign has recorded and every run in the
+    job's ``runs`` folder (the carried run, rebuilt there, even where a smoke job leaves it alone)."""
     known = [progress.get("run") or "", *(s.get("run") or "" for s in progress["sessions"])]
-    folder = root / "mog" / "runs"
-    known += [p.name for p in folder.iterdir()] if folder.is_dir() else []
+    for folder in (root / "mog" / "runs", runs):
+        known += [p.name for p in folder.iterdir()] if folder.is_dir() else []
     numbers = [int(n.rsplit("-", 1)[1]) for n in known if n.startswith("swarm-mog-") and n.rsplit("-", 1)[1].isdigit()]
     return f"swarm-mog-{max(numbers, default=0) + 1}"
 
@@ -257,6 +259,9 @@ def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
     t0 = time.monotonic()
     runs = ctx.work / "runs"
     resumed = restore_mog(ctx.root, runs)
+    if resumed is not None and ctx.smoke and resumed.code != SMOKE_MOG_CODE:
+        log(f"mog: a --smoke job leaves the carried run {resumed.name} ({resumed.code}) alone; a smoke run starts")
+        resumed = None
     if resumed is not None and resumed.epoch >= MOG_EPOCHS:
         log(f"mog: {resumed.name} finished the schedule ({resumed.epoch} epochs); a new run starts")
         resumed = None
@@ -284,9 +289,9 @@ def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
         args = ["train", "swarm-mog", "--resume", name, *common, "--minutes",
                 f"{resumed.net_seconds / 60 + minutes:.2f}"]
     else:
-        name = _next_mog_run(ctx.root, progress)
+        name = _next_mog_run(ctx.root, progress, runs)
         size = ["--hidden", "8", "--iters", "2", "--steps-per-epoch", "3", "--val-batches", "2"] if ctx.smoke else \
-            ["--hidden", "768", "--iters", "20", "--layers", "1"]
+            ["--hidden", "768", "--iters", "20", "--layers", "1"]  # smoke: SMOKE_MOG_CODE
         args = ["train", "swarm-mog", *size, *common, "--lr-decay-epoch", str(MOG_DECAY_EPOCH), "--minutes",
                 f"{minutes:.2f}", "--name", name, *ctx.flags.get("mog", [])]
     facts = {"train_exit": finish(start(args, keep / "train.txt"), deadline.left() - reserve + 20)}

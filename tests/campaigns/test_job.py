@@ -178,6 +178,28 @@ def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
     assert {r["campaign"] for r in facts["paper_rows"]} == {"clustering", "mog", "mnist", "fashion-mnist", None}
 
 
+@pytest.mark.slow
+def test_a_smoke_job_leaves_a_carried_run_of_another_size_alone(tmp_path):
+    """Trying the job with --smoke where the campaigns carry a real MoG run: the smoke job starts a tiny run of
+    its own instead of training the full-size one on the CPU until its wall."""
+    from swarmctl.campaigns import parts
+    from swarmctl.config import DataConfig, ModelConfig
+    from swarmctl.runs import start_run
+
+    root = fresh_campaigns(tmp_path / "campaigns")
+    start_run(ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=2, n_layers=1),
+              get_task("mog").train_config(steps_per_epoch=3, val_batches=2, max_epochs=1, device="cpu"),
+              DataConfig(), tmp_path / "runs", "swarm-mog-1")
+    parts.split(tmp_path / "runs" / "swarm-mog-1" / "last.pt", root / "mog")
+    proc = _session(tmp_path, 300, "--smoke", "--only", "mog")
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-3000:]
+    assert "leaves the carried run swarm-mog-1 (16-2-1) alone" in output, output[-3000:]
+    with tarfile.open(tmp_path / "out" / "mog.tgz") as tar:
+        configs = [json.load(tar.extractfile(n)) for n in tar.getnames() if n.endswith("/config.json")]
+    assert [c["run"]["code"] for c in configs] == ["8-2-1"], configs  # the smoke run, not the carried one
+
+
 def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     """`sbatch benchmarks/gpu/job.sh OUT` (here run directly, from elsewhere): the job starts, finds the
     repository, and on a machine without CUDA ends after its first phase."""
@@ -241,7 +263,8 @@ def test_the_next_job_rebuilds_the_carried_mog_run_from_the_committed_parts(mog_
     size = (mog_checkpoint / "last.pt").stat().st_size
     assert len(parts.split(tmp_path / "src" / "last.pt", root / "mog", size // 3 + 1).parts) == 3
     carried = runners.restore_mog(root, tmp_path / "runs")
-    assert carried is not None and (carried.name, carried.epoch, carried.step) == ("swarm-mog-4", 2, "eager")
+    assert carried is not None and (carried.name, carried.epoch, carried.step, carried.code) == \
+        ("swarm-mog-4", 2, "eager", "8-2-1")
     rebuilt = tmp_path / "runs" / "swarm-mog-4"
     assert (rebuilt / "last.pt").read_bytes() == (mog_checkpoint / "last.pt").read_bytes()
     assert (rebuilt / "metrics.jsonl").read_bytes() == (mog_checkpoint / "metrics.jsonl").read_bytes()
