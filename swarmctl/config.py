@@ -149,8 +149,8 @@ def check_step(step: str, switches: dict[str, bool]) -> None:
     if step != "auto" and on and on != (set() if step == "eager" else set(step.split("+"))):
         raise ConfigError(f"`step` {step} and {given} disagree; give the mode with `step` alone")
     if step == "auto" and on and not any(set(m.split("+")) == on for m in STEP_MODES):
-        raise ConfigError(f"{given} make no step mode (the Triton cell is not compiled); choose `step` from "
-                          f"{', '.join(STEP_MODES[1:])}")
+        why = " (the Triton cell is not compiled)" if {"triton", "compile"} <= on else ""
+        raise ConfigError(f"{given} make no step mode{why}; choose `step` from {', '.join(STEP_MODES[1:])}")
 
 
 def train_option(default: Any, help: str, *, sweep: bool = False, resume: bool = False) -> Any:

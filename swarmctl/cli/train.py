@@ -41,7 +41,8 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
 
 _THE_MODELS = "the model's"
 # the switches that make up a step mode (config.check_step), named in --step's help (the library spells no flag)
-_STEP_PARTS = "; --amp, --compile and --cuda-graphs alone give a mode by its parts, beside --step they must agree"
+_STEP_PARTS = ("; --amp, --triton, --compile and --cuda-graphs alone give a mode by its parts, beside --step they "
+               "must agree")
 _TYPES = {"int": int, "float": float, "str": str}
 
 

@@ -258,8 +258,8 @@ def resume_run(
         model = create_model(model_cfg)
         plan = _Plan(model, prepared, train_cfg, config, task, dev, resume=not from_scratch, restarted=from_scratch,
                      new=False)
+        step = resumed_step(train_cfg, dev.type)  # on every rank: refused here where the mode cannot run
         if announce is not None and ctx.is_main:
-            step = resumed_step(train_cfg, dev.type)
             announce(f"continuing {folder.name}: {model_cfg.name} ({config['run'].get('code', '?')}) on "
                      f"{_where(dev)}, {step.mode.name} step ({step.reason})")
         return _train_locked(folder, runs_dir, plan, ctx, signals, progress)

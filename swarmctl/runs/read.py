@@ -3,6 +3,7 @@ for a study. Every command that reads a run goes through :func:`open_run`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from torch import nn
 
 from swarmctl.config import RESUMABLE, ModelConfig, current_sections
 from swarmctl.devices import resolve_device
-from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
+from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import check_plain_file, check_regular_file, read_bytes
 from swarmctl.models import count_parameters, create_model, paper_code
 from swarmctl.rundir import BEST, CONFIG, RunDir
@@ -40,8 +41,11 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
 
 
 def same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two run configs describe the same run: model, data and every train option a resume cannot change."""
+    """Two run configs describe the same run: model, data and every train option a resume cannot change, each
+    read as this version writes it (a field an older version did not write has its default)."""
     def fixed(c: dict[str, Any]) -> Any:
+        with contextlib.suppress(SwarmctlError, KeyError, TypeError, AttributeError):
+            c = current_sections(c)
         train = {k: v for k, v in c.get("train", {}).items() if k not in RESUMABLE}
         return c.get("model"), c.get("data"), train
     return fixed(a) == fixed(b)

@@ -78,7 +78,8 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
         return Choice(MODES[requested], "as asked")
     if device_type != "cuda":
         return Choice(MODES["eager"], f"auto: on {device_type} the eager step is the fast one")
-    usable = {name: m for name, m in measured.items() if name in MODES and m.step_seconds > 0}
+    usable = {name: m for name, m in measured.items() if name in MODES and m.step_seconds > 0
+              and not (MODES[name].triton and not triton_importable())}  # no Triton here: its modes are not
     if not usable:
         return Choice(MODES["eager"], "auto: no mode measured for this task on a card")
 
@@ -104,27 +105,35 @@ def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Meas
     else:
         choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
     mode = choice.mode
-    _check_parts(mode, device_type)
+    check_parts(mode, device_type)
     return dataclasses.replace(cfg, step=mode.name, amp=mode.amp, cuda_graphs=mode.graphs, compile=mode.compile,
                                triton=mode.triton), _on(device_type, choice)
 
 
 def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:
-    """The mode a resumed run keeps (its switches as saved), said as a new run's is."""
+    """The mode a resumed run keeps (its switches as saved), said as a new run's is; refused where this machine
+    lacks its parts (:func:`check_parts`)."""
     mode = StepMode.of(cfg)
-    _check_parts(mode, device_type)
+    check_parts(mode, device_type, resuming=True)
     return _on(device_type, Choice(mode, "the run's own"))
 
 
-def _check_parts(mode: StepMode, device_type: str) -> None:
-    """A mode whose parts this machine lacks is refused before the run starts: on CUDA the Triton cell needs
-    Triton (elsewhere the layers take their own path, so it is not needed)."""
-    if mode.triton and device_type == "cuda":
-        try:
-            from swarmctl.layers import _triton  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(f"`step` {mode.name} runs the Triton cell, and Triton cannot be imported here "
-                              f"({exc}); install PyTorch's Triton or choose another `step`") from None
+def triton_importable() -> bool:
+    """Whether the Triton cell can be loaded here (Triton imports)."""
+    try:
+        from swarmctl.layers import _triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def check_parts(mode: StepMode, device_type: str, resuming: bool = False) -> None:
+    """A mode whose parts this machine lacks is refused before the run starts (on every rank): on CUDA the
+    Triton cell needs Triton (elsewhere the layers take their own path, so it is not needed)."""
+    if mode.triton and device_type == "cuda" and not triton_importable():
+        other = "resume it on the CPU (`device` cpu)" if resuming else "choose another `step`"
+        raise ConfigError(f"`step` {mode.name} runs the Triton cell, and Triton cannot be imported here; install "
+                          f"PyTorch's Triton or {other}")
 
 
 def triton_runs_on(device_type: str) -> bool:

@@ -458,6 +458,17 @@ def test_commit_refuses_progress_that_drops_committed_sessions(assets, repo, com
     refused_unchanged(write_out(stale, repo.parent / "out2"), "does not continue")
 
 
+def test_commit_takes_a_job_of_the_version_before_a_new_train_option(assets, repo, commit):
+    """A job already running when a train option was added returns config.json without the field (the
+    checkpoints, read by this version, have its default): the same run, committed."""
+    spec = good_spec(assets)
+    config = json.loads(spec["archives"]["mnist"]["mnist/config.json"])
+    del config["train"]["triton"]
+    spec["archives"]["mnist"]["mnist/config.json"] = _dump(config)
+    rc, _, err = commit(write_out(spec, repo.parent / "out"))
+    assert rc == 0, err
+
+
 def test_commit_refuses_a_smoke_job_into_campaigns_that_hold_real_jobs(assets, repo, commit, refused_unchanged):
     """`campaign run --smoke` tries the job on a CPU with tiny models: committed beside a card's sessions it would
     replace the card's step timings (and carried runs) with a CPU's. A trial folder of smoke jobs takes it."""

@@ -252,6 +252,7 @@ def test_train_help_says_what_a_resume_takes_and_how_the_step_switches_go_with_s
     text = " ".join(cli("train", "--help").output.replace("│", " ").split())
     flags = ["--" + name.replace("_", "-") for name in RESUMABLE]
     assert f"only {', '.join(flags[:-1])} and {flags[-1]} may be given with it" in text, text
-    assert "--amp, --compile and --cuda-graphs alone give a mode by its parts, beside --step they must agree" in text
+    assert "--amp, --triton, --compile and --cuda-graphs alone give a mode by its parts, beside --step they must " \
+        "agree" in text
     refused = cli("train", "swarm", "--step", "graphs", "--amp")
     assert refused.exit_code == 2 and "--step" in refused.output and "--amp" in refused.output, refused.output

@@ -116,14 +116,25 @@ def test_training_on_cuda_writes_a_finite_resumable_run(tmp_path, tiny_h5):
 
 
 @pytest.mark.parametrize("step", ["triton", "triton+graphs"])
-def test_a_triton_run_on_cuda_trains_as_the_eager_run_does(tmp_path, tiny_h5, step):
-    """`train --step triton` (and with graphs): the same epochs' losses as the eager run's, to TF32 rounding."""
+def test_a_triton_run_on_cuda_trains_as_the_eager_run_does(tmp_path, tiny_h5, step, monkeypatch):
+    """`train --step triton` (and with graphs): every iteration goes through the Triton cell (a graph replays
+    what its capture recorded), and the epochs' losses are the eager run's, to TF32 rounding."""
     import json
 
+    from swarmctl.layers import _triton
+    from swarmctl.layers.swarm import SwarmLayer
+
+    calls, iterations = [], []
+    apply, states = _triton.TritonCell.apply, SwarmLayer.states
+    monkeypatch.setattr(_triton.TritonCell, "apply", lambda *a: calls.append(1) or apply(*a))
+    monkeypatch.setattr(SwarmLayer, "states", lambda self, *a, **k: iterations.append(self.n_iter) or
+                        states(self, *a, **k))
     cfg = ModelConfig(name="swarm", dim_hidden=16, n_iter=3)
     for name in ("eager", step):
+        calls.clear(), iterations.clear()
         start_run(cfg, TrainConfig(batch_size=4, max_epochs=2, device="cuda", step=name),
                   DataConfig(path=str(tiny_h5)), tmp_path, name)
+        assert len(calls) == (0 if name == "eager" else sum(iterations)) and iterations, (name, len(calls))
     eager, fused = ([json.loads(x) for x in (tmp_path / n / "metrics.jsonl").read_text().splitlines()]
                     for n in ("eager", step))
     for a, b in zip(eager, fused, strict=True):

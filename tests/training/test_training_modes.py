@@ -148,8 +148,10 @@ def test_the_triton_switch_is_a_mode_of_its_own_and_never_compiled():
     cfg, choice = resolve_step(TrainConfig(step="triton+graphs"), "cpu", MEASURED)
     assert (cfg.triton, cfg.cuda_graphs) == (True, True)
     assert "run eagerly here" in choice.reason and "Triton cell runs on CUDA only" in choice.reason
-    with pytest.raises(ConfigError, match="make no step mode"):
+    with pytest.raises(ConfigError, match="make no step mode .the Triton cell is not compiled"):
         TrainConfig(triton=True, compile=True)
+    with pytest.raises(ConfigError, match="make no step mode; choose"):
+        TrainConfig(compile=True, cuda_graphs=True)
     with pytest.raises(ConfigError, match="disagree"):
         TrainConfig(step="triton", amp=True)
 
@@ -166,26 +168,31 @@ def test_a_triton_mode_on_cuda_without_triton_is_refused_before_the_run(monkeypa
     monkeypatch.delattr(swarmctl.layers, "_triton", raising=False)  # (once imported, the package holds it)
     with pytest.raises(ConfigError, match="Triton cannot be imported here"):
         resolve_step(TrainConfig(step="triton"), "cuda", MEASURED)
-    with pytest.raises(ConfigError, match="Triton cannot be imported here"):
+    with pytest.raises(ConfigError, match="Triton cannot be imported here.*resume it on the CPU"):
         resumed_step(TrainConfig(step="amp+triton", amp=True, triton=True), "cuda")
     assert resolve_step(TrainConfig(step="triton"), "cpu", MEASURED)[0].triton  # not needed off CUDA
+    fastest = {**MEASURED, "triton": Measured(1e-6, 0.0)}  # auto passes over a mode this machine cannot run
+    cfg, choice = resolve_step(TrainConfig(), "cuda", fastest)
+    assert not cfg.triton and choice.reason.startswith("auto")
 
 
 TRITON_TRAIN = """
 import json, sys
 from swarmctl.layers import _triton
-calls = []
-apply = _triton.TritonCell.apply
+from swarmctl.layers.swarm import SwarmLayer
+calls, forwards = [], []
+apply, states = _triton.TritonCell.apply, SwarmLayer.states
 _triton.TritonCell.apply = lambda *a: calls.append(1) or apply(*a)
+SwarmLayer.states = lambda self, *a, **k: forwards.append(self.n_iter) or states(self, *a, **k)
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.runs import start_run
 lines = []
 for step in ("eager", "triton"):
-    before = len(calls)
+    before, seen = len(calls), len(forwards)
     start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2, n_layers=1),
               TrainConfig(batch_size=8, max_epochs=2, device="cpu", step=step), DataConfig(path=sys.argv[1]),
               sys.argv[2], step, announce=lines.append)
-    print(json.dumps({"step": step, "calls": len(calls) - before}))
+    print(json.dumps({"step": step, "calls": len(calls) - before, "iterations": sum(forwards[seen:])}))
 print(json.dumps({"lines": lines}))
 """
 
@@ -207,8 +214,9 @@ def test_a_triton_run_trains_through_the_triton_cell_as_the_eager_run_does(tiny_
                          capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    calls = {o["step"]: o["calls"] for o in out if "step" in o}
-    assert calls["eager"] == 0 and calls["triton"] > 0, out
+    calls = {o["step"]: (o["calls"], o["iterations"]) for o in out if "step" in o}
+    assert calls["eager"][0] == 0 and calls["triton"][0] == calls["triton"][1] > 0, out  # every iteration of every
+    # forward, training and validation, went through the cell
     assert "triton step (as asked)" in out[-1]["lines"][1]
     eager, triton = ([json.loads(line) for line in (tmp_path / s / "metrics.jsonl").read_text().splitlines()]
                      for s in ("eager", "triton"))
