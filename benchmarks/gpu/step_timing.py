@@ -615,8 +615,8 @@ def run_probe(a: argparse.Namespace, device: torch.device, report: Report, budge
         sync(device)
         compile_s = time.perf_counter() - t
         write(compile_s=compile_s)
-        print(f"compile-probe {task}{' (bf16 autocast)' * a.amp}: compile_s {compile_s:.2f} s to the first compiled step "
-              f"({'cold' if cold else 'warm'} cache {folder})", flush=True)
+        print(f"compile-probe {task}{' (bf16 autocast)' * a.amp}: compile_s {compile_s:.2f} s to the first "
+              f"compiled step ({'cold' if cold else 'warm'} cache {folder})", flush=True)
         try:
             warmup = timed(step, warm, device, budget)  # the other shapes (a recompile each, where any)
             write(warmup_s=warmup)

@@ -44,7 +44,7 @@ from swarmctl.runs import parameter_count, training_state_bytes
 from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
 from swarmctl.tasks import get_task
-from swarmctl.training.modes import MODES, Measured, choose_step_mode
+from swarmctl.training.modes import MODES, Measured, StepMode, choose_step_mode
 
 CAMPAIGNS = Path("campaigns")  # the repository's campaigns folder, from its root
 TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, in the repository's checkout
@@ -311,8 +311,7 @@ def trainer_mode(timed: str) -> str | None:
     parts = set(timed.split("+")) - {"tf32", "eager"}
     if not parts <= set(_TIMED_PARTS):
         return None
-    on = {_TIMED_PARTS[p] for p in parts}
-    name = "+".join(p for p in ("amp", "triton", "graphs", "compile") if p in on) or "eager"
+    name = StepMode(**{_TIMED_PARTS[p]: True for p in parts}).name
     return name if name in MODES else None
 
 
@@ -373,7 +372,7 @@ def probe_key(probe: dict) -> str:
 def compile_probe(timing: dict, task: str, amp: bool = False) -> dict:
     """The finished cold-compile probe of ``task`` (of its bf16 autocast step with ``amp``): this job's
     (``compile_probe``), else the one kept in ``compile_probes``; empty when none was."""
-    key = f"{task}{'+amp' if amp else ''}"
+    key = probe_key({"task": task, "amp": amp})
     probe = timing.get("compile_probe")
     if isinstance(probe, dict) and probe_key(probe) == key and probe.get("finished") is True:
         return probe

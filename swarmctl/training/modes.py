@@ -37,6 +37,11 @@ class StepMode:
         """The mode ``cfg``'s switches make."""
         return cls(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile, triton=cfg.triton)
 
+    def onto(self, cfg: TrainConfig) -> TrainConfig:
+        """``cfg`` training in this mode: ``step`` its name, the switches its parts (the inverse of :meth:`of`)."""
+        return dataclasses.replace(cfg, step=self.name, amp=self.amp, cuda_graphs=self.graphs, compile=self.compile,
+                                   triton=self.triton)
+
     @property
     def name(self) -> str:
         parts = [n for n, on in (("amp", self.amp), ("triton", self.triton), ("graphs", self.graphs),
@@ -106,8 +111,7 @@ def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Meas
         choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
     mode = choice.mode
     check_parts(mode, device_type)
-    return dataclasses.replace(cfg, step=mode.name, amp=mode.amp, cuda_graphs=mode.graphs, compile=mode.compile,
-                               triton=mode.triton), _on(device_type, choice)
+    return mode.onto(cfg), _on(device_type, choice)
 
 
 def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:

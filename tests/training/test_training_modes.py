@@ -159,10 +159,9 @@ def test_the_triton_switch_is_a_mode_of_its_own_and_never_compiled():
 def test_a_triton_mode_on_cuda_without_triton_is_refused_before_the_run(monkeypatch):
     import sys
 
+    import swarmctl.layers
     from swarmctl.config import TrainConfig
     from swarmctl.training.modes import resumed_step
-
-    import swarmctl.layers
 
     monkeypatch.setitem(sys.modules, "swarmctl.layers._triton", None)  # `import` of it raises ImportError
     monkeypatch.delattr(swarmctl.layers, "_triton", raising=False)  # (once imported, the package holds it)

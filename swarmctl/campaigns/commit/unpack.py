@@ -261,10 +261,10 @@ def _check_probes(timing: dict[str, Any]) -> None:
             raise Refused(f"session.json timing {key} is {_show(probe)}, not an object")
         if not isinstance(probe.get("finished", False), bool):
             raise Refused(f"session.json timing {key} finished is {_show(probe['finished'])}, not true or false")
-        for field in ("compile_s", "warmup_s", "steady_ms_per_step", "steady_s_per_epoch"):
-            value = probe.get(field)
-            if value is not None and not (field == "compile_s" and isinstance(value, str) and len(value) < 20):
-                _number(value, f"session.json timing {key} {field}", low=0)
+        for name in ("compile_s", "warmup_s", "steady_ms_per_step", "steady_s_per_epoch"):
+            value = probe.get(name)
+            if value is not None and not (name == "compile_s" and isinstance(value, str) and len(value) < 20):
+                _number(value, f"session.json timing {key} {name}", low=0)
 
 
 def committed_sessions(root: Path) -> set[str]:
