@@ -159,7 +159,6 @@ def _fold_switches(data: dict[str, Any]) -> dict[str, Any]:
     off: such a run trained eagerly), a named mode must be the one they make."""
     if not set(_RETIRED_SWITCHES) & set(data):
         return data
-    check_types(TrainConfig, {k: v for k, v in data.items() if k == "step"}, prefix="TrainConfig.")
     for key in _RETIRED_SWITCHES:
         if key in data and not isinstance(data[key], bool):
             raise ConfigError(f"TrainConfig.{key} must be bool, got {data[key]!r}")
