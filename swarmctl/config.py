@@ -61,9 +61,11 @@ RETIRED: dict[str, dict[str, Any]] = {"ModelConfig": {"activation": "relu"},
 
 def from_dict(cls: type[T], data: dict[str, Any]) -> T:
     """Rebuild a config; unknown keys are an error (they mean another version wrote the file), except the
-    :data:`RETIRED` fields at their one value."""
+    :data:`RETIRED` fields at their one value, and a TrainConfig's retired step switches (folded into ``step``)."""
     retired = RETIRED.get(cls.__name__, {})
     data = {k: v for k, v in data.items() if not (k in retired and v == retired[k])}
+    if cls.__name__ == "TrainConfig":
+        data = _fold_switches(data)
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
     if unknown:
@@ -134,23 +136,42 @@ def host_memory() -> int:
 
 MAX_LR = 1.0  # Adam with a step size above 1 diverges on every model here
 STEP_MODES = ("auto", "eager", "amp", "graphs", "amp+graphs", "compile", "amp+compile", "triton", "amp+triton",
-              "triton+graphs", "amp+triton+graphs")  # training/modes.py
-_SWITCHES = {"amp": "amp", "triton": "triton", "graphs": "cuda_graphs", "compile": "compile"}  # a mode's parts ->
-# TrainConfig fields
+              "triton+graphs", "amp+triton+graphs")  # the one list of step modes (training/modes.py reads it)
+STEP_PARTS = ("amp", "triton", "graphs", "compile")  # what a mode's name is made of, in its order
+# the switches earlier versions saved beside `step`: a saved config holding them is read as the mode they make
+_RETIRED_SWITCHES = {"amp": "amp", "triton": "triton", "cuda_graphs": "graphs", "compile": "compile"}
 
 
-def check_step(step: str, switches: dict[str, bool]) -> None:
-    """``step`` is a known mode, and the switches (``amp``, ``triton``, ``graphs``, ``compile``) either all off
-    or the mode's own parts: ``auto`` with switches on is the mode those switches make (one of the modes)."""
+def step_parts(mode: str) -> frozenset[str]:
+    """The parts (:data:`STEP_PARTS`) of step mode ``mode``, a name of :data:`STEP_MODES` other than auto."""
+    return frozenset() if mode == "eager" else frozenset(mode.split("+"))
+
+
+def check_step(step: str) -> None:
+    """``step`` is a known mode."""
     if step not in STEP_MODES:
         raise ConfigError(f"unknown `step` {step!r}; choose one of {', '.join(STEP_MODES)}")
-    on = {part for part, value in switches.items() if value}
-    given = ", ".join(f"`{_SWITCHES[p]}`" for p in sorted(on))
-    if step != "auto" and on and on != (set() if step == "eager" else set(step.split("+"))):
+
+
+def _fold_switches(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved TrainConfig section with the switches of earlier versions (``amp``, ``compile``, ``triton``,
+    ``cuda_graphs``) folded into ``step``: ``auto`` becomes the mode the switches make (eager when all are
+    off: such a run trained eagerly), a named mode must be the one they make."""
+    if not set(_RETIRED_SWITCHES) & set(data):
+        return data
+    for key in _RETIRED_SWITCHES:
+        if key in data and not isinstance(data[key], bool):
+            raise ConfigError(f"TrainConfig.{key} must be bool, got {data[key]!r}")
+    on = frozenset(_RETIRED_SWITCHES[k] for k in _RETIRED_SWITCHES if data.get(k))
+    made = [m for m in STEP_MODES[1:] if step_parts(m) == on]
+    step = data.get("step", "auto")
+    given = ", ".join(f"`{k}`" for k in sorted(k for k in _RETIRED_SWITCHES if data.get(k)))
+    if not made:
+        raise ConfigError(f"{given} make no step mode; choose `step` from {', '.join(STEP_MODES[1:])}")
+    if step in STEP_MODES[1:] and on and step_parts(step) != on:
         raise ConfigError(f"`step` {step} and {given} disagree; give the mode with `step` alone")
-    if step == "auto" and on and not any(set(m.split("+")) == on for m in STEP_MODES):
-        why = " (the Triton cell is not compiled)" if {"triton", "compile"} <= on else ""
-        raise ConfigError(f"{given} make no step mode{why}; choose `step` from {', '.join(STEP_MODES[1:])}")
+    rest = {k: v for k, v in data.items() if k not in _RETIRED_SWITCHES}
+    return {**rest, "step": made[0] if step == "auto" else step}
 
 
 def train_option(default: Any, help: str, *, sweep: bool = False, resume: bool = False) -> Any:
@@ -175,19 +196,10 @@ class TrainConfig:
     # a sweep spec gives a list of them, `seeds`
     seed: int = train_option(0, "Seed (0 to 2^32 - 1) for initialisation, batch order and drawn tasks")
     device: str = train_option("auto", "auto, cpu, cuda or cuda:N", sweep=True, resume=True)
-    # the step mode (training/modes.py): auto picks on CUDA; the four switches below force parts of one
-    step: str = train_option("auto", "Step mode: auto (on CUDA the mode measured fastest for the model's task "
-                                     "in the budget; eager elsewhere), or eager, amp, graphs, amp+graphs, compile, "
-                                     "amp+compile, triton, amp+triton, triton+graphs, amp+triton+graphs",
-                             sweep=True)
-    amp: bool = train_option(False, "bfloat16 autocast")
-    compile: bool = train_option(False, "torch.compile the model (SWARM: its step)")
-    # on CUDA: layers/_triton.py, the LSTM update and the pooling fused (forward and backward)
-    triton: bool = train_option(False, "CUDA: SWARM layers iterate through the fused Triton cell (ignored "
-                                       "elsewhere)")
-    # on CUDA: each step shape captured once and replayed (training/steps.py)
-    cuda_graphs: bool = train_option(False, "CUDA: capture each step shape in a CUDA graph and replay it (ignored "
-                                            "elsewhere)")
+    # the step mode (training/modes.py): auto picks on CUDA from the card's measurements
+    step: str = train_option("auto", "Step mode: auto (on CUDA the mode measured fastest on this card for the "
+                                     "model's task in the budget, eager on a card not measured; eager off CUDA), "
+                                     "or " + ", ".join(STEP_MODES[1:]), sweep=True)
     beta: float = train_option(0.2, "Backtracking: fraction of epochs without improvement")
     alpha: float = train_option(0.9, "Backtracking: learning-rate factor")
     # None: one pass over the training batches
@@ -209,8 +221,7 @@ class TrainConfig:
         _check_positive(self, "batch_size", "max_epochs")
         check_positive("minutes", self.minutes)
         check_device(self.device)
-        check_step(self.step, {"amp": self.amp, "triton": self.triton, "graphs": self.cuda_graphs,
-                               "compile": self.compile})
+        check_step(self.step)
         check_seed(self.seed)
         if not 0 <= self.beta < math.inf:
             raise ConfigError(f"`beta` must be a finite number >= 0, got {self.beta}")

@@ -43,7 +43,7 @@ def main() -> int:
         models.append(("set-transformer", ["--hidden", "32", "--inducing", "60", "--layers", "3"]))
     train_s = deadline.left() - a.reserve
     minutes = max(train_s - 30, 6) / 60 / 1.15  # validation and checkpoints take ~15 % beside the net budget
-    extra = (["--max-epochs", "2"] if a.smoke else []) + (["--compile"] if a.compile else [])
+    extra = (["--max-epochs", "2"] if a.smoke else []) + (["--step", "compile"] if a.compile else [])
     if a.smoke:
         models = [(m, ["--hidden", "8", "--iters", "2"] if m == "swarm" else ["--hidden", "8", "--inducing", "4",
                                                                                 "--heads", "2"])

@@ -41,7 +41,7 @@ SIGTERM: the JSON is written once more ("stopped") and the script exits with 143
 
 The compile probe (--compile-probe TASK, a separate invocation meant for its own subprocess timeout):
 from a cold compile cache (a fresh inductor/triton cache folder unless --compile-cache names one) it
-compiles as `swarmctl train --compile` does (SWARM models: model.compile_steps(); others:
+compiles as `swarmctl train --step compile` does (SWARM models: model.compile_steps(); others:
 torch.compile(model, dynamic=True)), then times the steps as the timing mode eager does (with --amp: the
 bf16 autocast step, as `swarmctl train --step amp+compile`, timed as the bf16 modes are). It writes
     {"compile_probe": {"task", "amp", "device", "torch", "cache_dir", "cold_cache", "compile_s", "warmup_s",
@@ -571,7 +571,7 @@ def compile_cache(folder: str | None) -> Iterator[tuple[str, bool]]:
 
 
 def compiled_for_training(model: torch.nn.Module) -> torch.nn.Module:
-    """What `swarmctl train --compile` runs (swarmctl/training/loop.py, _training_model)."""
+    """What `swarmctl train --step compile` runs (swarmctl/training/loop.py, _training_model)."""
     if hasattr(model, "compile_steps"):
         model.compile_steps()  # the recurrent step only; the state dict is untouched
         return model

@@ -44,7 +44,7 @@ from swarmctl.runs import parameter_count, training_state_bytes
 from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
 from swarmctl.tasks import get_task
-from swarmctl.training.modes import MODES, Measured, StepMode, choose_step_mode
+from swarmctl.training.modes import MODES, Measured, StepMode, choose_step_mode, step_timings
 
 CAMPAIGNS = Path("campaigns")  # the repository's campaigns folder, from its root
 TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, in the repository's checkout
@@ -284,13 +284,13 @@ MOG_EPOCHS, MOG_STEPS = 100, 500  # the paper's MoG schedule: 100 epochs of 500 
 
 def minimum(name: str, smoke: bool = False) -> float:
     """Seconds below which campaign ``name`` does not start (its start-up and scoring, plus a first unit of
-    work: two minutes of image training, five MoG epochs at the eager speed of an earlier H200)."""
+    work: two minutes of image training, five MoG epochs at the slowest eager step measured on a card)."""
     if smoke:
         return 30.0
     if name in IMAGES:
         return IMAGE_RESERVE + 20 + IMAGE_MIN_TRAIN * 1.2
     if name == "mog":
-        return MOG_RESERVE + MOG_MIN_EPOCHS * 550 * 0.0164
+        return MOG_RESERVE + MOG_MIN_EPOCHS * 550 * slowest_eager("mog")
     return 0.0
 
 
@@ -318,9 +318,9 @@ def trainer_mode(timed: str) -> str | None:
 def measured_modes(timing: dict, task: str) -> dict[str, Measured]:
     """Each mode of ``task`` that a job's step timings measured, as the trainer's choice reads it: seconds per
     step and start-up seconds (the warm-up and capture the timing recorded; compile: the cold-compile probe's
-    compile seconds and its steady step). Only the modes the task lists as proven (``Task.step_modes``: a
+    compile seconds and its steady step). Only the modes the task lists as proven (``Task.proven_modes``: a
     bf16 mode where its loss agrees with float32's, graphs where the GPU tests pin them)."""
-    proven = get_task(task).step_modes
+    proven = get_task(task).proven_modes
     warm = timing.get("warmup_s") or {}
     out: dict[str, Measured] = {}
     for timed, t in (timing.get(KEYS[task]) or {}).items():
@@ -353,10 +353,24 @@ def _seconds(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
+def shipped_modes(timing: dict, task: str) -> dict[str, Measured]:
+    """The proven modes of ``task`` in the step timings shipped with swarmctl for the job's card (its
+    ``device`` name), as `train --step auto` reads them; empty for a card they do not name."""
+    device = timing.get("device") if isinstance(timing.get("device"), dict) else {}
+    card = step_timings().get(str(device.get("name")))
+    return card.measured(task, get_task(task).proven_modes) if card else {}
+
+
+def slowest_eager(task: str) -> float:
+    """The slowest eager step of ``task`` among the cards of the shipped step timings: what sizes its work on a
+    card whose own step is not known."""
+    return max(card.tasks[task]["eager"].step_seconds for card in step_timings().values() if task in card.tasks)
+
+
 def measurement(timing: dict, task: str, mode: str) -> Measured | None:
-    """``mode``'s step and start-up seconds for ``task``: this job's timings, else the task's committed
-    ``step_modes`` (what the choice read); None when neither has it."""
-    return measured_modes(timing, task).get(mode) or get_task(task).step_modes.get(mode)
+    """``mode``'s step and start-up seconds for ``task``: this job's timings, else the shipped ones of its card
+    (what the choice read); None when neither has it."""
+    return measured_modes(timing, task).get(mode) or shipped_modes(timing, task).get(mode)
 
 
 def step_seconds(timing: dict, task: str) -> dict[str, float]:
@@ -400,11 +414,11 @@ def keep_probes(timing: dict, earlier: dict) -> dict:
 def choose_modes(timing: dict, graphs_ok: bool, shares: dict[str, float], device_type: str = "cuda") -> dict[str, str]:
     """Each task's (of ``shares``) step mode for the seconds it will train, chosen by the trainer's own rule
     (:func:`swarmctl.training.modes.choose_step_mode`: the most steps in the budget, start-up counted) among
-    the modes the job's timings measured (none measured: the task's committed ``step_modes``, as `train
-    --step auto` reads them); the CUDA-graph modes only when the GPU tests passed."""
+    the modes the job's timings measured (none measured: the shipped timings of its card, as `train --step
+    auto` reads them; eager on a card they do not name); the CUDA-graph modes only when the GPU tests passed."""
     modes: dict[str, str] = {}
     for task in (t for t in KEYS if t in shares):
-        measured = measured_modes(timing, task) or dict(get_task(task).step_modes)
+        measured = measured_modes(timing, task) or shipped_modes(timing, task)
         if not graphs_ok:
             measured = {m: v for m, v in measured.items() if not MODES[m].graphs}
         modes[task] = choose_step_mode("auto", device_type, measured, shares.get(task, 0.0)).mode.name

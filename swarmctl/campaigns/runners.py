@@ -32,6 +32,7 @@ from swarmctl.campaigns.plan import (
     minimum,
     mog_target,
     read_progress,
+    slowest_eager,
     table_plan,
     table_runs,
 )
@@ -215,7 +216,7 @@ def restore_mog(root: Path, runs: Path) -> MogRun | None:
         if committed.is_file():
             copy_file(committed, run.metrics)
     remove_file(joined)
-    step = StepMode.of(from_dict(TrainConfig, ckpt.config.get("train", {}))).name  # what its switches make
+    step = StepMode.of(from_dict(TrainConfig, ckpt.config.get("train", {}))).name  # an older run's switches too
     return MogRun(run.path.name, ckpt.state.epoch, ckpt.state.net_seconds, step, ckpt.config["run"]["code"])
 
 
@@ -269,7 +270,7 @@ def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
     measured = measurement(timing, "mog", mode)
     steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
     reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
-    step_s = measured.step_seconds if measured else 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
+    step_s = measured.step_seconds if measured else slowest_eager("mog")  # not measured on this card
     start_s = measured.start_seconds if measured else 0.0
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
     fit = lambda seconds: int((seconds - reserve - start_s) / per_epoch)  # noqa: E731

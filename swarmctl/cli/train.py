@@ -40,9 +40,6 @@ def _refuse_fixed_options(ctx: typer.Context) -> None:
 
 
 _THE_MODELS = "the model's"
-# the switches that make up a step mode (config.check_step), named in --step's help (the library spells no flag)
-_STEP_PARTS = ("; --amp, --triton, --compile and --cuda-graphs alone give a mode by its parts, beside --step they "
-               "must agree")
 _TYPES = {"int": int, "float": float, "str": str}
 
 
@@ -71,8 +68,7 @@ def _train_option(row: TrainOption) -> inspect.Parameter:
         flag = "--" + row.field.replace("_", "-")
         return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=False,
                                  annotation=Annotated[bool, option(flag, help=row.help + ".")])
-    more = _STEP_PARTS if row.field == "step" else ""
-    text = f"{row.help.format_map(_TaskDefaults())}{more} [default: {per_task('defaults.' + row.field)}]."
+    text = f"{row.help.format_map(_TaskDefaults())} [default: {per_task('defaults.' + row.field)}]."
     kind = _TYPES[row.type.split("|")[0].strip()]
     check = checked(lambda value, flag: TrainConfig(**{row.field: value}))  # the value alone, against the defaults
     return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=None,

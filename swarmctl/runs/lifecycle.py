@@ -183,7 +183,7 @@ def start_run(
     run = RunDir(run_path(run_name(model_cfg, train_cfg.seed) if name is None else name, runs_dir))
     check_output_folder(run.path)
     device = resolve_device(train_cfg.device, ctx.local_rank)
-    train_cfg, step = resolve_step(train_cfg, device.type, task.step_modes)
+    train_cfg, step = resolve_step(train_cfg, device, task.name, task.proven_modes)
     check_training_memory(model_cfg, parameter_count(model_cfg, LOWER_SIZES), memory_limit(device), LOWER_SIZES)
     seed_everything(train_cfg.seed)
     model = create_model(model_cfg)  # validates the hyper-parameters

@@ -6,7 +6,7 @@ Code outside ``tasks/`` asks a Task what it can do (its attributes below), never
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +22,6 @@ from swarmctl.errors import ConfigError, either
 from swarmctl.files import check_output_file, remove_orphan_temps
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
-from swarmctl.training.modes import Measured
 
 
 class DataProgress(Protocol):
@@ -51,9 +50,9 @@ class Task:
     data_kind_help: str = ""  # what that file holds (help text)
     generator: dict[str, Any] = {}  # gen-data's generator parameters for this kind and their defaults
     default_tasks: int = 10_000  # gen-data --tasks default
-    # the step modes `train --step auto` chooses from on CUDA (training/modes.py): each mode's seconds per step
-    # and start-up seconds measured on a card, listed only where the GPU tests prove it (empty: eager)
-    step_modes: Mapping[str, Measured] = {}
+    # the step modes `train --step auto` may choose on CUDA among those measured on the card (training/modes.py,
+    # its step_timings.json): a mode is listed only where the GPU tests prove it for the task
+    proven_modes: tuple[str, ...] = ("eager",)
 
     def data_file(self, seed: int | str) -> str:
         """Where `swarmctl gen-data --kind KIND --seed SEED` writes by default."""

@@ -33,7 +33,7 @@ from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logi
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, check_as_given, standardization, summarize_logits
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
-from swarmctl.training.modes import Measured
+from swarmctl.training.modes import StepMode
 
 EVAL_BATCH = 100
 
@@ -67,9 +67,7 @@ class ClusteringTask(Task):
     summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
     defaults = TrainConfig()
     default_data = f"{DATA_DIR}/clustering-seed0.h5"  # the paper's dataset, generated when missing
-    # measured on one NVIDIA H200, torch 2.11 (campaigns/timing.json, 2026-11-26): s per step, start-up s
-    step_modes = {"eager": Measured(1.7648 / 90, 1.93), "amp": Measured(1.6513 / 90, 1.93),
-                  "graphs": Measured(2.2995 / 90, 2.76), "compile": Measured(1.4614 / 90, 16.1 + 6.3)}
+    proven_modes = ("eager", "amp", "graphs", "compile")  # `--step auto` may pick (training/modes.py)
     train_data_help = f"{default_data}, generated when missing"
     default_split = "val"
     eval_data_help = "the run's"
@@ -115,7 +113,7 @@ class ClusteringTask(Task):
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; name it with `data` (create one with `swarmctl gen-data`)")
         splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
-        pad_to = GRAPH_N_BUCKET if train_cfg.cuda_graphs else 1  # a few step shapes for the graphs to capture
+        pad_to = GRAPH_N_BUCKET if StepMode.of(train_cfg).graphs else 1  # a few step shapes for the graphs to capture
         return TrainingData(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
                             val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
                             checksum=info["checksum"])

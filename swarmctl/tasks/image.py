@@ -27,7 +27,6 @@ from swarmctl.models.image import DEFAULT_DATASET, scan_order
 from swarmctl.tasks.base import Task
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData, validation_loss
-from swarmctl.training.modes import Measured
 
 LN2 = math.log(2.0)
 
@@ -59,10 +58,7 @@ class ImageTask(Task):
     sweepable = False  # its data is a dataset name and a folder, not one file
     unit = "images"
     default_data = DATA_DIR  # torchvision root
-    # measured on one NVIDIA H200, torch 2.11 (campaigns/timing.json, 2026-11-26): s per step, start-up s
-    step_modes = {"eager": Measured(31.925 / 1200, 0.15), "amp": Measured(24.616 / 1200, 0.10),
-                  "graphs": Measured(31.178 / 1200, 0.14), "amp+graphs": Measured(23.897 / 1200, 0.10),
-                  "compile": Measured(15.522 / 1200, 39.9)}
+    proven_modes = ("eager", "amp", "graphs", "amp+graphs", "compile")  # `--step auto` may pick (training/modes.py)
     train_data_help = "none: `dataset` and `data_dir` name their images"
     eval_data_help = "the run's `data_dir`"
     metric_help = "cross-entropy per sub-pixel and bits per dimension"

@@ -22,7 +22,6 @@ from swarmctl.models.mog import mixture_parameters
 from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
-from swarmctl.training.modes import Measured
 
 TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED = 1000, 10, 0  # the fixed 10,000-task test set
 
@@ -75,9 +74,7 @@ class MogTask(Task):
                            lr_decay_epoch=70, lr_decay=0.1, beta=1.0, alpha=0.8, minutes=300.0)
     default_split = "test"
     metric_help = "log-likelihood per point, next to the oracle's with the true parameters"
-    # measured on one NVIDIA H200, torch 2.11 (campaigns/timing.json, 2026-11-26): s per step, start-up s
-    step_modes = {"eager": Measured(25.71e-3, 3.36), "graphs": Measured(12.45e-3, 2.08),
-                  "compile": Measured(9.853e-3, 44.6 + 1.1)}
+    proven_modes = ("eager", "graphs", "compile")  # `--step auto` may pick (training/modes.py)
     eval_data_help = f"the fixed {TEST_BATCHES * TEST_BATCH_SIZE:,}-task test set"
     data_kind = "mog4"
     data_kind_help = ("a fixed test set (split test) of 4-component mixtures for MoG-parameter models: 4 isotropic "

@@ -27,7 +27,7 @@ from swarmctl.rundir import BEST, LAST
 from swarmctl.signals import StopSignals
 from swarmctl.training.checkpoint import RunWriter, TrainState
 from swarmctl.training.device import DistContext, barrier, tf32_scope
-from swarmctl.training.modes import triton_runs_on
+from swarmctl.training.modes import StepMode, triton_runs_on
 from swarmctl.training.steps import TrainStep
 
 logger = logging.getLogger(__name__)
@@ -203,8 +203,9 @@ def fit(
     data = dataclasses.replace(data, train=on_device(data.train, device), val=on_device(data.val, device))
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     state, best = _initial_state(model, opt, cfg, writer, resume, device)
-    train_model = _training_model(model, cfg, ctx, device)
-    step = TrainStep(train_model, opt, data.loss_fn, device, amp=cfg.amp, graphs=cfg.cuda_graphs and not ctx.enabled)
+    mode = StepMode.of(cfg)
+    train_model = _training_model(model, mode.compile, ctx, device)
+    step = TrainStep(train_model, opt, data.loss_fn, device, amp=mode.amp, graphs=mode.graphs and not ctx.enabled)
     if ctx.is_main:
         writer.keep_metrics_before(state.epoch)
 
@@ -214,7 +215,7 @@ def fit(
 
     budget = cfg.minutes * 60.0
     with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device), \
-            triton_scope(cfg.triton, device):
+            triton_scope(mode.triton, device):
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
             state.finished, state.stop_reason = True, "max epochs"
         while state.epoch < cfg.max_epochs:
@@ -235,7 +236,7 @@ def fit(
             time_up = time_up or any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
-            v = validation_loss(model, data.val_batches(state.epoch), data.loss_fn, device, cfg.amp, signals)
+            v = validation_loss(model, data.val_batches(state.epoch), data.loss_fn, device, mode.amp, signals)
             if any_rank((v is None,), ctx, device)[0]:  # stopped inside the validation: the epoch is not validated
                 state.stop_reason = f"interrupted ({signals.received or 'signal on another rank'})"
                 state.eval_seconds += clock() - t_eval
@@ -293,7 +294,7 @@ def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfi
 
 
 def triton_scope(on: bool, device: torch.device) -> contextlib.AbstractContextManager:
-    """The run's SWARM layers iterate through the Triton cell (``TrainConfig.triton``), its steps and its
+    """The run's SWARM layers iterate through the Triton cell (a ``triton`` step mode), its steps and its
     validation alike: on CUDA, and on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``, the tests);
     elsewhere the layers take their own path."""
     if on and triton_runs_on(device.type):
@@ -301,10 +302,11 @@ def triton_scope(on: bool, device: torch.device) -> contextlib.AbstractContextMa
     return contextlib.nullcontext()
 
 
-def _training_model(model: nn.Module, cfg: TrainConfig, ctx: DistContext, device: torch.device) -> nn.Module:
-    """The module the steps run through: compiled and/or wrapped in DDP; ``model`` keeps the weights."""
+def _training_model(model: nn.Module, compiled: bool, ctx: DistContext, device: torch.device) -> nn.Module:
+    """The module the steps run through: compiled (``compiled``) and/or wrapped in DDP; ``model`` keeps the
+    weights."""
     train_model: nn.Module = model
-    if cfg.compile:
+    if compiled:
         if device.type != "cuda":  # inductor's C++ path finds a CUDA toolkit and logs that no GPU uses it
             logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         if hasattr(model, "compile_steps"):

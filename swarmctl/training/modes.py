@@ -2,30 +2,41 @@
 graphs, torch.compile, or a combination (the Triton cell is not compiled); ``auto`` picks one.
 
 ``auto`` is eager on the CPU (bf16 autocast and CUDA graphs do not speed the CPU step up: its fused
-kernels do). On CUDA it takes, among the modes its task has measured and proven (``Task.step_modes``:
-seconds per step and start-up seconds of each mode, measured on a card; a mode is listed only where the
-GPU tests pin it: a bf16 mode's loss of the same weights within :data:`AMP_RTOL` of float32's, graphed
-steps equal to eager ones), the one that does the most steps in the run's budget, its start-up (warm-up and
-capture, compilation) counted against the budget. A task with no measurements trains eagerly. Any other
-name forces that mode, on any device (off CUDA, graphs are ignored as ever).
+kernels do). On CUDA it reads the step timings measured on the card it runs on (``step_timings.json``,
+package data: per card, with the torch version and the date, each task's seconds per step and start-up
+seconds of each mode) and takes, among the modes measured there that its task lists as proven
+(``Task.proven_modes``: a mode is listed only where the GPU tests pin it: a bf16 mode's loss of the same
+weights within :data:`AMP_RTOL` of float32's, graphed steps equal to eager ones), the one that does the
+most steps in the run's budget, its start-up (warm-up and capture, compilation) counted against the
+budget. A card with no measurement trains eagerly (:data:`UNMEASURED`): the ranking of the modes does not
+carry from one card to another (on the measured card clustering's graphed step is slower than its eager
+one, and compilation costs 20 to 45 s), while eager is proven for every task, starts at once, and runs on
+every card. Any other name forces that mode, on any device (off CUDA, graphs are ignored as ever).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import math
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from importlib import resources
+from typing import Any
 
-from swarmctl.config import STEP_MODES, TrainConfig, check_step
+from swarmctl.config import STEP_MODES, STEP_PARTS, TrainConfig, check_step, step_parts
 from swarmctl.errors import ConfigError
 
 AMP_RTOL = 2e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's (0.2 %)
+TIMINGS_FILE = "step_timings.json"  # package data beside this module
+UNMEASURED = "eager"  # what `auto` trains in on a CUDA card the timings do not name (see the module's doc)
 
 
 @dataclass(frozen=True)
 class StepMode:
-    """The switches of one mode."""
+    """The parts of one mode."""
 
     amp: bool = False
     graphs: bool = False
@@ -33,28 +44,27 @@ class StepMode:
     triton: bool = False
 
     @classmethod
+    def named(cls, name: str) -> StepMode:
+        """The mode called ``name`` (one of :data:`swarmctl.config.STEP_MODES` other than auto)."""
+        return cls(**{part: True for part in step_parts(name)})
+
+    @classmethod
     def of(cls, cfg: TrainConfig) -> StepMode:
-        """The mode ``cfg``'s switches make."""
-        return cls(amp=cfg.amp, graphs=cfg.cuda_graphs, compile=cfg.compile, triton=cfg.triton)
+        """The mode ``cfg`` trains in; ``auto``, never settled by :func:`resolve_step`, steps eagerly."""
+        return MODES["eager" if cfg.step == "auto" else cfg.step]
 
     def onto(self, cfg: TrainConfig) -> TrainConfig:
-        """``cfg`` training in this mode: ``step`` its name, the switches its parts (the inverse of :meth:`of`)."""
-        return dataclasses.replace(cfg, step=self.name, amp=self.amp, cuda_graphs=self.graphs, compile=self.compile,
-                                   triton=self.triton)
+        """``cfg`` training in this mode (the inverse of :meth:`of`)."""
+        return dataclasses.replace(cfg, step=self.name)
 
     @property
     def name(self) -> str:
-        parts = [n for n, on in (("amp", self.amp), ("triton", self.triton), ("graphs", self.graphs),
-                                 ("compile", self.compile)) if on]
-        return "+".join(parts) or "eager"
+        return "+".join(p for p in STEP_PARTS if getattr(self, p)) or "eager"
 
 
-MODES = {m.name: m for m in (StepMode(), StepMode(amp=True), StepMode(graphs=True), StepMode(amp=True, graphs=True),
-                             StepMode(compile=True), StepMode(amp=True, compile=True), StepMode(triton=True),
-                             StepMode(amp=True, triton=True), StepMode(triton=True, graphs=True),
-                             StepMode(amp=True, triton=True, graphs=True))}
+MODES = {name: StepMode.named(name) for name in STEP_MODES[1:]}
 CHOICES = STEP_MODES
-assert set(CHOICES) == {"auto", *MODES}, "config.STEP_MODES names the modes of this module"
+assert all(m.name == name for name, m in MODES.items()), "a mode's name lists its parts in one order"
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,65 @@ class Measured:
 
     step_seconds: float
     start_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class CardTimings:
+    """The step timings measured on one card (an entry of :data:`TIMINGS_FILE`): its name as
+    ``torch.cuda.get_device_name`` says it, the torch version and the date, each task's modes."""
+
+    card: str
+    torch: str
+    date: str
+    tasks: Mapping[str, Mapping[str, Measured]]
+
+    def measured(self, task: str, proven: Collection[str]) -> dict[str, Measured]:
+        """The modes of ``task`` measured on this card that the task lists as ``proven``."""
+        return {mode: m for mode, m in self.tasks.get(task, {}).items() if mode in proven}
+
+
+@functools.cache
+def step_timings() -> dict[str, CardTimings]:
+    """The step timings shipped with the package, by card name (:data:`TIMINGS_FILE`)."""
+    text = resources.files("swarmctl.training").joinpath(TIMINGS_FILE).read_text(encoding="utf-8")
+    return parse_timings(json.loads(text))
+
+
+def parse_timings(raw: Any) -> dict[str, CardTimings]:
+    """The cards of a step-timings document, checked: each names its card, torch and date once; each task
+    measured there has eager; each mode is a known mode, its step seconds > 0 and its start-up >= 0."""
+    cards: dict[str, CardTimings] = {}
+    for entry in raw["cards"]:
+        name = entry["card"]
+        where = f"{TIMINGS_FILE}: {name}"
+        if not all(isinstance(entry.get(k), str) and entry[k] for k in ("card", "torch", "date")) or name in cards:
+            raise ValueError(f"{where}: each card is named once, with its `torch` and `date`")
+        tasks: dict[str, dict[str, Measured]] = {}
+        for task, modes in entry["tasks"].items():
+            if "eager" not in modes:
+                raise ValueError(f"{where}: {task} has no eager timing (the mode every other is compared with)")
+            tasks[task] = {}
+            for mode, m in modes.items():
+                step, start = m.get("step_seconds"), m.get("start_seconds", 0.0)
+                if mode not in MODES or not _number(step) or step <= 0 or not _number(start) or start < 0:
+                    raise ValueError(f"{where}: {task} {mode}: a known mode with step_seconds > 0 and "
+                                     f"start_seconds >= 0, got {m!r}")
+                tasks[task][mode] = Measured(float(step), float(start))
+        cards[name] = CardTimings(name, entry["torch"], entry["date"], tasks)
+    return cards
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def card_name(device: Any) -> str | None:
+    """The card a torch ``device`` is (``torch.cuda.get_device_name``); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(device)
 
 
 @dataclass(frozen=True)
@@ -78,7 +147,7 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
                      budget_seconds: float) -> Choice:
     """The mode for ``requested`` (``auto`` or a mode's name) on a device of ``device_type`` with the task's
     ``measured`` modes and the run's net budget."""
-    check_step(requested, {})
+    check_step(requested)
     if requested != "auto":
         return Choice(MODES[requested], "as asked")
     if device_type != "cuda":
@@ -101,21 +170,34 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
     return Choice(MODES[best], f"auto: the most steps in {budget_seconds / 60:g} net min on cuda{versus}")
 
 
-def resolve_step(cfg: TrainConfig, device_type: str, measured: Mapping[str, Measured]) -> tuple[TrainConfig, Choice]:
-    """``cfg`` with its step mode settled for a new run: ``step`` the mode's name and its switches set. A
-    mode given by its switches alone (``amp``, ``triton``, ``cuda_graphs``, ``compile`` with ``step`` auto) is as
-    asked."""
-    if cfg.step == "auto" and (cfg.amp or cfg.triton or cfg.cuda_graphs or cfg.compile):
-        choice = Choice(StepMode.of(cfg), "as asked")
-    else:
-        choice = choose_step_mode(cfg.step, device_type, measured, cfg.minutes * 60)
-    mode = choice.mode
-    check_parts(mode, device_type)
-    return mode.onto(cfg), _on(device_type, choice)
+def choose_on_card(requested: str, card: str | None, device_type: str, task: str, proven: Collection[str],
+                   budget_seconds: float) -> Choice:
+    """The mode for ``requested`` on ``card`` (None off CUDA): ``auto`` on CUDA by the card's step timings
+    (:func:`step_timings`), or :data:`UNMEASURED` where the card has none."""
+    if requested != "auto" or device_type != "cuda" or card is None:
+        return choose_step_mode(requested, device_type, {}, budget_seconds)
+    timings = step_timings().get(card)
+    if timings is None:
+        return Choice(MODES[UNMEASURED], f"auto: no measurement for this card ({card}): {UNMEASURED}, as on "
+                                         "every card not measured; choose another with `step`")
+    measured = timings.measured(task, proven)
+    if not measured:
+        return Choice(MODES[UNMEASURED], f"auto: no mode of {task} measured on {card}")
+    choice = choose_step_mode("auto", device_type, measured, budget_seconds)
+    return Choice(choice.mode, f"{choice.reason}, measured on {card} (torch {timings.torch}, {timings.date})")
+
+
+def resolve_step(cfg: TrainConfig, device: Any, task: str, proven: Collection[str]) -> tuple[TrainConfig, Choice]:
+    """``cfg`` with its step mode settled for a new run of ``task`` (which lists ``proven`` modes) on the torch
+    ``device``: ``step`` the mode's name, and why."""
+    card = card_name(device) if cfg.step == "auto" else None  # a named mode is as asked, on any card
+    choice = choose_on_card(cfg.step, card, device.type, task, proven, cfg.minutes * 60)
+    check_parts(choice.mode, device.type)
+    return choice.mode.onto(cfg), _on(device.type, choice)
 
 
 def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:
-    """The mode a resumed run keeps (its switches as saved), said as a new run's is; refused where this machine
+    """The mode a resumed run keeps (its `step` as saved), said as a new run's is; refused where this machine
     lacks its parts (:func:`check_parts`)."""
     mode = StepMode.of(cfg)
     check_parts(mode, device_type, resuming=True)

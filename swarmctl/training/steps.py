@@ -17,7 +17,7 @@ one launch. What a graph needs, and how this module gives it:
 
 Every call is exactly one optimisation step on its batch, whichever path it takes: an eager step, the
 capture of a new graph (recorded, then replayed once: the capture itself computes nothing), or a replay.
-Graphs are used on CUDA only and only when asked for (``TrainConfig.cuda_graphs``); elsewhere the step is
+Graphs are used on CUDA only and only when asked for (a ``graphs`` step mode); elsewhere the step is
 the plain eager step, unchanged. Each new shape first runs ``WARMUP_STEPS`` eager steps on a side stream
 (as PyTorch requires before a capture); they are real steps of the run.
 

@@ -463,7 +463,8 @@ def test_commit_takes_a_job_of_the_version_before_a_new_train_option(assets, rep
     checkpoints, read by this version, have its default): the same run, committed."""
     spec = good_spec(assets)
     config = json.loads(spec["archives"]["mnist"]["mnist/config.json"])
-    del config["train"]["triton"]
+    assert config["train"]["lr_decay_epoch"] is None  # its default: as if it were new
+    del config["train"]["lr_decay_epoch"]
     spec["archives"]["mnist"]["mnist/config.json"] = _dump(config)
     rc, _, err = commit(write_out(spec, repo.parent / "out"))
     assert rc == 0, err

@@ -18,7 +18,7 @@ from conftest import fresh_campaigns, write_fake_mnist
 
 from swarmctl.campaigns.plan import choose_flags, measured_modes, trainer_mode
 from swarmctl.tasks import get_task
-from swarmctl.training.modes import Measured, choose_step_mode
+from swarmctl.training.modes import Measured, choose_step_mode, step_timings
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -40,14 +40,21 @@ def test_the_mode_choice_counts_compile_time_against_the_share():
 
 
 def test_with_nothing_measured_the_job_takes_the_trainers_own_choice():
-    """No timings in this job: the mode `train --step auto` would pick from the task's committed
-    measurements, for the same budget; the graph modes left out when the GPU tests failed."""
+    """No timings in this job: the mode `train --step auto` would pick on the job's card from the shipped step
+    timings, for the same budget; the graph modes left out when the GPU tests failed; eager on a card the
+    timings do not name (or none named), as `train` trains there."""
+    card = next(iter(step_timings().values()))
+    shipped = card.measured("mog", get_task("mog").proven_modes)
+    here = {"device": {"name": card.card, "type": "cuda", "torch": card.torch}}
     for budget in (20, 300, 5000):
-        own = choose_step_mode("auto", "cuda", get_task("mog").step_modes, budget).mode.name
-        assert choose_flags({}, True, {"mog": budget}) == {"mog": ["--step", own]}
-        no_graphs = {m: v for m, v in get_task("mog").step_modes.items() if "graphs" not in m}
+        own = choose_step_mode("auto", "cuda", shipped, budget).mode.name
+        assert choose_flags(here, True, {"mog": budget}) == {"mog": ["--step", own]}
+        no_graphs = {m: v for m, v in shipped.items() if "graphs" not in m}
         own = choose_step_mode("auto", "cuda", no_graphs, budget).mode.name
-        assert choose_flags({}, False, {"mog": budget}) == {"mog": ["--step", own]}
+        assert choose_flags(here, False, {"mog": budget}) == {"mog": ["--step", own]}
+        for unmeasured in ({}, {"device": {"name": "Card Z", "type": "cuda"}}):
+            assert choose_flags(unmeasured, True, {"mog": budget}) == {"mog": ["--step", "eager"]}
+    assert choose_flags(here, True, {"mog": 300}) != {"mog": ["--step", "eager"]}  # the card's timings count
     assert choose_flags({}, True, {}) == {}  # a task with no share in this job: nothing to choose
 
 
@@ -286,7 +293,7 @@ def test_a_bf16_compile_probe_counts_as_amp_compile_only_where_the_task_lists_it
              "steady_s_per_epoch": 6.0, "steady_ms_per_step": 5.0}
     timing = {"image_s_per_epoch": {"eager": 30.0}, "compile_probe": probe}
     assert set(measured_modes(timing, "image")) == {"eager"}  # image lists no amp+compile (yet)
-    monkeypatch.setattr(ImageTask, "step_modes", {**ImageTask.step_modes, "amp+compile": Measured(0.01, 40.0)})
+    monkeypatch.setattr(ImageTask, "proven_modes", (*ImageTask.proven_modes, "amp+compile"))
     assert measured_modes(timing, "image")["amp+compile"] == Measured(0.005, 32.0)
     assert "compile" not in measured_modes(timing, "image")
     assert choose_flags(timing, True, {"image": 3600}) == {"image": ["--step", "amp+compile"]}

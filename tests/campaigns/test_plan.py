@@ -60,6 +60,19 @@ def test_a_share_leaves_the_later_campaigns_their_minimum():
     assert campaign.share(plan, 1, 250) == pytest.approx(250 * 0.21 / 0.22)
 
 
+def test_mogs_minimum_is_five_epochs_at_the_slowest_eager_step_any_card_measured(monkeypatch):
+    """The seconds below which MoG does not start come from the shipped step timings, not one card's constant:
+    a card measured slower raises them."""
+    from swarmctl.training.modes import parse_timings
+
+    def card(name, eager):
+        return {"card": name, "torch": "2", "date": "d", "tasks": {"mog": {"eager": {"step_seconds": eager}}}}
+
+    monkeypatch.setattr(campaign, "step_timings", lambda: parse_timings({"cards": [card("A", 0.01), card("B", 0.03)]}))
+    assert campaign.minimum("mog") == pytest.approx(campaign.MOG_RESERVE + campaign.MOG_MIN_EPOCHS * 550 * 0.03)
+    assert campaign.minimum("mog", smoke=True) == 30.0
+
+
 def test_a_campaign_with_too_little_time_runs_nothing_and_leaves_nothing_to_pack(tmp_path):
     """The first job packed an unchanged clustering progress.json for a table it had no time to start."""
     from conftest import fresh_campaigns

@@ -244,15 +244,16 @@ def test_reflow_joins_a_paragraphs_lines_and_keeps_lists_and_code():
                            "\b\nkept\nlines\n\f\nhidden")
 
 
-def test_train_help_says_what_a_resume_takes_and_how_the_step_switches_go_with_step(cli):
-    """The two refusals a user meets with the new options (`--resume NAME --step amp`, `--step graphs --amp`)
-    are announced in the help: the options a resume takes, from RESUMABLE, and the switches' rule."""
-    from swarmctl.config import RESUMABLE
+def test_train_help_says_what_a_resume_takes_and_step_is_the_one_way_to_a_mode(cli):
+    """The refusal a user meets with `--resume NAME --step amp` is announced in the help (the options a resume
+    takes, from RESUMABLE); every step mode is named by --step, and its parts are no options of their own."""
+    from swarmctl.config import RESUMABLE, STEP_MODES
 
     text = " ".join(cli("train", "--help").output.replace("│", " ").split())
     flags = ["--" + name.replace("_", "-") for name in RESUMABLE]
     assert f"only {', '.join(flags[:-1])} and {flags[-1]} may be given with it" in text, text
-    assert "--amp, --triton, --compile and --cuda-graphs alone give a mode by its parts, beside --step they must " \
-        "agree" in text
-    refused = cli("train", "swarm", "--step", "graphs", "--amp")
-    assert refused.exit_code == 2 and "--step" in refused.output and "--amp" in refused.output, refused.output
+    assert ", ".join(STEP_MODES[1:]) in text and "eager on a card not measured" in text, text
+    for part in ("--amp", "--triton", "--compile", "--cuda-graphs"):
+        assert f"{part} " not in text
+        refused = cli("train", "swarm", "--step", "graphs", part)
+        assert refused.exit_code == 2 and f"No such option: {part}" in refused.output, refused.output

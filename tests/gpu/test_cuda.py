@@ -256,7 +256,7 @@ def test_a_clustering_step_on_cuda_needs_no_host_sync(triton):
 def test_a_mog_run_with_cuda_graphs_trains_and_resumes(tmp_path):
     cfg = ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=3)
     train = TrainConfig(lr=0.01, batch_size=10, max_epochs=2, steps_per_epoch=12, val_batches=2, device="cuda",
-                        cuda_graphs=True)
+                        step="graphs")
     res = start_run(cfg, train, DataConfig(path=None), tmp_path, "g")
     assert res.epochs == 2 and torch.isfinite(torch.tensor(res.best_val))
     from swarmctl.runs import resume_run
@@ -329,6 +329,6 @@ def test_graphed_clustering_training_captures_its_padded_shapes(tmp_path):
     path = tmp_path / "d.h5"
     generate_dataset(path, ClusteringParams(n_tasks=300, n_min=100, n_max=1000), seed=0)
     cfg = ModelConfig(name="swarm", dim_hidden=16, n_iter=3)
-    res = start_run(cfg, TrainConfig(batch_size=10, max_epochs=2, device="cuda", cuda_graphs=True),
+    res = start_run(cfg, TrainConfig(batch_size=10, max_epochs=2, device="cuda", step="graphs"),
                     DataConfig(path=str(path)), tmp_path, "graphed")
     assert res.epochs == 2 and torch.isfinite(torch.tensor(res.best_val))

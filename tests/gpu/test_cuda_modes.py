@@ -64,7 +64,7 @@ def same_weights_losses(task_name: str, device: torch.device, folder: Path) -> t
 
 
 AMP_TASKS = sorted(name for name in (*SHIPPED, *(t for t, m in CARRIED.items() if m.is_file()))
-                   if any(MODES[m].amp for m in get_task(name).step_modes))
+                   if any(MODES[m].amp for m in get_task(name).proven_modes))
 
 
 @pytest.mark.parametrize("task_name", AMP_TASKS)
@@ -77,5 +77,5 @@ def test_bf16_step_modes_keep_the_same_weights_loss_within_amp_rtol(task_name, t
 def test_every_task_that_lists_a_bf16_mode_has_its_proof_here():
     from swarmctl.tasks import TASKS
 
-    listed = {t.name for t in TASKS.values() if any(MODES[m].amp for m in t.step_modes)}
+    listed = {t.name for t in TASKS.values() if any(MODES[m].amp for m in t.proven_modes)}
     assert listed <= set(AMP_TASKS), f"a bf16 step mode without a proof: {sorted(listed - set(AMP_TASKS))}"

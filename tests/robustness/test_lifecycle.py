@@ -106,7 +106,7 @@ def test_a_partial_last_metrics_line_is_skipped_with_a_warning(cli, trained):
 
 
 @pytest.mark.parametrize("option", [["--lr", "0.5"], ["--hidden", "16"], ["--batch-size", "2"], ["--name", "b"],
-                                    ["--seed", "0"], ["--amp"], ["--data", "x.h5"]])
+                                    ["--seed", "0"], ["--step", "amp"], ["--data", "x.h5"]])
 def test_resume_refuses_options_that_cannot_change(cli, trained, option):
     runs, run = trained
     before = (run / "last.pt").read_bytes()

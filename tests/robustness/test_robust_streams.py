@@ -307,14 +307,14 @@ def test_an_integer_option_takes_whole_numbers_only(tmp_path, command, option, v
 
 @pytest.mark.slow
 def test_compiled_training_on_the_cpu_prints_nothing_of_pytorchs_cuda_toolkit_lookup(tiny_h5, tmp_path):
-    """`train --compile` on the CPU: inductor's C++ path finds a CUDA toolkit (CUDA_HOME here) and PyTorch logs
+    """`train --step compile` on the CPU: inductor's C++ path finds a CUDA toolkit (CUDA_HOME here) and PyTorch logs
     "No CUDA runtime is found" on stderr; a CPU run has nothing to do with CUDA and says nothing of it."""
     (tmp_path / "cuda").mkdir()
     env = {**os.environ, "CUDA_HOME": str(tmp_path / "cuda"), "CUDA_VISIBLE_DEVICES": "",
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     proc = subprocess.run([sys.executable, "-m", "swarmctl", "train", "swarm", "--hidden", "8", "--iters", "2",
                            "--max-epochs", "1", "--batch-size", "8", "--data", str(tiny_h5), "--device", "cpu",
-                           "--compile", "--runs-dir", str(tmp_path / "runs")],
+                           "--step", "compile", "--runs-dir", str(tmp_path / "runs")],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""

@@ -77,7 +77,7 @@ def test_with_cuda_graphs_the_training_batches_come_in_a_few_shapes_and_lose_not
     generate_dataset(path, ClusteringParams(n_tasks=400, n_min=100, n_max=1000), seed=0)
     task, data = get_task("clustering"), DataConfig(path=str(path))
     plain = task.prepare(TrainConfig(batch_size=10), data)
-    graphed = task.prepare(TrainConfig(batch_size=10, cuda_graphs=True), data)
+    graphed = task.prepare(TrainConfig(batch_size=10, step="graphs"), data)
     shapes = {tuple(b.x.shape) for b in graphed.train}
     assert len({tuple(b.x.shape) for b in plain.train}) > 20 and len(shapes) <= 10
     assert all(b.x.shape[1] % 100 == 0 for b in graphed.train)

@@ -1,19 +1,47 @@
-"""The step mode a run trains in (training/modes.py): what `auto` picks, from what it is told."""
+"""The step mode a run trains in (training/modes.py): what `auto` picks, from what it is told and from the step
+timings measured on the card it runs on."""
+
+import json
 
 import pytest
+import torch
 
+from swarmctl.config import STEP_MODES, TrainConfig, from_dict, to_dict
 from swarmctl.errors import ConfigError
 from swarmctl.tasks import TASKS
-from swarmctl.training.modes import CHOICES, MODES, Measured, StepMode, choose_step_mode, resolve_step
+from swarmctl.training.modes import (
+    CHOICES,
+    MODES,
+    UNMEASURED,
+    Measured,
+    StepMode,
+    choose_step_mode,
+    parse_timings,
+    resolve_step,
+    step_timings,
+)
 
 MEASURED = {"eager": Measured(0.020, 2.0), "amp": Measured(0.015, 2.0), "graphs": Measured(0.010, 3.0),
             "compile": Measured(0.008, 45.0)}
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+ALL = tuple(MODES)  # every mode proven: what the card measured decides
+
+
+def _card(monkeypatch, name: str, tasks: dict | None = None) -> None:
+    """Run as if on CUDA card ``name``, whose step timings (``tasks``: task -> mode -> Measured) are shipped."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    if tasks is not None:
+        doc = {"cards": [{"card": name, "torch": "2.99", "date": "2026-01-02", "tasks": {
+            t: {m: {"step_seconds": v.step_seconds, "start_seconds": v.start_seconds} for m, v in modes.items()}
+            for t, modes in tasks.items()}}]}
+        monkeypatch.setattr("swarmctl.training.modes.step_timings", lambda: parse_timings(doc))
 
 
 def test_mode_names_round_trip():
     assert all(MODES[name].name == name for name in MODES)
     assert StepMode(amp=True, graphs=True).name == "amp+graphs"
-    assert CHOICES[0] == "auto"
+    assert StepMode.named("amp+triton+graphs") == StepMode(amp=True, triton=True, graphs=True)
+    assert CHOICES[0] == "auto" and tuple(MODES) == STEP_MODES[1:]
 
 
 def test_auto_on_the_cpu_is_eager_whatever_was_measured():
@@ -31,9 +59,10 @@ def test_auto_on_cuda_takes_the_most_steps_in_the_budget():
     assert "2.00x the eager step" in choice.reason
 
 
-def test_auto_on_cuda_never_picks_a_mode_the_task_did_not_prove():
-    proven = {k: v for k, v in MEASURED.items() if k in ("eager", "amp")}
-    assert choose_step_mode("auto", "cuda", proven, 3600).mode == MODES["amp"]
+def test_auto_on_cuda_never_picks_a_mode_the_task_did_not_prove(monkeypatch):
+    _card(monkeypatch, "Card X", {"clustering": MEASURED})
+    cfg, _ = resolve_step(TrainConfig(), CUDA, "clustering", ("eager", "amp"))
+    assert cfg.step == "amp"
 
 
 def test_auto_on_cuda_without_measurements_is_eager():
@@ -65,63 +94,114 @@ def test_an_unknown_mode_is_a_config_error_listing_the_choices(bad):
         choose_step_mode(bad, "cuda", MEASURED, 60)
 
 
-def test_every_task_lists_only_known_modes_with_positive_times():
+def test_the_shipped_step_timings_name_each_card_once_with_known_tasks_and_modes():
+    """The package's step_timings.json loads (the loader checks each card's torch and date, eager for every
+    task, known modes, step seconds > 0, start-up >= 0), and names only tasks swarmctl has."""
+    cards = step_timings()
+    assert cards, "no card measured: auto would train eagerly everywhere"
+    for card in cards.values():
+        assert card.torch and card.date and set(card.tasks) <= set(TASKS), card.card
+        for modes in card.tasks.values():
+            assert "eager" in modes and set(modes) <= set(MODES)
+            assert all(m.step_seconds > 0 and m.start_seconds >= 0 for m in modes.values())
+
+
+@pytest.mark.parametrize("fault", [{"mog": {"graphs": {"step_seconds": 0.01}}},  # no eager
+                                   {"mog": {"eager": {"step_seconds": 0.01}, "warp": {"step_seconds": 0.01}}},
+                                   {"mog": {"eager": {"step_seconds": 0.0}}},
+                                   {"mog": {"eager": {"step_seconds": 0.01, "start_seconds": -1}}}])
+def test_step_timings_without_eager_or_with_an_unknown_mode_or_time_are_refused(fault):
+    with pytest.raises(ValueError, match="mog"):
+        parse_timings({"cards": [{"card": "C", "torch": "2", "date": "d", "tasks": fault}]})
+
+
+def test_every_task_lists_only_known_modes_as_proven_and_eager_among_them():
     for task in TASKS.values():
-        for name, m in task.step_modes.items():
-            assert name in MODES, (task.name, name)
-            assert m.step_seconds > 0 and m.start_seconds >= 0, (task.name, name)
+        assert "eager" in task.proven_modes and set(task.proven_modes) <= set(MODES), task.name
 
 
-def test_the_paper_tasks_train_faster_than_eager_by_default_on_cuda():
-    """With each task's default budget, auto on CUDA picks a mode measured faster than the eager step."""
-    for task in TASKS.values():
-        if not task.step_modes:
-            continue
-        choice = choose_step_mode("auto", "cuda", task.step_modes, task.defaults.minutes * 60)
-        assert task.step_modes[choice.mode.name].step_seconds < task.step_modes["eager"].step_seconds, task.name
+def test_the_paper_tasks_train_faster_than_eager_by_default_on_a_measured_card(monkeypatch):
+    """With each task's default budget, auto on a card the timings name picks a mode measured faster there
+    than the eager step, for every task measured on it."""
+    for card in step_timings().values():
+        _card(monkeypatch, card.card)
+        for name, modes in card.tasks.items():
+            task = TASKS[name]
+            cfg, choice = resolve_step(task.defaults, CUDA, name, task.proven_modes)
+            assert modes[cfg.step].step_seconds < modes["eager"].step_seconds, (card.card, name)
+            assert f"measured on {card.card} (torch {card.torch}, {card.date})" in choice.reason
 
 
-def test_resolve_step_records_the_chosen_mode_and_its_switches():
-    from swarmctl.config import TrainConfig
+def test_auto_on_a_card_with_no_measurement_follows_the_one_rule(monkeypatch):
+    """A card the timings do not name trains in UNMEASURED (eager), whatever another card measured, and the
+    reason says so and how to choose another mode."""
+    _card(monkeypatch, "Card Y", {"clustering": MEASURED})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Card Z")
+    cfg, choice = resolve_step(TrainConfig(), CUDA, "clustering", ALL)
+    assert UNMEASURED == "eager" and cfg.step == "eager"
+    assert choice.reason.startswith("auto: no measurement for this card (Card Z): eager") and "`step`" in choice.reason
 
-    cfg, choice = resolve_step(TrainConfig(minutes=60), "cuda", MEASURED)
-    assert (cfg.step, cfg.amp, cfg.cuda_graphs, cfg.compile) == ("compile", False, False, True)
-    cfg, _ = resolve_step(TrainConfig(step="amp+graphs"), "cuda", MEASURED)
-    assert (cfg.step, cfg.amp, cfg.cuda_graphs, cfg.compile) == ("amp+graphs", True, True, False)
-    cfg, _ = resolve_step(TrainConfig(), "cpu", MEASURED)
-    assert (cfg.step, cfg.amp, cfg.cuda_graphs, cfg.compile) == ("eager", False, False, False)
+
+def test_auto_on_a_measured_card_reads_that_cards_timings(monkeypatch):
+    _card(monkeypatch, "Card X", {"clustering": MEASURED, "image": {"eager": Measured(0.01)}})
+    cfg, choice = resolve_step(TrainConfig(minutes=60), CUDA, "clustering", ALL)
+    assert cfg.step == "compile" and "measured on Card X (torch 2.99, 2026-01-02)" in choice.reason
+    cfg, choice = resolve_step(TrainConfig(minutes=1), CUDA, "clustering", ALL)
+    assert cfg.step == "graphs"
+    cfg, choice = resolve_step(TrainConfig(), CUDA, "mog", ALL)  # a task the card did not measure
+    assert cfg.step == "eager" and "no mode of mog measured on Card X" in choice.reason
 
 
-def test_resolve_step_takes_switches_given_alone_as_the_mode_asked_for():
-    from swarmctl.config import TrainConfig
-
-    cfg, choice = resolve_step(TrainConfig(amp=True, cuda_graphs=True), "cuda", MEASURED)
-    assert cfg.step == "amp+graphs" and choice.reason == "as asked"
-    cfg, choice = resolve_step(TrainConfig(cuda_graphs=True), "cpu", MEASURED)
+def test_resolve_step_records_the_chosen_mode_as_its_name(monkeypatch):
+    _card(monkeypatch, "Card X", {"clustering": MEASURED})
+    cfg, _ = resolve_step(TrainConfig(minutes=60), CUDA, "clustering", ALL)
+    assert cfg.step == "compile" and StepMode.of(cfg) == StepMode(compile=True)
+    cfg, _ = resolve_step(TrainConfig(step="amp+graphs"), CUDA, "clustering", ALL)
+    assert cfg.step == "amp+graphs" and StepMode.of(cfg) == StepMode(amp=True, graphs=True)
+    cfg, choice = resolve_step(TrainConfig(), CPU, "clustering", ALL)
+    assert cfg.step == "eager" and "on cpu" in choice.reason
+    cfg, choice = resolve_step(TrainConfig(step="graphs"), CPU, "clustering", ALL)
     assert cfg.step == "graphs" and "run eagerly here" in choice.reason
 
 
-@pytest.mark.parametrize(("step", "switches"), [("graphs", {"amp": True}), ("eager", {"compile": True}),
-                                                 ("amp", {"amp": True, "cuda_graphs": True})])
-def test_a_step_mode_and_switches_that_disagree_are_refused(step, switches):
-    from swarmctl.config import TrainConfig
+@pytest.mark.parametrize("switch", ["amp", "compile", "triton", "cuda_graphs"])
+def test_the_step_mode_is_one_field(switch):
+    """`step` alone holds the mode: the parts are no fields of their own, and a config written holds none."""
+    with pytest.raises(TypeError):
+        TrainConfig(**{switch: True})
+    assert switch not in to_dict(TrainConfig(step="amp+triton+graphs"))
 
-    with pytest.raises(ConfigError, match="disagree"):
-        TrainConfig(step=step, **switches)
+
+@pytest.mark.parametrize(("old", "mode"), [({"amp": True, "cuda_graphs": True}, "amp+graphs"),
+                                           ({"amp": False, "compile": False, "triton": False,
+                                             "cuda_graphs": False}, "eager"),
+                                           ({"compile": True}, "compile"),
+                                           ({"triton": True, "cuda_graphs": True}, "triton+graphs")])
+@pytest.mark.parametrize("step", [None, "auto"])
+def test_a_config_saved_with_the_old_switches_reads_as_the_mode_they_made(old, mode, step):
+    saved = {"lr": 0.01, **({} if step is None else {"step": step}), **old}
+    assert from_dict(TrainConfig, saved) == TrainConfig(lr=0.01, step=mode)
+    named = {"lr": 0.01, "step": mode, "amp": "amp" in mode, "compile": "compile" in mode,
+             "triton": "triton" in mode, "cuda_graphs": "graphs" in mode}  # as the last version wrote them
+    assert from_dict(TrainConfig, named) == TrainConfig(lr=0.01, step=mode)
 
 
-def test_a_step_mode_with_its_own_switches_is_accepted():
-    from swarmctl.config import TrainConfig
+@pytest.mark.parametrize(("step", "switches", "match"),
+                         [("graphs", {"amp": True}, "disagree"), ("eager", {"compile": True}, "disagree"),
+                          ("auto", {"triton": True, "compile": True}, "make no step mode"),
+                          ("auto", {"amp": 1}, "TrainConfig.amp must be bool")])
+def test_an_old_config_whose_switches_make_no_mode_or_another_is_refused(step, switches, match):
+    with pytest.raises(ConfigError, match=match):
+        from_dict(TrainConfig, {"step": step, **switches})
 
-    assert TrainConfig(step="amp+graphs", amp=True, cuda_graphs=True).step == "amp+graphs"
+
+def test_an_unknown_step_mode_is_refused():
     with pytest.raises(ConfigError, match="unknown `step`"):
         TrainConfig(step="turbo")
 
 
 def test_a_run_says_its_step_mode_first_and_keeps_it_on_resume(tiny_h5, tmp_path):
-    import json
-
-    from swarmctl.config import DataConfig, ModelConfig, TrainConfig
+    from swarmctl.config import DataConfig, ModelConfig
     from swarmctl.runs import resume_run, start_run
 
     lines: list[str] = []
@@ -134,45 +214,71 @@ def test_a_run_says_its_step_mode_first_and_keeps_it_on_resume(tiny_h5, tmp_path
     assert "eager step (auto: on cpu" in lines[0]
     assert "amp step (as asked)" in lines[1]
     saved = json.loads((tmp_path / "amp" / "config.json").read_text())["train"]
-    assert (saved["step"], saved["amp"]) == ("amp", True)
+    assert saved["step"] == "amp" and not {"amp", "compile", "triton", "cuda_graphs"} & set(saved)
     resume_run("amp", tmp_path, max_epochs=2, announce=lines.append)
     assert "amp step (the run's own)" in lines[2]
-    assert json.loads((tmp_path / "amp" / "config.json").read_text())["train"]["amp"] is True
+    assert json.loads((tmp_path / "amp" / "config.json").read_text())["train"]["step"] == "amp"
 
 
-def test_the_triton_switch_is_a_mode_of_its_own_and_never_compiled():
-    from swarmctl.config import TrainConfig
+def test_a_run_saved_with_the_old_switches_resumes_in_its_mode(tiny_h5, tmp_path):
+    """A run an earlier version wrote (config.json and last.pt with `amp` and the other switches beside a
+    `step` of auto) continues in the mode its switches made, and is saved with `step` alone."""
+    import dataclasses
 
-    cfg, choice = resolve_step(TrainConfig(triton=True, amp=True), "cuda", MEASURED)
-    assert (cfg.step, cfg.triton, cfg.amp, choice.reason) == ("amp+triton", True, True, "as asked")
-    cfg, choice = resolve_step(TrainConfig(step="triton+graphs"), "cpu", MEASURED)
-    assert (cfg.triton, cfg.cuda_graphs) == (True, True)
+    from swarmctl.config import DataConfig, ModelConfig
+    from swarmctl.files import holding
+    from swarmctl.runs import resume_run, start_run
+    from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
+
+    model = ModelConfig(name="swarm", dim_hidden=8, n_iter=2, n_layers=1)
+    start_run(model, TrainConfig(batch_size=8, max_epochs=1, device="cpu", step="amp"), DataConfig(path=str(tiny_h5)),
+              tmp_path, "old")
+    old = {"step": "auto", "amp": True, "compile": False, "triton": False, "cuda_graphs": False}
+    run = tmp_path / "old"
+    config = json.loads((run / "config.json").read_text())
+    config["train"].update(old)
+    (run / "config.json").write_text(json.dumps(config))
+    with holding(run):
+        for name in ("last.pt", "best.pt"):
+            ckpt = load_checkpoint(run / name)
+            save_checkpoint(run / name, dataclasses.replace(ckpt, config={**ckpt.config,
+                                                                         "train": {**ckpt.config["train"], **old}}))
+    lines: list[str] = []
+    resume_run("old", tmp_path, max_epochs=2, announce=lines.append)
+    assert "amp step (the run's own)" in lines[0]
+    saved = json.loads((run / "config.json").read_text())["train"]
+    assert saved["step"] == "amp" and not set(old) - {"step"} & set(saved)
+    assert load_checkpoint(run / "last.pt").state.epoch == 2
+
+
+def test_the_triton_mode_is_a_mode_of_its_own_and_never_compiled():
+    cfg, choice = resolve_step(TrainConfig(step="amp+triton"), CUDA, "clustering", ALL)
+    assert (cfg.step, StepMode.of(cfg), choice.reason) == ("amp+triton", StepMode(amp=True, triton=True), "as asked")
+    cfg, choice = resolve_step(TrainConfig(step="triton+graphs"), CPU, "clustering", ALL)
+    assert StepMode.of(cfg) == StepMode(triton=True, graphs=True)
     assert "run eagerly here" in choice.reason and "Triton cell runs on CUDA only" in choice.reason
-    with pytest.raises(ConfigError, match="make no step mode .the Triton cell is not compiled"):
-        TrainConfig(triton=True, compile=True)
-    with pytest.raises(ConfigError, match="make no step mode; choose"):
-        TrainConfig(compile=True, cuda_graphs=True)
-    with pytest.raises(ConfigError, match="disagree"):
-        TrainConfig(step="triton", amp=True)
+    assert not [m for m in MODES.values() if m.triton and m.compile]
+    with pytest.raises(ConfigError, match="unknown `step`"):
+        TrainConfig(step="triton+compile")
 
 
 def test_a_triton_mode_on_cuda_without_triton_is_refused_before_the_run(monkeypatch):
     import sys
 
     import swarmctl.layers
-    from swarmctl.config import TrainConfig
     from swarmctl.training.modes import resumed_step
 
     monkeypatch.setitem(sys.modules, "swarmctl.layers._triton", None)  # `import` of it raises ImportError
     monkeypatch.delattr(swarmctl.layers, "_triton", raising=False)  # (once imported, the package holds it)
     with pytest.raises(ConfigError, match="Triton cannot be imported here"):
-        resolve_step(TrainConfig(step="triton"), "cuda", MEASURED)
+        resolve_step(TrainConfig(step="triton"), CUDA, "clustering", ALL)
     with pytest.raises(ConfigError, match="Triton cannot be imported here.*resume it on the CPU"):
-        resumed_step(TrainConfig(step="amp+triton", amp=True, triton=True), "cuda")
-    assert resolve_step(TrainConfig(step="triton"), "cpu", MEASURED)[0].triton  # not needed off CUDA
-    fastest = {**MEASURED, "triton": Measured(1e-6, 0.0)}  # auto passes over a mode this machine cannot run
-    cfg, choice = resolve_step(TrainConfig(), "cuda", fastest)
-    assert not cfg.triton and choice.reason.startswith("auto")
+        resumed_step(TrainConfig(step="amp+triton"), "cuda")
+    assert StepMode.of(resolve_step(TrainConfig(step="triton"), CPU, "clustering", ALL)[0]).triton  # not needed
+    # off CUDA; auto passes over a mode this machine cannot run
+    _card(monkeypatch, "Card X", {"clustering": {**MEASURED, "triton": Measured(1e-6, 0.0)}})
+    cfg, choice = resolve_step(TrainConfig(), CUDA, "clustering", ALL)
+    assert not StepMode.of(cfg).triton and choice.reason.startswith("auto")
 
 
 TRITON_TRAIN = """
@@ -223,4 +329,4 @@ def test_a_triton_run_trains_through_the_triton_cell_as_the_eager_run_does(tiny_
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
     saved = json.loads((tmp_path / "triton" / "config.json").read_text())["train"]
-    assert (saved["step"], saved["triton"]) == ("triton", True)
+    assert saved["step"] == "triton" and "triton" not in saved
