@@ -21,12 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from swarmctl.errors import (
-    ConfigError,
-    OutputExists,
-    ResourceError,
-    SwarmctlWarning,
-)
+from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError, SwarmctlWarning
 from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 
 # ---- what may be written, and how it is read --------------------------------------------------------
@@ -640,12 +635,39 @@ def _writer_alive(name: str) -> bool:
     return True
 
 
+def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
+    """The JSON value in ``path``, which should be ``what`` (for the message, e.g. "a run's config"). A
+    missing, unreadable or invalid file (not UTF-8, not JSON; with ``finite``, a NaN or infinite number
+    anywhere) is a DataError: one line naming the file and the fix. A folder, FIFO or device in its place
+    is refused without blocking (ResourceError, see :func:`read_bytes`)."""
+    def reject(text: str) -> float:
+        raise ValueError(f"{text} is not a finite number")
+
+    def number(text: str) -> float:
+        value = float(text)
+        return value if value not in (float("inf"), float("-inf")) else reject(text)
+
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist; {what} is expected there: check the path") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder; {what} is a file there: replace it with the file") from None
+    except OSError as exc:
+        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); check its permissions") from None
+    try:
+        return json.loads(data.decode("utf-8"), **({"parse_constant": reject, "parse_float": number} if finite else {}))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{path} is not {what} (not valid JSON: {' '.join(str(exc).split())[:100]}); restore or "
+                        "replace it") from None
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`_read_jsonl`)."""
-    return _read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
+    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`read_jsonl`)."""
+    return read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
 
 
-def _read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The JSON objects of ``path``, one a line, each holding ``keys``. A line that is not one (a partial
     last line left by a process killed while appending, a damaged byte) is skipped with a
     :class:`SwarmctlWarning`."""
@@ -655,7 +677,7 @@ def _read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
             continue
         try:
             record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:  # UnicodeDecodeError is one
             record = None
         if isinstance(record, dict) and all(k in record for k in keys):
             records.append(record)

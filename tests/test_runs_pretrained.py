@@ -94,7 +94,8 @@ def test_sample_uses_the_shipped_image_model_when_runs_has_none(tmp_path, fake_m
     assert r.exit_code == 1 and "train one with" in r.output
 
 
-SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt", "swarm-192-16-1-clustering-broad.pt")
+SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt",
+           "swarm-192-10-1-clustering-broad-16slots.pt")
 
 
 def test_the_shipped_models_are_found_by_their_records_and_match_them(monkeypatch):
