@@ -635,6 +635,21 @@ def _writer_alive(name: str) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def read_errors(path: Path, what: str) -> Iterator[None]:
+    """An OSError reading ``path`` (which should be ``what``) as a one-line DataError naming it and the fix."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder; give {what}") from None
+    except PermissionError:
+        raise DataError(f"{path} is not readable (permission denied); check its permissions") from None
+    except OSError as exc:
+        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); check the file") from None
+
+
 def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
     """The JSON value in ``path``, which should be ``what`` (for the message, e.g. "a run's config"). A
     missing, unreadable or invalid file (not UTF-8, not JSON; with ``finite``, a NaN or infinite number
@@ -647,14 +662,8 @@ def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
         value = float(text)
         return value if value not in (float("inf"), float("-inf")) else reject(text)
 
-    try:
+    with read_errors(path, what):
         data = read_bytes(path)
-    except FileNotFoundError:
-        raise DataError(f"{path} does not exist; {what} is expected there: check the path") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a folder; {what} is a file there: replace it with the file") from None
-    except OSError as exc:
-        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); check its permissions") from None
     try:
         return json.loads(data.decode("utf-8"), **({"parse_constant": reject, "parse_float": number} if finite else {}))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors

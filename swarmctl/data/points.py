@@ -24,7 +24,7 @@ import numpy as np
 
 from swarmctl.config import check_memory, host_memory
 from swarmctl.errors import ConfigError, DataError, ResourceError
-from swarmctl.files import atomic_write
+from swarmctl.files import atomic_write, read_errors
 
 STDIN = "-"
 _NPY_MAGIC = b"\x93NUMPY"
@@ -139,16 +139,8 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         raw = _read_stream(sys.stdin.buffer, where)
     else:
         file = Path(path)
-        if file.is_dir():
-            raise DataError(f"{file} is a folder; give a point file (CSV, text, .npy, .npz or HDF5)")
-        try:
+        with read_errors(file, "a point file (CSV, text, .npy, .npz or HDF5)"):
             raw = _read_once(file)
-        except FileNotFoundError:
-            raise DataError(f"{file} does not exist; check the path") from None
-        except PermissionError:
-            raise DataError(f"{file} is not readable (permission denied); check its permissions") from None
-        except OSError as exc:
-            raise DataError(f"{file} cannot be read ({exc.strerror or exc}); check the file") from None
         where = str(file)
     if raw is None:
         values, names, label = _read_hdf5(Path(path), key)
