@@ -54,19 +54,13 @@ def holding(folder: Path) -> Iterator[None]:
         _held.discard(folder)
 
 
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
+          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device file", stat.S_IFBLK: "a device file"}
+
+
 def _kind(mode: int) -> str | None:
     """None for a regular file, else what the file is, for a message."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def _existing_kind(path: Path, stat_call: Callable[[Path], os.stat_result]) -> str | None:
