@@ -646,9 +646,17 @@ def read_errors(path: Path, what: str) -> Iterator[None]:
 
 def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
     """The JSON value in ``path``, which should be ``what`` (for the message, e.g. "a run's config"). A
-    missing, unreadable or invalid file (not UTF-8, not JSON; with ``finite``, a NaN or infinite number
-    anywhere) is a DataError: one line naming the file and the fix. A folder, FIFO or device in its place
-    is refused without blocking (ResourceError, see :func:`read_bytes`)."""
+    missing, unreadable or invalid file (see :func:`parse_json`) is a DataError: one line naming the file
+    and the fix. A FIFO or device in its place is refused without blocking (ResourceError, see
+    :func:`read_bytes`)."""
+    with read_errors(path, what):
+        data = read_bytes(path)
+    return parse_json(data, f"{path} ({what})", finite=finite)
+
+
+def parse_json(data: bytes, what: str, *, finite: bool = True) -> Any:
+    """``data`` as JSON: UTF-8, and with ``finite`` no NaN or infinite number anywhere (NaN, Infinity,
+    1e999); else a DataError naming ``what`` (a file, an archive's member) and the fix."""
     def reject(text: str) -> float:
         raise ValueError(f"{text} is not a finite number")
 
@@ -656,13 +664,11 @@ def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
         value = float(text)
         return value if value not in (float("inf"), float("-inf")) else reject(text)
 
-    with read_errors(path, what):
-        data = read_bytes(path)
     try:
         return json.loads(data.decode("utf-8"), **({"parse_constant": reject, "parse_float": number} if finite else {}))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise DataError(f"{path} is not {what} (not valid JSON: {' '.join(str(exc).split())[:100]}); restore or "
-                        "replace it") from None
+        raise DataError(f"{what} is not valid JSON ({' '.join(str(exc).split())[:100]}); restore or replace "
+                        "it") from None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

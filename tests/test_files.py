@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError
-from swarmctl.files import atomic_write_text, check_png, read_json, staged_outputs
+from swarmctl.files import atomic_write_text, check_png, parse_json, read_json, staged_outputs
 
 
 def test_outputs_are_checked_when_named_and_published_together(tmp_path):
@@ -119,3 +119,5 @@ def test_read_json_reads_json_and_refuses_a_folder(tmp_path):
     assert read_json(tmp_path / "nan.json", "a record", finite=False)[0] != 0  # NaN kept where asked
     with pytest.raises(DataError, match="is a folder"):
         read_json(tmp_path, "a record")
+    with pytest.raises(DataError, match=r"^member x\.json is not valid JSON \(NaN is not a finite number\); "):
+        parse_json(b'{"a": [NaN]}', "member x.json")  # bytes, as from an archive
