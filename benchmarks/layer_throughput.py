@@ -1,7 +1,7 @@
 """Training-step throughput of swarmctl's SWARM layer against a naive baseline, side by side in one process.
 
-Two measurements, each an Adam step with the Hungarian-matched cross-entropy of training (protocol
-sec. 2.4) on generated clustering tasks, variants alternating step by step:
+Two measurements, each an Adam step with the Hungarian-matched cross-entropy of training (the
+paper, sec. 4.1) on generated clustering tasks, variants alternating step by step:
 
 1. the paper shape: SWARM (192-10-1), one batch of 100 tasks with N in 545..555 (a bucketed batch of
    the paper's data has nearly equal N; the mean N of the data is 550). Median of --repeats steps;

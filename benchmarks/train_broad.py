@@ -12,7 +12,7 @@ with `--export`:
 
     python benchmarks/train_broad.py --export runs/broad-cpu/best.pt --record numbers.json
 
-writes swarmctl/pretrained/swarm-192-16-1-clustering-broad.pt and its record (``default_for: ["cluster"]``:
+writes swarmctl/pretrained/swarm-192-10-1-clustering-broad-16slots.pt and its record (``default_for: ["cluster"]``:
 `swarmctl cluster` uses it when no run is named; `eval` and `plot-entropy` keep the paper's model), the
 record holding ``numbers.json`` (the benchmark's numbers).
 """
@@ -160,7 +160,8 @@ def export(checkpoint: Path, extra: dict) -> None:
 
     from swarmctl.runs import export_weights
 
-    dest = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained" / "swarm-192-16-1-clustering-broad.pt"
+    pretrained = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained"
+    dest = pretrained / "swarm-192-10-1-clustering-broad-16slots.pt"
     config = json.loads(RunDir(checkpoint.parent).config.read_text())
     metrics = [json.loads(line) for line in RunDir(checkpoint.parent).metrics.read_text().splitlines()]
     record = {"dataset": "broad prior (swarmctl.data.clustering_generator.BroadParams, N up to 800) and the paper's "

@@ -185,7 +185,7 @@ def train_option(default: Any, help: str, *, sweep: bool = False, resume: bool =
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings (protocol sec. 2.6-2.7). ``minutes`` counts optimisation time only. Each field
+    """Optimisation settings (the paper, sec. 4.1.3, Setup). ``minutes`` counts optimisation time only. Each field
     made by :func:`train_option` is an option of `swarmctl train` (see :data:`TRAIN_OPTIONS`)."""
 
     lr: float = train_option(0.01, "Adam learning rate")

@@ -21,12 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from swarmctl.errors import (
-    ConfigError,
-    OutputExists,
-    ResourceError,
-    SwarmctlWarning,
-)
+from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError, SwarmctlWarning
 from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 
 # ---- what may be written, and how it is read --------------------------------------------------------
@@ -59,19 +54,13 @@ def holding(folder: Path) -> Iterator[None]:
         _held.discard(folder)
 
 
+_KINDS = {stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
+          stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device file", stat.S_IFBLK: "a device file"}
+
+
 def _kind(mode: int) -> str | None:
     """None for a regular file, else what the file is, for a message."""
-    if stat.S_ISREG(mode):
-        return None
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (named pipe)"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def _existing_kind(path: Path, stat_call: Callable[[Path], os.stat_result]) -> str | None:
@@ -640,12 +629,54 @@ def _writer_alive(name: str) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def read_errors(path: Path, what: str) -> Iterator[None]:
+    """An OSError reading ``path`` (which should be ``what``) as a one-line DataError naming it and the fix."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise DataError(f"{path} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder; give {what}") from None
+    except PermissionError:
+        raise DataError(f"{path} is not readable (permission denied); check its permissions") from None
+    except OSError as exc:
+        raise DataError(f"{path} cannot be read ({exc.strerror or exc}); check the file") from None
+
+
+def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
+    """The JSON value in ``path``, which should be ``what`` (for the message, e.g. "a run's config"). A
+    missing, unreadable or invalid file (see :func:`parse_json`) is a DataError: one line naming the file
+    and the fix. A FIFO or device in its place is refused without blocking (ResourceError, see
+    :func:`read_bytes`)."""
+    with read_errors(path, what):
+        data = read_bytes(path)
+    return parse_json(data, f"{path} ({what})", finite=finite)
+
+
+def parse_json(data: bytes, what: str, *, finite: bool = True) -> Any:
+    """``data`` as JSON: UTF-8, and with ``finite`` no NaN or infinite number anywhere (NaN, Infinity,
+    1e999); else a DataError naming ``what`` (a file, an archive's member) and the fix."""
+    def reject(text: str) -> float:
+        raise ValueError(f"{text} is not a finite number")
+
+    def number(text: str) -> float:
+        value = float(text)
+        return value if value not in (float("inf"), float("-inf")) else reject(text)
+
+    try:
+        return json.loads(data.decode("utf-8"), **({"parse_constant": reject, "parse_float": number} if finite else {}))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{what} is not valid JSON ({' '.join(str(exc).split())[:100]}); restore or replace "
+                        "it") from None
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`_read_jsonl`)."""
-    return _read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
+    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`read_jsonl`)."""
+    return read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
 
 
-def _read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The JSON objects of ``path``, one a line, each holding ``keys``. A line that is not one (a partial
     last line left by a process killed while appending, a damaged byte) is skipped with a
     :class:`SwarmctlWarning`."""
@@ -655,7 +686,7 @@ def _read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
             continue
         try:
             record = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except ValueError:  # UnicodeDecodeError is one
             record = None
         if isinstance(record, dict) and all(k in record for k in keys):
             records.append(record)

@@ -19,8 +19,8 @@ SetFn = Callable[[Tensor, Tensor], Tensor]
 
 
 def reference_swarm_states(layer: nn.Module, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """A SWARM layer's final states (h, c), each (B, N, H), written out from protocol sec. 1.1 with plain
-    autograd ops and the layer's own weights (``layer.cell.input``, ``.recurrent``, ``.population``): from
+    """A SWARM layer's final states (h, c), each (B, N, H), written out from the paper's sec. 3 (SWARM Mappings)
+    with plain autograd ops and the layer's own weights (``layer.cell.input``, ``.recurrent``, ``.population``): from
     zero states, ``layer.n_iter`` times, every entity i of every set gets
 
         a_i = Wx x_i + b + Wh h_i + Wp p_i,   (i, f, o, g) = (sigmoid, sigmoid, sigmoid, tanh) of a_i's blocks,

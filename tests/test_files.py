@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from swarmctl.errors import ConfigError, OutputExists, ResourceError
-from swarmctl.files import atomic_write_text, check_png, staged_outputs
+from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError
+from swarmctl.files import atomic_write_text, check_png, parse_json, read_json, staged_outputs
 
 
 def test_outputs_are_checked_when_named_and_published_together(tmp_path):
@@ -98,3 +98,26 @@ def test_a_log_file_is_appended_and_never_opened_through_a_link(tmp_path):
         fh.write(b"x")
     with pytest.raises(FileExistsError):
         files.create_exclusive(tmp_path / "new.bin")
+
+
+@pytest.mark.parametrize("content", [None, b"", b"{", b"\xff{}", b'{"a": NaN}', b"[1e999]", b'{"a": -Infinity}'],
+                         ids=["missing", "empty", "cut", "not-utf8", "nan", "overflow", "infinity"])
+def test_read_json_refuses_a_bad_file_in_one_line_naming_it(tmp_path, content):
+    path = tmp_path / "record.json"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError) as err:
+        read_json(path, "a record")
+    message = str(err.value)
+    assert str(path) in message and "\n" not in message and ";" in message  # the problem; the fix
+
+
+def test_read_json_reads_json_and_refuses_a_folder(tmp_path):
+    (tmp_path / "ok.json").write_text('{"a": [1, 2.5, "x"]}')
+    assert read_json(tmp_path / "ok.json", "a record") == {"a": [1, 2.5, "x"]}
+    (tmp_path / "nan.json").write_text("[NaN]")
+    assert read_json(tmp_path / "nan.json", "a record", finite=False)[0] != 0  # NaN kept where asked
+    with pytest.raises(DataError, match="is a folder"):
+        read_json(tmp_path, "a record")
+    with pytest.raises(DataError, match=r"^member x\.json is not valid JSON \(NaN is not a finite number\); "):
+        parse_json(b'{"a": [NaN]}', "member x.json")  # bytes, as from an archive

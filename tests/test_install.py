@@ -27,7 +27,7 @@ def test_a_non_editable_install_samples_and_evaluates_with_the_shipped_models(tm
                     "--no-index", "--target", str(site), str(source)], check=True, capture_output=True)
     shutil.rmtree(source)  # nothing of the sources is left to fall back on
     assert sorted(p.name for p in (site / "swarmctl" / "pretrained").glob("*.pt")) == [
-        "swarm-192-10-1-clustering.pt", "swarm-192-16-1-clustering-broad.pt", "swarm-image-256-10-1-mnist.pt"]
+        "swarm-192-10-1-clustering.pt", "swarm-192-10-1-clustering-broad-16slots.pt", "swarm-image-256-10-1-mnist.pt"]
 
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -61,4 +61,4 @@ def test_a_non_editable_install_samples_and_evaluates_with_the_shipped_models(tm
     (work / "pts.csv").write_text("x,y\n" + "\n".join(rows) + "\n")
     r = swarmctl("cluster", "pts.csv")  # the broad-prior model, `cluster`'s default
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "swarm-192-16-1-clustering-broad.pt" in r.stdout and (work / "pts-clusters.csv").is_file()
+    assert "swarm-192-10-1-clustering-broad-16slots.pt" in r.stdout and (work / "pts-clusters.csv").is_file()

@@ -94,7 +94,8 @@ def test_sample_uses_the_shipped_image_model_when_runs_has_none(tmp_path, fake_m
     assert r.exit_code == 1 and "train one with" in r.output
 
 
-SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt", "swarm-192-16-1-clustering-broad.pt")
+SHIPPED = ("swarm-192-10-1-clustering.pt", "swarm-image-256-10-1-mnist.pt",
+           "swarm-192-10-1-clustering-broad-16slots.pt")
 
 
 def test_the_shipped_models_are_found_by_their_records_and_match_them(monkeypatch):
@@ -141,3 +142,12 @@ def test_an_unwritable_runs_folder_is_refused_before_any_data_is_made(shipped, t
     for args in (("eval",), ("plot-entropy", "--grid", 4)):
         r = cli(*args, "--runs-dir", tmp_path / "afile")
         assert r.exit_code == 1 and "not a folder" in r.output and "Traceback" not in r.output
+
+
+def test_a_model_that_is_a_commands_default_comes_after_its_tasks_others(tmp_path, trained_runs, monkeypatch):
+    runs, _ = trained_runs
+    folder = tmp_path / "p"
+    export_weights(runs / "swarm" / "best.pt", folder / "a-broad.pt", record={"default_for": ["cluster"]})
+    export_weights(runs / "swarm" / "best.pt", folder / "b-paper.pt")  # after it by name
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(folder))
+    assert shipped_checkpoint(get_task("clustering")) == folder / "b-paper.pt"  # eval's and plot-entropy's

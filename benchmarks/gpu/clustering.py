@@ -1,4 +1,4 @@
-"""GPU call (a): direct amortized clustering on the full seed-0 data (protocol sec. 2).
+"""GPU call (a): direct amortized clustering on the full seed-0 data (the paper, sec. 4.1).
 
 SWARM (192-10-1), and with --with-st the Set Transformer (32-60-3) beside it on the same card, trained
 for what the wall budget leaves, evaluated on the validation split (with the true mixture's oracle),

@@ -1,4 +1,4 @@
-"""GPU call (c): the SWARM Transformer (256-10-1) on MNIST (protocol sec. 5), resumable across calls.
+"""GPU call (c): the SWARM Transformer (256-10-1) on MNIST (the paper, sec. 4.3), resumable across calls.
 
 Trains for what the wall budget leaves (or continues from a returned last.pt with --resume), scores the
 best checkpoint on the test split in bits/dim, and draws 20 class-conditional samples. The image files

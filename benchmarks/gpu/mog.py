@@ -1,4 +1,4 @@
-"""GPU call (b): parametrized amortized clustering (protocol sec. 4) with swarm-mog (768-20-1).
+"""GPU call (b): parametrized amortized clustering (the paper, sec. 4.2) with swarm-mog (768-20-1).
 
 Tasks are drawn fresh every step; the schedule is the paper's shortened to what the wall budget allows
 (--epochs of 500 steps, lr x 0.1 after 70 % of them), then the best checkpoint is scored on the fixed

@@ -1,4 +1,4 @@
-"""Mixture-of-Gaussians clustering tasks (protocol sec. 2.1), drawn from an explicit legacy NumPy
+"""Mixture-of-Gaussians clustering tasks (the paper, sec. 4.1.1, Dataset), drawn from an explicit legacy NumPy
 RandomState in exactly the authors' order so that seed 0 reproduces their dataset's draws."""
 
 from __future__ import annotations

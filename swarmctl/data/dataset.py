@@ -1,4 +1,4 @@
-"""Padded batches of ragged clustering tasks, bucketed by set size (protocol sec. 2.2), and random padded
+"""Padded batches of ragged clustering tasks, bucketed by set size (the paper, sec. 4.1.3, Setup), and random padded
 sets (the inputs every set model takes)."""
 
 from __future__ import annotations

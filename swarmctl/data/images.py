@@ -1,4 +1,4 @@
-"""Image datasets for the SWARM Transformer (protocol sec. 5.1) through torchvision's own classes:
+"""Image datasets for the SWARM Transformer (the paper, sec. 4.3) through torchvision's own classes:
 MNIST, FashionMNIST and CIFAR-10 as uint8 tensors, with batches reshuffled every epoch."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Parametrized amortized clustering tasks (protocol sec. 4): mixtures of 4 isotropic Gaussians,
+"""Parametrized amortized clustering tasks (the paper, sec. 4.2): mixtures of 4 isotropic Gaussians,
 drawn fresh for every training step from a seeded generator, plus a fixed seeded test set."""
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import numpy as np
 
 from swarmctl.config import check_memory, host_memory
 from swarmctl.errors import ConfigError, DataError, ResourceError
-from swarmctl.files import atomic_write
+from swarmctl.files import atomic_write, read_errors
 
 STDIN = "-"
 _NPY_MAGIC = b"\x93NUMPY"
@@ -139,16 +139,8 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         raw = _read_stream(sys.stdin.buffer, where)
     else:
         file = Path(path)
-        if file.is_dir():
-            raise DataError(f"{file} is a folder; give a point file (CSV, text, .npy, .npz or HDF5)")
-        try:
+        with read_errors(file, "a point file (CSV, text, .npy, .npz or HDF5)"):
             raw = _read_once(file)
-        except FileNotFoundError:
-            raise DataError(f"{file} does not exist; check the path") from None
-        except PermissionError:
-            raise DataError(f"{file} is not readable (permission denied); check its permissions") from None
-        except OSError as exc:
-            raise DataError(f"{file} cannot be read ({exc.strerror or exc}); check the file") from None
         where = str(file)
     if raw is None:
         values, names, label = _read_hdf5(Path(path), key)
@@ -476,11 +468,11 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
                                 f"{run_on}; every row needs the same number of columns (or skip the others with "
                                 "`skip_bad_rows`)")
             for col in use:
-                if _is_number(r.fields[col]) and not _is_finite_number(r.fields[col]):
+                if _number(r.fields[col]) is not None and not _is_finite_number(r.fields[col]):
                     raise DataError(f"{where}, line {r.line}, column {col + 1}: {r.fields[col].strip()} is not a "
                                     "finite number; remove or fill the rows with NaN or inf, or skip them with "
                                     "`skip_bad_rows`")
-                if not _is_number(r.fields[col]):
+                if _number(r.fields[col]) is None:
                     shown = repr(r.fields[col][:30]) if r.fields[col] else "an empty value"
                     rule = "; a first line is a header only when none of its fields is a finite number" \
                         if r is first else ""
@@ -572,12 +564,8 @@ def _uncomment(line: str, delimiter: str | None, quoted: bool) -> str:
     quote that is not doubled; a quote inside an unquoted field is a character like any other."""
     if "#" not in line:
         return line
-    if delimiter is None or '"' not in line:
-        if not quoted:
-            for i, c in enumerate(line):
-                if c == "#" and (i == 0 or line[i - 1].isspace()):
-                    return line[:i]
-            return line
+    if (delimiter is None or '"' not in line) and not quoted:
+        return line[:m.start()] if (m := re.search(r"(?<!\S)#", line)) else line
     start, field, inside, closing = 0, 1, 2, 3
     state = inside if quoted else start
     for i, c in enumerate(line):
@@ -651,23 +639,16 @@ def _plain_text(text: str) -> bool:
     return text.isascii() and "_" not in text
 
 
-def _is_number(text: str) -> bool:
-    if not _plain_text(text):
-        return False
+def _number(text: str) -> float | None:
+    """The cell as a number (NaN and inf included), or None when it is not one."""
     try:
-        float(text)
+        return float(text) if _plain_text(text) else None
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _is_finite_number(text: str) -> bool:
-    if not _plain_text(text):
-        return False
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
+    return (value := _number(text)) is not None and math.isfinite(value)
 
 
 def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probability: np.ndarray,

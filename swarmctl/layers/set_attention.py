@@ -1,6 +1,6 @@
 """Masked multi-head attention blocks of the Set Transformer (Lee et al. 2019, arXiv:1810.00825):
 MAB, SAB, ISAB and PMA, in the post-LayerNorm form the SWARM authors used as a baseline
-(protocol sec. 2.5).
+(the paper, sec. 4.1.2, Models).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Set-linear (DeepSets-style) layer with masked mean or max pooling, as in the SWARM paper's
-baselines (arXiv:1906.09400, Sec. 4.1; authors' code form, protocol sec. 2.5).
+baselines (arXiv:1906.09400, Sec. 4.1.2; the authors' code form).
 """
 
 from __future__ import annotations

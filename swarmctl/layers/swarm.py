@@ -73,7 +73,7 @@ def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
 class SwarmCell(nn.Module):
     """SWARM cell: an LSTM cell whose gates also see a pooled state of the whole population.
 
-    Gate pre-activation of entity i (protocol sec. 1.1)::
+    Gate pre-activation of entity i (the paper, sec. 3, SWARM Mappings)::
 
         a_i = (Wx x_i + b) + Wh h_i + Wp p_i,   p_i = POOL(h_1, ..., h_N)_i
 

@@ -1,5 +1,5 @@
 """SWARM Transformer: a class-conditional autoregressive image model from causal SWARM layers
-(arXiv:1906.09400, Sec. 4.3; protocol sec. 5), with a full-recompute and an incremental sampler."""
+(arXiv:1906.09400, Sec. 4.3), with a full-recompute and an incremental sampler."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Models that predict a mixture's parameters from a set of points (arXiv:1906.09400, Sec. 4.2;
-protocol sec. 4.3): SWARM + mean pooling, SWARM + PMA decoder, and a Set Transformer baseline.
+"""Models that predict a mixture's parameters from a set of points (arXiv:1906.09400, Sec. 4.2):
+SWARM + mean pooling, SWARM + PMA decoder, and a Set Transformer baseline.
 
 Every model maps x (B, N, 2), mask (B, N) bool (True = present) to raw parameters (B, K, 5): per
 cluster [mean (2), pre-softplus standard deviation (2), mixture logit]; :func:`mixture_parameters`
@@ -59,7 +59,7 @@ class SwarmMeanPool(nn.Module):
 
 class SwarmPMA(nn.Module):
     """SWARM layer 2 -> 128, then PMA with K seeds, one SAB, and one Linear(K*128 -> K*5) on the
-    flattened seeds (protocol sec. 4.3; MABs with a single linear rFF and no activation)."""
+    flattened seeds (the paper, sec. 4.2; MABs with a single linear rFF and no activation)."""
 
     def __init__(self, dim_hidden: int, n_iter: int, pooling: str = "mean", n_clusters: int = N_CLUSTERS,
                  dim_set: int = 128, n_heads: int = 4):

@@ -1,5 +1,5 @@
 """Set Transformer encoder baseline (Lee et al. 2019) in the SWARM authors' port: Linear -> ISAB x L
--> Linear, post-LayerNorm, 4-layer ReLU row-wise feed-forward (protocol sec. 2.5)."""
+-> Linear, post-LayerNorm, 4-layer ReLU row-wise feed-forward (the paper, sec. 4.1.2, Models)."""
 
 from __future__ import annotations
 

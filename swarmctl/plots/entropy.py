@@ -1,4 +1,4 @@
-"""The paper's entropy-map and per-class probability figures for one task (protocol sec. 3.2-3.3)."""
+"""The paper's entropy-map and per-class probability figures for one task (the paper, sec. 4.1.4, Results)."""
 
 from __future__ import annotations
 

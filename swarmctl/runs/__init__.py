@@ -29,7 +29,7 @@ from swarmctl.runs.lifecycle import (
     train,
 )
 from swarmctl.runs.lock import run_lock
-from swarmctl.runs.plan import check_training_memory, parameter_count, run_name, training_state_bytes
+from swarmctl.runs.naming import check_training_memory, parameter_count, run_name, training_state_bytes
 from swarmctl.runs.read import (
     Run,
     RunProgress,

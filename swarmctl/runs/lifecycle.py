@@ -34,7 +34,7 @@ from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import agree, writing
-from swarmctl.runs.plan import LOWER_SIZES, check_training_memory, parameter_count, run_name
+from swarmctl.runs.naming import LOWER_SIZES, check_training_memory, parameter_count, run_name
 from swarmctl.runs.read import check_belongs, check_run_files, read_run_config, resolve_run
 from swarmctl.signals import StopSignals
 from swarmctl.tasks import DataProgress, Task, task_of

@@ -15,8 +15,8 @@ from torch import nn
 
 from swarmctl.config import RESUMABLE, ModelConfig, current_sections
 from swarmctl.devices import resolve_device
-from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlError, SwarmctlWarning
-from swarmctl.files import check_plain_file, check_regular_file, read_bytes
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
+from swarmctl.files import check_plain_file, check_regular_file, read_json
 from swarmctl.models import count_parameters, create_model, paper_code
 from swarmctl.rundir import BEST, CONFIG, RunDir
 from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
@@ -35,8 +35,8 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     """The run's config; CheckpointError when it is damaged."""
     path = RunDir(run_dir).config
     try:
-        return current_sections(json.loads(read_bytes(path)))  # every field known and in range
-    except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, ConfigError, ResourceError):
+        return current_sections(read_json(path, "a swarmctl run config"))  # every field known and in range
+    except (TypeError, KeyError, AttributeError, ConfigError, DataError, ResourceError):
         raise CheckpointError(f"{path} is damaged (not a swarmctl run config); the run cannot be used") from None
 
 
@@ -63,7 +63,7 @@ def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) ->
 def _check_fields_present(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) -> None:
     """Refuse a run whose ``config.json`` lacks a field its checkpoint records (an older layout, or an edit):
     the config is at fault, not the checkpoint, and the fix is the field's value as the checkpoint has it."""
-    raw = json.loads(read_bytes(run.config))
+    raw = read_json(run.config, "a swarmctl run config")
     missing = [(section, field, value) for section in ("model", "train", "data")
                for field, value in (ckpt_config.get(section) or {}).items()
                if isinstance(raw.get(section), dict) and field not in raw[section]]

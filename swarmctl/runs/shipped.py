@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from swarmctl.errors import CheckpointError, ConfigError, ResourceError, SwarmctlWarning
-from swarmctl.files import atomic_write_text, holding, read_bytes, shipped_folder
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlWarning
+from swarmctl.files import atomic_write_text, holding, read_json, shipped_folder
 from swarmctl.models import count_parameters, create_model, paper_code
 from swarmctl.tasks import Task, tasks_for
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
@@ -47,14 +47,14 @@ def shipped_models() -> list[ShippedModel]:
     folder, found, recorded = pretrained_dir(), [], set()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
-            record = json.loads(read_bytes(path))
+            record = read_json(path, "a shipped model's record")
             checkpoint = folder / record["file"]
             task, model = record["task"], record["config"]["model"]
             if not (isinstance(record["file"], str) and Path(record["file"]).name == record["file"]
                     and isinstance(task, str) and isinstance(model, dict)):
                 raise TypeError("malformed record")
             dataset = model.get("dataset")
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, ConfigError, ResourceError):
+        except (TypeError, KeyError, AttributeError, ConfigError, DataError, ResourceError):
             warnings.warn(f"skipped shipped model record {path}: not a readable record", SwarmctlWarning,
                           stacklevel=2)
             continue
@@ -73,9 +73,10 @@ def shipped_models() -> list[ShippedModel]:
 
 def shipped_checkpoint(tasks: Task | list[Task], dataset: str | None = None) -> Path:
     """The shipped checkpoint of the first of ``tasks`` that has one (and, for image models, for
-    ``dataset``), found by the records alone; CheckpointError if none."""
+    ``dataset``), found by the records alone; CheckpointError if none. A model whose record names the
+    commands it is the default of (``default_for``) comes after the task's others, whatever the file names."""
     tasks = [tasks] if isinstance(tasks, Task) else tasks
-    models = shipped_models()
+    models = sorted(shipped_models(), key=lambda m: bool(m.record.get("default_for")))
     for task in tasks:
         for model in models:
             if model.task == task.name and (dataset is None or model.dataset == dataset):

@@ -1,1 +1,1 @@
-"""Analysis studies of trained models (protocol sec. 3); results are plain arrays saved to NPZ."""
+"""Analysis studies of trained models (the paper, sec. 4.1.4); results are plain arrays saved to NPZ."""

@@ -1,4 +1,4 @@
-"""Confidence map of a clustering model (protocol sec. 3.2-3.3): for every location x* of a grid, the
+"""Confidence map of a clustering model (the paper, sec. 4.1.4, Results): for every location x* of a grid, the
 class distribution the model gives x* when it is added to a task's set as one more entity."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How much a model's loss moves when the entities of its input set are reordered (protocol sec. 3.1).
+"""How much a model's loss moves when the entities of its input set are reordered (the paper, sec. 4.1.4, Results).
 
 For an equivariant model the spread is float rounding; for the unsorted BiLSTM it is what the paper's
 violin plot shows."""

@@ -1,4 +1,4 @@
-"""Direct amortized clustering (protocol sec. 2): batches from an HDF5 dataset, the Hungarian-matched
+"""Direct amortized clustering (the paper, sec. 4.1): batches from an HDF5 dataset, the Hungarian-matched
 loss, evaluation with matched accuracy and the true mixture's oracle, and the clustering of a user's
 own points (any N: a SWARM with mean pooling runs the entity axis in chunks)."""
 

@@ -1,4 +1,4 @@
-"""Hungarian-matched cross-entropy for direct amortized clustering (protocol sec. 2.4), matched
+"""Hungarian-matched cross-entropy for direct amortized clustering (the paper, sec. 4.1), matched
 accuracy, and the Bayes-oracle logits of the true generating mixture."""
 
 from __future__ import annotations

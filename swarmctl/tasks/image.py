@@ -1,4 +1,4 @@
-"""Class-conditional image modelling with the SWARM Transformer (protocol sec. 5): batches of
+"""Class-conditional image modelling with the SWARM Transformer (the paper, sec. 4.3): batches of
 torchvision images, per-image cross-entropy over sub-pixels, and bits per dimension."""
 
 from __future__ import annotations

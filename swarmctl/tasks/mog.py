@@ -1,4 +1,4 @@
-"""Parametrized amortized clustering (protocol sec. 4): predict a 4-component mixture's parameters
+"""Parametrized amortized clustering (the paper, sec. 4.2): predict a 4-component mixture's parameters
 from its points; trained on tasks drawn fresh every step, scored by the per-point log-likelihood next
 to the oracle log-likelihood of the true parameters."""
 

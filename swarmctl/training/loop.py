@@ -118,7 +118,7 @@ class FitResult:
 
 
 def should_backtrack(history: Sequence[float], v: float, epoch: int, beta: float) -> bool:
-    """The authors' rule (protocol sec. 2.7), plus an immediate backtrack for a non-finite loss.
+    """The authors' rule (the paper, sec. 4.1.3, Setup), plus an immediate backtrack for a non-finite loss.
 
     ``history`` holds the +inf sentinel and the logged validation losses of epochs 0..epoch-1. With k*
     the last index whose value is worse than ``v``, r = epoch - k* counts the most recent logged epochs

@@ -7,7 +7,7 @@ from swarmctl.errors import ConfigError
 
 def test_seed_zero_first_task_matches_the_protocol():
     tasks = generate_clustering(ClusteringParams(n_tasks=2), seed=0)
-    assert tasks.n_clusters[0] == 7 and tasks.sizes[0] == 659  # protocol sec. 2.1
+    assert tasks.n_clusters[0] == 7 and tasks.sizes[0] == 659  # the paper's generator (sec. 4.1.1), seed 0
 
 
 def test_same_seed_gives_identical_arrays_and_another_seed_does_not():

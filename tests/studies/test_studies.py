@@ -105,7 +105,7 @@ def test_summarise_mean_and_std_over_seeds():
 
 
 def test_the_report_prints_the_papers_table_2_beside_each_configuration():
-    """The paper's numbers ship with the package (protocol sec. 2.8 and 4): every best.toml configuration
+    """The paper's numbers ship with the package (the paper, sec. 4.1.4 and 4.2): every best.toml configuration
     has its Table 2 entry, and the report puts it beside the run's mean ± std."""
     from pathlib import Path
 

@@ -56,7 +56,7 @@ def test_diagonal_stds_and_padding_in_the_likelihood():
 def test_oracle_log_likelihood_is_about_minus_1_4755():
     tasks = generate_mog_tasks(200, 10, seed=5)
     ll = np.mean([oracle_log_likelihood(b).mean().item() * len(b) for b in mog_batches(tasks, 10)]) / 10
-    assert ll == pytest.approx(-1.4755, abs=0.03)  # protocol: -1.4755 +- 0.0005; SE of 2,000 tasks ~ 0.005
+    assert ll == pytest.approx(-1.4755, abs=0.03)  # oracle -1.4755 +- 0.0005 (Monte Carlo); SE ~ 0.005
 
 
 def test_cli_mog_end_to_end(tmp_path, cli):
