@@ -99,8 +99,9 @@ def flush_output() -> None:
 
 
 def say(text: str) -> None:
-    """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup."""
-    console.print(text, markup=False, highlight=False)
+    """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup, and a
+    long line is never broken (a path stays whole in a pipe; a terminal wraps it as it shows it)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 USAGE_EXIT = 2  # a bad option value or combination (click's code for usage errors)
