@@ -51,7 +51,9 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, title:
         console.print(_csv(records), markup=False, highlight=False, soft_wrap=True, end="")
         return
     right = set(right)
-    table = Table(title=escape(title) if title else None, box=box.SIMPLE_HEAD, title_justify="left")
+    if title:  # a line of its own: a title inside the table would wrap to the table's width (a long path)
+        console.print(title, markup=False, highlight=False, soft_wrap=True)
+    table = Table(box=box.SIMPLE_HEAD)
     for col in columns:
         table.add_column(escape(col), justify="right" if col in right else "left")
     for row in rows:
