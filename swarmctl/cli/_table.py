@@ -13,8 +13,8 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from swarmctl.cli._options import console, option
 
@@ -36,7 +36,7 @@ def table_format(as_json: bool, as_csv: bool) -> str:
 def print_table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, title: str | None = None,
                 right: Iterable[str] = (), records: Sequence[Mapping[str, Any]] | None = None,
                 fmt: str = "text") -> None:
-    """Print one table. ``rows``: its cells as text, one per column (printed literally: brackets are no markup);
+    """Print one table. ``rows``: its cells as text, one per column (printed as written: no markup or emoji);
     ``right``: the columns aligned right (numbers). ``fmt`` ``json`` or ``csv`` prints ``records`` instead
     (the rows' values as numbers, lists and null where the text has "1,000", "0,1,2" or ""; by default each
     row's text under its column's name) and nothing else."""
@@ -45,27 +45,27 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, title:
         records = [dict(zip(columns, row, strict=True)) for row in rows]
     if fmt == "json":
         console.print(json.dumps(list(records), indent=2, ensure_ascii=False), markup=False, highlight=False,
-                      soft_wrap=True)
+                      soft_wrap=True, emoji=False)
         return
     if fmt == "csv":
-        console.print(_csv(records), markup=False, highlight=False, soft_wrap=True, end="")
+        console.print(_csv(records), markup=False, highlight=False, soft_wrap=True, emoji=False, end="")
         return
     right = set(right)
     if title:  # a line of its own: a title inside the table would wrap to the table's width (a long path)
-        console.print(title, markup=False, highlight=False, soft_wrap=True)
+        console.print(title, markup=False, highlight=False, soft_wrap=True, emoji=False)
     table = Table(box=box.SIMPLE_HEAD)
     for col in columns:
-        table.add_column(escape(col), justify="right" if col in right else "left")
+        table.add_column(Text(col), justify="right" if col in right else "left")
     for row in rows:
-        table.add_row(*map(escape, row))
+        table.add_row(*map(Text, row))  # literally: no markup, no emoji codes
     if console.is_terminal:
         console.print(table)
         return
     # a pipe or a file: the table at its natural width, each line without the trailing padding
-    wide = Console(width=_WIDE, file=io.StringIO(), color_system=None, highlight=False)
+    wide = Console(width=_WIDE, file=io.StringIO(), color_system=None, highlight=False, emoji=False)
     wide.print(table)
     text = "\n".join(line.rstrip() for line in wide.file.getvalue().splitlines())
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console.print(text, markup=False, highlight=False, soft_wrap=True, emoji=False)
 
 
 def _csv(records: Sequence[Mapping[str, Any]]) -> str:

@@ -50,6 +50,7 @@ def runs(tmp_path):
     fake_run(runs, LONG, model="set-transformer-with-a-long-family-name", code="64-100-10-1000",
              losses=(0.95,), parameters=123_456_789, data="/" + "d" * 90 + "/train-with-a-long-file-name.h5")
     fake_run(runs, "stopped-s0", code="16-3-1", losses=(), checkpoint=True)
+    fake_run(runs, "literal-s0", model="lstm", code="8-1", losses=(0.99,), data="/data/[bold]x:smile:.h5")
     return runs
 
 
@@ -66,6 +67,7 @@ def test_a_piped_report_shows_every_column_whole(runs, tmp_path):
     assert "64-100-10-1000" in long_row and "train-with-a-long-file-name.h5" in long_row
     assert "123,456,789" in long_row and "0.9500" in long_row
     assert str(tmp_path / "rep" / "report.md") in r.output  # a path on one line
+    assert "[bold]x:smile:.h5" in r.output  # a file name as written
 
 
 def test_report_names_each_rows_data_and_never_pools_two_datasets(runs, tmp_path):
@@ -101,7 +103,7 @@ def test_report_as_csv_has_one_line_per_row(runs, tmp_path):
     r = piped("report", runs, "--out", tmp_path / "rep", "--csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    assert len(rows) == 5 and {row["status"] for row in rows} == {"finished", "unfinished"}
+    assert len(rows) == 6 and {row["status"] for row in rows} == {"finished", "unfinished"}
     paper = next(row for row in rows if row["code"] == "192-10-1")
     assert (paper["n"], paper["seeds"], paper["paper"]) == ("3", "0 1 2", "0.416")
     assert piped("report", runs, "--json", "--csv").exit_code == 2
