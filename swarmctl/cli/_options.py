@@ -99,8 +99,9 @@ def flush_output() -> None:
 
 
 def say(text: str) -> None:
-    """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup."""
-    console.print(text, markup=False, highlight=False)
+    """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup. A
+    terminal gets it wrapped to its width; a pipe or a file gets each line whole (a path never broken)."""
+    console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)
 
 
 USAGE_EXIT = 2  # a bad option value or combination (click's code for usage errors)

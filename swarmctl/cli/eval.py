@@ -5,12 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from rich.markup import escape
-from rich.table import Table
-
 from swarmctl.catalog import per_task, tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, console, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say, user_errors
+from swarmctl.cli._table import print_table
 
 if TYPE_CHECKING:
     from swarmctl.studies.evaluation import Evaluation
@@ -45,12 +43,7 @@ def eval_cmd(
 
 def _print_table(scored: Evaluation) -> None:
     res = scored.result
-    table = Table(title=escape(f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], "
-                               f"{res['tasks']:,} {scored.unit}"))
-    for k, col in enumerate(scored.columns):
-        table.add_column(col, justify="right" if k else "left")
-    for row in scored.rows:
-        table.add_row(*row)
-    console.print(table)
-    say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} (epoch {res['epoch']}, "
+    title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"
+    print_table(scored.columns, scored.rows, title=title, right=scored.columns[1:])
+    say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, "
         f"{res['net_minutes']:.1f} net min) -> {scored.path}")

@@ -5,13 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from rich.markup import escape
-from rich.table import Table
-
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, console, flush_output, option, say, user_errors
-
-_RIGHT = {"parameters", "epochs", "net min"}
+from swarmctl.cli._options import RUNS_DIR, argument, err_console, flush_output, option, say, user_errors
+from swarmctl.cli._table import AsCsv, AsJson, print_table, table_format
 
 
 @app.command("report")
@@ -19,25 +15,31 @@ def report_cmd(
     runs_dir: Annotated[Path, argument(help="Folder holding the runs.")] = RUNS_DIR,
     out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
     title: Annotated[str | None, option(help="Title of the frontier figure.")] = None,
+    as_json: AsJson = False,
+    as_csv: AsCsv = False,
 ) -> None:
     """Summarise all runs: best validation loss (mean ± std over seeds) next to the paper's number (its
     Table 2 for direct clustering) and the frontier figure.
 
-    RUNS_DIR may be a sweep's folder, e.g. `swarmctl report runs/sweep-paper` (or `sweep-paper`, looked up
-    in runs/ when there is no such folder here).
+    One row per configuration and dataset (n: how many seeds; ± only for two or more); runs with no
+    finished epoch are listed as unfinished. RUNS_DIR may be a sweep's folder, e.g. `swarmctl report
+    runs/sweep-paper` (or `sweep-paper`, looked up in runs/ when there is no such folder here).
     """
+    fmt = table_format(as_json, as_csv)
     with user_errors():
         from swarmctl.plots.frontier import plot_frontier
         from swarmctl.plots.style import save_figure
-        from swarmctl.studies.report import report
+        from swarmctl.studies.report import NUMBER_COLUMNS, report
 
         with report(runs_dir, out, RUNS_DIR) as rep:  # both files, or neither; once the table is printed
-            fig = save_figure(plot_frontier(rep.frontiers, rep.largest, title), rep.figure)
-            table = Table(title=escape(f"runs in {rep.runs_dir}"))
-            for col in rep.columns:
-                table.add_column(col, justify="right" if col in _RIGHT else "left")
-            for row in rep.table:
-                table.add_row(*map(escape, row))
-            console.print(table)
-            say(f"-> {rep.markdown}, {fig}")
+            fig = save_figure(plot_frontier(rep.frontiers, rep.largest, title, paper=rep.paper), rep.figure)
+            print_table(rep.columns, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
+                        records=rep.records, fmt=fmt)
+            written = f"-> {rep.markdown}, {fig}"
+            if fmt == "text":
+                if rep.note:
+                    say(rep.note)
+                say(written)
+            else:  # standard output holds the table alone
+                err_console.print(written, markup=False, highlight=False, soft_wrap=True)
             flush_output()

@@ -30,7 +30,7 @@ def sample_cmd(
     = next((t["default_dataset"] for t in _SAMPLED if t["default_dataset"]), ""),
     run: Annotated[str | None, option(help="Run name, run folder or checkpoint file [default: the newest "
                                            "finished image run for --dataset, else the shipped model].")] = None,
-    per_class: Annotated[int, option(help="Images per class (one row per class).", min=1)] = 2,
+    per_class: Annotated[int, option(help="Images per class (one column per class).", min=1)] = 2,
     temperature: Annotated[float, option(help="Softmax temperature (> 0).", callback=positive)] = 1.0,
     seed: Annotated[int, seed_option(help="Seed of the sampling noise.")] = 0,
     out: Annotated[Path | None, option(help="PNG file, ending in .png (the images also go to the same name "

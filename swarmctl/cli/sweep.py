@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, console, flag_names, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, argument, flag_names, option, say, user_errors
+from swarmctl.cli._table import print_table, table_format
 from swarmctl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,6 +28,9 @@ def sweep_cmd(
                                                                  "states and the budget; train nothing.")] = False,
     runs_dir: Annotated[Path, option(help="Folder holding the runs; the sweep's go to RUNS_DIR/sweep-NAME/.")]
     = RUNS_DIR,
+    as_json: Annotated[bool, option("--json", help="With --dry-run: print the table as JSON (a list of objects, "
+                                                   "one per configuration).")] = False,
+    as_csv: Annotated[bool, option("--csv", help="With --dry-run: print the table as CSV.")] = False,
 ) -> None:
     """Train every configuration of a sweep spec for every seed, one after another, with the usual trainer.
 
@@ -36,6 +40,11 @@ def sweep_cmd(
     (--array=0-7): --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     """
     from swarmctl.studies.sweep import format_minutes, parse_shard, plan_sweep, train_sweep
+
+    fmt = table_format(as_json, as_csv)
+    if fmt != "text" and not dry_run_only:
+        raise typer.BadParameter("lists the plan of --dry-run; add --dry-run (training prints no table)",
+                                 param_hint=f"--{fmt}")
 
     try:
         index, count = parse_shard(shard_text)
@@ -51,7 +60,7 @@ def sweep_cmd(
         plan = plan_sweep(spec_file, runs_dir, index, count)
         where = f"shard {index}/{count}: " if count > 1 else ""
         if dry_run_only:
-            _print_dry_run(plan, where)
+            _print_dry_run(plan, where, fmt)
             return
         spec = plan.spec
         if not plan.runs:  # more shards than runs: this one trains nothing and makes no folder
@@ -74,28 +83,40 @@ def sweep_cmd(
         f"-> {plan.folder}; summarise with: swarmctl report {plan.folder}")
 
 
-_PLAIN = dict(markup=False, highlight=False, soft_wrap=True)
+DRY_RUN_LEGEND = ("runs here: this shard's runs of the configuration (all its seeds when there is one shard); "
+                  "done: finished; partial: started and not finished (the sweep resumes it)")
 
 
-def _print_dry_run(plan: SweepPlan, where: str) -> None:
-    """One line per configuration, in plain aligned columns (a grid may have 10,000 configurations)."""
+def _print_dry_run(plan: SweepPlan, where: str, fmt: str) -> None:
+    """The grid as one table (a row per configuration; a grid may have 10,000), a legend, and the summary once."""
     from swarmctl.models import paper_code
     from swarmctl.studies.sweep import data_path, dry_run, format_minutes
 
     spec = plan.spec
     rows, left = dry_run(plan)
-    table = [("model", "code", "params", "seeds", "here", "done", "partial")]
-    table += [(r.config.name, f"({paper_code(r.config)})", f"{r.parameters:,}", ",".join(map(str, r.seeds)),
-               str(r.here), str(r.done), str(r.partial)) for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    left_aligned = {0, 1, 3}
-    console.print(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs -> {plan.folder}",
-                  **_PLAIN)
-    console.print("\n".join("  ".join(cell.ljust(w) if i in left_aligned else cell.rjust(w)
-                                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-                            for row in table), **_PLAIN)
+    hidden = 0
+    if plan.count > 1:  # a shard lists the configurations it trains
+        hidden = sum(1 for r in rows if not r.here)
+        rows = [r for r in rows if r.here]
+    seeds = {r.seeds for r in rows}
+    one_seed_list = len(seeds) == 1  # the usual spec: the seeds once in the summary, not on every row
+    columns = ("model", "code", "parameters", *(() if one_seed_list else ("seeds",)), "runs here", "done", "partial")
+    table = [(r.config.name, paper_code(r.config), f"{r.parameters:,}",
+              *(() if one_seed_list else (",".join(map(str, r.seeds)),)), str(r.here), str(r.done), str(r.partial))
+             for r in rows]
+    records = [{"model": r.config.name, "code": paper_code(r.config), "parameters": r.parameters,
+                "seeds": list(r.seeds), "runs_here": r.here, "done": r.done, "partial": r.partial} for r in rows]
+    title = f"sweep {spec.name}{where and ', ' + where.removesuffix(': ')} -> {plan.folder}"
+    print_table(columns, table, title=title, right=("parameters", "runs here", "done", "partial"), records=records,
+                fmt=fmt)
+    if fmt != "text":
+        return
     n_all, n_here = len(plan.all_runs), len(plan.runs)
-    console.print(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds = {n_all} runs; budget {n_all} x "
-                  f"{spec.minutes:g} min = {format_minutes(n_all * spec.minutes)} net (validation and checkpoints "
-                  f"extra); {where}{n_here} runs, {format_minutes(n_here * spec.minutes)}, {left} not finished; data "
-                  f"{data_path(spec) or 'drawn fresh'}, device {spec.device}", **_PLAIN)
+    seed_list = f" ({','.join(map(str, next(iter(seeds))))})" if one_seed_list and seeds else ""
+    say(DRY_RUN_LEGEND)
+    if hidden:
+        say(f"{hidden} configurations with no run in this shard are not listed")
+    say(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds{seed_list} = {n_all} runs of {spec.minutes:g} "
+        f"min = {format_minutes(n_all * spec.minutes)} net (validation and checkpoints extra); "
+        + (f"{where}{n_here} runs, {format_minutes(n_here * spec.minutes)}, " if plan.count > 1 else "")
+        + f"{left} not finished; data {data_path(spec) or 'drawn fresh'}, device {spec.device}")

@@ -1,4 +1,6 @@
-"""The paper's entropy-map and per-class probability figures for one task (the paper, sec. 4.1.4, Results)."""
+"""The paper's entropy-map and per-class probability figures for one task (the paper, sec. 4.1.4, Results). The
+model's classes are drawn in the colour of the true cluster each one overlaps most (Hungarian matching), so
+the truth and the model's panels compare at a glance."""
 
 from __future__ import annotations
 
@@ -6,11 +8,25 @@ import numpy as np
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse
+from scipy.optimize import linear_sum_assignment
 
 from swarmctl.plots.style import literal, new_figure
 from swarmctl.studies.results import EntropyMapResult
 
 PALETTE = [f"C{k}" for k in range(10)]  # tab10
+
+
+def match_clusters(labels: np.ndarray, assignment: np.ndarray, n_classes: int) -> np.ndarray:
+    """The colour index of each of the model's ``n_classes`` classes: the true cluster it shares the most
+    points with, one class per cluster (Hungarian matching on the (class, cluster) overlap counts); a class
+    matched to no cluster takes a colour no cluster uses. labels, assignment (N,) ints -> (n_classes,)."""
+    size = max(n_classes, int(labels.max(initial=-1)) + 1, int(assignment.max(initial=-1)) + 1)
+    overlap = np.zeros((size, size), dtype=np.int64)
+    np.add.at(overlap, (assignment, labels), 1)  # overlap[class, cluster]: points in both
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    colour = np.empty(size, dtype=np.int64)
+    colour[rows] = cols
+    return colour[:n_classes]
 
 
 def _ellipses(ax, means: np.ndarray, covs: np.ndarray, color, n_std: float = 2.0) -> None:
@@ -35,7 +51,8 @@ def plot_entropy_map(r: EntropyMapResult) -> Figure:
     left.set_title(f"task {r.task_index}: {len(r.means)} clusters, {len(r.points)} points (truth)", fontsize="medium")
     im = right.imshow(r.entropy, origin="lower", extent=_extent(r), cmap="Greys", vmin=0, vmax=np.log(10),
                       aspect="auto", interpolation="nearest")
-    right.scatter(r.points[:, 0], r.points[:, 1], c=[PALETTE[k] for k in r.assignment], s=6)
+    colour = match_clusters(r.labels, r.assignment, r.probs.shape[-1])
+    right.scatter(r.points[:, 0], r.points[:, 1], c=[PALETTE[colour[k] % 10] for k in r.assignment], s=6)
     right.set_title(literal(f"{r.label}: assignment and entropy of x* ({r.method})"), fontsize="medium")
     fig.colorbar(im, ax=right, label="entropy (nats)")
     for ax in (left, right):
@@ -46,9 +63,10 @@ def plot_entropy_map(r: EntropyMapResult) -> Figure:
 
 
 def plot_class_maps(r: EntropyMapResult) -> Figure:
-    """One panel per output class: that class's probability for x*, black (0) to its palette colour
-    (1), generating ellipses in white."""
+    """One panel per output class: that class's probability for x*, black (0) to its colour (1; the colour
+    of the true cluster it is matched to, as in the entropy map), generating ellipses in white."""
     C = r.probs.shape[-1]
+    colour = match_clusters(r.labels, r.assignment, C)
     cols = 5
     rows = int(np.ceil(C / cols))
     fig = new_figure(3.0 * cols, 3.0 * rows)
@@ -57,7 +75,7 @@ def plot_class_maps(r: EntropyMapResult) -> Figure:
         if k >= C:
             ax.set_axis_off()
             continue
-        cmap = LinearSegmentedColormap.from_list(f"class{k}", ["black", PALETTE[k % 10]])
+        cmap = LinearSegmentedColormap.from_list(f"class{k}", ["black", PALETTE[colour[k] % 10]])
         ax.imshow(r.probs[..., k], origin="lower", extent=_extent(r), cmap=cmap, vmin=0, vmax=1, aspect="equal",
                   interpolation="nearest")
         _ellipses(ax, r.means, r.covs, "white")

@@ -18,7 +18,7 @@ from swarmctl.devices import resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
 from swarmctl.files import check_plain_file, check_regular_file, read_json
 from swarmctl.models import count_parameters, create_model, paper_code
-from swarmctl.rundir import BEST, CONFIG, RunDir
+from swarmctl.rundir import BEST, CONFIG, LAST, RunDir
 from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
@@ -206,6 +206,21 @@ def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *,
     return run
 
 
+def scored_position(checkpoint: Path, state: TrainState) -> str:
+    """Which checkpoint is scored, where in training it stands and why that one, e.g. "no best.pt yet:
+    scoring last.pt, epoch 0 batch 18 (no finished epoch)"; never an epoch -1."""
+    if checkpoint.name == BEST:
+        return f"{BEST}, epoch {state.best_epoch}"
+    if checkpoint.name != LAST:
+        return f"{checkpoint.name}, epoch {state.epoch - 1}"
+    where = (f"epoch {state.epoch} batch {state.cursor}" if state.cursor or not state.epoch
+             else f"end of epoch {state.epoch - 1}")
+    why = " (no finished epoch)" if state.best_epoch < 0 else ""
+    if not RunDir(checkpoint.parent).best.exists():
+        return f"no {BEST} yet: scoring {LAST}, {where}{why}"
+    return f"{LAST}, {where}{why}"
+
+
 def evaluate_run(run: Run, data: Path | None = None, split: str | None = None) -> dict[str, Any]:
     """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only."""
     state, task = run.ckpt.state, run.task
@@ -216,7 +231,9 @@ def evaluate_run(run: Run, data: Path | None = None, split: str | None = None) -
         "code": paper_code(run.model_cfg),
         "parameters": count_parameters(run.model),
         "checkpoint": str(run.checkpoint),
-        "epoch": state.best_epoch if run.checkpoint.name == BEST else state.epoch - 1,
+        "epoch": epoch if (epoch := state.best_epoch if run.checkpoint.name == BEST else state.epoch - 1) >= 0
+        else None,  # None: no finished epoch (an interrupted first epoch's last.pt)
+        "scored": scored_position(run.checkpoint, state),
         "net_minutes": state.net_seconds / 60,
         **metrics,
     }

@@ -1,6 +1,6 @@
-"""An overview over training runs: one row per configuration (mean ± std over seeds) next to the paper's
-number for that configuration, and the paper's parameters-vs-loss frontier per model family. Reads run
-folders only (no torch)."""
+"""An overview over training runs: one row per configuration and dataset (mean ± std over seeds) next to the
+paper's number for that configuration, the runs with no finished epoch, and the paper's parameters-vs-loss
+frontier per model family with the paper's own points. Reads run folders only (no torch)."""
 
 from __future__ import annotations
 
@@ -43,13 +43,29 @@ class RunSummary:
     net_minutes: float
     device: str
     data: str = ""  # the data it trained on: its checksum (or path; "" for data drawn fresh)
-    data_name: str = ""  # that data's file name, for the table
+    data_name: str = ""  # that data's file name (an image task: its dataset's name), for the table
+    dataset: str | None = None  # an image task's named dataset (the paper's number depends on it)
+
+
+@dataclass(frozen=True)
+class UnfinishedRun:
+    """A run folder with a config and no finished epoch: listed by the report, left out of its means."""
+
+    name: str
+    model: str
+    code: str
+    parameters: int
+    seed: int
+    device: str
+    data_name: str
+    why: str
+    dataset: str | None = None
 
 
 @dataclass(frozen=True)
 class ConfigSummary:
-    """All seeds of one (model, code) trained on one dataset. ``data`` names that dataset where runs of the
-    same (model, code) trained on another one too (their rows are never pooled); "" otherwise."""
+    """All seeds of one (model, code) trained on one dataset, named by ``data`` (runs of the same (model,
+    code) on another dataset are another row, never pooled)."""
 
     model: str
     code: str
@@ -61,30 +77,47 @@ class ConfigSummary:
     net_minutes: float
     devices: tuple[str, ...]
     data: str = ""
+    dataset: str | None = None  # an image task's named dataset
+
+    @property
+    def error(self) -> float | None:
+        """The spread over seeds to draw and print (the standard deviation), None for a single seed."""
+        return self.val_std if len(self.seeds) > 1 else None
 
 
 def read_runs(runs_dir: Path) -> list[RunSummary]:
     """Every run folder under ``runs_dir`` that has a config and at least one logged epoch."""
+    return read_all_runs(runs_dir)[0]
+
+
+def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[UnfinishedRun]]:
+    """Every run folder under ``runs_dir`` that has a config: those with at least one finished epoch, and
+    those without one (:class:`UnfinishedRun`, with the reason). A damaged run is skipped with a warning."""
     runs_dir = Path(runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise DataError(f"{runs_dir} is a file, not a runs folder; give the folder holding the runs")
     if not runs_dir.is_dir():
         raise DataError(f"{runs_dir}: no such runs folder; train a model with `swarmctl train` first")
-    out = []
+    out, unfinished = [], []
     for run in RunDir.all_in(runs_dir):
         try:
-            records = read_metrics(run.metrics)
+            records = read_metrics(run.metrics) if run.metrics.exists() else []
             vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
-            if not vals:
-                continue
             cfg = json.loads(read_bytes(run.config))
-            summary = RunSummary(
+            known = dict(
                 name=run.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
                 parameters=_whole(cfg["run"]["parameters"], "parameters", 1),
                 seed=_whole(cfg["train"]["seed"], "seed", SEED_RANGE[0], SEED_RANGE[1]),
-                best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
-                epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60,
-                device=str(cfg["run"].get("device", "?")), **_data_of(cfg))
+                device=str(cfg["run"].get("device", "?")))
+            data = _data_of(cfg)
+            if not vals:
+                why = ("no finished epoch; its last.pt holds the interrupted one" if run.last.exists()
+                       else "no finished epoch and no checkpoint")
+                unfinished.append(UnfinishedRun(**known, data_name=data["data_name"], why=why, dataset=data["dataset"]))
+                continue
+            summary = RunSummary(
+                **known, best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
+                epochs=len(records), net_minutes=float(records[-1]["net_seconds"]) / 60, **data)
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError, OSError, ConfigError,
                 ResourceError, DataError) as exc:
             why = (str(exc) if isinstance(exc, ConfigError | ResourceError | DataError)
@@ -98,16 +131,19 @@ def read_runs(runs_dir: Path) -> list[RunSummary]:
             continue
         out.append(summary)
     if not out:
-        raise DataError(f"{runs_dir} holds no runs with a logged epoch; train a model with `swarmctl train` first")
-    return out
+        left = f" (unfinished: {', '.join(u.name for u in unfinished)})" if unfinished else ""
+        raise DataError(f"{runs_dir} holds no runs with a finished epoch{left}; train a model with `swarmctl train` "
+                        "first")
+    return out, unfinished
 
 
-def _data_of(cfg: dict[str, Any]) -> dict[str, str]:
+def _data_of(cfg: dict[str, Any]) -> dict[str, Any]:
     """What a run's config says of the data it trained on (a dataset has a checksum; data drawn fresh none)."""
     data = cfg.get("data") or {}
-    path = data.get("path")
-    return {"data": str(data.get("checksum") or path or ""), "data_name": Path(str(path)).name if path else
-            "fresh data"}
+    path, dataset = data.get("path"), data.get("dataset")
+    name = str(dataset) if dataset else Path(str(path)).name if path else "fresh data"
+    return {"data": str(data.get("checksum") or dataset or path or ""), "data_name": name,
+            "dataset": str(dataset) if dataset else None}
 
 
 def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
@@ -120,7 +156,7 @@ def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
 
 def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
     """Group runs by (model, code, data): seeds of one configuration trained on different data are never
-    pooled (a warning names them, and each row its data); sorted by mean best validation loss."""
+    pooled (a warning names them; each row names its data); sorted by mean best validation loss."""
     groups: dict[tuple[str, str, str], list[RunSummary]] = {}
     for r in runs:
         groups.setdefault((r.model, r.code, r.data), []).append(r)
@@ -138,8 +174,7 @@ def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
             model=model, code=code, parameters=rs[0].parameters, seeds=tuple(sorted(r.seed for r in rs)),
             val_mean=statistics.fmean(vals), val_std=statistics.stdev(vals) if len(vals) > 1 else 0.0,
             epochs=statistics.fmean(r.epochs for r in rs), net_minutes=statistics.fmean(r.net_minutes for r in rs),
-            devices=tuple(sorted({r.device for r in rs})),
-            data=rs[0].data_name if len(datas[model, code]) > 1 else "",
+            devices=tuple(sorted({r.device for r in rs})), data=rs[0].data_name, dataset=rs[0].dataset,
         ))
     return sorted(rows, key=lambda c: c.val_mean)
 
@@ -199,33 +234,100 @@ def paper_number(model: str, code: str, dataset: str | None = None) -> PaperNumb
     return None
 
 
-def paper_text(r: ConfigSummary) -> str:
-    number = paper_number(r.model, r.code)
+def paper_text(r: ConfigSummary | UnfinishedRun) -> str:
+    number = paper_number(r.model, r.code, r.dataset)
     return number.text() if number is not None else ""
 
 
-def report_markdown(rows: list[ConfigSummary]) -> str:
-    lines = ["| model | code | parameters | seeds | best val loss | paper | epochs | net min | device |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
-        lines.append(f"| {r.model} | ({r.code}){_on(r)} | {r.parameters:,} | {', '.join(map(str, r.seeds))} | {val} | "
-                     f"{paper_text(r)} | {r.epochs:.0f} | {r.net_minutes:.1f} | {', '.join(r.devices)} |")
-    return "\n".join(lines) + "\n"
+@dataclass(frozen=True)
+class PaperPoint:
+    """One of the paper's results drawn on the frontier figure, from the same table as the report's column."""
+
+    model: str
+    code: str
+    parameters: int
+    loss: float
+    std: float | None
+
+
+def paper_points(rows: list[ConfigSummary]) -> dict[str, list[PaperPoint]]:
+    """Per model family in ``rows``, the paper's results for it (on the datasets the rows trained on, where
+    the number depends on the data), sorted by parameters."""
+    seen = {(r.model, r.dataset) for r in rows}
+    out: dict[str, list[PaperPoint]] = {}
+    for row in paper_results()["rows"]:
+        if (row["model"], row.get("dataset")) in seen:
+            out.setdefault(row["model"], []).append(
+                PaperPoint(row["model"], row["code"], int(row["parameters"]), float(row["loss"]), row["std"]))
+    return {m: sorted(ps, key=lambda p: p.parameters) for m, ps in out.items()}
+
+
+REPORT_COLUMNS = ("model", "code", "data", "parameters", "n", "seed ids", "best val loss", "paper", "epochs",
+                  "net min", "device")
+NUMBER_COLUMNS = ("parameters", "n", "epochs", "net min")
+
+
+def _table_row(r: ConfigSummary) -> tuple[str, ...]:
+    val = f"{r.val_mean:.4f}" + (f" ± {r.error:.4f}" if r.error is not None else "")
+    return (r.model, r.code, r.data, f"{r.parameters:,}", str(len(r.seeds)), ",".join(map(str, r.seeds)), val,
+            paper_text(r), f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", ",".join(r.devices))
+
+
+def _unfinished_row(u: UnfinishedRun) -> tuple[str, ...]:
+    return (u.model, u.code, u.data_name, f"{u.parameters:,}", "0", str(u.seed), "unfinished", paper_text(u), "0",
+            "", u.device)
+
+
+def _record(r: ConfigSummary) -> dict[str, Any]:
+    paper = paper_number(r.model, r.code, r.dataset)
+    return {"model": r.model, "code": r.code, "data": r.data, "parameters": r.parameters, "n": len(r.seeds),
+            "seeds": list(r.seeds), "val_loss_mean": r.val_mean, "val_loss_std": r.error,
+            "paper": paper.mean if paper else None, "paper_std": paper.std if paper else None,
+            "epochs": r.epochs, "net_minutes": r.net_minutes, "devices": list(r.devices), "status": "finished",
+            "note": ""}
+
+
+def _unfinished_record(u: UnfinishedRun) -> dict[str, Any]:
+    paper = paper_number(u.model, u.code, u.dataset)
+    return {"model": u.model, "code": u.code, "data": u.data_name, "parameters": u.parameters, "n": 0,
+            "seeds": [u.seed], "val_loss_mean": None, "val_loss_std": None, "paper": paper.mean if paper else None,
+            "paper_std": paper.std if paper else None, "epochs": 0, "net_minutes": None, "devices": [u.device],
+            "status": "unfinished", "note": f"{u.name}: {u.why}"}
+
+
+def unfinished_line(unfinished: list[UnfinishedRun]) -> str:
+    """The line after the table naming the runs left out of it (empty when there are none)."""
+    if not unfinished:
+        return ""
+    return ("unfinished (left out of the means and the figure): "
+            + "; ".join(f"{u.name} ({u.why})" for u in unfinished))
+
+
+def report_markdown(rows: list[ConfigSummary], unfinished: list[UnfinishedRun] = ()) -> str:
+    lines = ["| " + " | ".join(REPORT_COLUMNS) + " |", "|" + "---|" * len(REPORT_COLUMNS)]
+    for cells in [_table_row(r) for r in rows] + [_unfinished_row(u) for u in unfinished]:
+        cells = (cells[0], f"({cells[1]})", *cells[2:])
+        lines.append("| " + " | ".join(cells) + " |")
+    note = unfinished_line(list(unfinished))
+    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
 
 
 @dataclass(frozen=True)
 class Report:
-    """A report: the runs' folder, where the report goes, one row per configuration (``rows``, and as text
-    in ``table`` under ``columns``), and what the frontier figure draws."""
+    """A report: the runs' folder, where the report goes, one row per configuration and dataset (``rows``;
+    as text in ``table`` under ``columns``, then one row per unfinished run; as values in ``records``), the
+    runs with no finished epoch, and what the frontier figure draws (the paper's points in ``paper``)."""
 
     runs_dir: Path
     out_dir: Path
     rows: list[ConfigSummary]
+    unfinished: list[UnfinishedRun]
     columns: tuple[str, ...]
     table: list[tuple[str, ...]]
+    records: list[dict[str, Any]]
     frontiers: dict[str, list[ConfigSummary]]
     largest: dict[str, int]
+    paper: dict[str, list[PaperPoint]]
 
     @property
     def markdown(self) -> Path:
@@ -235,19 +337,10 @@ class Report:
     def figure(self) -> Path:
         return self.out_dir / "frontier.png"
 
-
-REPORT_COLUMNS = ("model", "code", "parameters", "seeds", "best val loss", "paper", "epochs", "net min", "device")
-
-
-def _on(r: ConfigSummary) -> str:
-    """The dataset after a row's code, where runs of its configuration trained on another one too."""
-    return f" on {r.data}" if r.data else ""
-
-
-def _table_row(r: ConfigSummary) -> tuple[str, ...]:
-    val = f"{r.val_mean:.4f} ± {r.val_std:.4f}" if len(r.seeds) > 1 else f"{r.val_mean:.4f}"
-    return (r.model, r.code + _on(r), f"{r.parameters:,}", ",".join(map(str, r.seeds)), val, paper_text(r),
-            f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", ",".join(r.devices))
+    @property
+    def note(self) -> str:
+        """The line after the table: the unfinished runs and why ("" when none)."""
+        return unfinished_line(self.unfinished)
 
 
 @contextmanager
@@ -257,9 +350,11 @@ def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Pat
     frontier figure to ``figure`` inside the block; both files appear when it ends without error, or neither."""
     runs_dir = report_folder(runs_dir, default_runs_dir)
     with staged_outputs() as outputs:
-        runs = read_runs(runs_dir)  # a folder without runs is named as such, not as an output it cannot write
+        runs, unfinished = read_all_runs(runs_dir)  # a folder without runs is named as such, not as an output
         out_dir = outputs.folder(out or runs_dir)
         rows = summarise(runs)
-        atomic_write_text(out_dir / "report.md", report_markdown(rows))
-        yield Report(runs_dir, out_dir, rows, REPORT_COLUMNS, [_table_row(r) for r in rows], frontiers(rows),
-                     largest_explored(rows))
+        atomic_write_text(out_dir / "report.md", report_markdown(rows, unfinished))
+        yield Report(runs_dir, out_dir, rows, unfinished, REPORT_COLUMNS,
+                     [_table_row(r) for r in rows] + [_unfinished_row(u) for u in unfinished],
+                     [_record(r) for r in rows] + [_unfinished_record(u) for u in unfinished],
+                     frontiers(rows), largest_explored(rows), paper_points(rows))

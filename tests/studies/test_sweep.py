@@ -1,5 +1,7 @@
 """`swarmctl sweep`: spec expansion, the shard split, idempotence, resume, dry-run, and the report of a sweep."""
 
+import csv
+import io
 import json
 import os
 import signal
@@ -122,22 +124,37 @@ def test_bad_specs_name_the_problem(tmp_path, body, problem):
 def test_dry_run_lists_configurations_and_budget_and_writes_nothing(tmp_path):
     r = cli("sweep", REPO / "sweeps" / "paper.toml", "--dry-run", "--runs-dir", tmp_path / "runs", "--shard", "2/8")
     assert r.exit_code == 0, r.output
-    assert "301,066" in r.output and "(192-10-1)" in r.output  # parameter counts
-    assert "214 configurations x 3 seeds = 642 runs" in r.output and "642.0 h" in r.output
+    assert "301,066" in r.output and " 192-10-1 " in r.output  # parameter counts
+    assert "214 configurations x 3 seeds (0,1,2) = 642 runs" in r.output and "642.0 h" in r.output
     assert "shard 2/8: 80 runs" in r.output
     assert not (tmp_path / "runs").exists()
 
 
-def test_dry_run_table_fits_80_columns_with_its_headers_whole(tmp_path):
+def test_dry_run_is_one_table_with_a_legend_and_its_summary_once(tmp_path):
+    """A pipe gets the table whole (no "…"), its columns explained, the budget said once; a shard lists the
+    configurations it trains."""
     r = runner.invoke(app, ["sweep", str(REPO / "sweeps" / "paper.toml"), "--dry-run", "--runs-dir",
-                            str(tmp_path / "runs")], env={"COLUMNS": "80"})
+                            str(tmp_path / "runs")])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    table = lines[1:-1]  # between the title and the budget line: one line per configuration
-    assert len(table) == 1 + 214 and max(len(line) for line in table) <= 80
-    assert "…" not in r.output
-    assert table[0].split() == ["model", "code", "params", "seeds", "here", "done", "partial"]
-    assert table[1].split()[:3] == ["swarm", "(16-2-1)", f"{load_spec(REPO / 'sweeps' / 'paper.toml').parameters[0]:,}"]
+    header = next(k for k, line in enumerate(lines) if line.split()[:1] == ["model"])
+    assert lines[header].split() == ["model", "code", "parameters", "runs", "here", "done", "partial"]
+    rows = [line.split() for line in lines[header + 2 :] if line.strip()][:214]
+    assert rows[0][:3] == ["swarm", "16-2-1", f"{load_spec(REPO / 'sweeps' / 'paper.toml').parameters[0]:,}"]
+    assert all(row[3:] == ["3", "0", "0"] for row in rows)
+    assert "…" not in r.output and max(len(line) for line in lines[header : header + 216]) <= 80
+    assert sum("642 runs" in line for line in lines) == 1  # the summary once
+    assert any(line.startswith("runs here: this shard's runs") for line in lines)
+    sharded = cli("sweep", REPO / "sweeps" / "best.toml", "--dry-run", "--runs-dir", tmp_path / "runs", "--shard",
+                  "1/4", "--csv")
+    table = list(csv.DictReader(io.StringIO(sharded.stdout)))
+    assert sum(int(row["runs_here"]) for row in table) in (4, 5) and all(int(row["runs_here"]) for row in table)
+    listed = json.loads(cli("sweep", REPO / "sweeps" / "best.toml", "--dry-run", "--runs-dir", tmp_path / "runs",
+                            "--json").stdout)
+    assert listed[0] == {"model": "swarm", "code": "192-10-1", "parameters": 301066, "seeds": [0, 1, 2],
+                         "runs_here": 3, "done": 0, "partial": 0}
+    assert cli("sweep", REPO / "sweeps" / "best.toml", "--json").exit_code == 2  # a table only with --dry-run
+    assert not (tmp_path / "runs").exists()
 
 
 def mog_spec(tmp_path):
@@ -150,7 +167,7 @@ def mog_spec(tmp_path):
 def test_a_mog_sweep_dry_run_lists_its_runs(tmp_path):
     r = cli("sweep", mog_spec(tmp_path), "--runs-dir", tmp_path / "runs", "--dry-run")
     assert r.exit_code == 0, r.output
-    assert "swarm-mog" in r.output and "1 configurations x 1 seeds = 1 runs" in r.output
+    assert "swarm-mog" in r.output and "1 configurations x 1 seeds (0) = 1 runs" in r.output
     assert not (tmp_path / "runs").exists()
 
 
@@ -187,7 +204,7 @@ def test_sweep_is_idempotent_shards_cover_the_grid_and_report_reads_it(tmp_path,
     r = cli("report", "sweep-t/", "--title", "tiny")
     assert r.exit_code == 0, r.output
     table = (folder / "report.md").read_text()
-    assert table.count(" ± ") == 3 and "| 0, 1 |" in table  # mean ± std over the two seeds
+    assert table.count(" ± ") == 3 and "| 2 | 0,1 |" in table  # mean ± std over the two seeds
     assert (folder / "frontier.png").stat().st_size > 0
 
 

@@ -124,7 +124,7 @@ def test_a_new_task_trains_resumes_evaluates_sweeps_and_reports_through_the_cli(
                     '[[grid]]\nmodel = "sum-net"\nhidden = [4, 8]\n')
     r = cli("sweep", spec, "--runs-dir", runs, "--dry-run")
     assert r.exit_code == 0, r.output
-    assert "sum-net" in r.output and "2 configurations x 2 seeds = 4 runs" in r.output
+    assert "sum-net" in r.output and "2 configurations x 2 seeds (0,1) = 4 runs" in r.output
     assert not (runs / "sweep-toy").exists()
     r = cli("sweep", spec, "--runs-dir", runs)
     assert r.exit_code == 0, r.output
