@@ -6,7 +6,10 @@ parameters or scores a fit by BIC.
 there; duplicate components are then merged while that lowers the BIC, and the number of clusters is settled
 by BIC among that result and fresh EM fits (k-means++ starts) at a few numbers of clusters around it. The
 model thus gives EM its start and the neighbourhood of K to search, instead of the ten or more fits that EM
-with K by BIC needs. :func:`fit_k` (`--clusters K`): EM at exactly K from the model's K most probable
+with K by BIC needs. The search goes on upward, past the model's cluster slots, while the BIC keeps
+falling: its range grows while its top is the best, and then every component whose points two Gaussians
+explain better than one (BIC) is split, while that lowers the mixture's BIC, up to the most clusters the
+set's size allows (:func:`largest_k`). :func:`fit_k` (`--clusters K`): EM at exactly K from the model's K most probable
 clusters, split or absorbed to make K, with no search.
 
 Float64, vectorized over points and components: no extra dependency, and fast on a CPU (each iteration is a
@@ -101,7 +104,9 @@ class EMResult:
     rounding and a component dropped as empty); ``merged``: the number of duplicate pairs merged from the
     model's start (whether or not it won) and ``dropped``: empty components
     removed; ``searched``: the numbers of clusters of the fresh fits tried (empty when there was no search)
-    and ``from_model``: whether the winner grew from the model's start (not a fresh one)."""
+    and ``from_model``: whether the winner grew from the model's start (not a fresh one); ``largest``: the
+    most clusters the search could try, set by the number of points it ran on (0: no search);
+    ``split_from``: the number of clusters that splitting components grew the winner from (0: no split won)."""
 
     mixture: Mixture
     resp: np.ndarray
@@ -111,6 +116,8 @@ class EMResult:
     dropped: int
     searched: tuple[int, ...] = ()
     from_model: bool = True
+    largest: int = 0
+    split_from: int = 0
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -293,10 +300,96 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
     return mix, resp, history, merged, dropped
 
 
-def _largest_k(n: int, d: int) -> int:
+def largest_k(n: int, d: int) -> int:
     """The most components a fresh fit on ``n`` points in ``d`` dimensions tries: each with more points
-    than a Gaussian has parameters."""
-    return max(1, n // (gaussian_parameters(d) + 2))
+    than a Gaussian has parameters (:func:`cluster_points`)."""
+    return max(1, n // cluster_points(d))
+
+
+def cluster_points(d: int) -> int:
+    """The points a component of the search for K needs in ``d`` dimensions: one more than
+    :func:`too_few_points`."""
+    return gaussian_parameters(d) + 2
+
+
+def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState) -> np.ndarray | None:
+    """The labels of the best cut of the points ``x`` (one component's) into 2, 4, 8, ... k-means clusters of
+    ``least`` points or more each, by BIC on the hard assignment, when it beats one Gaussian; else None.
+    Doubling, not 2 alone: a row of equal blobs looks, cut in two, like one uniform stretch (no gain) and
+    shows its blobs only at a finer cut."""
+    n, D = x.shape
+    best, labels, k = bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n), None, 2
+    while k * least <= n:
+        cut = kmeans_start(x, k, rs).argmax(axis=1)
+        counts = np.bincount(cut, minlength=k)
+        if counts.min() < least:
+            break
+        ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+        if np.isfinite(ll) and (score := bic(ll, mixture_parameters(k, D), n)) < best:
+            best, labels = score, cut
+        k *= 2
+    return None if labels is None else _merge_parts(x, labels)
+
+
+def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
+    """The parts ``labels`` of the points ``x`` with each part merged into its nearest (by their means) while
+    one Gaussian explains the two better than two (a cut finer than the blobs splits some in two); None when
+    one part is left."""
+    parts = [x[labels == j] for j in range(int(labels.max()) + 1)]
+    groups = [[j] for j in range(len(parts))]
+    merged = True
+    while merged and len(parts) > 1:
+        merged = False
+        means = np.stack([p.mean(axis=0) for p in parts])
+        gaps = ((means[:, None] - means[None]) ** 2).sum(axis=2) + np.diag(np.full(len(parts), np.inf))
+        for i in np.argsort(gaps.min(axis=1), kind="stable"):
+            j = int(np.argmin(gaps[i]))
+            if one_gaussian_is_better(parts[i], parts[j]):
+                i, j = min(i, j), max(i, j)
+                parts[i], groups[i] = np.concatenate([parts[i], parts[j]]), groups[i] + groups[j]
+                del parts[j], groups[j]
+                merged = True
+                break
+    if len(parts) == 1:
+        return None
+    out = np.empty_like(labels)
+    for g, members in enumerate(groups):
+        out[np.isin(labels, members)] = g
+    return out
+
+
+def _split_path(xs: np.ndarray, found: tuple[Mixture, np.ndarray, list[float]], largest: int, reg: float,
+                max_iter: int, tol: float, rs: np.random.RandomState
+                ) -> tuple[tuple[Mixture, np.ndarray, list[float]], int]:
+    """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
+    the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
+    refitted, up to ``largest`` components: (the result, the number of components before the first split
+    that won; 0 when none did)."""
+    n, D = xs.shape
+    least = cluster_points(D)
+    mix, r, history = found
+    start_k = 0
+    while len(mix) < largest:
+        label = r.argmax(axis=1)
+        cols: list[np.ndarray] = []
+        for j in range(len(mix)):
+            own = np.flatnonzero(label == j)
+            cut = _local_split(xs[own], least, rs) if len(own) >= 2 * least else None
+            parts = 0 if cut is None else int(cut.max()) + 1
+            if not parts or len(cols) + parts + len(mix) - j - 1 > largest:
+                cols.append(r[:, j])
+                continue
+            centres = np.stack([xs[own][cut == p].mean(axis=0) for p in range(parts)])
+            near = np.argmin(((xs[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+            cols += [r[:, j] * (near == p) for p in range(parts)]
+        if len(cols) == len(mix):
+            break
+        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], reg, max_iter, tol)
+        if _bic(h2[-1], m2, n) >= _bic(history[-1], mix, n):
+            break
+        start_k = start_k or len(mix)
+        mix, r, history = m2, r2, h2
+    return (mix, r, history), start_k
 
 
 def _unit_map(x: np.ndarray) -> tuple[AffineMap, np.ndarray, float]:
@@ -367,7 +460,9 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     component), to convergence. Then, with ``merge``, while merging a pair of components and refitting
     lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
     tried); with ``search`` (which needs ``merge``), fresh EM fits from k-means++ starts at K-1 .. K+4
-    components around that result's K, and the lowest BIC of them all wins. Components holding less than
+    components around that result's K, the range extended upward while its top is the best, and the lowest
+    BIC of them all wins; then its components are split while that lowers the BIC (:func:`_split_path`),
+    up to :func:`largest_k` of the points searched. Components holding less than
     D + 1 points' worth (:func:`min_points`) are dropped along the way. On more than :data:`SEARCH_POINTS`
     points the merges and the search run on a seeded sample of that many, and the winner is fitted to all
     points. ``rows``: the points that ``resp`` belongs to (its rows are those of ``x[rows]``: EM starts on
@@ -389,23 +484,28 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     coarse = max(tol, SEARCH_TOL) if merge else tol
     mix, r, history, gone = _fit(xs, resp, reg, max_iter, coarse)
     dropped += gone
-    merged, searched, from_model = 0, (), True
+    merged, searched, from_model, largest, split_from = 0, (), True, 0, 0
     if merge:
         mix, r, history, merged, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
         dropped += gone
     if merge and search:
+        largest = largest_k(len(xs), D)
         best = _bic(history[-1], mix, len(xs))
         k_model = len(mix)
-        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, _largest_k(len(xs), D)) + 1))
+        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
         for k in searched:
             m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter, coarse)
             if (score := _bic(h2[-1], m2, len(xs))) < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
+        (mix, r, history), split_from = _split_path(xs, (mix, r, history), largest, reg, max_iter, coarse, rs)
+        if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
+            mix, r, history, more, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
+            merged, dropped = merged + more, dropped + gone
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
-                    from_model)
+                    from_model, largest, split_from)
 
 
 def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
