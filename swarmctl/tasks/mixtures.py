@@ -20,6 +20,7 @@ sorted by their coordinates, so the result does not depend on the order of the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,7 +106,8 @@ class EMResult:
     model's start (whether or not it won) and ``dropped``: empty components
     removed; ``searched``: the numbers of clusters of the fresh fits tried (empty when there was no search)
     and ``from_model``: whether the winner grew from the model's start (not a fresh one); ``largest``: the
-    most clusters the search could try, set by the number of points it ran on (0: no search);
+    most clusters the search could try, set by the number of points it ran on (``search_points``; 0: no
+    search);
     ``split_from``: the number of clusters that splitting components grew the winner from (0: no split won)."""
 
     mixture: Mixture
@@ -118,6 +120,7 @@ class EMResult:
     from_model: bool = True
     largest: int = 0
     split_from: int = 0
+    search_points: int = 0
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -359,7 +362,7 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
 
 
 def _split_path(xs: np.ndarray, found: tuple[Mixture, np.ndarray, list[float]], largest: int, reg: float,
-                max_iter: int, tol: float, rs: np.random.RandomState
+                max_iter: int, tol: float, rs: np.random.RandomState, step: Callable[[], None] = lambda: None
                 ) -> tuple[tuple[Mixture, np.ndarray, list[float]], int]:
     """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
     the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
@@ -389,6 +392,7 @@ def _split_path(xs: np.ndarray, found: tuple[Mixture, np.ndarray, list[float]], 
             break
         start_k = start_k or len(mix)
         mix, r, history = m2, r2, h2
+        step()
     return (mix, r, history), start_k
 
 
@@ -455,7 +459,8 @@ class _SortedPoints:
 
 
 def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None) -> EMResult:
+           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None,
+           progress: Callable[[float], None] | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
     component), to convergence. Then, with ``merge``, while merging a pair of components and refitting
     lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
@@ -472,7 +477,9 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     one factor, so the result is the same in any units; values near 1e300 or 1e-300 neither overflow nor
     underflow, and a far outlier does not squeeze the other points under the covariance floor); the mixture
     is returned in the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the
-    set of rows, not on their order."""
+    set of rows, not on their order. ``progress(fraction_done)`` is called after each fit of the search (the
+    split rounds, of unknown number, each take it half way to the end)."""
+    report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     x, given, n, D, reg = pts.x, pts.given, len(pts.x), pts.x.shape[1], REG
     resp, dropped = _drop_empty(pts.resp, min_points(D))
@@ -497,19 +504,38 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
             m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter, coarse)
             if (score := _bic(h2[-1], m2, len(xs))) < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
-        (mix, r, history), split_from = _split_path(xs, (mix, r, history), largest, reg, max_iter, coarse, rs)
+            report.to(0.5 * (k - searched[0] + 1) / len(searched))
+        (mix, r, history), split_from = _split_path(xs, (mix, r, history), largest, reg, max_iter, coarse, rs,
+                                                    report.half_way)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
             mix, r, history, more, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
             merged, dropped = merged + more, dropped + gone
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
+    report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
-                    from_model, largest, split_from)
+                    from_model, largest, split_from, len(xs) if largest else 0)
+
+
+class _Report:
+    """A fit's ``progress(fraction_done)`` (None: nothing reported), never going back."""
+
+    def __init__(self, progress: Callable[[float], None] | None) -> None:
+        self._progress, self.done = progress, 0.0
+
+    def to(self, fraction: float) -> None:
+        self.done = max(self.done, min(fraction, 1.0))
+        if self._progress is not None:
+            self._progress(self.done)
+
+    def half_way(self) -> None:
+        """One more step of unknown number: half the way left to 0.95."""
+        self.to(self.done + (0.95 - self.done) / 2)
 
 
 def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
-          rows: np.ndarray | None = None) -> EMResult:
+          rows: np.ndarray | None = None, progress: Callable[[float], None] | None = None) -> EMResult:
     """EM at exactly ``k`` components on points ``x`` (N, D), seeded by a model's responsibilities ``resp``
     (M, C) of the points ``x[rows]`` (None: all points, in order). The centres of the model's ``k``
     clusters (:func:`_k_columns`: the ``k`` of most mass, the others absorbed, or the widest split until
@@ -520,9 +546,11 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     and no search for K. A component is dropped only when it holds less than one point's worth, and is then
     split off the widest again (at most ``k`` times), so ``k`` components come back unless the points cannot
     hold them. Scaled, sorted and returned as by
-    :func:`refine`: the result depends on the set of rows, not on their order."""
+    :func:`refine`: the result depends on the set of rows, not on their order. ``progress(fraction_done)``
+    after each stage (the starts, then each run of EM, of unknown number, half the way left)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     n = len(pts.x)
     centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
@@ -530,12 +558,16 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
     xs = pts.x[search]
     seeded = _lloyd(xs, centres, max_iter)
+    report.to(0.1)
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
     from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
-    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol)
+    report.to(0.2)
+    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol,
+                                            report.half_way)
     if len(search) < n:  # the fit, taken to all points
-        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol)
+        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol, report.half_way)
         dropped += gone
+    report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
 
 
@@ -550,22 +582,28 @@ def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
     return np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], soft)
 
 
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float
-                 ) -> tuple[Mixture, np.ndarray, list[float], int]:
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float,
+                 step: Callable[[], None] = lambda: None) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
-    that goes empty is split off the widest again and EM rerun, at most ``k`` times."""
+    that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
+    round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
     mix, r, history, gone = _fit(x, _k_columns(x, resp, k), REG, max_iter, tol, least=1.0)
     dropped += gone
+    step()
     for _ in range(k):
         if len(mix) >= k:
             break
         start = _k_columns(x, r, k)
         if start.shape[1] == len(mix):  # nothing left to split
             break
+        held = len(mix)
         mix, r, history, gone = _fit(x, start, REG, max_iter, tol, least=1.0)
         dropped += gone
+        step()
+        if len(mix) <= held:  # the split components went empty again: another round would repeat this one
+            break
     mix = m_step(x, r, REG)
     r, ll = e_step(x, mix)
     return mix, r, [*history, ll], dropped
@@ -580,18 +618,30 @@ def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
     if resp.shape[1] >= k:
         top = np.sort(np.argsort(-resp.sum(axis=0), kind="stable")[:k])
         return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], REG))[0]
-    while resp.shape[1] < k:
-        mix = m_step(x, resp, REG)
-        values, vectors = np.linalg.eigh(mix.covs)  # ascending: the last is the major axis
+    c, total = resp.shape[1], resp.sum()
+    out = np.zeros((len(x), k))
+    out[:, :c] = resp
+    mix = m_step(x, resp, REG)  # each split then refits its two halves alone: k splits cost k, not k squared
+    values, vectors = np.linalg.eigh(mix.covs)  # ascending: the last is the major axis
+    weights, means = np.append(mix.weights, np.zeros(k - c)), np.vstack([mix.means, np.zeros((k - c, x.shape[1]))])
+    major = np.append(values[:, -1], np.zeros(k - c))
+    axes = np.vstack([vectors[:, :, -1], np.zeros((k - c, x.shape[1]))])
+    while c < k:
         split = None
-        for j in np.argsort(-mix.weights * values[:, -1], kind="stable"):
-            side = (x - mix.means[j]) @ vectors[j, :, -1] > 0
-            a, b = resp[:, j] * side, resp[:, j] * ~side
+        for j in np.argsort(-weights[:c] * major[:c], kind="stable"):
+            side = (x - means[j]) @ axes[j] > 0
+            a, b = out[:, j] * side, out[:, j] * ~side
             if a.sum() > 0 and b.sum() > 0:
                 split = (j, a, b)
                 break
         if split is None:
             break
         j, a, b = split
-        resp = np.column_stack([np.delete(resp, j, axis=1), a, b])
-    return resp
+        out[:, j], out[:, c] = a, b
+        two = m_step(x, np.column_stack([a, b]), REG)
+        values, vectors = np.linalg.eigh(two.covs)
+        for col, half in ((j, 0), (c, 1)):
+            weights[col] = out[:, col].sum() / total
+            means[col], major[col], axes[col] = two.means[half], values[half, -1], vectors[half, :, -1]
+        c += 1
+    return out[:, :c]
