@@ -119,9 +119,11 @@ def cluster_cmd(
     points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
     clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
     default) starts EM from the model's answer and settles the number of clusters by BIC near it;
-    --clusters K gives the number instead, and EM fits exactly K from the model's answer. A
-    warning on stderr says when a result should not be trusted as it is: the cluster cap reached, many
-    unsure points, clusters that look like one or hold a few stray points, a set unlike the training sets.
+    --clusters K gives the number instead, and EM fits exactly K from the model's answer. Refined, the
+    number of clusters is not bounded by the model's slots: the search goes on while the BIC falls. A
+    warning on stderr says when a result should not be trusted as it is: a limit reached (the set's size,
+    or without --refine the model's cluster slots), many unsure points, clusters that look like one or
+    hold a few stray points, a set unlike the training sets.
     """
     from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
 
