@@ -283,6 +283,7 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
         _unsure_warning(clusters),
         _set_size_warning(seen, training),
         None if given or (largest and K > training.k_max) else _cluster_count_warning(K, training),
+        _short_of_given_warning(K, given_clusters),
         None if given else _set_cap_warning(K, largest, search_points or len(values), len(values),
                                                  values.shape[1]),
         _tiny_clusters_warning(values, clusters, refined),
@@ -315,6 +316,14 @@ def _set_cap_warning(K: int, largest: int, searched: int, n: int, d: int) -> str
     return (f"the set's size capped the refinement's search for the number of clusters at {_plural(largest, 'cluster')}"
             f" ({points}; a cluster needs {cluster_points(d)} or more in {_plural(d, 'dimension')}): {why}; give "
             "`clusters` if you know how many")
+
+
+def _short_of_given_warning(K: int, given: int | None) -> str | None:
+    """EM kept fewer clusters than the number given: the others emptied out (too few points apart)."""
+    if given is None or K >= given:
+        return None
+    return (f"EM kept {K:,} of the {given:,} clusters given: the others lost every point (too few points apart "
+            "for that many clusters); give fewer `clusters`")
 
 
 def _plural(n: int, word: str) -> str:

@@ -181,3 +181,12 @@ def test_a_search_past_the_models_slots_is_not_blamed_on_them():
     assert searched == (), searched
     alone = cluster_warnings(x[labels < 16], _clusters(labels[labels < 16], slots=16), broad, model_clusters=16)
     assert any("cluster slots" in w for w in alone), alone
+
+
+def test_fewer_clusters_than_given_says_so():
+    """`clusters` 1000 on 1,000 distinct points came back with 850 clusters and no word of it."""
+    x, labels = _blobs(10, 30, 0.1)
+    got = cluster_warnings(x, _clusters(labels), PAPER, refined=True, given_clusters=12)
+    assert any("EM kept 10 of the 12 clusters given" in w and "`clusters`" in w for w in got), got
+    assert not any("clusters given" in w for w in cluster_warnings(x, _clusters(labels), PAPER, refined=True,
+                                                                   given_clusters=10))
