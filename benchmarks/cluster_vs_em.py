@@ -1,7 +1,8 @@
 """`swarmctl cluster` against EM, side by side on one machine: adjusted Rand index (ARI), matched accuracy,
 clusters found and seconds per set, on the paper's seed-0 validation split, on held-out tasks of the broad
 prior, on scikit-learn's `make_blobs` families, on real data sets that scikit-learn ships (two columns or
-two principal components each) and at N = 10,000.
+two principal components each), on sets of 25..60 well-separated blobs (more than the models' cluster
+slots) and at N = 10,000.
 
     pip install -e '.[bench]'          # scikit-learn, for the baselines and the real data sets only
     python benchmarks/cluster_vs_em.py [--val-tasks 1000] [--broad-tasks 200] [--large 10] [--json results.json]
@@ -139,6 +140,31 @@ def blob_sets(kind: str, count: int):
         yield x, y
 
 
+def many_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Sets of more well-separated clusters than the models have slots (20..60 blobs of 40 points, sd 0.3):
+    25 blobs on a line 8 apart, a 5 x 5 grid 10 apart, 40 and 60 blobs at random places at least 3 apart."""
+    rs = np.random.RandomState(25)
+
+    def blobs(centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.repeat(np.arange(len(centres)), 40)
+        return centres[labels] + 0.3 * rs.randn(len(labels), 2), labels
+
+    def scattered(k: int) -> np.ndarray:
+        centres: list[np.ndarray] = []
+        while len(centres) < k:
+            c = rs.uniform(0, 6 * np.sqrt(k), 2)
+            if all(np.hypot(*(c - d)) > 3 for d in centres):
+                centres.append(c)
+        return np.array(centres)
+
+    return {
+        "25 blobs on a line, 8 apart": blobs(np.stack([np.arange(25) * 8.0, np.zeros(25)], axis=1)),
+        "5 x 5 grid of blobs, 10 apart": blobs(np.array([[i * 10.0, j * 10.0] for i in range(5) for j in range(5)])),
+        "40 blobs in 2-D, 3 or more apart": blobs(scattered(40)),
+        "60 blobs in 2-D, 3 or more apart": blobs(scattered(60)),
+    }
+
+
 def real_sets():
     """Labelled data sets that scikit-learn ships, two columns or the first two principal components of the
     standardized features each."""
@@ -171,6 +197,8 @@ def main() -> None:
     ap.add_argument("--blobs", type=int, default=10, help="make_blobs sets per family")
     ap.add_argument("--large", type=int, default=3, help="broad-prior tasks at N = 10,000")
     ap.add_argument("--real", action=argparse.BooleanOptionalAction, default=True, help="the real data sets")
+    ap.add_argument("--many", action=argparse.BooleanOptionalAction, default=True,
+                    help="sets of 25..60 well-separated blobs (EM with K by BIC over 1..1.25 times the true K)")
     ap.add_argument("--broad-model", type=Path, default=None, help="checkpoint of the broad-prior model")
     ap.add_argument("--model", action="append", default=[], metavar="NAME=CHECKPOINT",
                     help="one more model to score beside them, alone and refined (e.g. a candidate to ship)")
@@ -208,6 +236,8 @@ def main() -> None:
     for kind in ("isotropic", "sheared", "elongated"):
         if args.blobs:
             run(f"make_blobs {kind}, {args.blobs} sets", blob_sets(kind, args.blobs))
+    for name, (x, y) in many_sets().items() if args.many else ():
+        run(name, [(x, y)], k_max=int(np.ceil(1.25 * len(np.unique(y)))))
     if args.large:
         run(f"broad prior at N = 10,000, {args.large} tasks", broad_sets(args.large, seed=77, n=10_000), k_max=16)
     print()

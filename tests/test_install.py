@@ -61,4 +61,5 @@ def test_a_non_editable_install_samples_and_evaluates_with_the_shipped_models(tm
     (work / "pts.csv").write_text("x,y\n" + "\n".join(rows) + "\n")
     r = swarmctl("cluster", "pts.csv")  # the broad-prior model, `cluster`'s default
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "swarm-192-10-1-clustering-broad-16slots.pt" in r.stdout and (work / "pts-clusters.csv").is_file()
+    assert "swarm-192-10-1-clustering-broad-16slots.pt" in r.stdout
+    assert [p.name for p in (work / "runs").glob("pretrained-*/cluster/*")] == ["pts-clusters.csv"]  # as studies

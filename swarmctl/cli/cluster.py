@@ -70,8 +70,9 @@ def cluster_cmd(
                                                "or 0,2 (a plain integer is an index; name:X and index:N say "
                                                "which is meant) [default: all].",
                                           callback=_columns)] = None,
-    out: Annotated[Path | None, option(help="Output CSV [default: POINTS-clusters.csv beside the input; "
-                                            "clusters.csv for standard input].", callback=_out)] = None,
+    out: Annotated[Path | None, option(help="Output CSV [default: RUN/cluster/POINTS-clusters.csv; "
+                                            "runs/pretrained-NAME/cluster/ for a shipped model; clusters.csv "
+                                            "there for standard input].", callback=_out)] = None,
     plot: Annotated[Path | None, option(help="Also draw the points coloured by cluster, alpha by confidence, "
                                              "to this PNG file.")] = None,
     force: Annotated[bool, option("--force", help="Overwrite the --out and --plot files if they exist (never a file "
@@ -88,7 +89,8 @@ def cluster_cmd(
     refine: Annotated[bool, option("--refine/--no-refine",
                                    help="Refine the model's clusters by EM (full-covariance Gaussians) started from "
                                         "its probabilities, the number of clusters settled by BIC against fresh "
-                                        "fits at K-1..K+4 around the model's; on more than 1,000 points the model "
+                                        "fits at K-1..K+4 around the model's, then its clusters split while the "
+                                        "BIC falls (past the model's slots); on more than 1,000 points the model "
                                         "sees a sample of 1,000 and EM fits all.")] = True,
     clusters: Annotated[int | None, option(metavar="K", help="The number of clusters, if you know it: EM fits "
                                                              "exactly K from the model's answer (its K most "
@@ -117,9 +119,11 @@ def cluster_cmd(
     points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
     clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
     default) starts EM from the model's answer and settles the number of clusters by BIC near it;
-    --clusters K gives the number instead, and EM fits exactly K from the model's answer. A
-    warning on stderr says when a result should not be trusted as it is: the cluster cap reached, many
-    unsure points, clusters that look like one or hold a few stray points, a set unlike the training sets.
+    --clusters K gives the number instead, and EM fits exactly K from the model's answer. Refined, the
+    number of clusters is not bounded by the model's slots: the search goes on while the BIC falls. A
+    warning on stderr says when a result should not be trusted as it is: a limit reached (the set's size,
+    or without --refine the model's cluster slots), many unsure points, clusters that look like one or
+    hold a few stray points, a set unlike the training sets.
     """
     from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
 
@@ -144,13 +148,15 @@ def _save_plot(res: ClusterResult, path: Path) -> Path:
     from swarmctl.plots.style import save_figure
 
     fig = plot_clusters(res.points.values, res.points.shown_names, res.clusters.cluster, res.clusters.probability,
-                        f"{res.model} on {Path(res.points.source).name}")
+                        f"{res.made_by} on {Path(res.points.source).name}")
     return save_figure(fig, path)
 
 
 def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     c = res.clusters
     say(f"model: {'the shipped ' if res.shipped else ''}{res.model}, {c.slots} cluster slots, from {res.checkpoint}")
+    if res.chosen:
+        say(f"chosen as no run was named: {res.chosen}")
     if res.points.skipped:
         say(f"skipped {_plural(res.points.skipped, 'row')} with an empty, non-numeric or missing value "
             "(--skip-bad-rows)")
@@ -199,7 +205,12 @@ def _refinement_line(res: ClusterResult, found: int) -> str:
     lo, hi = res.searched[0], res.searched[-1]
     fresh = f"a fresh fit at {_plural(lo, 'cluster')}" if lo == hi else f"fresh fits at {lo}..{hi} clusters"
     best = "the model's start" if res.from_model else "a fresh fit"
-    return f"refined by EM, K by BIC: {model} against {fresh}; best: {best}, {_plural(found, 'cluster')}"
+    if res.split_from:
+        best += (f", {_plural(res.split_from, 'cluster')} split to {found} while the BIC fell (past the fits' "
+                 "range)")
+    else:
+        best += f", {_plural(found, 'cluster')}"
+    return f"refined by EM, K by BIC: {model} against {fresh}; best: {best}"
 
 
 def _seconds(s: float) -> str:

@@ -17,7 +17,15 @@ from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, 
 from swarmctl.errors import ConfigError, DataError
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
-from swarmctl.tasks.mixtures import EMResult, fit_k, min_points, one_gaussian_is_better, sample_rows, too_few_points
+from swarmctl.tasks.mixtures import (
+    EMResult,
+    cluster_points,
+    fit_k,
+    min_points,
+    one_gaussian_is_better,
+    sample_rows,
+    too_few_points,
+)
 from swarmctl.tasks.mixtures import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
@@ -29,6 +37,7 @@ UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
 SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
 WARM_UP_POINTS = 256
 MODEL_POINTS = 1000  # refining a larger set, the model sees a sample of this many (the sizes it was trained on)
+MODEL_SHARE = 0.2  # refining, the share of the progress reported that the model's pass takes (EM's the rest)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +55,9 @@ class ClusterResult:
     given_clusters: int | None = None  # the number of clusters the user gave (`clusters`); None: found by BIC
     merged: int = 0  # duplicate pairs the refinement merged from the model's start
     searched: tuple[int, ...] = ()  # the numbers of clusters of the refinement's fresh fits
+    largest: int = 0  # the most clusters the refinement's search could try (the set's size); 0: no search
+    split_from: int = 0  # the clusters that splitting grew the winner from, beyond the search's range (0: none)
+    search_points: int = 0  # the points the search for K ran on (the model's, or a sample of them)
     from_model: bool = True  # whether the refined clusters grew from the model's start (not a fresh fit)
     dropped: int = 0  # components the refinement dropped as too small
     smallest_component: float = 0.0  # the points' worth under which the refinement drops a component
@@ -54,24 +66,45 @@ class ClusterResult:
     training: TrainingRange | None = None  # what the model was trained on
     warnings: tuple[str, ...] = ()  # one line each, for the user
     written: tuple[Path, ...] = ()  # the files written, once they are
+    chosen: str = ""  # why this model, when the user named none ("" when named)
+
+    @property
+    def made_by(self) -> str:
+        """What produced the clusters, in a few words (a figure's title): the model alone, or EM and what it
+        started from, the model's answer or a fresh k-means++ start."""
+        if not self.refined:
+            return self.model
+        start = f"{self.model}'s clusters" if self.from_model else "a fresh k-means++ start"
+        if self.given_clusters is not None:
+            return f"EM at {self.given_clusters} clusters from {start}"
+        return f"EM, K by BIC, from {start}"
 
 
 def default_model() -> Path | None:
     """The shipped model `swarmctl cluster` uses when no run is named: one whose record says
     ``"default_for": ["cluster"]`` (a model trained for real data), else None (the task's shipped model,
     the one `eval` and `plot-entropy` use)."""
+    return _default_choice()[0]
+
+
+def _default_choice() -> tuple[Path | None, str]:
+    """:func:`default_model` and why it is the one, in the user's words (from its record)."""
     for model in shipped_models():
         if "cluster" in model.record.get("default_for", ()):
-            return model.checkpoint
-    return None
+            trained = model.record.get("dataset")
+            return model.checkpoint, ("the default for clustering files of points, as its record says"
+                                      + (f"; trained on {trained}" if isinstance(trained, str) else ""))
+    return None, "the task's shipped model: no shipped model is marked as the default for clustering files"
 
 
-def _default_output(points: str) -> Path:
-    """``DIR/NAME-clusters.csv`` beside the input; ``clusters.csv`` in the working folder for standard input."""
-    if points == STDIN:
-        return Path("clusters.csv")
-    path = Path(points)
-    return path.with_name(f"{path.stem}-clusters.csv")
+OUTPUT_FOLDER = "cluster"  # under the run's folder (runs/pretrained-NAME for a shipped model), as other studies
+
+
+def _default_output(points: str, results: Path) -> Path:
+    """``RESULTS/cluster/NAME-clusters.csv`` for the input ``NAME.EXT``, ``RESULTS/cluster/clusters.csv`` for
+    standard input; ``results``: where results computed from the model go (its run's folder)."""
+    name = "clusters.csv" if points == STDIN else f"{Path(points).stem}-clusters.csv"
+    return results / OUTPUT_FOLDER / name
 
 
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,
@@ -82,18 +115,19 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
                  save_plot: Callable[[ClusterResult, Path], Path] | None = None,
                  report: Callable[[ClusterResult], None] | None = None) -> ClusterResult:
     """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run``
-    (None: the shipped clustering model) and write the CSV ``out`` (default: :func:`_default_output`)
-    and, with ``plot``, the figure that ``save_plot(result, path)`` draws and saves (returning the path).
+    (None: the shipped clustering model, :func:`default_model`) and write the CSV ``out`` (default: under
+    the run's folder, :func:`_default_output`) and, with ``plot``, the figure that ``save_plot(result,
+    path)`` draws and saves (returning the path).
 
-    The outputs are checked before anything is read, and again once the checkpoint is known: a bad path
-    fails with nothing written. ``refine``: EM from the model's probabilities (:mod:`swarmctl.tasks.mixtures`);
-    ``clusters``: the number of clusters, given (EM at exactly that many from the model's answer, no search;
-    it needs ``refine``, and at most as many as the distinct points).
+    The outputs given are checked before anything is read, the default one once the model is open, and all
+    again once the checkpoint is known: a bad path fails with nothing written. ``refine``: EM from the
+    model's probabilities (:mod:`swarmctl.tasks.mixtures`); ``clusters``: the number of clusters, given (EM
+    at exactly that many from the model's answer, no search; it needs ``refine``, and at most as many as the
+    distinct points).
     ``report(result)`` is called once the files are written but before they appear (a summary printed
     there that cannot be printed leaves no file); all appear together, or none. Returns the result with
     its ``warnings`` and the paths ``written``.
     """
-    out = Path(out) if out is not None else _default_output(points)
     if plot is not None and save_plot is None:
         raise ValueError("a plot was asked for but no save_plot given")
     check_png(plot, "plot")
@@ -102,13 +136,14 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
                           "of the two")
     _check_clusters(clusters, refine)
     source = () if points == STDIN else (Path(points),)
-    run = default_model() if run is None else run
+    run, chosen = _default_choice() if run is None else (run, "")
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
     with staged_outputs((*source, *named), replace=force) as outputs:  # every output checked before any work
-        out = outputs.file(out, "out")
+        out = outputs.file(out, "out") if out is not None else None
         plot = outputs.file(plot, "plot") if plot is not None else None
         opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses another task's run
         outputs.input(opened.checkpoint)
+        out = out if out is not None else outputs.file(_default_output(points, opened.dir), "out")
         dim_in = opened.model_cfg.dim_in
         pts = read_points(points, key, columns, skip_bad_rows)
         D = pts.values.shape[1]
@@ -129,16 +164,18 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         seconds = time.perf_counter() - start
         training = task.training_range(opened.model_cfg)
         refinement = {"merged": fitted.merged, "searched": fitted.searched, "from_model": fitted.from_model,
-                      "dropped": fitted.dropped} if fitted else {}
+                      "dropped": fitted.dropped, "largest": fitted.largest, "split_from": fitted.split_from,
+                      "search_points": fitted.search_points} if fitted else {}
         result = ClusterResult(
             points=pts, clusters=found, out=out, plot=plot, model=opened.label, checkpoint=opened.checkpoint,
             shipped=opened.shipped, seconds=seconds, model_clusters=model_k, refined=refine,
             given_clusters=clusters, smallest_component=1.0 if clusters is not None else min_points(D),
             model_points=seen, sorted_for_model=not _order_free(opened.model), training=training,
-            warnings=cluster_warnings(pts.values, found, training,
+            chosen=chosen, warnings=cluster_warnings(pts.values, found, training,
                                       as_given_scale=None if standardize else float(task.point_std()),
                                       refined=refine, model_clusters=model_k, model_points=seen,
-                                      given_clusters=clusters, searched=fitted.searched if fitted else ()),
+                                      given_clusters=clusters, largest=fitted.largest if fitted else 0,
+                                      search_points=fitted.search_points if fitted else 0),
             **refinement)
         write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy)
         written = [out]
@@ -159,20 +196,23 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
     number the model found, the EM fit or None). To refine a set of more than :data:`MODEL_POINTS` points
     the model sees a seeded sample of that many (the sizes it was trained on; EM then fits all points), to
     cluster it alone all of them. A model whose answer depends on the order of the points (an LSTM) reads
-    them sorted by coordinate, so the clusters depend on the set, not on the order of the rows."""
+    them sorted by coordinate, so the clusters depend on the set, not on the order of the rows.
+    ``progress(fraction_done)``: the model's pass, then EM's fits."""
     _check_clusters(clusters, refine)
     n = len(values)
     rows = sample_rows(values, MODEL_POINTS) if _model_points(n, refine) < n else None
     if rows is None and not _order_free(model):
         rows = sample_rows(values, n)  # all of them, sorted
+    share = MODEL_SHARE if refine else 1.0  # of the progress reported: the model's pass, then EM's
+    model_progress, em_progress = _part(progress, 0.0, share), _part(progress, share, 1.0)
     found = task.cluster_points(model, values if rows is None else values[rows], device, standardize, chunk_size,
-                                progress, per_coordinate=per_coordinate, keep_probabilities=refine)
+                                model_progress, per_coordinate=per_coordinate, keep_probabilities=refine)
     model_k, fitted = len(found.sizes), None
     if refine:
         if clusters is None:
-            fitted = em_refine(values, found.probabilities, rows=rows)
+            fitted = em_refine(values, found.probabilities, rows=rows, progress=em_progress)
         else:
-            fitted = fit_k(values, found.probabilities, clusters, rows=rows)
+            fitted = fit_k(values, found.probabilities, clusters, rows=rows, progress=em_progress)
         found = summarize_probabilities(fitted.resp, found)
     elif rows is not None:  # the model's answer, back in the order of the rows
         back = np.empty_like(rows)
@@ -180,6 +220,11 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
         found = replace(found, cluster=found.cluster[back], probability=found.probability[back],
                         entropy=found.entropy[back])
     return found, model_k, fitted
+
+
+def _part(progress: Callable[[float], None] | None, lo: float, hi: float) -> Callable[[float], None] | None:
+    """``progress`` of a part of the work that takes it from ``lo`` to ``hi``."""
+    return None if progress is None else (lambda f: progress(lo + (hi - lo) * f))
 
 
 def _order_free(model) -> bool:
@@ -218,24 +263,29 @@ def _model_points(n: int, refine: bool) -> int:
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
                      as_given_scale: float | None = None, refined: bool = False,
                      model_clusters: int | None = None, model_points: int | None = None,
-                     given_clusters: int | None = None, searched: tuple[int, ...] = ()) -> tuple[str, ...]:
-    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: the cluster cap
-    reached, many unsure points, a set or clusters outside what the model was trained on
-    (``training``), and, for points used as given (``as_given_scale``: the training scale), a spread far
-    from the training scale. Pairs of clusters that look like one Gaussian are named only for a result
-    not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many clusters
-    the model found before a refinement merged some (the cap is the model's); ``model_points``: how many of
-    the points the model saw (all when None); ``given_clusters``: the number of clusters the user gave
-    (then neither the cap nor the training range of K applies: EM made that many); ``searched``: the
-    numbers of clusters the refinement's search tried (its largest chosen: there may be more)."""
+                     given_clusters: int | None = None, largest: int = 0, search_points: int = 0
+                     ) -> tuple[str, ...]:
+    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: a limit reached (the model's
+    cluster slots, or the set's size capping the refinement's search for K), many unsure points, a set or clusters
+    outside what the model was trained on (``training``), and, for points used as given (``as_given_scale``: the
+    training scale), a spread far from the training scale. Pairs of clusters that look like one Gaussian are named
+    only for a result not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many
+    clusters the model found before a refinement merged some (the cap is the model's); ``model_points``: how many of
+    the points the model saw (all when None); ``given_clusters``: the number of clusters the user gave (then neither
+    the cap nor the training range of K applies: EM made that many); ``largest``: the most clusters the refinement's
+    search for K could try, set by the number of points it ran on, ``search_points`` (0: no search; with a search
+    the model's slots limit nothing, and K above its training range was the search's)."""
     seen = len(values) if model_points is None else model_points
     given = given_clusters is not None
+    K = len(clusters.sizes)
     lines = (
-        None if given else _cap_warning(clusters, model_clusters),
+        None if given or largest else _cap_warning(clusters, model_clusters),
         _unsure_warning(clusters),
         _set_size_warning(seen, training),
-        None if given else _cluster_count_warning(len(clusters.sizes), training),
-        None if given else _search_edge_warning(len(clusters.sizes), searched),
+        None if given or (largest and K > training.k_max) else _cluster_count_warning(K, training),
+        _short_of_given_warning(K, given_clusters),
+        None if given else _set_cap_warning(K, largest, search_points or len(values), len(values),
+                                                 values.shape[1]),
         _tiny_clusters_warning(values, clusters, refined),
         None if refined else _mergeable_warning(values, clusters),
         _spread_warning(values, clusters, training),
@@ -254,13 +304,30 @@ def _cap_warning(clusters: PointClusters, model_clusters: int | None) -> str | N
             f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
 
 
-def _search_edge_warning(K: int, searched: tuple[int, ...]) -> str | None:
-    """The refinement's search for K chose the largest K it tried: the BIC was still falling there, so the
-    points may hold more clusters than the model saw (25 separate blobs came back as 8 without a word)."""
-    if not searched or K < max(searched):
+def _set_cap_warning(K: int, largest: int, searched: int, n: int, d: int) -> str | None:
+    """The set's size capped the refinement's search for K (a cluster of the search needs
+    :func:`cluster_points` points) at or below the K found: the points may hold more clusters, or the
+    model's K was kept without a check against more."""
+    if not largest or K < largest:
         return None
-    return (f"the refinement chose the largest number of clusters it tried ({K}), the BIC still falling: the "
-            "points may hold more clusters; give `clusters` if you know how many")
+    points = f"{searched:,} points" + (f" (a sample of the {n:,})" if searched < n else "")
+    why = (f"the points may hold more clusters than the {K} found" if K == largest else
+           f"the {K} clusters are the model's, not checked against more")
+    return (f"the set's size capped the refinement's search for the number of clusters at {_plural(largest, 'cluster')}"
+            f" ({points}; a cluster needs {cluster_points(d)} or more in {_plural(d, 'dimension')}): {why}; give "
+            "`clusters` if you know how many")
+
+
+def _short_of_given_warning(K: int, given: int | None) -> str | None:
+    """EM kept fewer clusters than the number given: the others emptied out (too few points apart)."""
+    if given is None or K >= given:
+        return None
+    return (f"EM kept {K:,} of the {given:,} clusters given: the others lost every point (too few points apart "
+            "for that many clusters); give fewer `clusters`")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _unsure_warning(clusters: PointClusters) -> str | None:

@@ -6,7 +6,10 @@ parameters or scores a fit by BIC.
 there; duplicate components are then merged while that lowers the BIC, and the number of clusters is settled
 by BIC among that result and fresh EM fits (k-means++ starts) at a few numbers of clusters around it. The
 model thus gives EM its start and the neighbourhood of K to search, instead of the ten or more fits that EM
-with K by BIC needs. :func:`fit_k` (`--clusters K`): EM at exactly K from the model's K most probable
+with K by BIC needs. The search goes on upward, past the model's cluster slots, while the BIC keeps
+falling: its range grows while its top is the best, and then every component whose points two Gaussians
+explain better than one (BIC) is split, while that lowers the mixture's BIC, up to the most clusters the
+set's size allows (:func:`largest_k`). :func:`fit_k` (`--clusters K`): EM at exactly K from the model's K most probable
 clusters, split or absorbed to make K, with no search.
 
 Float64, vectorized over points and components: no extra dependency, and fast on a CPU (each iteration is a
@@ -17,6 +20,7 @@ sorted by their coordinates, so the result does not depend on the order of the r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,7 +105,10 @@ class EMResult:
     rounding and a component dropped as empty); ``merged``: the number of duplicate pairs merged from the
     model's start (whether or not it won) and ``dropped``: empty components
     removed; ``searched``: the numbers of clusters of the fresh fits tried (empty when there was no search)
-    and ``from_model``: whether the winner grew from the model's start (not a fresh one)."""
+    and ``from_model``: whether the winner grew from the model's start (not a fresh one); ``largest``: the
+    most clusters the search could try, set by the number of points it ran on (``search_points``; 0: no
+    search);
+    ``split_from``: the number of clusters that splitting components grew the winner from (0: no split won)."""
 
     mixture: Mixture
     resp: np.ndarray
@@ -111,6 +118,9 @@ class EMResult:
     dropped: int
     searched: tuple[int, ...] = ()
     from_model: bool = True
+    largest: int = 0
+    split_from: int = 0
+    search_points: int = 0
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -293,10 +303,97 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
     return mix, resp, history, merged, dropped
 
 
-def _largest_k(n: int, d: int) -> int:
+def largest_k(n: int, d: int) -> int:
     """The most components a fresh fit on ``n`` points in ``d`` dimensions tries: each with more points
-    than a Gaussian has parameters."""
-    return max(1, n // (gaussian_parameters(d) + 2))
+    than a Gaussian has parameters (:func:`cluster_points`)."""
+    return max(1, n // cluster_points(d))
+
+
+def cluster_points(d: int) -> int:
+    """The points a component of the search for K needs in ``d`` dimensions: one more than
+    :func:`too_few_points`."""
+    return gaussian_parameters(d) + 2
+
+
+def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState) -> np.ndarray | None:
+    """The labels of the best cut of the points ``x`` (one component's) into 2, 4, 8, ... k-means clusters of
+    ``least`` points or more each, by BIC on the hard assignment, when it beats one Gaussian; else None.
+    Doubling, not 2 alone: a row of equal blobs looks, cut in two, like one uniform stretch (no gain) and
+    shows its blobs only at a finer cut."""
+    n, D = x.shape
+    best, labels, k = bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n), None, 2
+    while k * least <= n:
+        cut = kmeans_start(x, k, rs).argmax(axis=1)
+        counts = np.bincount(cut, minlength=k)
+        if counts.min() < least:
+            break
+        ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+        if np.isfinite(ll) and (score := bic(ll, mixture_parameters(k, D), n)) < best:
+            best, labels = score, cut
+        k *= 2
+    return None if labels is None else _merge_parts(x, labels)
+
+
+def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
+    """The parts ``labels`` of the points ``x`` with each part merged into its nearest (by their means) while
+    one Gaussian explains the two better than two (a cut finer than the blobs splits some in two); None when
+    one part is left."""
+    parts = [x[labels == j] for j in range(int(labels.max()) + 1)]
+    groups = [[j] for j in range(len(parts))]
+    merged = True
+    while merged and len(parts) > 1:
+        merged = False
+        means = np.stack([p.mean(axis=0) for p in parts])
+        gaps = ((means[:, None] - means[None]) ** 2).sum(axis=2) + np.diag(np.full(len(parts), np.inf))
+        for i in np.argsort(gaps.min(axis=1), kind="stable"):
+            j = int(np.argmin(gaps[i]))
+            if one_gaussian_is_better(parts[i], parts[j]):
+                i, j = min(i, j), max(i, j)
+                parts[i], groups[i] = np.concatenate([parts[i], parts[j]]), groups[i] + groups[j]
+                del parts[j], groups[j]
+                merged = True
+                break
+    if len(parts) == 1:
+        return None
+    out = np.empty_like(labels)
+    for g, members in enumerate(groups):
+        out[np.isin(labels, members)] = g
+    return out
+
+
+def _split_path(xs: np.ndarray, found: tuple[Mixture, np.ndarray, list[float]], largest: int, reg: float,
+                max_iter: int, tol: float, rs: np.random.RandomState, step: Callable[[], None] = lambda: None
+                ) -> tuple[tuple[Mixture, np.ndarray, list[float]], int]:
+    """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
+    the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
+    refitted, up to ``largest`` components: (the result, the number of components before the first split
+    that won; 0 when none did)."""
+    n, D = xs.shape
+    least = cluster_points(D)
+    mix, r, history = found
+    start_k = 0
+    while len(mix) < largest:
+        label = r.argmax(axis=1)
+        cols: list[np.ndarray] = []
+        for j in range(len(mix)):
+            own = np.flatnonzero(label == j)
+            cut = _local_split(xs[own], least, rs) if len(own) >= 2 * least else None
+            parts = 0 if cut is None else int(cut.max()) + 1
+            if not parts or len(cols) + parts + len(mix) - j - 1 > largest:
+                cols.append(r[:, j])
+                continue
+            centres = np.stack([xs[own][cut == p].mean(axis=0) for p in range(parts)])
+            near = np.argmin(((xs[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+            cols += [r[:, j] * (near == p) for p in range(parts)]
+        if len(cols) == len(mix):
+            break
+        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], reg, max_iter, tol)
+        if _bic(h2[-1], m2, n) >= _bic(history[-1], mix, n):
+            break
+        start_k = start_k or len(mix)
+        mix, r, history = m2, r2, h2
+        step()
+    return (mix, r, history), start_k
 
 
 def _unit_map(x: np.ndarray) -> tuple[AffineMap, np.ndarray, float]:
@@ -362,12 +459,15 @@ class _SortedPoints:
 
 
 def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None) -> EMResult:
+           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None,
+           progress: Callable[[float], None] | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
     component), to convergence. Then, with ``merge``, while merging a pair of components and refitting
     lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
     tried); with ``search`` (which needs ``merge``), fresh EM fits from k-means++ starts at K-1 .. K+4
-    components around that result's K, and the lowest BIC of them all wins. Components holding less than
+    components around that result's K, the range extended upward while its top is the best, and the lowest
+    BIC of them all wins; then its components are split while that lowers the BIC (:func:`_split_path`),
+    up to :func:`largest_k` of the points searched. Components holding less than
     D + 1 points' worth (:func:`min_points`) are dropped along the way. On more than :data:`SEARCH_POINTS`
     points the merges and the search run on a seeded sample of that many, and the winner is fitted to all
     points. ``rows``: the points that ``resp`` belongs to (its rows are those of ``x[rows]``: EM starts on
@@ -377,7 +477,9 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     one factor, so the result is the same in any units; values near 1e300 or 1e-300 neither overflow nor
     underflow, and a far outlier does not squeeze the other points under the covariance floor); the mixture
     is returned in the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the
-    set of rows, not on their order."""
+    set of rows, not on their order. ``progress(fraction_done)`` is called after each fit of the search (the
+    split rounds, of unknown number, each take it half way to the end)."""
+    report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     x, given, n, D, reg = pts.x, pts.given, len(pts.x), pts.x.shape[1], REG
     resp, dropped = _drop_empty(pts.resp, min_points(D))
@@ -389,27 +491,51 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
     coarse = max(tol, SEARCH_TOL) if merge else tol
     mix, r, history, gone = _fit(xs, resp, reg, max_iter, coarse)
     dropped += gone
-    merged, searched, from_model = 0, (), True
+    merged, searched, from_model, largest, split_from = 0, (), True, 0, 0
     if merge:
         mix, r, history, merged, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
         dropped += gone
     if merge and search:
+        largest = largest_k(len(xs), D)
         best = _bic(history[-1], mix, len(xs))
         k_model = len(mix)
-        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, _largest_k(len(xs), D)) + 1))
+        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
         for k in searched:
             m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter, coarse)
             if (score := _bic(h2[-1], m2, len(xs))) < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
+            report.to(0.5 * (k - searched[0] + 1) / len(searched))
+        (mix, r, history), split_from = _split_path(xs, (mix, r, history), largest, reg, max_iter, coarse, rs,
+                                                    report.half_way)
+        if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
+            mix, r, history, more, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
+            merged, dropped = merged + more, dropped + gone
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
         dropped += gone
+    report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
-                    from_model)
+                    from_model, largest, split_from, len(xs) if largest else 0)
+
+
+class _Report:
+    """A fit's ``progress(fraction_done)`` (None: nothing reported), never going back."""
+
+    def __init__(self, progress: Callable[[float], None] | None) -> None:
+        self._progress, self.done = progress, 0.0
+
+    def to(self, fraction: float) -> None:
+        self.done = max(self.done, min(fraction, 1.0))
+        if self._progress is not None:
+            self._progress(self.done)
+
+    def half_way(self) -> None:
+        """One more step of unknown number: half the way left to 0.95."""
+        self.to(self.done + (0.95 - self.done) / 2)
 
 
 def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
-          rows: np.ndarray | None = None) -> EMResult:
+          rows: np.ndarray | None = None, progress: Callable[[float], None] | None = None) -> EMResult:
     """EM at exactly ``k`` components on points ``x`` (N, D), seeded by a model's responsibilities ``resp``
     (M, C) of the points ``x[rows]`` (None: all points, in order). The centres of the model's ``k``
     clusters (:func:`_k_columns`: the ``k`` of most mass, the others absorbed, or the widest split until
@@ -420,9 +546,11 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     and no search for K. A component is dropped only when it holds less than one point's worth, and is then
     split off the widest again (at most ``k`` times), so ``k`` components come back unless the points cannot
     hold them. Scaled, sorted and returned as by
-    :func:`refine`: the result depends on the set of rows, not on their order."""
+    :func:`refine`: the result depends on the set of rows, not on their order. ``progress(fraction_done)``
+    after each stage (the starts, then each run of EM, of unknown number, half the way left)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
+    report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     n = len(pts.x)
     centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
@@ -430,12 +558,16 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
     xs = pts.x[search]
     seeded = _lloyd(xs, centres, max_iter)
+    report.to(0.1)
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
     from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
-    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol)
+    report.to(0.2)
+    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol,
+                                            report.half_way)
     if len(search) < n:  # the fit, taken to all points
-        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol)
+        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol, report.half_way)
         dropped += gone
+    report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
 
 
@@ -450,22 +582,28 @@ def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
     return np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], soft)
 
 
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float
-                 ) -> tuple[Mixture, np.ndarray, list[float], int]:
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float,
+                 step: Callable[[], None] = lambda: None) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
-    that goes empty is split off the widest again and EM rerun, at most ``k`` times."""
+    that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
+    round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
     mix, r, history, gone = _fit(x, _k_columns(x, resp, k), REG, max_iter, tol, least=1.0)
     dropped += gone
+    step()
     for _ in range(k):
         if len(mix) >= k:
             break
         start = _k_columns(x, r, k)
         if start.shape[1] == len(mix):  # nothing left to split
             break
+        held = len(mix)
         mix, r, history, gone = _fit(x, start, REG, max_iter, tol, least=1.0)
         dropped += gone
+        step()
+        if len(mix) <= held:  # the split components went empty again: another round would repeat this one
+            break
     mix = m_step(x, r, REG)
     r, ll = e_step(x, mix)
     return mix, r, [*history, ll], dropped
@@ -480,18 +618,30 @@ def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
     if resp.shape[1] >= k:
         top = np.sort(np.argsort(-resp.sum(axis=0), kind="stable")[:k])
         return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], REG))[0]
-    while resp.shape[1] < k:
-        mix = m_step(x, resp, REG)
-        values, vectors = np.linalg.eigh(mix.covs)  # ascending: the last is the major axis
+    c, total = resp.shape[1], resp.sum()
+    out = np.zeros((len(x), k))
+    out[:, :c] = resp
+    mix = m_step(x, resp, REG)  # each split then refits its two halves alone: k splits cost k, not k squared
+    values, vectors = np.linalg.eigh(mix.covs)  # ascending: the last is the major axis
+    weights, means = np.append(mix.weights, np.zeros(k - c)), np.vstack([mix.means, np.zeros((k - c, x.shape[1]))])
+    major = np.append(values[:, -1], np.zeros(k - c))
+    axes = np.vstack([vectors[:, :, -1], np.zeros((k - c, x.shape[1]))])
+    while c < k:
         split = None
-        for j in np.argsort(-mix.weights * values[:, -1], kind="stable"):
-            side = (x - mix.means[j]) @ vectors[j, :, -1] > 0
-            a, b = resp[:, j] * side, resp[:, j] * ~side
+        for j in np.argsort(-weights[:c] * major[:c], kind="stable"):
+            side = (x - means[j]) @ axes[j] > 0
+            a, b = out[:, j] * side, out[:, j] * ~side
             if a.sum() > 0 and b.sum() > 0:
                 split = (j, a, b)
                 break
         if split is None:
             break
         j, a, b = split
-        resp = np.column_stack([np.delete(resp, j, axis=1), a, b])
-    return resp
+        out[:, j], out[:, c] = a, b
+        two = m_step(x, np.column_stack([a, b]), REG)
+        values, vectors = np.linalg.eigh(two.covs)
+        for col, half in ((j, 0), (c, 1)):
+            weights[col] = out[:, col].sum() / total
+            means[col], major[col], axes[col] = two.means[half], values[half, -1], vectors[half, :, -1]
+        c += 1
+    return out[:, :c]

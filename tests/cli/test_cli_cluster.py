@@ -34,11 +34,16 @@ def _run_args(trained_runs):
     return ["swarm", "--runs-dir", runs, "--device", "cpu"]
 
 
-def test_cluster_writes_the_csv_beside_the_input_prints_the_table_and_draws(cli, trained_runs, values, tmp_path):
-    points = _csv(tmp_path / "pts.csv", values)
+def test_cluster_writes_the_csv_under_the_runs_folder_prints_the_table_and_draws(cli, trained_runs, values,
+                                                                                 tmp_path):
+    """The CSV goes where other studies of a run write (RUN/cluster/), not beside the input."""
+    points = _csv(tmp_path / "own-points.csv", values)
     r = cli("cluster", points, *_run_args(trained_runs), "--plot", tmp_path / "pts.png")
     assert r.exit_code == 0, r.output
-    header, table = _read(tmp_path / "pts-clusters.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["own-points.csv", "pts.png"]
+    out = trained_runs[0] / "swarm" / "cluster" / "own-points-clusters.csv"
+    assert str(out) in " ".join(r.output.split())
+    header, table = _read(out)
     assert header == ["lon", "lat", "cluster", "probability", "entropy"] and len(table) == len(values)
     assert np.array_equal(table[:, :2], values)  # the user's coordinates, exactly
     cluster = table[:, 2].astype(int)
@@ -68,7 +73,7 @@ def test_no_standardize_uses_the_points_as_given(cli, trained_runs, values, tmp_
 @pytest.mark.parametrize("form", ["npy", "npz", "h5", "stdin", "whitespace", "columns"])
 def test_every_input_form_gives_the_same_clusters(cli, trained_runs, values, tmp_path, form):
     ref = _csv(tmp_path / "ref.csv", values)
-    assert cli("cluster", ref, *_run_args(trained_runs)).exit_code == 0
+    assert cli("cluster", ref, *_run_args(trained_runs), "--out", tmp_path / "ref-clusters.csv").exit_code == 0
     expected = _read(tmp_path / "ref-clusters.csv")[1]
     out = tmp_path / "out.csv"
     extra, stdin = [], None
@@ -114,8 +119,9 @@ def test_the_shipped_model_is_used_without_generating_its_dataset(cli, trained_r
     r = cli("cluster", "pts.csv", "--device", "cpu")
     assert r.exit_code == 0, r.output
     assert "the shipped swarm" in r.output and "swarm-tiny.pt" in r.output
-    assert (tmp_path / "pts-clusters.csv").is_file()
-    assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()  # nothing else written
+    out = tmp_path / "runs" / "pretrained-swarm-tiny" / "cluster" / "pts-clusters.csv"  # as other studies write
+    assert out.is_file() and str(out.relative_to(tmp_path)) in " ".join(r.output.split())
+    assert not (tmp_path / "data").exists() and [p for p in (tmp_path / "runs").rglob("*") if p.is_file()] == [out]
 
 
 def _snapshot(root):
@@ -128,13 +134,14 @@ def test_an_existing_output_is_overwritten_only_with_force(cli, trained_runs, va
     (tmp_path / "pts-clusters.csv").write_text("keep me\n")
     (tmp_path / "fig.png").write_text("keep me too\n")
     before = _snapshot(tmp_path)
-    for extra in ([], ["--plot", tmp_path / "fig.png", "--out", tmp_path / "new.csv"]):
+    for extra in (["--out", tmp_path / "pts-clusters.csv"],
+                  ["--plot", tmp_path / "fig.png", "--out", tmp_path / "new.csv"]):
         r = cli("cluster", points, *_run_args(trained_runs), *extra)
         assert r.exit_code == 1 and "exists; pass --force" in r.output, r.output
         assert _snapshot(tmp_path) == before
     r = cli("cluster", points, *_run_args(trained_runs), "--force", "--out", points)
     assert r.exit_code == 1 and "an input of this command" in r.output and _snapshot(tmp_path) == before
-    r = cli("cluster", points, *_run_args(trained_runs), "--force")
+    r = cli("cluster", points, *_run_args(trained_runs), "--force", "--out", tmp_path / "pts-clusters.csv")
     assert r.exit_code == 0, r.output
     assert _read(tmp_path / "pts-clusters.csv")[1].shape == (len(values), 5)
 
@@ -249,9 +256,10 @@ def test_skip_bad_rows_leaves_them_out_and_says_how_many(cli, trained_runs, valu
     text += "bad1,,3.5\nbad2,abc,1\nbad3,1\n"  # an empty cell, text, a short row
     points = tmp_path / "pts.csv"
     points.write_text(text)
-    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat")
+    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat", "--out", tmp_path / "o.csv")
     assert r.exit_code == 1 and "not a number" in r.output, r.output
-    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat", "--skip-bad-rows")
+    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat", "--skip-bad-rows", "--out",
+            tmp_path / "pts-clusters.csv")
     assert r.exit_code == 0 and "skipped 3 rows" in r.output, r.output
     with open(tmp_path / "pts-clusters.csv") as fh:
         header, *rows = list(csv.reader(fh))
@@ -310,7 +318,8 @@ def test_the_timing_is_the_clustering_pass_without_the_warm_up(trained_runs, val
         return real(*args, **kwargs)
 
     monkeypatch.setattr(clusters, "cluster_values", slow_first)
-    res = clusters.cluster_file(str(_csv(tmp_path / "pts.csv", values)), "swarm", runs, device="cpu")
+    res = clusters.cluster_file(str(_csv(tmp_path / "pts.csv", values)), "swarm", runs, device="cpu",
+                                out=tmp_path / "o.csv")
     assert calls == [min(len(values), clusters.WARM_UP_POINTS), len(values)] and res.seconds < 0.5
 
 
@@ -355,7 +364,8 @@ def test_an_option_wrong_in_itself_exits_2_and_one_the_files_refuse_exits_1(cli,
     (tmp_path / "folder").mkdir()
     monkeypatch.chdir(tmp_path)
     before = _snapshot(tmp_path)
-    r = cli("cluster", points, *_run_args(trained_runs), *(a.format(tmp=tmp_path) for a in args))
+    out = [] if "--out" in args else ["--out", tmp_path / "o.csv"]  # the run's folder holds other tests' outputs
+    r = cli("cluster", points, *_run_args(trained_runs), *(a.format(tmp=tmp_path) for a in args), *out)
     assert r.exit_code == code and message in " ".join(r.output.split()), r.output
     assert len(r.output.strip().splitlines()) <= 3 and "Traceback" not in r.output, r.output
     assert _snapshot(tmp_path) == before
@@ -423,7 +433,8 @@ def _same_clusters_in_two_orders(cli, trained_runs, run, values, tmp_path, *args
     perm = np.random.RandomState(0).permutation(len(values))
     got, outputs = [], []
     for name, rows in (("a", values), ("b", values[perm])):
-        r = cli("cluster", _csv(tmp_path / f"{name}.csv", rows), run, "--runs-dir", runs, "--device", "cpu", *args)
+        r = cli("cluster", _csv(tmp_path / f"{name}.csv", rows), run, "--runs-dir", runs, "--device", "cpu", *args,
+                "--out", tmp_path / f"{name}-clusters.csv")
         assert r.exit_code == 0, r.output
         table = _read(tmp_path / f"{name}-clusters.csv")[1]
         got.append(table[np.lexsort(table[:, :2].T[::-1])])  # each point's row, in one order
@@ -453,5 +464,68 @@ def test_an_order_dependent_model_reads_the_points_sorted_and_says_so(cli, train
     """Two orders of the same rows give the same clusters (issue 32: an LSTM gave ARI 0.01 between them)."""
     for output in _same_clusters_in_two_orders(cli, trained_runs, "lstm", values, tmp_path, refine):
         assert "read them sorted by coordinate" in output, output
-    r = cli("cluster", _csv(tmp_path / "c.csv", values), *_run_args(trained_runs), refine)
-    assert "sorted by coordinate" not in r.output  # an equivariant model reads them as they come
+    r = cli("cluster", _csv(tmp_path / "c.csv", values), *_run_args(trained_runs), refine, "--out", tmp_path / "c.out")
+    assert r.exit_code == 0 and "sorted by coordinate" not in r.output  # an equivariant model reads them as they come
+
+
+@pytest.mark.parametrize("n", [3, 12])
+def test_a_set_too_small_to_search_says_its_size_capped_the_search(cli, trained_runs, values, tmp_path, n):
+    """3 points were told "the largest number of clusters it tried (1), the BIC still falling", 12 points "tried
+    (2)" after a fresh fit at 1: the warning names the set's size, which capped the search."""
+    r = cli("cluster", _csv(tmp_path / "few.csv", values[:n]), *_run_args(trained_runs), "--out", tmp_path / "o.csv")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "the set's size capped the refinement's search for the number of clusters at 1 cluster" in text, text
+    assert f"({n} points; a cluster needs 7 or more in 2 dimensions)" in text and "largest number" not in text
+
+
+def test_the_figure_says_what_made_the_clusters(cli, trained_runs, values, tmp_path, monkeypatch):
+    """A figure titled "swarm (...) on FILE" showed EM's fresh fit: the title names EM and its start."""
+    import swarmctl.plots.clusters as plots
+
+    titles = []
+    draw = plots.plot_clusters
+    monkeypatch.setattr(plots, "plot_clusters", lambda *a: titles.append(a[-1]) or draw(*a))
+    points = _csv(tmp_path / "pts.csv", values)
+    for extra in (["--no-refine"], [], ["--clusters", "3"]):
+        r = cli("cluster", points, *_run_args(trained_runs), *extra, "--out", tmp_path / "o.csv", "--plot",
+                tmp_path / "o.png", "--force")
+        assert r.exit_code == 0, r.output
+    alone, refined, given = titles
+    assert alone.startswith("swarm (") and alone.endswith(" on pts.csv"), alone
+    assert refined.startswith("EM, K by BIC, from ") and given.startswith("EM at 3 clusters from "), titles
+
+
+def test_the_summary_says_why_the_default_model_was_used(cli, trained_runs, values, tmp_path, monkeypatch):
+    runs, _ = trained_runs
+    shipped = tmp_path / "pretrained"
+    export_weights(runs / "swarm" / "best.pt", shipped / "b-broad.pt", data_path=None,
+                   record={"default_for": ["cluster"], "dataset": "a broad prior of 1..16 clusters"})
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    monkeypatch.chdir(tmp_path)
+    _csv(tmp_path / "pts.csv", values)
+    r = cli("cluster", "pts.csv", "--device", "cpu")
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "b-broad.pt" in text, r.output
+    assert ("chosen as no run was named: the default for clustering files of points, as its record says; trained "
+            "on a broad prior of 1..16 clusters") in text, text
+    r = cli("cluster", "pts.csv", *_run_args(trained_runs), "--out", "o.csv")
+    assert r.exit_code == 0 and "chosen as" not in r.output, r.output  # a model named needs no reason
+
+
+@pytest.mark.slow
+def test_more_blobs_than_the_models_slots_come_back_whole_without_a_warning(cli, trained_runs, tmp_path):
+    """20 tight blobs, a model of 10 cluster slots: the refinement's search goes on past them while the BIC
+    falls and finds the 20, saying so (25 blobs came back as 3 with no warning)."""
+    rs = np.random.RandomState(4)
+    centres = np.array([[i * 30.0, j * 30.0] for i in range(5) for j in range(4)])
+    labels = np.repeat(np.arange(20), 12)
+    out = tmp_path / "o.csv"
+    r = cli("cluster", _csv(tmp_path / "blobs.csv", centres[labels] + rs.randn(len(labels), 2)),
+            *_run_args(trained_runs), "--out", out)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "20 clusters in 240 points" in text, r.output
+    assert "split to 20 while the BIC fell" in text, text
+    assert not any(w in text for w in ("filled all", "clusters found", "capped", "still falling")), text
+    found = _read(out)[1][:, 2].astype(int)
+    assert len(set(zip(found.tolist(), labels.tolist(), strict=True))) == 20  # one cluster per blob

@@ -161,7 +161,7 @@ def test_a_closed_standard_input_is_named(case):
                      preexec_fn=lambda: os.close(0))
     err = [x for x in proc.stderr.splitlines() if x.strip()]
     assert proc.returncode == 1 and len(err) == 1 and "standard input is closed" in err[0], proc.stderr
-    assert not (case / "clusters.csv").exists()
+    assert not (case / "runs" / "x" / "cluster").exists()
 
 
 @pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"},
@@ -172,7 +172,7 @@ def test_non_ascii_names_in_an_ascii_terminal(case, env):
     shutil.copyfile(case / "p.csv", pts)
     proc = _swarmctl(["cluster", pts, case / "runs" / "x", "--device", "cpu"], env=env)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert (case / "pé ☃-clusters.csv").is_file()
+    assert (case / "runs" / "x" / "cluster" / "pé ☃-clusters.csv").is_file()  # the run's folder, as other studies
     proc = _swarmctl(["train", "swarm", *TINY, "--data", case / "data.h5", "--runs-dir", case / "runs", "--name",
                       "é"], env=env)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr

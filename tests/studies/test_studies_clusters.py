@@ -147,15 +147,46 @@ def test_a_number_of_clusters_given_is_not_blamed_on_the_model():
     assert any("unsure" in w for w in unsure), unsure
 
 
-@pytest.mark.parametrize(("searched", "warned"), [((3, 4, 5, 6, 7, 8), True), ((2, 3, 4, 5, 6, 7, 8, 9), False),
-                                                  ((), False)])
-def test_a_refinement_that_chose_the_largest_k_it_tried_warns_that_there_may_be_more(searched, warned):
-    """25 well-separated blobs came back as 8 clusters from the broad model with no word: the refinement's
-    search had chosen the largest K it tried, the BIC still falling."""
-    x, labels = _blobs(8, 60, 0.1)
-    got = cluster_warnings(x, _clusters(labels, slots=16), PAPER, refined=True, searched=searched)
-    assert len([w for w in got if "largest number of clusters it tried (8)" in w]) == warned, got
-    assert all("`clusters`" in w for w in got if "largest number" in w)
-    given = cluster_warnings(x, _clusters(labels, slots=16), PAPER, refined=True, searched=searched,
-                             given_clusters=8)
-    assert not any("largest number" in w for w in given), given
+@pytest.mark.parametrize(("n", "found", "largest", "warned"), [
+    (3, 1, 1, "the points may hold more clusters than the 1 found"),
+    (12, 2, 1, "the 2 clusters are the model's, not checked against more"),
+    (480, 8, 68, None),
+    (480, 8, 0, None),  # no search: the model's slots are the limit, warned of apart
+])
+def test_a_search_capped_by_the_sets_size_says_so(n, found, largest, warned):
+    """A 3-point set was told "the largest number of clusters it tried (1), the BIC still falling", a 12-point
+    one "(2)" after a search of 1 alone: it was the set's size that capped the search."""
+    x, labels = _blobs(found, n // found, 0.1)
+    got = cluster_warnings(x, _clusters(labels, slots=16), PAPER, refined=True, largest=largest,
+                           search_points=n)
+    capped = [w for w in got if "the set's size capped" in w]
+    assert not any("largest number" in w for w in got), got
+    if warned is None:
+        assert not capped, got
+    else:
+        assert len(capped) == 1 and warned in capped[0] and f"at {largest} cluster" in capped[0], got
+        assert f"{n} points;" in capped[0] and "a cluster needs 7 or more in 2 dimensions" in capped[0], got
+        given = cluster_warnings(x, _clusters(labels, slots=16), PAPER, refined=True, largest=largest,
+                                 given_clusters=found)
+        assert not any("capped" in w for w in given), given
+
+
+def test_a_search_past_the_models_slots_is_not_blamed_on_them():
+    """25 clusters from a 16-slot model's start, by the refinement's search: neither the slots nor the model's
+    training range of K is a reason to doubt them; without a search (`no_refine`) both are."""
+    x, labels = _blobs(25, 40, 0.05)
+    broad = TrainingRange(n_min=50, n_max=1000, k_min=1, k_max=16, spread_lo=0.001, spread_hi=0.77)
+    searched = cluster_warnings(x, _clusters(labels, slots=16), broad, refined=True, model_clusters=16,
+                                largest=142, search_points=1000)
+    assert searched == (), searched
+    alone = cluster_warnings(x[labels < 16], _clusters(labels[labels < 16], slots=16), broad, model_clusters=16)
+    assert any("cluster slots" in w for w in alone), alone
+
+
+def test_fewer_clusters_than_given_says_so():
+    """`clusters` 1000 on 1,000 distinct points came back with 850 clusters and no word of it."""
+    x, labels = _blobs(10, 30, 0.1)
+    got = cluster_warnings(x, _clusters(labels), PAPER, refined=True, given_clusters=12)
+    assert any("EM kept 10 of the 12 clusters given" in w and "`clusters`" in w for w in got), got
+    assert not any("clusters given" in w for w in cluster_warnings(x, _clusters(labels), PAPER, refined=True,
+                                                                   given_clusters=10))

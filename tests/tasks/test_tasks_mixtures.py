@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy.stats import multivariate_normal
 
-from swarmctl.tasks.mixtures import Mixture, component_log_density, e_step, m_step, refine
+from swarmctl.tasks.mixtures import Mixture, component_log_density, e_step, fit_k, m_step, refine
 
 
 def _two_blobs(n: int, rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray, Mixture]:
@@ -255,3 +256,69 @@ def test_fit_k_splits_the_models_widest_cluster_when_it_found_too_few():
     joined = np.eye(2)[np.minimum(labels, 1)]
     res = fit_k(x, joined, 3)
     assert res.from_model and _same_partition(res.resp.argmax(1), labels)
+
+
+def _row_of_blobs(rs: np.random.RandomState, centres: np.ndarray, n: int, spread: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    x = np.concatenate([rs.randn(n, 2) * spread + c for c in centres])
+    return x, np.repeat(np.arange(len(centres)), n)
+
+
+def _every_blob_whole(resp: np.ndarray, labels: np.ndarray) -> bool:
+    """Each true blob in one cluster of its own, and each cluster one blob."""
+    k = int(labels.max()) + 1
+    table = np.zeros((resp.shape[1], k))
+    np.add.at(table, (resp.argmax(1), labels), 1)
+    return resp.shape[1] == k and (table > 0).sum(axis=0).max() == 1 and (table > 0).sum(axis=1).max() == 1
+
+
+def test_the_search_goes_past_the_models_slots_while_the_bic_falls():
+    """20 tight blobs of 12 points, a start of 10 clusters (a model with fewer slots than blobs): the search
+    for K goes on upward, past the start's K + 4, and finds all 20; it says where it started and its cap."""
+    rs = np.random.RandomState(11)
+    centres = np.array([[i * 3.0, j * 3.0] for i in range(5) for j in range(4)])
+    x, labels = _row_of_blobs(rs, centres, 12, 0.1)
+    start = np.eye(10)[labels // 2]  # pairs of blobs lumped together
+    res = refine(x, start)
+    assert _every_blob_whole(res.resp, labels), len(res.mixture)
+    assert max(res.searched) < 20 and res.split_from and res.largest == len(x) // 7
+
+
+@pytest.mark.parametrize("shape", ["line", "grid"])
+def test_25_well_separated_blobs_give_25_clusters(shape):
+    """25 blobs of 40 points, sd 0.3: on a line 8 apart (from a start of 3 clusters) and on a 5 x 5 grid 10
+    apart (from 8): 25 clusters, every blob whole (they came back as 3 and 10)."""
+    rs = np.random.RandomState(0)
+    if shape == "line":
+        centres, k0 = np.stack([np.arange(25) * 8.0, np.zeros(25)], axis=1), 3
+    else:
+        centres, k0 = np.array([[i * 10.0, j * 10.0] for i in range(5) for j in range(5)]), 8
+    x, labels = _row_of_blobs(rs, centres, 40, 0.3)
+    bands = np.searchsorted(np.quantile(x[:, 0], np.linspace(0, 1, k0 + 1)[1:-1]), x[:, 0])
+    res = refine(x, np.eye(k0)[bands])
+    assert _every_blob_whole(res.resp, labels), len(res.mixture)
+
+
+def test_fit_k_near_the_number_of_points_does_not_repeat_itself():
+    """300 clusters of 400 distinct points: some components empty out whatever is split; EM stops once a round
+    keeps no more components than the last (it reran the same fit 300 times: 16 s here, 86 s at K = 600)."""
+    import time
+
+    x = np.random.RandomState(1).rand(400, 2)
+    start = time.perf_counter()
+    res = fit_k(x, np.random.RandomState(2).dirichlet(np.ones(16), size=len(x)), 300)
+    assert time.perf_counter() - start < 5.0 and len(res.mixture) >= 250
+
+
+@pytest.mark.parametrize("given", [None, 40])
+def test_the_fits_report_their_progress_to_the_end(given):
+    """`progress(fraction_done)`: never going back, ending at 1 (the CLI's bar and its time left)."""
+    rs = np.random.RandomState(3)
+    x, _ = _row_of_blobs(rs, np.array([[i * 3.0, 0.0] for i in range(8)]), 15, 0.1)
+    seen: list[float] = []
+    start = np.eye(2)[(x[:, 0] > 10).astype(int)]
+    if given is None:
+        refine(x, start, progress=seen.append)
+    else:
+        fit_k(x, start, given, progress=seen.append)
+    assert len(seen) > 2 and seen[-1] == 1.0 and all(b >= a for a, b in zip(seen, seen[1:], strict=False))
