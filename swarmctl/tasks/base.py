@@ -110,6 +110,19 @@ class Task:
         """Text after the validation loss in the per-epoch line (e.g. bits/dim)."""
         return ""
 
+    def usual_epochs(self, steps_per_epoch: int) -> tuple[int, str]:
+        """The epochs of the task's default run with epochs of ``steps_per_epoch`` steps, and where that number
+        comes from (words): its default net budget at the fastest step time measured for it on a GPU
+        (``step_modes``), at most its default ``max_epochs``; without measurements, its ``max_epochs``."""
+        d = self.defaults
+        if not self.step_modes:
+            return d.max_epochs, "its default epoch limit"
+        step = min(m.step_seconds for m in self.step_modes.values())
+        epochs = int(d.minutes * 60 / (step * max(steps_per_epoch, 1)))
+        if epochs >= d.max_epochs:
+            return d.max_epochs, f"its default epoch limit, reached within its default {d.minutes:g} net min on a GPU"
+        return epochs, f"its default {d.minutes:g} net min on a GPU"
+
 
 def prepare_output(task: Task, path: Path | None, seed: int, force: bool) -> Path:
     """What every ``generate_data`` does first: check the seed, pick the file (``path`` or the default of

@@ -1,0 +1,97 @@
+"""What `train` shows while it trains: the net budget used and left, when the epoch ends, the best validation
+loss so far and the device, on the bar and on every per-epoch line; one line on what the budget buys; where
+an interrupted run was saved (epoch and batch) and, on resume, how much of the budget is left."""
+
+import io
+import os
+import re
+import signal
+
+from rich.console import Console
+
+from swarmctl.cli._progress import EpochProgress
+from swarmctl.tasks import task_of
+from swarmctl.training.loop import TrainingStart
+
+TINY = ["--hidden", "8", "--iters", "3", "--batch-size", "6", "--device", "cpu", "--minutes", "10"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _shown(terminal, drive):
+    """What an EpochProgress for the clustering task prints while ``drive(display)`` calls its hooks."""
+    buf = io.StringIO()
+    out = Console(file=buf, force_terminal=terminal, width=250, color_system=None)
+    with EpochProgress(task_of("swarm"), out=out) as display:
+        drive(display)
+    return ANSI.sub("", buf.getvalue())
+
+
+def _epoch_of_90_steps(display, steps=20, rate=6.5, start=None):
+    display.begin(start or TrainingStart("cpu", 3600.0, 1000, 0, 0, 0.0, None, False))
+    display.epoch_start(0, 90, 0)
+    for k in range(1, steps + 1):
+        display.batch_end(1.0 + 1 / k, k * rate)
+
+
+def test_the_bar_shows_the_budget_the_epochs_eta_the_best_loss_and_the_device():
+    text = _shown(True, _epoch_of_90_steps)
+    bar = [ln for ln in text.splitlines() if "20/90" in ln][-1]
+    assert "net 2.2/60 min" in bar and "cpu" in bar and "best -" in bar
+    assert "epoch ends in ~7:35" in bar  # 70 steps left at 6.5 s
+
+
+def test_the_bar_says_when_the_budget_ends_before_the_epoch():
+    start = TrainingStart("cpu", 300.0, 1000, 0, 0, 0.0, 0.75, True)
+    bar = [ln for ln in _shown(True, lambda d: _epoch_of_90_steps(d, start=start)).splitlines() if "20/90" in ln][-1]
+    assert "net 2.2/5.0 min" in bar and "budget ends in ~2:50" in bar and "best 0.7500" in bar
+
+
+def test_one_line_says_what_the_budget_buys_and_how_far_that_is_from_the_tasks_usual_run():
+    text = _shown(False, _epoch_of_90_steps)
+    bought = [ln for ln in text.splitlines() if "buys about" in ln]
+    assert len(bought) == 1, text
+    assert bought[0].startswith("at 6.50 s/step, the net budget of 60 min buys about 6.2 epochs of 90 steps")
+    assert "far fewer than the task's usual run (about 1000 epochs" in bought[0]
+
+
+def test_the_budget_line_says_when_the_epoch_limit_ends_the_run_first():
+    start = TrainingStart("cpu", 3600.0, 3, 0, 0, 0.0, None, False)
+    text = _shown(False, lambda d: _epoch_of_90_steps(d, rate=0.5, start=start))
+    assert "buys about 80 epochs of 90 steps; its limit of 3 epochs ends it first" in text
+    assert "usual run" not in text
+
+
+def test_train_per_epoch_lines_carry_the_same_facts_when_the_output_is_not_a_terminal(tiny_h5, tmp_path, cli):
+    r = cli("train", "swarm", *TINY, "--max-epochs", 2, "--data", tiny_h5, "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("epoch ")]
+    assert len(lines) == 2, r.output
+    for line in lines:
+        assert re.search(r"best \d\.\d{4}", line)
+        assert re.search(r"net \d+\.\d/10 min \(\d+\.\d min left\), ~\d+:\d\d net per epoch, cpu", line), line
+    assert len([ln for ln in r.output.splitlines() if re.search("buys about .* epochs of 3 steps", ln)]) == 1, r.output
+
+
+def test_ctrl_c_names_the_epoch_and_batch_saved_and_the_resume_names_the_budget_left(
+        tiny_h5, tmp_path, cli, clustering_training_loss):
+    calls = {"n": 0}
+
+    def interrupting(real):
+        def loss(model, batch):
+            calls["n"] += model.training
+            if calls["n"] == 5 and model.training:
+                os.kill(os.getpid(), signal.SIGINT)  # during the 5th step: 3 batches per epoch, so epoch 1, batch 2
+            return real(model, batch)
+        return loss
+
+    runs = tmp_path / "runs"
+    clustering_training_loss(interrupting)
+    r = cli("train", "swarm", *TINY, "--max-epochs", 2, "--data", tiny_h5, "--runs-dir", runs, "--name", "cut")
+    clustering_training_loss(None)
+    assert r.exit_code == 130, r.output
+    assert re.search(r"interrupted \(SIGINT\): saved \S+last\.pt at epoch 1, batch 2 of 3, net \d+\.\d of 10 min "
+                     r"used; continue with: swarmctl train swarm --resume cut", r.output), r.output
+    again = cli("train", "swarm", "--resume", "cut", "--runs-dir", runs)
+    assert again.exit_code == 0, again.output
+    assert re.search(r"resuming at epoch 1, batch 2: net \d+\.\d min of 10 min used, \d+\.\d min left", again.output), \
+        again.output
