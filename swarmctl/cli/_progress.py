@@ -248,8 +248,13 @@ class DelayedBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the bar (before what follows the call is printed); the next report starts no new one."""
         if self._progress is not None:
-            self._progress.__exit__(*exc)
+            self._progress.__exit__(None, None, None)
+        self._progress, self._delay = None, math.inf
 
     def __call__(self, fraction: float) -> None:
         if self._progress is None:

@@ -85,9 +85,10 @@ class Task:
         raise NotImplementedError
 
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
-              device: torch.device) -> dict[str, Any]:
+              device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """The task's metrics of ``model`` (trained as ``ckpt`` records) on ``split`` of ``data`` (None: the
-        data ``eval_data_help`` names); JSON types, with keys data, split and tasks."""
+        data ``eval_data_help`` names); JSON types, with keys data, split and tasks. ``progress(done, total)``
+        is told after each batch."""
         raise NotImplementedError
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

@@ -153,13 +153,15 @@ def should_backtrack(history: Sequence[float], v: float, epoch: int, beta: float
 
 @torch.no_grad()
 def validation_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, device: torch.device,
-                    amp: bool = False, signals: StopSignals | None = None) -> float | None:
+                    amp: bool = False, signals: StopSignals | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> float | None:
     """Mean per-item loss over all batches (each task weighted equally), model in eval mode. With
-    ``signals``, a signal received stops the pass between batches: None (a part of the split is no loss)."""
+    ``signals``, a signal received stops the pass between batches: None (a part of the split is no loss).
+    ``progress(done, total)`` is told after each batch (it reads the loss on the host each time)."""
     was_training = model.training
     model.eval()
     total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # summed on the device: one host read
-    for batch in batches:
+    for k, batch in enumerate(batches, start=1):
         if signals is not None and signals.received is not None:
             model.train(was_training)
             return None
@@ -168,6 +170,8 @@ def validation_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
             losses = loss_fn(model, batch)
         total += losses.double().sum()
         count += losses.numel()
+        if progress is not None:
+            progress(k, len(batches))
     model.train(was_training)
     return total.item() / max(count, 1)
 

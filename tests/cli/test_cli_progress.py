@@ -6,6 +6,7 @@ import io
 import os
 import re
 import signal
+from types import SimpleNamespace
 
 from rich.console import Console
 
@@ -95,3 +96,26 @@ def test_ctrl_c_names_the_epoch_and_batch_saved_and_the_resume_names_the_budget_
     assert again.exit_code == 0, again.output
     assert re.search(r"resuming at epoch 1, batch 2: net \d+\.\d min of 10 min used, \d+\.\d min left", again.output), \
         again.output
+
+
+def test_eval_shows_a_bar_with_time_left_while_it_scores(trained_runs, cli, monkeypatch, tmp_path):
+    from swarmctl.cli import _progress
+
+    runs, _ = trained_runs
+    buf = io.StringIO()
+    monkeypatch.setattr(_progress, "console", Console(file=buf, force_terminal=True, width=200, color_system=None))
+    clock = iter(range(0, 10**6, 2))  # each reading 2 s after the last: longer than the bar's delay
+    monkeypatch.setattr(_progress, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    r = cli("eval", "swarm", "--runs-dir", runs, "--out", tmp_path / "e.json")
+    assert r.exit_code == 0, r.output
+    assert re.search(r"scoring .* 100% \d:\d\d:\d\d \d:\d\d:\d\d", ANSI.sub("", buf.getvalue()))  # elapsed, left
+
+
+def test_eval_reports_every_batch_it_scores(trained_runs, tmp_path):
+    from swarmctl.studies.evaluation import evaluation
+
+    runs, _ = trained_runs
+    seen = []
+    with evaluation("swarm", runs, "cpu", out=tmp_path / "e.json", scoring=lambda k, n: seen.append((k, n))):
+        pass
+    assert seen and seen == [(k, seen[0][1]) for k in range(1, seen[0][1] + 1)]
