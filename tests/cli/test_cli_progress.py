@@ -119,3 +119,14 @@ def test_eval_reports_every_batch_it_scores(trained_runs, tmp_path):
     with evaluation("swarm", runs, "cpu", out=tmp_path / "e.json", scoring=lambda k, n: seen.append((k, n))):
         pass
     assert seen and seen == [(k, seen[0][1]) for k in range(1, seen[0][1] + 1)]
+
+
+def test_shuffle_variance_shows_a_bar_with_time_left_per_run(trained_runs, cli, monkeypatch, tmp_path):
+    from swarmctl.cli import _progress
+
+    runs, _ = trained_runs
+    buf = io.StringIO()
+    monkeypatch.setattr(_progress, "console", Console(file=buf, force_terminal=True, width=200, color_system=None))
+    r = cli("shuffle-variance", "swarm", "--runs-dir", runs, "--tasks", 3, "--shuffles", 3, "--out", tmp_path / "sv")
+    assert r.exit_code == 0, r.output
+    assert re.search(r"swarm \(8-3-1\) .* 3/3 \d:\d\d:\d\d \d:\d\d:\d\d", ANSI.sub("", buf.getvalue()))  # elapsed, left
