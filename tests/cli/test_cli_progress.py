@@ -130,3 +130,14 @@ def test_shuffle_variance_shows_a_bar_with_time_left_per_run(trained_runs, cli, 
     r = cli("shuffle-variance", "swarm", "--runs-dir", runs, "--tasks", 3, "--shuffles", 3, "--out", tmp_path / "sv")
     assert r.exit_code == 0, r.output
     assert re.search(r"swarm \(8-3-1\) .* 3/3 \d:\d\d:\d\d \d:\d\d:\d\d", ANSI.sub("", buf.getvalue()))  # elapsed, left
+
+
+def test_sampling_reports_every_sub_pixel_it_draws():
+    from swarmctl import create_model
+    from swarmctl.config import ModelConfig
+    from swarmctl.studies.sampling import sample_grid
+
+    model = create_model(ModelConfig(name="swarm-image", dim_hidden=4, n_iter=1, n_layers=1, dataset="mnist"))
+    seen = []
+    sample_grid(model, "tiny", per_class=1, progress=lambda k, n: seen.append((k, n)))
+    assert seen == [(k, 28 * 28) for k in range(1, 28 * 28 + 1)]

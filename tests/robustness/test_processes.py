@@ -141,7 +141,8 @@ def test_a_sweep_stopped_by_sigterm_finishes_every_run_when_the_same_command_run
     epochs = 12
     spec = tmp_path / "chain.toml"
     spec.write_text(f'name = "chain"\nseeds = [0, 1]\nminutes = 5\nmax_epochs = {epochs}\nbatch_size = 3\n'
-                    f'data = "{tiny_h5}"\ndevice = "cpu"\n[[grid]]\nmodel = "swarm"\nhidden = 8\niters = 2\nlayers = 1\n')
+                    f'data = "{tiny_h5}"\ndevice = "cpu"\n'
+                    '[[grid]]\nmodel = "swarm"\nhidden = 8\niters = 2\nlayers = 1\n')
     runs = tmp_path / "runs"
     folder = runs / "sweep-chain"
     sweep = [sys.executable, "-m", "swarmctl", "sweep", spec, "--runs-dir", runs]
