@@ -71,6 +71,7 @@ class EpochProgress:
         self._timed: tuple[float, int] | None = None  # (net seconds, steps) at the first step this process read
         self._steps = 0  # steps this process ran
         self._rate: float | None = None  # net seconds per step
+        self._net = (0.0, 0)  # (net seconds, steps) at the last step read
         self._told = False  # the line on what the budget buys
 
     def __enter__(self) -> EpochProgress:
@@ -86,6 +87,7 @@ class EpochProgress:
     def begin(self, start: TrainingStart) -> None:
         self._run, self._best = start, start.best_val
         self._timed, self._steps, self._rate, self._told = None, 0, None, False
+        self._net = (start.net_seconds, 0)
         if start.resumed:
             where = (f"epoch {start.epoch}, batch {start.cursor}" if start.cursor else
                      f"the start of epoch {start.epoch}")
@@ -108,9 +110,11 @@ class EpochProgress:
     def batch_end(self, mean_loss: float | None, net_seconds: float) -> None:
         self._done += 1
         self._steps += 1
-        if mean_loss is None:  # not read this step (the trainer reads it every few steps on a GPU)
-            self._progress.update(self._task, advance=1)
+        if mean_loss is None:  # not read this step (on a GPU, once an epoch): the net time lags the queued steps
+            guess = None if self._rate is None else self._net[0] + (self._steps - self._net[1]) * self._rate
+            self._progress.update(self._task, advance=1, facts=self._facts(guess))
             return
+        self._net = (net_seconds, self._steps)
         self._time(net_seconds)
         self._progress.update(self._task, advance=1, loss=f"{mean_loss:.4f}", facts=self._facts(net_seconds))
         if not self._told and self._rate is not None and self._steps >= 3 \
@@ -119,6 +123,7 @@ class EpochProgress:
 
     def epoch_end(self, r: dict[str, Any]) -> None:
         self._best = r["best_val"]
+        self._net = (r["net_seconds"], self._steps)
         if self._rate is None:  # an accelerator reads the time at the end of the epoch only
             self._time(r["net_seconds"])
         if not self._told and self._rate is not None:

@@ -47,6 +47,24 @@ def test_the_bar_says_when_the_budget_ends_before_the_epoch():
     assert "net 2.2/5.0 min" in bar and "budget ends in ~2:50" in bar and "best 0.7500" in bar
 
 
+def test_on_an_accelerator_the_eta_comes_from_the_steps_already_timed():
+    """On a GPU the trainer reads the loss and the time once an epoch: between, the bar estimates them."""
+    def drive(display):
+        display.begin(TrainingStart("cuda:0", 3600.0, 1000, 0, 0, 0.0, None, False))
+        display.epoch_start(0, 90, 0)
+        for _ in range(89):
+            display.batch_end(None, 0.0)
+        display.batch_end(1.0, 90.0)  # read at the epoch's end: 1 s per step
+        display.epoch_end({"epoch": 0, "train_loss": 1.0, "val_loss": 0.9, "best_val": 0.9, "lr": 0.01,
+                           "net_seconds": 90.0, "backtracked": False})
+        display.epoch_start(1, 90, 0)
+        for _ in range(10):
+            display.batch_end(None, 90.0)
+
+    bar = [ln for ln in _shown(True, drive).splitlines() if "10/90" in ln][-1]
+    assert "net 1.7/60 min" in bar and "epoch ends in ~1:20" in bar and "best 0.9000" in bar and "cuda:0" in bar
+
+
 def test_one_line_says_what_the_budget_buys_and_how_far_that_is_from_the_tasks_usual_run():
     text = _shown(False, _epoch_of_90_steps)
     bought = [ln for ln in text.splitlines() if "buys about" in ln]
