@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column
 
 from swarmctl.cli._options import console
 
@@ -58,9 +59,11 @@ class EpochProgress:
     def __init__(self, task: _Task, out: Console | None = None) -> None:
         self._task_info = task
         self._console = out or console
+        # the facts last, cut at the terminal's edge (the device first) rather than squeezing the counts
         self._progress = Progress(
-            TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[facts]}"), TimeElapsedColumn(),
+            TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(bar_width=12), MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[facts]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
             console=self._console, transient=True,
         )
         self._started = False
@@ -176,7 +179,7 @@ class EpochProgress:
             parts.append("ETA -")
         parts.append(f"best {'-' if self._best is None else f'{self._best:.4f}'}")
         parts.append(run.device)
-        return escape("  ".join(parts))
+        return escape(", ".join(parts))
 
     def _budget(self, net_seconds: float) -> str:
         """The per-epoch line's facts: the budget used and left, the next epoch's net time, the device."""

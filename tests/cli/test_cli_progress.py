@@ -18,10 +18,10 @@ TINY = ["--hidden", "8", "--iters", "3", "--batch-size", "6", "--device", "cpu",
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def _shown(terminal, drive):
+def _shown(terminal, drive, width=250):
     """What an EpochProgress for the clustering task prints while ``drive(display)`` calls its hooks."""
     buf = io.StringIO()
-    out = Console(file=buf, force_terminal=terminal, width=250, color_system=None)
+    out = Console(file=buf, force_terminal=terminal, width=width, color_system=None)
     with EpochProgress(task_of("swarm"), out=out) as display:
         drive(display)
     return ANSI.sub("", buf.getvalue())
@@ -39,6 +39,11 @@ def test_the_bar_shows_the_budget_the_epochs_eta_the_best_loss_and_the_device():
     bar = [ln for ln in text.splitlines() if "20/90" in ln][-1]
     assert "net 2.2/60 min" in bar and "cpu" in bar and "best -" in bar
     assert "epoch ends in ~7:35" in bar  # 70 steps left at 6.5 s
+
+
+def test_on_an_80_column_terminal_the_bar_keeps_its_count_the_budget_and_the_eta():
+    bar = [ln for ln in _shown(True, _epoch_of_90_steps, width=80).splitlines() if "/90" in ln][-1]
+    assert "20/90" in bar and "net 2.2/60 min, epoch ends in ~7:35" in bar, bar
 
 
 def test_the_bar_says_when_the_budget_ends_before_the_epoch():
