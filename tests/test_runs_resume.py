@@ -22,10 +22,13 @@ class InterruptAt:
     def __init__(self, step):
         self.step, self.seen = step, 0
 
+    def begin(self, start):
+        pass
+
     def epoch_start(self, epoch, n_batches, done):
         pass
 
-    def batch_end(self, mean_loss):
+    def batch_end(self, mean_loss, net_seconds):
         self.seen += 1
         if self.seen == self.step:
             signal.raise_signal(signal.SIGINT)

@@ -64,8 +64,8 @@ def test_finish_of_an_interrupted_run_draws_nothing_for_it_and_says_how_to_conti
     done = finish_runs([_result(tmp_path / "a"), cut], "swarmctl again", draw=drawn.append)
     assert drawn == [tmp_path / "a"]
     assert done.interrupted == cut
-    assert done.message == (f"interrupted (SIGTERM): saved {RunDir(tmp_path / 'cut').last} after 3 epoch(s); "
-                            "continue with: swarmctl again")
+    assert done.message == (f"interrupted (SIGTERM): saved {RunDir(tmp_path / 'cut').last} at the start of epoch 3 "
+                            "(3 epochs done); continue with: swarmctl again")
 
 
 def test_curves_that_cannot_be_written_are_one_error_saying_the_training_is_saved(tmp_path):

@@ -32,12 +32,14 @@ def eval_cmd(
     force: Annotated[bool, option("--force", help="Replace an existing --out file.")] = False,
 ) -> None:
     with user_errors():
-        from swarmctl.cli._progress import DataGenerationProgress
+        from swarmctl.cli._progress import DataGenerationProgress, DelayedBar
         from swarmctl.studies.evaluation import evaluation
 
-        with evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(),
-                        announce=say, force=force) as scored:  # the file appears once the table is printed, or never
-            _print_table(scored)
+        with DelayedBar("scoring") as bar, \
+                evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(), announce=say,
+                           force=force, scoring=lambda k, n: bar(k / n)) as scored:
+            bar.close()
+            _print_table(scored)  # the file appears once the table is printed, or never
             flush_output()
 
 

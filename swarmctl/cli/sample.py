@@ -11,7 +11,6 @@ from swarmctl.cli._options import (
     RUNS_DIR,
     Device,
     RunsDir,
-    console,
     flush_output,
     option,
     positive,
@@ -45,14 +44,16 @@ def sample_cmd(
 ) -> None:
     """Draw class-conditional images from a trained SWARM Transformer (swarm-image)."""
     with user_errors():
+        from swarmctl.cli._progress import DelayedBar
         from swarmctl.plots.samples import plot_samples
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.sampling import samples
 
-        with console.status(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})"), \
+        with DelayedBar(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})") as bar, \
                 samples(run, runs_dir, dataset, device, per_class, temperature, seed, out, incremental=not full,
-                        announce=say, force=force) as drawn:  # both files, or neither; once this is printed
-            grid = drawn.grid
+                        announce=say, force=force, progress=lambda k, n: bar(k / n)) as drawn:
+            bar.close()
+            grid = drawn.grid  # both files, or neither; once this is printed
             save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), drawn.path)
             say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}, "
                 f"{drawn.array.name}")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -92,12 +93,13 @@ class SwarmTransformer(nn.Module):
 
     @torch.inference_mode()
     def sample(self, y: Tensor, temperature: float = 1.0, generator: torch.Generator | None = None,
-               incremental: bool = True) -> Tensor:
+               incremental: bool = True, progress: Callable[[int, int], None] | None = None) -> Tensor:
         """Draw images (B, C, H, W) uint8 for labels ``y`` (B,), one sub-pixel at a time in scan order.
 
         ``incremental`` computes one position per step from running sums (cost linear in the number of
         sub-pixels); otherwise every step runs a full forward pass over the canvas (the reference). Both
-        use Gumbel-max sampling with the same noise, so equal logits give equal images.
+        use Gumbel-max sampling with the same noise, so equal logits give equal images. ``progress(done,
+        total)`` is told after each sub-pixel position.
         """
         if not temperature > 0:
             raise ConfigError(f"temperature must be > 0, got {temperature}")
@@ -120,6 +122,8 @@ class SwarmTransformer(nn.Module):
             u = torch.rand(B, N_VALUES, generator=generator, device=device, dtype=torch.float64)
             gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
             seq[:, t] = (logits.double() / temperature + gumbel).argmax(dim=-1)
+            if progress is not None:
+                progress(t + 1, T)
         self.train(was_training)
         return self.from_sequence(seq).to(torch.uint8)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -324,9 +325,23 @@ def finish_runs(results: Sequence[FitResult | None], continue_with: str, finishe
     last = results[-1] if results else None
     if last is None or not last.interrupted:
         return Finished(tuple(drawn))
-    message = (f"{last.stop_reason}: saved {RunDir(last.run_dir).last} after {last.epochs} epoch(s); "
+    message = (f"{last.stop_reason}: saved {RunDir(last.run_dir).last} {saved_position(last)}; "
                f"continue with: {continue_with}")
     return Finished(tuple(drawn), last, message)
+
+
+def saved_position(result: FitResult) -> str:
+    """Where an interrupted run's last checkpoint stands: its epoch and batch, and the net budget it used."""
+    e, b, n = result.epochs, result.batch, result.epoch_batches
+    if b == 0:
+        where = f"at the start of epoch {e} ({e} epoch{'s' * (e != 1)} done)"
+    elif b < n:
+        where = f"at epoch {e}, batch {b} of {n}"
+    else:
+        where = f"at epoch {e}, after its {n} batches and before its validation"
+    if math.isfinite(result.budget_seconds):
+        where += f", net {result.net_seconds / 60:.1f} of {result.budget_seconds / 60:g} min used"
+    return where
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,10 +222,12 @@ def scored_position(checkpoint: Path, state: TrainState) -> str:
     return f"{LAST}, {where}{why}"
 
 
-def evaluate_run(run: Run, data: Path | None = None, split: str | None = None) -> dict[str, Any]:
-    """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only."""
+def evaluate_run(run: Run, data: Path | None = None, split: str | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only.
+    ``progress(done, total)`` is told after each batch scored."""
     state, task = run.ckpt.state, run.task
-    metrics = task.score(run.model, run.ckpt, data, split or task.default_split, run.device)
+    metrics = task.score(run.model, run.ckpt, data, split or task.default_split, run.device, progress=progress)
     return {
         "model": run.model_cfg.name,
         "task": task.name,

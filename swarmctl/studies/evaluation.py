@@ -28,14 +28,15 @@ class Evaluation:
 @contextmanager
 def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
                split: str | None = None, out: Path | None = None, progress: DataProgress | None = None,
-               announce: Callable[[str], None] | None = None, force: bool = False) -> Iterator[Evaluation]:
+               announce: Callable[[str], None] | None = None, force: bool = False,
+               scoring: Callable[[int, int], None] | None = None) -> Iterator[Evaluation]:
     """Score ``target`` (a run, a checkpoint; None: the shipped model of the first task that has one) on
     ``split`` of ``data`` and save the scores as ``out`` (default: eval-SPLIT.json beside the checkpoint).
     Every output is checked before any work (before a shipped model's dataset is generated); the file
     appears when the block ends without error, so what the caller prints inside it comes first.
-    ``announce`` is told which shipped model is scored. An existing ``out`` is replaced only with ``force``
-    (the default file beside the checkpoint is eval's own, replaced by each run of it); the dataset scored
-    on and the run's own dataset are never written."""
+    ``announce`` is told which shipped model is scored; ``scoring(done, total)`` after each batch scored. An
+    existing ``out`` is replaced only with ``force`` (the default file beside the checkpoint is eval's own,
+    replaced by each run of it); the dataset scored on and the run's own dataset are never written."""
     with staged_outputs([data], replace=force or out is None) as outputs:
         if target is None and out is None:  # before a fresh checkout's dataset is generated for the shipped model
             outputs.folder(runs_dir)
@@ -51,7 +52,7 @@ def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: P
             outputs.folder(opened.dir)
         else:
             outputs.file(out)  # never over the checkpoint it reads, nor a run's own files
-        res = evaluate_run(opened, data, split)
+        res = evaluate_run(opened, data, split, progress=scoring)
         path = Path(out or opened.dir / f"eval-{res['split']}.json")
         task = get_task(res["task"])
         columns, rows = task.eval_table(res)

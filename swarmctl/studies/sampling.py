@@ -37,8 +37,10 @@ class SampleGrid:
 
 @torch.no_grad()
 def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: float = 1.0, seed: int = 0,
-                n_classes: int = 10, incremental: bool = True, device: torch.device | str = "cpu") -> SampleGrid:
-    """``per_class`` images for each class, drawn together in one batch."""
+                n_classes: int = 10, incremental: bool = True, device: torch.device | str = "cpu",
+                progress: Callable[[int, int], None] | None = None) -> SampleGrid:
+    """``per_class`` images for each class, drawn together in one batch; ``progress(done, total)`` after each
+    sub-pixel position."""
     if per_class < 1:
         raise ConfigError(f"`per_class` must be >= 1, got {per_class}")
     check_memory(_sampling_bytes(model, n_classes * per_class, incremental), memory_limit(torch.device(device)),
@@ -46,7 +48,8 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
     y = torch.arange(n_classes, device=device).repeat_interleave(per_class)
     gen = torch.Generator(device=device).manual_seed(seed)
     start = time.perf_counter()
-    images = model.sample(y, temperature=temperature, generator=gen, incremental=incremental).cpu().numpy()
+    images = model.sample(y, temperature=temperature, generator=gen, incremental=incremental,
+                          progress=progress).cpu().numpy()
     C, H, W = images.shape[1:]
     return SampleGrid(images.reshape(n_classes, per_class, C, H, W), label, temperature, seed,
                       time.perf_counter() - start)
@@ -97,11 +100,12 @@ def open_sample_run(run: str | Path | None, runs_dir: Path, dataset: str, device
 
 
 def sample_run(run: Run, per_class: int = 2, temperature: float = 1.0, seed: int = 0,
-               incremental: bool = True) -> SampleGrid:
+               incremental: bool = True, progress: Callable[[int, int], None] | None = None) -> SampleGrid:
     """:func:`sample_grid` for an opened run, whose task must be one that can be sampled."""
     require_study(run.task, STUDY, f"run {run.dir.name}")
     label = f"{run.label} on {run.model_cfg.dataset}"
-    return sample_grid(run.model, label, per_class, temperature, seed, incremental=incremental, device=run.device)
+    return sample_grid(run.model, label, per_class, temperature, seed, incremental=incremental, device=run.device,
+                       progress=progress)
 
 
 def datasets() -> list[str]:
@@ -125,13 +129,15 @@ class Samples:
 @contextmanager
 def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto", per_class: int = 2,
             temperature: float = 1.0, seed: int = 0, out: Path | None = None, incremental: bool = True,
-            announce: Callable[[str], None] | None = None, force: bool = False) -> Iterator[Samples]:
+            announce: Callable[[str], None] | None = None, force: bool = False,
+            progress: Callable[[int, int], None] | None = None) -> Iterator[Samples]:
     """`swarmctl sample`'s work: ``per_class`` images of every class from ``run`` (None: the newest finished
     run for ``dataset``, else the shipped model), their array saved as ``out`` with .npy (default:
     RUN/samples-sSEED.png). Every output is checked before any work; the caller draws the figure to
     ``path`` inside the block, and both files appear when it ends without error, or neither.
     ``announce`` is told which run was chosen when none was named. An existing ``out`` or the .npy beside it
-    is replaced only with ``force`` (the default files in the run folder are sample's own)."""
+    is replaced only with ``force`` (the default files in the run folder are sample's own). ``progress(done,
+    total)`` is told after each sub-pixel position drawn."""
     check_png(out, "out")
     if dataset not in datasets():
         raise ConfigError(f"unknown `dataset` {dataset!r}; choose {either(datasets())}")
@@ -146,6 +152,6 @@ def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto",
         path = Path(out or opened.dir / f"samples-s{seed}.png")
         for written in (path, path.with_suffix(".npy")):  # never over the checkpoint it reads
             outputs.file(written)
-        grid = sample_run(opened, per_class, temperature, seed, incremental=incremental)
+        grid = sample_run(opened, per_class, temperature, seed, incremental=incremental, progress=progress)
         atomic_write(path.with_suffix(".npy"), lambda fh: np.save(fh, grid.images))
         yield Samples(grid, path)

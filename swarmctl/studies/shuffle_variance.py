@@ -45,7 +45,7 @@ def measure_shuffle_variance(
     tasks: ClusteringTasks,
     label: str,
     n_tasks: int = 100,
-    n_shuffles: int = 1000,
+    n_shuffles: int = 200,
     seed: int = 0,
     batch_entities: int = 200_000,
     device: torch.device | str = "cpu",
@@ -82,7 +82,7 @@ def measure_shuffle_variance(
                                  mean=means, std=stds, n_shuffles=n_shuffles)
 
 
-def shuffle_variance_of_run(run: Run, data: Path | None = None, tasks: int = 100, shuffles: int = 1000,
+def shuffle_variance_of_run(run: Run, data: Path | None = None, tasks: int = 100, shuffles: int = 200,
                             seed: int = 0,
                             progress: Callable[[int, int], None] | None = None) -> ShuffleVarianceResult:
     """:func:`measure_shuffle_variance` on ``tasks`` validation tasks of the data ``run`` was trained on
@@ -114,7 +114,7 @@ class ShuffleVarianceStudy:
 
 def shuffle_variance_study(
     runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
-    shuffles: int = 1000, seed: int = 0, device: str = "auto", replot: bool = False,
+    shuffles: int = 200, seed: int = 0, device: str = "auto", replot: bool = False,
     progress: Callable[[str, int], AbstractContextManager[Callable[[int, int], None]]] | None = None,
 ) -> ShuffleVarianceStudy:
     """The shuffle-variance of every run in ``runs`` (names or folders), saved as ``RUN.npz`` per run and
@@ -169,7 +169,7 @@ def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
 @contextmanager
 def shuffle_variance(
     runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
-    shuffles: int = 1000, seed: int = 0, device: str = "auto", replot: bool = False,
+    shuffles: int = 200, seed: int = 0, device: str = "auto", replot: bool = False,
     progress: Callable[[str, int], AbstractContextManager[Callable[[int, int], None]]] | None = None,
 ) -> Iterator[ShuffleVarianceStudy]:
     """`swarmctl shuffle-variance`'s work: :func:`shuffle_variance_study` with every file staged. The caller

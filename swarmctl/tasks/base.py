@@ -84,9 +84,10 @@ class Task:
         raise NotImplementedError
 
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
-              device: torch.device) -> dict[str, Any]:
+              device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """The task's metrics of ``model`` (trained as ``ckpt`` records) on ``split`` of ``data`` (None: the
-        data ``eval_data_help`` names); JSON types, with keys data, split and tasks."""
+        data ``eval_data_help`` names); JSON types, with keys data, split and tasks. ``progress(done, total)``
+        is told after each batch."""
         raise NotImplementedError
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -108,6 +109,19 @@ class Task:
     def progress_note(self, record: dict[str, Any]) -> str:
         """Text after the validation loss in the per-epoch line (e.g. bits/dim)."""
         return ""
+
+    def usual_epochs(self, steps_per_epoch: int) -> tuple[int, str]:
+        """The epochs of the task's default run with epochs of ``steps_per_epoch`` steps, and where that number
+        comes from (words): its default net budget at the fastest step time measured for it on a GPU
+        (``step_modes``), at most its default ``max_epochs``; without measurements, its ``max_epochs``."""
+        d = self.defaults
+        if not self.step_modes:
+            return d.max_epochs, "its default epoch limit"
+        step = min(m.step_seconds for m in self.step_modes.values())
+        epochs = int(d.minutes * 60 / (step * max(steps_per_epoch, 1)))
+        if epochs >= d.max_epochs:
+            return d.max_epochs, f"its default epoch limit, reached within its default {d.minutes:g} net min on a GPU"
+        return epochs, f"its default {d.minutes:g} net min on a GPU"
 
 
 def prepare_output(task: Task, path: Path | None, seed: int, force: bool) -> Path:

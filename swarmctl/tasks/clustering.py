@@ -128,7 +128,7 @@ class ClusteringTask(Task):
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
-              device: torch.device) -> dict[str, Any]:
+              device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
         data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
         splits, info = load_clustering_data(data_path, split)
@@ -147,7 +147,7 @@ class ClusteringTask(Task):
         loss_sum = acc_sum = oracle_sum = oracle_acc_sum = 0.0
         means, covs = torch.from_numpy(tasks.means), torch.from_numpy(tasks.covs)
         n_clusters = torch.from_numpy(tasks.n_clusters)
-        for batch in batches:
+        for k, batch in enumerate(batches, start=1):
             b = batch.to(device)
             logits = model(b.x, b.mask)
             matched = hungarian_ce(logits, b.labels, b.mask)  # one forward pass gives loss and accuracy
@@ -158,6 +158,8 @@ class ClusteringTask(Task):
             om = hungarian_ce(oracle, batch.labels, batch.mask)
             oracle_sum += om.per_task.double().sum().item()
             oracle_acc_sum += matched_accuracy(oracle, batch.labels, batch.mask, om.assignment).sum().item()
+            if progress is not None:
+                progress(k, len(batches))
         n = len(tasks)
         return {"data": str(data_path), "split": split, "tasks": n, "loss": loss_sum / n, "accuracy": acc_sum / n,
                 "oracle_loss": oracle_sum / n, "oracle_accuracy": oracle_acc_sum / n}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ class ImageTask(Task):
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
-              device: torch.device) -> dict[str, Any]:
+              device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Cross-entropy per sub-pixel and bits/dim on the test (or train) split."""
         dataset = ckpt.model_config.dataset
         root = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
@@ -94,7 +95,7 @@ class ImageTask(Task):
             images = load_images(dataset, root, train=split == "train")
         except DataError as exc:  # its fix names train's option; eval's is `data`
             raise DataError(str(exc).replace("`data_dir`", "`data`")) from None
-        nats = validation_loss(model, ImageBatches(images, 100), image_loss, device)
+        nats = validation_loss(model, ImageBatches(images, 100), image_loss, device, progress=progress)
         return {"data": f"{dataset} ({root})", "split": split, "tasks": len(images), "loss": nats,
                 "bits_per_dim": bits_per_dim(nats)}
 

@@ -5,6 +5,7 @@ to the oracle log-likelihood of the true parameters."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ class MogTask(Task):
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
-              device: torch.device) -> dict[str, Any]:
+              device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Test LL per point (mean over tasks) next to the oracle LL of the true parameters."""
         if data is None:
             tasks = generate_mog_tasks(TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED)
@@ -127,10 +128,13 @@ class MogTask(Task):
             tasks, source = splits[split], str(data)
         model.eval()
         ll_sum = oracle_sum = 0.0
-        for batch in mog_batches(tasks, TEST_BATCH_SIZE):
+        batches = mog_batches(tasks, TEST_BATCH_SIZE)
+        for k, batch in enumerate(batches, start=1):
             b = batch.to(device)
             ll_sum += _model_log_likelihood(model, b).double().sum().item()
             oracle_sum += oracle_log_likelihood(b).sum().item()
+            if progress is not None:
+                progress(k, len(batches))
         n = len(tasks)
         return {"data": source, "split": split, "tasks": n, "log_likelihood": ll_sum / n,
                 "oracle_log_likelihood": oracle_sum / n}

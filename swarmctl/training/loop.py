@@ -63,9 +63,27 @@ class TrainingData:
         return self.val_metrics_of(v) if self.val_metrics_of is not None and math.isfinite(v) else {}
 
 
+@dataclass(frozen=True)
+class TrainingStart:
+    """Where a run stands as ``fit`` starts (a resume: where its last checkpoint left it), for a display."""
+
+    device: str
+    budget_seconds: float  # the net budget, cfg.minutes in seconds
+    max_epochs: int
+    epoch: int  # the epoch in progress (= epochs completed)
+    cursor: int  # batches of that epoch already done
+    net_seconds: float  # net optimisation time already spent
+    best_val: float | None  # None: no epoch validated yet
+    resumed: bool
+    lr_decay_epoch: int | None = None  # the epoch from which the lr is decayed (None: never)
+
+
 class ProgressHook(Protocol):
+    def begin(self, start: TrainingStart) -> None: ...
     def epoch_start(self, epoch: int, n_batches: int, done: int) -> None: ...
-    def batch_end(self, mean_loss: float | None) -> None: ...  # running mean of the epoch, None: not read
+    # the epoch's running mean loss (None: not read this step, the net seconds then lag the queued work) and the
+    # net optimisation seconds spent so far
+    def batch_end(self, mean_loss: float | None, net_seconds: float) -> None: ...
     def epoch_end(self, record: dict[str, Any]) -> None: ...
 
 
@@ -111,6 +129,9 @@ class FitResult:
     eval_seconds: float
     backtracks: int
     stop_reason: str  # "time budget", "max epochs", "interrupted (SIGINT)", ...
+    batch: int = 0  # batches done of epoch ``epochs`` (the epoch in progress when interrupted)
+    epoch_batches: int = 0  # that epoch's batches (0 when ``batch`` is 0)
+    budget_seconds: float = math.inf  # the net budget
 
     @property
     def interrupted(self) -> bool:
@@ -132,13 +153,15 @@ def should_backtrack(history: Sequence[float], v: float, epoch: int, beta: float
 
 @torch.no_grad()
 def validation_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn, device: torch.device,
-                    amp: bool = False, signals: StopSignals | None = None) -> float | None:
+                    amp: bool = False, signals: StopSignals | None = None,
+                    progress: Callable[[int, int], None] | None = None) -> float | None:
     """Mean per-item loss over all batches (each task weighted equally), model in eval mode. With
-    ``signals``, a signal received stops the pass between batches: None (a part of the split is no loss)."""
+    ``signals``, a signal received stops the pass between batches: None (a part of the split is no loss).
+    ``progress(done, total)`` is told after each batch (it reads the loss on the host each time)."""
     was_training = model.training
     model.eval()
     total, count = torch.zeros((), dtype=torch.float64, device=device), 0  # summed on the device: one host read
-    for batch in batches:
+    for k, batch in enumerate(batches, start=1):
         if signals is not None and signals.received is not None:
             model.train(was_training)
             return None
@@ -147,6 +170,8 @@ def validation_loss(model: nn.Module, batches: Sequence[Batch], loss_fn: LossFn,
             losses = loss_fn(model, batch)
         total += losses.double().sum()
         count += losses.numel()
+        if progress is not None:
+            progress(k, len(batches))
     model.train(was_training)
     return total.item() / max(count, 1)
 
@@ -214,6 +239,10 @@ def fit(
             writer.save(LAST, model.state_dict(), opt.state_dict(), state)
 
     budget = cfg.minutes * 60.0
+    epoch_batches = 0  # the batches of the epoch in progress, for the result of an interrupted run
+    if progress:
+        progress.begin(TrainingStart(str(device), budget, cfg.max_epochs, state.epoch, state.cursor,
+                                     state.net_seconds, _finite_or_none(state.best_val), resume, cfg.lr_decay_epoch))
     with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device), \
             triton_scope(mode.triton, device):
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
@@ -225,6 +254,7 @@ def fit(
             _decay_lr_once(state, opt, cfg)
             batches = data.train_batches(state.epoch)
             order = _epoch_order(len(batches), state.epoch, cfg, ctx)
+            epoch_batches = len(order)
             if progress:
                 progress.epoch_start(state.epoch, len(order), state.cursor)
             stopped_by, time_up = _train_epoch(train_model, step, batches, order, state, budget, signals, ctx, device,
@@ -232,7 +262,7 @@ def fit(
             if stopped_by is not None:
                 state.stop_reason = f"interrupted ({stopped_by})"
                 save_last()
-                return _result(writer.dir, state, ctx)
+                return _result(writer.dir, state, ctx, epoch_batches, budget)
             time_up = time_up or any_rank((state.net_seconds >= budget,), ctx, device)[0]
 
             t_eval = clock()
@@ -241,7 +271,7 @@ def fit(
                 state.stop_reason = f"interrupted ({signals.received or 'signal on another rank'})"
                 state.eval_seconds += clock() - t_eval
                 save_last()  # the steps are done: a resume starts with this validation
-                return _result(writer.dir, state, ctx)
+                return _result(writer.dir, state, ctx, epoch_batches, budget)
             v = _broadcast(v, ctx, device)
             lr_used = state.lr
             backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
@@ -265,7 +295,7 @@ def fit(
                 progress.epoch_end(record)
             if state.finished:
                 break
-    return _result(writer.dir, state, ctx)
+    return _result(writer.dir, state, ctx, epoch_batches, budget)
 
 
 # ---- the steps of fit, in the order it calls them -------------------------------------------------------
@@ -373,7 +403,8 @@ def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batc
             losses.read()  # synchronises, so the interval below includes the queued work
         state.net_seconds += clock() - t0
         if progress:
-            progress.batch_end(state.epoch_loss_sum / state.epoch_loss_count if losses.count == 0 else None)
+            progress.batch_end(state.epoch_loss_sum / state.epoch_loss_count if losses.count == 0 else None,
+                               state.net_seconds)
     if losses.count:  # steps still queued on an accelerator count as optimisation time
         t0 = clock()
         losses.read()
@@ -448,10 +479,11 @@ def _close_epoch(state: TrainState, time_up: bool, cfg: TrainConfig) -> None:
         state.stop_reason = "time budget" if time_up else "max epochs"
 
 
-def _result(run_dir: Path, state: TrainState, ctx: DistContext) -> FitResult:
+def _result(run_dir: Path, state: TrainState, ctx: DistContext, epoch_batches: int, budget: float) -> FitResult:
     """What fit returns, once every rank is here: rank 0 writes the last checkpoints after the others' last
     collective, and a rank that went on (to tear down its process group, or exit) while rank 0 still wrote
     ended now and then in an abort of gloo's threads (SIGABRT, "terminate called without an active exception")."""
     barrier(ctx)
     return FitResult(run_dir, state.best_val, state.best_epoch, state.epoch, state.net_seconds,
-                     state.eval_seconds, state.backtracks, state.stop_reason)
+                     state.eval_seconds, state.backtracks, state.stop_reason, state.cursor,
+                     epoch_batches if state.cursor else 0, budget)

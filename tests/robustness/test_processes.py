@@ -132,3 +132,31 @@ def test_gen_data_killed_at_random_points_leaves_no_temporary_file(tmp_path, sig
         assert done.returncode == 0, done.stderr
         assert _temps(folder) == []  # a SIGKILL's orphan is removed by the next gen-data
         assert read_info(path)["checksum"] == read_info(reference)["checksum"]
+
+
+@pytest.mark.slow
+def test_a_sweep_stopped_by_sigterm_finishes_every_run_when_the_same_command_runs_again(tiny_h5, tmp_path):
+    """Each job of a chain with a wall-time limit (docs/experiments.md) runs the same `swarmctl sweep SPEC`
+    and is stopped by SIGTERM at its limit; the next job's run of it finishes every run."""
+    epochs = 12
+    spec = tmp_path / "chain.toml"
+    spec.write_text(f'name = "chain"\nseeds = [0, 1]\nminutes = 5\nmax_epochs = {epochs}\nbatch_size = 3\n'
+                    f'data = "{tiny_h5}"\ndevice = "cpu"\n'
+                    '[[grid]]\nmodel = "swarm"\nhidden = 8\niters = 2\nlayers = 1\n')
+    runs = tmp_path / "runs"
+    folder = runs / "sweep-chain"
+    sweep = [sys.executable, "-m", "swarmctl", "sweep", spec, "--runs-dir", runs]
+    first = _popen(sweep)
+    _wait_for(lambda: (folder / "swarm-8-2-1-s0" / "metrics.jsonl").is_file(), first)  # the first run is writing
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130 and "interrupted (SIGTERM)" in err and "Traceback" not in err, err
+    assert f"continue with: swarmctl sweep {spec} --runs-dir {runs}" in err
+    assert not all((folder / f"swarm-8-2-1-s{s}" / "curves.png").is_file() for s in (0, 1))  # stopped before the end
+    again = subprocess.run([str(a) for a in sweep], capture_output=True, text=True, env=ENV, timeout=600)
+    assert again.returncode == 0, again.stderr
+    for seed in (0, 1):
+        run = folder / f"swarm-8-2-1-s{seed}"
+        assert _epochs(run) == list(range(epochs)), seed
+        assert load_checkpoint(run / "last.pt").state.epoch == epochs
+    assert _temps(runs) == []

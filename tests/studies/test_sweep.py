@@ -214,11 +214,14 @@ class _InterruptAt:
     def __init__(self, batch):
         self.batch, self.runs, self.seen = batch, 0, 0
 
+    def begin(self, start):
+        pass
+
     def epoch_start(self, epoch, n_batches, done):
         if epoch == 0 and done == 0:
             self.runs += 1
 
-    def batch_end(self, loss):
+    def batch_end(self, loss, net_seconds):
         if self.runs == 2:
             self.seen += 1
             if self.seen == self.batch:

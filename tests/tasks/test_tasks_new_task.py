@@ -66,7 +66,7 @@ class SetSumTask(Task):
             loss_fn=sum_loss)
 
     @torch.no_grad()
-    def score(self, model, ckpt, data, split, device):
+    def score(self, model, ckpt, data, split, device, progress=None):
         batch = sum_batch(20, 12345).to(device)
         return {"data": "20 fixed sets", "split": split, "tasks": 20,
                 "mse": sum_loss(model.eval(), batch).mean().item()}

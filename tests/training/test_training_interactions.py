@@ -63,10 +63,13 @@ class StopAt:
     def __init__(self, signals, step):
         self.signals, self.step, self.seen = signals, step, 0
 
+    def begin(self, start):
+        pass
+
     def epoch_start(self, epoch, n_batches, done):
         pass
 
-    def batch_end(self, mean_loss):
+    def batch_end(self, mean_loss, net_seconds):
         self.seen += 1
         if self.seen == self.step:
             self.signals.received = "SIGTERM"
