@@ -22,6 +22,7 @@ from swarmctl.errors import ConfigError, either
 from swarmctl.files import check_output_file, remove_orphan_temps
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData
+from swarmctl.training.modes import step_timings
 
 
 class DataProgress(Protocol):
@@ -112,13 +113,15 @@ class Task:
 
     def usual_epochs(self, steps_per_epoch: int) -> tuple[int, str]:
         """The epochs of the task's default run with epochs of ``steps_per_epoch`` steps, and where that number
-        comes from (words): its default net budget at the fastest step time measured for it on a GPU
-        (``step_modes``), at most its default ``max_epochs``; without measurements, its ``max_epochs``."""
+        comes from (words): its default net budget at the fastest step time measured for it on a GPU (the
+        shipped step timings, any card, its proven modes), at most its default ``max_epochs``; without
+        measurements, its ``max_epochs``."""
         d = self.defaults
-        if not self.step_modes:
+        measured = [m.step_seconds for card in step_timings().values()
+                    for m in card.measured(self.name, self.proven_modes).values()]
+        if not measured:
             return d.max_epochs, "its default epoch limit"
-        step = min(m.step_seconds for m in self.step_modes.values())
-        epochs = int(d.minutes * 60 / (step * max(steps_per_epoch, 1)))
+        epochs = int(d.minutes * 60 / (min(measured) * max(steps_per_epoch, 1)))
         if epochs >= d.max_epochs:
             return d.max_epochs, f"its default epoch limit, reached within its default {d.minutes:g} net min on a GPU"
         return epochs, f"its default {d.minutes:g} net min on a GPU"
