@@ -7,7 +7,7 @@ from typing import Annotated
 
 from swarmctl.catalog import tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, count, flush_output, option, say, user_errors
 
 STUDY = "plot-entropy"
 
@@ -17,10 +17,10 @@ def plot_entropy_cmd(
     run: Annotated[str | None, argument(help="Run name or folder [default: the shipped "
                                              f"{' or '.join(t['name'] for t in tasks(STUDY))} model].")] = None,
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
-    index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).", min=0)] = None,
-    clusters: Annotated[int, option(help="Pick a task with this many clusters...", min=1)] = 7,
-    size: Annotated[int, option(help="...whose number of points is closest to this.", min=1)] = 500,
-    grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
+    index: Annotated[int | None, count(help="Validation task index (overrides --clusters/--size).", low=0)] = None,
+    clusters: Annotated[int, count(help="Pick a task with this many clusters...")] = 7,
+    size: Annotated[int, count(help="...whose number of points is closest to this.")] = 500,
+    grid: Annotated[int, count(help="Grid locations per axis for x*.", low=2)] = 150,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/entropy; runs/pretrained-NAME/entropy "
                                             "for a shipped model].")] = None,
     runs_dir: RunsDir = RUNS_DIR,

@@ -9,21 +9,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, console, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, RunsDir, console, flush_output, option, say, user_errors
 
 _RIGHT = {"parameters", "epochs", "net min"}
 
 
 @app.command("report")
 def report_cmd(
-    runs_dir: Annotated[Path, argument(help="Folder holding the runs.")] = RUNS_DIR,
+    runs_dir: RunsDir = RUNS_DIR,
     out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
     title: Annotated[str | None, option(help="Title of the frontier figure.")] = None,
 ) -> None:
     """Summarise all runs: best validation loss (mean ± std over seeds) next to the paper's number (its
     Table 2 for direct clustering) and the frontier figure.
 
-    RUNS_DIR may be a sweep's folder, e.g. `swarmctl report runs/sweep-paper` (or `sweep-paper`, looked up
+    --runs-dir may be a sweep's folder, e.g. `swarmctl report --runs-dir runs/sweep-paper` (or `sweep-paper`, looked up
     in runs/ when there is no such folder here).
     """
     with user_errors():

@@ -12,9 +12,10 @@ from swarmctl.cli._options import (
     Device,
     RunsDir,
     console,
+    count,
     flush_output,
     option,
-    positive,
+    positive_number,
     say,
     seed_option,
     user_errors,
@@ -30,8 +31,8 @@ def sample_cmd(
     = next((t["default_dataset"] for t in _SAMPLED if t["default_dataset"]), ""),
     run: Annotated[str | None, option(help="Run name, run folder or checkpoint file [default: the newest "
                                            "finished image run for --dataset, else the shipped model].")] = None,
-    per_class: Annotated[int, option(help="Images per class (one row per class).", min=1)] = 2,
-    temperature: Annotated[float, option(help="Softmax temperature (> 0).", callback=positive)] = 1.0,
+    per_class: Annotated[int, count(help="Images per class (one row per class).")] = 2,
+    temperature: Annotated[float, positive_number(help="Softmax temperature.")] = 1.0,
     seed: Annotated[int, seed_option(help="Seed of the sampling noise.")] = 0,
     out: Annotated[Path | None, option(help="PNG file, ending in .png (the images also go to the same name "
                                             "ending in .npy) [default: RUN/samples-sSEED.png; "

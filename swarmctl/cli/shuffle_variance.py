@@ -15,6 +15,7 @@ from swarmctl.cli._options import (
     Device,
     RunsDir,
     argument,
+    count,
     flush_output,
     option,
     say,
@@ -25,11 +26,11 @@ from swarmctl.cli._options import (
 
 @app.command("shuffle-variance")
 def shuffle_variance_cmd(
-    runs: Annotated[list[str], argument(metavar="RUN...", help="One or more runs (names or folders).")],
+    runs: Annotated[list[str], argument(metavar="RUN", help="One or more runs (names or folders).")],
     data: Annotated[Path | None, option(help="HDF5 dataset every run is measured on [default: each run's own].")]
     = None,
-    tasks: Annotated[int, option(help="Validation tasks, spread evenly over the set size.", min=1)] = 100,
-    shuffles: Annotated[int, option(help="Random orderings per task (at least 2: a spread needs two).", min=2)]
+    tasks: Annotated[int, count(help="Validation tasks, spread evenly over the set size.")] = 100,
+    shuffles: Annotated[int, count(help="Random orderings per task (a spread needs two).", low=2)]
     = 1000,
     seed: Annotated[int, seed_option(help="Seed of the orderings.")] = 0,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/shuffle-variance for one run, "

@@ -31,7 +31,7 @@ def sweep_cmd(
     """Train every configuration of a sweep spec for every seed, one after another, with the usual trainer.
 
     Runs are named RUNS_DIR/sweep-NAME/MODEL-CODE-sSEED. Re-running the same command is safe: finished runs
-    are skipped, an interrupted one resumes from its last.pt. `swarmctl report RUNS_DIR/sweep-NAME` gives the
+    are skipped, an interrupted one resumes from its last.pt. `swarmctl report --runs-dir RUNS_DIR/sweep-NAME` gives the
     table and the frontier figure. With a scheduler, give each job its own --shard, e.g. in a Slurm array
     (--array=0-7): --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     """
@@ -71,7 +71,7 @@ def sweep_cmd(
                   finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
     trained = sum(1 for _, status, _ in results if status != "done")
     say(f"sweep {spec.name}: {where}{trained} run(s) trained, {len(results) - trained} already finished "
-        f"-> {plan.folder}; summarise with: swarmctl report {plan.folder}")
+        f"-> {plan.folder}; summarise with: swarmctl report --runs-dir {plan.folder}")
 
 
 _PLAIN = dict(markup=False, highlight=False, soft_wrap=True)
