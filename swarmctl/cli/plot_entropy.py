@@ -7,7 +7,19 @@ from typing import Annotated
 
 from swarmctl.catalog import tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, count, flush_output, option, say, user_errors
+from swarmctl.cli._options import (
+    RUNS_DIR,
+    Device,
+    RunsDir,
+    argument,
+    count,
+    flush_output,
+    force_option,
+    option,
+    refuse_replacing,
+    say,
+    user_errors,
+)
 
 STUDY = "plot-entropy"
 
@@ -29,6 +41,7 @@ def plot_entropy_cmd(
                                               "mean pooling only; an approximation, see docs/experiments.md) or "
                                               "exact (x* joins each set)", show_default="exact")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
+    force: Annotated[bool, force_option("the map and figures in an existing --out folder")] = False,
 ) -> None:
     """Draw a model's confidence map for a point x* added to a validation task's set.
 
@@ -40,6 +53,8 @@ def plot_entropy_cmd(
     Both figures' titles name the method.
     """
     with user_errors():
+        refuse_replacing(out, force, ("entropy.png", "classes.png") if replot else ("entropy.npz", "entropy.png",
+                                                                                   "classes.png"))
         from swarmctl.cli._progress import DataGenerationProgress, StepBar
         from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
         from swarmctl.plots.style import save_figure
