@@ -1,7 +1,7 @@
 """Adding a train option is one field of TrainConfig and its parameter of `train` (docs/design.md, "Adding a train
 option"): in a copy of the package, the test follows the checklist (a field made by `train_option`, its check in
-`__post_init__`, the parameter, the help catalog regenerated) and nothing else, and the option appears in `train --help`, is a sweep key, is checked
-like every option, and changes on `train --resume`."""
+`__post_init__`, the parameter, the help catalog regenerated) and nothing else, and the option appears in
+`train --help`, is a sweep key, is checked like every option, and changes on `train --resume`."""
 
 import json
 import os
