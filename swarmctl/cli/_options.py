@@ -142,9 +142,7 @@ def refuse_replacing(out: Path | None, force: bool, names: tuple[str, ...]) -> N
                 raise OutputExists(f"{Path(out) / name} exists; pass `force` to overwrite it or choose another `out`")
 
 
-def force_option(what: str) -> Any:
-    """``--force``: replace the existing files ``what`` names."""
-    return option("--force", help=f"Replace {what}.")
+Force = Annotated[bool, option("--force", help="Replace the command's files in an existing --out folder.")]
 
 
 RUNS_DIR = Path("runs")  # default folder holding the runs

@@ -6,20 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 from swarmctl.catalog import tasks
+from swarmctl.cli import _options
 from swarmctl.cli._app import app
-from swarmctl.cli._options import (
-    RUNS_DIR,
-    Device,
-    RunsDir,
-    argument,
-    count,
-    flush_output,
-    force_option,
-    option,
-    refuse_replacing,
-    say,
-    user_errors,
-)
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, count, flush_output, option, say, user_errors
 
 STUDY = "plot-entropy"
 
@@ -41,7 +30,7 @@ def plot_entropy_cmd(
                                               "mean pooling only; an approximation, see docs/experiments.md) or "
                                               "exact (x* joins each set)", show_default="exact")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
-    force: Annotated[bool, force_option("the map and figures in an existing --out folder")] = False,
+    force: _options.Force = False,
 ) -> None:
     """Draw a model's confidence map for a point x* added to a validation task's set.
 
@@ -53,8 +42,8 @@ def plot_entropy_cmd(
     Both figures' titles name the method.
     """
     with user_errors():
-        refuse_replacing(out, force, ("entropy.png", "classes.png") if replot else ("entropy.npz", "entropy.png",
-                                                                                   "classes.png"))
+        figures = ("entropy.png", "classes.png")  # with --replot the folder's entropy.npz is read, not written
+        _options.refuse_replacing(out, force, figures if replot else ("entropy.npz", *figures))
         from swarmctl.cli._progress import DataGenerationProgress, StepBar
         from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
         from swarmctl.plots.style import save_figure

@@ -8,18 +8,9 @@ from typing import Annotated
 from rich.markup import escape
 from rich.table import Table
 
+from swarmctl.cli import _options
 from swarmctl.cli._app import app
-from swarmctl.cli._options import (
-    RUNS_DIR,
-    RunsDir,
-    console,
-    flush_output,
-    force_option,
-    option,
-    refuse_replacing,
-    say,
-    user_errors,
-)
+from swarmctl.cli._options import RUNS_DIR, RunsDir, console, flush_output, option, say, user_errors
 
 _RIGHT = {"parameters", "epochs", "net min"}
 
@@ -29,7 +20,7 @@ def report_cmd(
     runs_dir: RunsDir = RUNS_DIR,
     out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
     title: Annotated[str | None, option(help="Title of the frontier figure.")] = None,
-    force: Annotated[bool, force_option("report.md and frontier.png in an existing --out folder")] = False,
+    force: _options.Force = False,
 ) -> None:
     """Summarise all runs: best validation loss (mean ± std over seeds) next to the paper's number (its
     Table 2 for direct clustering) and the frontier figure.
@@ -38,7 +29,7 @@ def report_cmd(
     in runs/ when there is no such folder here).
     """
     with user_errors():
-        refuse_replacing(out, force, ("report.md", "frontier.png"))
+        _options.refuse_replacing(out, force, ("report.md", "frontier.png"))
         from swarmctl.plots.frontier import plot_frontier
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.report import report

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from rich.markup import escape
 
+from swarmctl.cli import _options
 from swarmctl.cli._app import app
 from swarmctl.cli._options import (
     RUNS_DIR,
@@ -17,9 +18,7 @@ from swarmctl.cli._options import (
     argument,
     count,
     flush_output,
-    force_option,
     option,
-    refuse_replacing,
     say,
     seed_option,
     user_errors,
@@ -40,7 +39,7 @@ def shuffle_variance_cmd(
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
-    force: Annotated[bool, force_option("the summary and figure in an existing --out folder")] = False,
+    force: _options.Force = False,
 ) -> None:
     """Measure how much each run's loss moves when its input sets are reordered.
 
@@ -48,7 +47,7 @@ def shuffle_variance_cmd(
     orderings. Equivariant models give float-rounding values; the unsorted BiLSTM does not.
     """
     with user_errors():
-        refuse_replacing(out, force, ("summary.json", "shuffle-variance.png"))
+        _options.refuse_replacing(out, force, ("summary.json", "shuffle-variance.png"))
         from swarmctl.plots.shuffle import plot_shuffle_variance
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.shuffle_variance import shuffle_variance
