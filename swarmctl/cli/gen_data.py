@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
 from swarmctl.cli._options import count, flush_output, number, option, say, seed_option, user_errors
 
 _KINDS = [t for t in catalog_tasks() if t["data_kind"] is not None]
+_KIND_NAMES = tuple(t["data_kind"] for t in _KINDS)  # the choices of --kind
 _GENERATOR: dict[str, Any] = {}  # generator parameter -> (default, kinds that take it)
 for _t in _KINDS:
     for _name, _default in _t["generator"].items():
@@ -31,7 +32,7 @@ _HELP = ("Generate seeded tasks of one kind and write them to HDF5.\n\n"
 @app.command("gen-data", help=_HELP)
 def gen_data_cmd(
     seed: Annotated[int, seed_option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
-    kind: Annotated[str, option(help=" or ".join(t["data_kind"] for t in _KINDS) + ".")] = _KINDS[0]["data_kind"],
+    kind: Annotated[Literal[_KIND_NAMES], option(help="The kind of tasks.")] = _KINDS[0]["data_kind"],  # type: ignore[valid-type]
     out: Annotated[Path | None, option(help="Output file [default: " + " or ".join(
         t["data_file"] for t in _KINDS) + "].")] = None,
     tasks: Annotated[int | None, count(help=f"Number of tasks (train + validation) [default: {_TASKS_DEFAULT}].")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from swarmctl.catalog import tasks
 from swarmctl.cli import _options
@@ -26,9 +26,9 @@ def plot_entropy_cmd(
                                             "for a shipped model].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
-    method: Annotated[str | None, option(help="probe (x* alone against the set's pooled states; SWARM with "
-                                              "mean pooling only; an approximation, see docs/experiments.md) or "
-                                              "exact (x* joins each set)", show_default="exact")] = None,
+    method: Annotated[Literal["probe", "exact"] | None, option(
+        help="probe (x* alone against the set's pooled states; SWARM with mean pooling only; an approximation, see "
+             "docs/experiments.md) or exact (x* joins each set)", show_default="exact")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
     force: _options.Force = False,
 ) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from swarmctl.catalog import tasks
 from swarmctl.cli._app import app
@@ -27,7 +27,7 @@ DATASETS = [d for t in _SAMPLED for d in t["datasets"]]
 
 @app.command("sample")
 def sample_cmd(
-    dataset: Annotated[str, option(help=f"{', '.join(DATASETS)}.")]
+    dataset: Annotated[Literal[tuple(DATASETS)], option(help="The images the model was trained on.")]  # type: ignore[valid-type]
     = next((t["default_dataset"] for t in _SAMPLED if t["default_dataset"]), ""),
     run: Annotated[str | None, option(help="Run name, run folder or checkpoint file [default: the newest "
                                            "finished image run for --dataset, else the shipped model].")] = None,
