@@ -1,10 +1,10 @@
-"""The Typer application every command module registers with: its help reflowed to the terminal, its
-errors one line each. Public Typer API only (command classes given by ``cls=``, Typer's exceptions)."""
+"""The Typer application every command module registers with: click's plain help (each paragraph wrapped
+at the terminal's width, descriptions in a column of their own), errors one line each. Public Typer API
+only: command classes given by ``cls=``, Typer's exceptions."""
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import re
 import shutil
 import sys
@@ -17,42 +17,6 @@ from typer.core import TyperCommand, TyperGroup
 from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
-# A line that keeps its own line in a help text: a list item, or an indented (code) line.
-_LIST_ITEM = re.compile(r"(?:[-*+]|[0-9]+[.)])\s")
-
-
-def reflow(text: str | None) -> str | None:
-    """``text`` (a docstring) with each paragraph's lines joined, so that the terminal wraps it at its own
-    width. Paragraph breaks, list items (a line that continues one joins it), indented lines (code),
-    paragraphs marked ``\\b`` and everything after ``\\f`` stay as they are."""
-    if not text:
-        return text
-    head, cut, tail = inspect.cleandoc(text).partition("\f")
-    paragraphs = []
-    for paragraph in head.split("\n\n"):
-        if paragraph.startswith("\b"):
-            paragraphs.append(paragraph)
-            continue
-        lines: list[str] = []
-        kind = ""  # of the last line kept: "prose", "item" or "code"
-        for line in paragraph.split("\n"):
-            if not line.strip():
-                continue
-            if _LIST_ITEM.match(line):
-                lines.append(line.rstrip())
-                kind = "item"
-            elif line[0].isspace() and kind != "item":
-                lines.append(line.rstrip())
-                kind = "code"
-            elif lines and kind in ("prose", "item"):
-                lines[-1] += " " + line.strip()
-            else:
-                lines.append(line.strip())
-                kind = "prose"
-        paragraphs.append("\n".join(lines))
-    return "\n\n".join(paragraphs) + cut + tail
-
-
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
 _RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
 
@@ -63,13 +27,11 @@ def running_context() -> typer.Context | None:
 
 
 class _Command(TyperCommand):
-    """Every command: its description reflowed (:func:`reflow`), its arguments named in upper case
-    (``RUN``; ``[RUN]`` when optional, ``RUN...`` for several), its context known while it runs
-    (:func:`running_context`)."""
+    """Every command: its arguments named in upper case (``RUN``; ``[RUN]`` when optional, ``RUN...`` for
+    several), its context known while it runs (:func:`running_context`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.help = reflow(self.help)
         for param in self.params:
             if param.param_type_name == "argument" and param.metavar is None:
                 param.metavar = param.name.upper() if param.name else None
@@ -99,12 +61,7 @@ class _Command(TyperCommand):
             _RUNNING.reset(token)
 
 
-class _Group(TyperGroup):
-    """A group of commands (the application, `swarmctl campaign`): its description reflowed."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.help = reflow(self.help)
+_Group = TyperGroup  # a group of commands inside the application (`swarmctl campaign`)
 
 
 class _Typer(typer.Typer):
@@ -114,7 +71,7 @@ class _Typer(typer.Typer):
         return super().command(name, cls=cls or _Command, **kwargs)
 
 
-class _OneLineErrors(_Group):
+class _OneLineErrors(TyperGroup):
     """Usage errors (a bad option value, a missing argument) as one line on stderr with exit code 2,
     instead of Typer's usage text and boxed message; a standard output that cannot be written (a full
     disk, a closed pipe) as one line with exit code 1; a signal outside a command's work as one line with

@@ -135,7 +135,7 @@ def positive_number(help: str, **kwargs: Any) -> Any:
 def refuse_replacing(out: Path | None, force: bool, names: tuple[str, ...]) -> None:
     """The one overwrite rule for an output folder the user named with ``--out``: a file of the command's
     (``names``) already in it is replaced only with ``--force`` (exit 1 otherwise). The default folders in
-    a run's folder are the command's own, replaced on each run."""
+    a run's folder are the command's own, replaced on each run; so is a folder that ``--replot`` redraws."""
     if out is not None and not force:
         for name in names:
             if os.path.lexists(Path(out) / name):

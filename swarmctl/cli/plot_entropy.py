@@ -42,8 +42,7 @@ def plot_entropy_cmd(
     Both figures' titles name the method.
     """
     with user_errors():
-        figures = ("entropy.png", "classes.png")  # with --replot the folder's entropy.npz is read, not written
-        _options.refuse_replacing(out, force, figures if replot else ("entropy.npz", *figures))
+        _options.refuse_replacing(out, force or replot, ("entropy.npz", "entropy.png", "classes.png"))
         from swarmctl.cli._progress import DataGenerationProgress, StepBar
         from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
         from swarmctl.plots.style import save_figure

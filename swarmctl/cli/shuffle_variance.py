@@ -47,7 +47,7 @@ def shuffle_variance_cmd(
     orderings. Equivariant models give float-rounding values; the unsorted BiLSTM does not.
     """
     with user_errors():
-        _options.refuse_replacing(out, force, ("summary.json", "shuffle-variance.png"))
+        _options.refuse_replacing(out, force or replot, ("summary.json", "shuffle-variance.png"))
         from swarmctl.plots.shuffle import plot_shuffle_variance
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.shuffle_variance import shuffle_variance

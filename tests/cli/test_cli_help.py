@@ -224,32 +224,6 @@ def test_descriptions_get_at_least_half_the_width(path, width):
     assert not narrow, f"`swarmctl {' '.join(path)} --help` at {width} columns squeezes descriptions: {narrow}"
 
 
-def test_reflow_joins_a_paragraphs_lines_and_keeps_lists_and_code():
-    from swarmctl.cli._app import reflow
-
-    doc = """First line
-    broken by hand.
-
-    Prose that
-    continues.
-    - an item
-      that continues
-    - another item
-    1. numbered
-
-        code  line
-        kept as is
-
-    \b
-    kept
-    lines
-    \f
-    hidden"""
-    assert reflow(doc) == ("First line broken by hand.\n\nProse that continues.\n- an item that continues\n"
-                           "- another item\n1. numbered\n\n    code  line\n    kept as is\n\n"
-                           "\b\nkept\nlines\n\f\nhidden")
-
-
 def test_train_help_says_what_a_resume_takes_and_how_the_step_switches_go_with_step(cli):
     """The two refusals a user meets with the new options (`--resume NAME --step amp`, `--step graphs --amp`)
     are announced in the help: the options a resume takes, from RESUMABLE, and the switches' rule."""
