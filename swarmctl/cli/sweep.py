@@ -6,11 +6,8 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, console, flag_names, option, say, user_errors
-from swarmctl.errors import ConfigError
+from swarmctl.cli._options import RUNS_DIR, argument, console, option, say, user_errors
 
 if TYPE_CHECKING:
     from swarmctl.studies.sweep import SweepPlan
@@ -21,7 +18,7 @@ ACTIONS = {"new": "training", "partial": "resuming", "empty": "starting again (n
 @app.command("sweep")
 def sweep_cmd(
     spec_file: Annotated[Path, argument(metavar="SPEC", help="TOML sweep spec, e.g. sweeps/paper.toml.")],
-    shard_text: Annotated[str, option("--shard", help="I/N: train only shard I of N (0 <= I < N); N "
+    shard: Annotated[str, option("--shard", help="I/N: train only shard I of N (0 <= I < N); N "
                                                             "machines with I = 0..N-1 cover the grid once.")] = "0/1",
     dry_run_only: Annotated[bool, option("--dry-run", help="List the configurations, parameter counts, run "
                                                                  "states and the budget; train nothing.")] = False,
@@ -37,11 +34,8 @@ def sweep_cmd(
     """
     from swarmctl.studies.sweep import format_minutes, parse_shard, plan_sweep, train_sweep
 
-    try:
-        index, count = parse_shard(shard_text)
-    except ConfigError as exc:
-        raise typer.BadParameter(flag_names(str(exc).removeprefix("`shard` ")), param_hint="--shard") from None
     with user_errors() as interruption:
+        index, count = parse_shard(shard)  # a ConfigError: exit 2, naming --shard
         from swarmctl.cli._fit import after_fit
         from swarmctl.cli._progress import EpochProgress
 
