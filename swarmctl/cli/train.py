@@ -60,7 +60,8 @@ def _model(name: str) -> Any:
     """``--NAME``: the row of the models' hyper-parameter table with that option (None: the model's default)."""
     h = _HYPER[name]
     default = getattr(ModelConfig(), h["field"])
-    return _typed(h["type"], f"{h['help']} [default: {'the model' + chr(39) + 's' if default is None else default}].")
+    shown = "the model's" if default is None else default
+    return _typed(h["type"], f"{h['help']} [default: {shown}].")
 
 
 def _train(field: str) -> Any:
