@@ -13,7 +13,8 @@ many times slower than with fewer threads. The rule (docs/design.md, "Threads"):
 
 The result is written to ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` before PyTorch is imported (PyTorch
 reads them when it starts, and the processes a command starts inherit them). Where PyTorch is already
-loaded (a process that calls the CLI itself), a count the user asked for is set on it directly; the rule's
+loaded (a process that calls the CLI itself), a count the user asked for is set on it directly, at most the
+usable cores; the rule's
 own count leaves the threads that process chose. Plain standard library: the CLI calls it before anything heavy loads.
 """
 
@@ -106,4 +107,6 @@ def apply(threads: Threads, environ: dict[str, str] | None = None) -> None:
     torch = sys.modules.get("torch")
     asked = threads.reason in ("--threads", ENV)
     if asked and torch is not None and environ is None and hasattr(torch, "set_num_threads"):
-        torch.set_num_threads(threads.count)
+        # capped at the usable cores, as OpenMP caps a count read at start-up: a loaded PyTorch takes any
+        # count and crashed (a segmentation fault) starting 100,000 threads
+        torch.set_num_threads(min(threads.count, usable_cores()))

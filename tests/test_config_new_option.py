@@ -1,7 +1,7 @@
-"""Adding a train option is one field of TrainConfig (docs/design.md, "Adding a train option"): in a copy of the
-package, the test follows the checklist (a field made by `train_option`, its check in `__post_init__`, the help
-catalog regenerated) and nothing else, and the option appears in `train --help`, is a sweep key, is checked
-like every option, and changes on `train --resume`."""
+"""Adding a train option is one field of TrainConfig and its parameter of `train` (docs/design.md, "Adding a train
+option"): in a copy of the package, the test follows the checklist (a field made by `train_option`, its check in
+`__post_init__`, the parameter, the help catalog regenerated) and nothing else, and the option appears in
+`train --help`, is a sweep key, is checked like every option, and changes on `train --resume`."""
 
 import json
 import os
@@ -23,6 +23,10 @@ TINY = ["--hidden", "4", "--iters", "1", "--batch-size", "2", "--steps-per-epoch
         "--device", "cpu"]
 
 
+# Step 3: the parameter of `train`, after the last option of the table.
+PARAMETER = '    warmup_epochs: Annotated[int | None, _train("warmup_epochs")] = None,\n'
+
+
 def add_the_option(package: Path) -> None:
     config = package / "config.py"
     text = config.read_text()
@@ -30,6 +34,11 @@ def add_the_option(package: Path) -> None:
     assert body is not None, "TrainConfig and its __post_init__ not found"
     at = body.start(1)
     config.write_text(text[:at] + FIELD + "\n" + body.group(1) + CHECK + text[body.end(1):])
+    command = package / "cli" / "train.py"
+    text = command.read_text()
+    last = re.search(r'\n    [a-z_]+: Annotated\[[^\n]*_train\("[a-z_]+"\)\] = None,\n(?!.*_train\(")', text, re.S)
+    assert last is not None, "train's table options not found"
+    command.write_text(text[:last.end()] + PARAMETER + text[last.end():])
 
 
 # Step 4 of the checklist, then the commands, in one interpreter (PyTorch loads once): each command's exit code

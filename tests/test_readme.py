@@ -41,7 +41,7 @@ LONG = {
 # Not run: no option cuts their budget.
 NOT_RUN = {
     "swarmctl sweep sweeps/best.toml": "18 runs of 60 net minutes; `--dry-run` of the paper's grid runs above",
-    "swarmctl report runs/sweep-best": "reads the runs of the sweep above",
+    "swarmctl report --runs-dir runs/sweep-best": "reads the runs of the sweep above",
 }
 
 

@@ -10,7 +10,7 @@ paper's number each one chases (swarmctl's package data):
 
 - ``clustering``: Table 2, the six configurations of sweeps/best.toml x its 3 seeds, one run each of
   ``minutes_per_run`` net minutes, ``side_by_side`` runs sharing the card; finished runs keep their
-  config, metrics and evaluation (``swarmctl report campaigns/clustering/runs`` prints the table);
+  config, metrics and evaluation (``swarmctl report --runs-dir campaigns/clustering/runs`` prints the table);
 - ``mog``: swarm-mog (768-20-1), one run of the paper's schedule (100 epochs of 500 steps, lr x 0.1 after
   70) carried across jobs, as many epochs as each job's share allows; its last.pt (57 MB with Adam) is
   kept in parts under a job's file limit (``last.pt.partK`` and ``last.pt.parts.json``); each job scores

@@ -4,7 +4,8 @@ the options several commands share."""
 from __future__ import annotations
 
 import contextlib
-import importlib
+import math
+import os
 import re
 import sys
 import threading
@@ -19,9 +20,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from swarmctl import signals
+from swarmctl.cli._app import running_context
 from swarmctl.cli._streams import stdout_failed, stdout_line
-from swarmctl.config import SEED_RANGE, check_device, check_finite, check_positive
-from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
+from swarmctl.config import SEED_RANGE, check_device, check_positive
+from swarmctl.errors import ConfigError, OutputExists, SwarmctlError, SwarmctlWarning, describe_os_error
 
 
 class _Console(Console):
@@ -47,43 +49,100 @@ def help_flags(text: str) -> str:
 
 
 def option(*param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
-    """typer.Option with a plain-text help: brackets such as "[default: ...]" show as written (Typer
-    would read them as rich markup); backticked parameters show as flags (:func:`help_flags`)."""
-    return typer.Option(*param_decls, help=None if help is None else escape(help_flags(help)), **kwargs)
+    """typer.Option whose help's backticked parameters show as flags (:func:`help_flags`)."""
+    return typer.Option(*param_decls, help=None if help is None else help_flags(help), **kwargs)
 
 
 def argument(*, help: str | None = None, **kwargs: Any) -> Any:
-    """typer.Argument with a plain-text help (see :func:`option`)."""
-    return typer.Argument(help=None if help is None else escape(help_flags(help)), **kwargs)
+    """typer.Argument whose help's backticked parameters show as flags (:func:`help_flags`)."""
+    return typer.Argument(help=None if help is None else help_flags(help), **kwargs)
 
 
 def checked(check: Any) -> Any:
-    """An option callback running ``check(value, flag)`` (``flag``: the option's, e.g. ``--temperature``, for
-    the message); a ConfigError becomes a usage error (exit 2)."""
+    """An option callback running ``check(value, flag)`` for a value whose check is the library's (a device
+    name, a choice among names known at run time); its ConfigError becomes a usage error (exit 2) naming
+    the option. Numbers are checked by :func:`number`."""
     def callback(param: typer.CallbackParam, value: Any) -> Any:
         if value is not None:
             flag = max((o for o in param.opts if o.startswith("--")), key=len, default=param.name or "value")
             try:
                 check(value, flag)
             except SwarmctlError as exc:
-                raise typer.BadParameter(flag_names(str(exc).replace(f"`{flag}`", flag))) from None
+                raise typer.BadParameter(str(exc).replace(f"`{flag}`", flag).replace(f"`{param.name}`", flag)) from None
         return value
     return callback
 
 
-finite = checked(lambda v, flag: check_finite(flag, v))  # floats: no nan or inf
-positive = checked(lambda v, flag: check_positive(flag, v))  # finite floats > 0
-device_name = checked(lambda v, flag: check_device(v))
+device_name = checked(lambda value, flag: check_device(value))
+positive = checked(lambda value, flag: check_positive(flag, value))  # `swarmctl campaign`'s options
+_WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+class Number:
+    """The parser of a numeric option (Typer's ``parser=``): a whole number in digits for ``int`` (Typer's
+    own conversion takes ``8.0`` and ``8_000``), a finite number for ``float``, within ``low``..``high``
+    (``low`` itself excluded when ``above``). A value outside is a usage error (exit 2) naming the option."""
+
+    def __init__(self, kind: type, low: float | None = None, high: float | None = None, *, above: bool = False):
+        self.kind, self.low, self.high, self.above = kind, low, high, above
+
+    def __call__(self, text: Any) -> Any:
+        if not isinstance(text, str):  # a default
+            return text
+        if self.kind is int and not _WHOLE.fullmatch(text):
+            raise typer.BadParameter(f"give a whole number such as 8, got {text!r}")
+        try:
+            value = self.kind(text)
+        except ValueError:
+            raise typer.BadParameter(f"give a number such as 0.5, got {text!r}") from None
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"give a finite number, got {text}")
+        low, high = self.low, self.high
+        if (low is not None and (value <= low if self.above else value < low)) or (high is not None and value > high):
+            raise typer.BadParameter(f"must be {' and '.join(_bounds(low, high, self.above))}, got {text.strip()}")
+        return value
+
+
+def _bounds(low: float | None, high: float | None, above: bool) -> list[str]:
+    """``low`` and ``high`` as a reader reads them: ``>= 1``, ``> 0``, ``<= 4294967295``."""
+    return ([f"{'>' if above else '>='} {low:g}"] if low is not None else []) + \
+        ([f"<= {high:g}" if isinstance(high, float) else f"<= {high}"] if high is not None else [])
+
+
+def number(kind: type, *param_decls: str, help: str | None = None, low: float | None = None,
+           high: float | None = None, above: bool = False, **kwargs: Any) -> Any:
+    """A numeric option: its value checked by :class:`Number`, its bounds shown in its help."""
+    bounds = _bounds(low, high, above)
+    shown = f"{help} [{', '.join(bounds)}]" if bounds and help else help
+    return option(*param_decls, help=shown, parser=Number(kind, low, high, above=above), **kwargs)
+
+
+def count(help: str, low: int = 1, **kwargs: Any) -> Any:
+    """A whole-number option of at least ``low``."""
+    return number(int, help=help, low=low, **kwargs)
 
 
 def seed_option(help: str, **kwargs: Any) -> Any:
     """A seed option: an integer NumPy and torch accept (0 .. 2^32 - 1)."""
-    return option(help=help, min=SEED_RANGE[0], max=SEED_RANGE[1], **kwargs)
+    return number(int, help=help, low=SEED_RANGE[0], high=SEED_RANGE[1], **kwargs)
 
 
-def float_option(*param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
-    """A float option that refuses nan and inf (exit 2)."""
-    return option(*param_decls, help=help, callback=finite, **kwargs)
+def positive_number(help: str, **kwargs: Any) -> Any:
+    """A finite float option > 0."""
+    return number(float, help=help, low=0, above=True, **kwargs)
+
+
+def refuse_replacing(out: Path | None, force: bool, names: tuple[str, ...]) -> None:
+    """The one overwrite rule for an output folder the user named with ``--out``: a file of the command's
+    (``names``) already in it is replaced only with ``--force`` (exit 1 otherwise). The default folders in
+    a run's folder are the command's own, replaced on each run; so is a folder that ``--replot`` redraws."""
+    if out is not None and not force:
+        for name in names:
+            if os.path.lexists(Path(out) / name):
+                raise OutputExists(f"{Path(out) / name} exists; pass `force` to overwrite it or choose another `out`")
+
+
+Force = Annotated[bool, option("--force", help="Replace the command's files in an existing --out folder.")]
 
 
 RUNS_DIR = Path("runs")  # default folder holding the runs
@@ -113,18 +172,11 @@ FIELD_OPTIONS = {"n_tasks": "tasks"}
 _BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 
-def _click_context() -> Any:
-    """The running command's click context (Typer's own copy of click, or click), None outside a command."""
-    base = next(c for c in typer.Context.__mro__ if c.__name__ == "Context" and c is not typer.Context)
-    module = importlib.import_module(base.__module__.rsplit(".", 1)[0] + ".globals")
-    return module.get_current_context(silent=True)
-
-
 def command_flags() -> dict[str, str]:
     """The running command's parameters by name: an option's longest flag (``--runs-dir``; ``no_NAME``: a
     switch's off side, ``--no-NAME``), an argument's metavar (``RUN``), and each config field whose option
     has another name mapped to that option's flag."""
-    ctx = _click_context()
+    ctx = running_context()
     if ctx is None:
         return {}
     names: dict[str, str] = {}

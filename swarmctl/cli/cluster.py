@@ -18,6 +18,7 @@ from swarmctl.cli._options import (
     RunsDir,
     argument,
     console,
+    count,
     flush_output,
     option,
     say,
@@ -92,7 +93,7 @@ def cluster_cmd(
                                         "fits at K-1..K+4 around the model's, then its clusters split while the "
                                         "BIC falls (past the model's slots); on more than 1,000 points the model "
                                         "sees a sample of 1,000 and EM fits all.")] = True,
-    clusters: Annotated[int | None, option(metavar="K", help="The number of clusters, if you know it: EM fits "
+    clusters: Annotated[int | None, count(metavar="K", help="The number of clusters, if you know it: EM fits "
                                                              "exactly K from the model's answer (its K most "
                                                              "probable clusters, split or absorbed to make K) "
                                                              "instead of settling K by BIC. Needs --refine; at "
@@ -101,7 +102,7 @@ def cluster_cmd(
                                           help="Leave out rows with an empty, non-numeric, NaN or missing value in "
                                                "the columns clustered (the count is printed) instead of refusing "
                                                "the file.")] = False,
-    chunk_size: Annotated[int, option(min=1, help="Points per chunk when a SWARM model runs a large set "
+    chunk_size: Annotated[int, count(help="Points per chunk when a SWARM model runs a large set "
                                                   "(memory, not the result).")] = catalog()["cluster_chunk_size"],
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import float_option, flush_output, option, say, seed_option, user_errors
+from swarmctl.cli._options import count, flush_output, number, option, say, seed_option, user_errors
 
 _KINDS = [t for t in catalog_tasks() if t["data_kind"] is not None]
+_KIND_NAMES = tuple(t["data_kind"] for t in _KINDS)  # the choices of --kind
 _GENERATOR: dict[str, Any] = {}  # generator parameter -> (default, kinds that take it)
 for _t in _KINDS:
     for _name, _default in _t["generator"].items():
@@ -31,20 +32,20 @@ _HELP = ("Generate seeded tasks of one kind and write them to HDF5.\n\n"
 @app.command("gen-data", help=_HELP)
 def gen_data_cmd(
     seed: Annotated[int, seed_option(help="Seed of the legacy NumPy RandomState (0: the paper's draws).")] = 0,
-    kind: Annotated[str, option(help=" or ".join(t["data_kind"] for t in _KINDS) + ".")] = _KINDS[0]["data_kind"],
+    kind: Annotated[Literal[_KIND_NAMES], option(help="The kind of tasks.")] = _KINDS[0]["data_kind"],  # type: ignore[valid-type]
     out: Annotated[Path | None, option(help="Output file [default: " + " or ".join(
         t["data_file"] for t in _KINDS) + "].")] = None,
-    tasks: Annotated[int | None, option(help=f"Number of tasks (train + validation) [default: {_TASKS_DEFAULT}].")]
+    tasks: Annotated[int | None, count(help=f"Number of tasks (train + validation) [default: {_TASKS_DEFAULT}].")]
     = None,
-    val_fraction: Annotated[float | None, float_option(help=_param_help(
+    val_fraction: Annotated[float | None, number(float, help=_param_help(
         "Fraction of tasks, taken from the end, for validation", "val_fraction"))] = None,
-    k_min: Annotated[int | None, option(help=_param_help("Fewest clusters per task", "k_min"))] = None,
-    k_max: Annotated[int | None, option(help=_param_help("Most clusters per task (at most 10)", "k_max"))] = None,
-    n_min: Annotated[int | None, option(help=_param_help("Fewest points per task (at least 2)", "n_min"))] = None,
-    n_max: Annotated[int | None, option(help=_param_help("Most points per task", "n_max"))] = None,
-    wishart_df: Annotated[float | None, float_option(help=_param_help(
+    k_min: Annotated[int | None, count(help=_param_help("Fewest clusters per task", "k_min"))] = None,
+    k_max: Annotated[int | None, count(help=_param_help("Most clusters per task (at most 10)", "k_max"))] = None,
+    n_min: Annotated[int | None, count(help=_param_help("Fewest points per task (at least 2)", "n_min"))] = None,
+    n_max: Annotated[int | None, count(help=_param_help("Most points per task", "n_max"))] = None,
+    wishart_df: Annotated[float | None, number(float, help=_param_help(
         "Degrees of freedom of the inverse-Wishart covariances", "wishart_df"))] = None,
-    wishart_scale: Annotated[float | None, float_option(help=_param_help(
+    wishart_scale: Annotated[float | None, number(float, help=_param_help(
         "Scale s of the inverse-Wishart (scale matrix s*I)", "wishart_scale"))] = None,
     force: Annotated[bool, option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:

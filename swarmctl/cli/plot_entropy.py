@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from swarmctl.catalog import tasks
+from swarmctl.cli import _options
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, count, flush_output, option, say, user_errors
 
 STUDY = "plot-entropy"
 
@@ -17,18 +18,19 @@ def plot_entropy_cmd(
     run: Annotated[str | None, argument(help="Run name or folder [default: the shipped "
                                              f"{' or '.join(t['name'] for t in tasks(STUDY))} model].")] = None,
     data: Annotated[Path | None, option(help="HDF5 dataset [default: the run's].")] = None,
-    index: Annotated[int | None, option(help="Validation task index (overrides --clusters/--size).", min=0)] = None,
-    clusters: Annotated[int, option(help="Pick a task with this many clusters...", min=1)] = 7,
-    size: Annotated[int, option(help="...whose number of points is closest to this.", min=1)] = 500,
-    grid: Annotated[int, option(help="Grid locations per axis for x*.")] = 150,
+    index: Annotated[int | None, count(help="Validation task index (overrides --clusters/--size).", low=0)] = None,
+    clusters: Annotated[int, count(help="Pick a task with this many clusters...")] = 7,
+    size: Annotated[int, count(help="...whose number of points is closest to this.")] = 500,
+    grid: Annotated[int, count(help="Grid locations per axis for x*.", low=2)] = 150,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/entropy; runs/pretrained-NAME/entropy "
                                             "for a shipped model].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
-    method: Annotated[str | None, option(help="probe (x* alone against the set's pooled states; SWARM with "
-                                              "mean pooling only; an approximation, see docs/experiments.md) or "
-                                              "exact (x* joins each set)", show_default="exact")] = None,
+    method: Annotated[Literal["probe", "exact"] | None, option(
+        help="probe (x* alone against the set's pooled states; SWARM with mean pooling only; an approximation, see "
+             "docs/experiments.md) or exact (x* joins each set)", show_default="exact")] = None,
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
+    force: _options.Force = False,
 ) -> None:
     """Draw a model's confidence map for a point x* added to a validation task's set.
 
@@ -40,6 +42,7 @@ def plot_entropy_cmd(
     Both figures' titles name the method.
     """
     with user_errors():
+        _options.refuse_replacing(out, force or replot, ("entropy.npz", "entropy.png", "classes.png"))
         from swarmctl.cli._progress import DataGenerationProgress, StepBar
         from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
         from swarmctl.plots.style import save_figure

@@ -5,28 +5,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+from swarmctl.cli import _options
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, err_console, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, RunsDir, err_console, flush_output, option, say, user_errors
 from swarmctl.cli._table import AsCsv, AsJson, print_table, table_format
 
 
 @app.command("report")
 def report_cmd(
-    runs_dir: Annotated[Path, argument(help="Folder holding the runs.")] = RUNS_DIR,
+    runs_dir: RunsDir = RUNS_DIR,
     out: Annotated[Path | None, option(help="Output folder [default: RUNS_DIR].")] = None,
     title: Annotated[str | None, option(help="Title of the frontier figure.")] = None,
     as_json: AsJson = False,
     as_csv: AsCsv = False,
+    force: _options.Force = False,
 ) -> None:
     """Summarise all runs: best validation loss (mean ± std over seeds) next to the paper's number (its
     Table 2 for direct clustering) and the frontier figure.
 
     One row per configuration and dataset (n: how many seeds; ± only for two or more); runs with no
-    finished epoch are listed as unfinished. RUNS_DIR may be a sweep's folder, e.g. `swarmctl report
-    runs/sweep-paper` (or `sweep-paper`, looked up in runs/ when there is no such folder here).
+    finished epoch are listed as unfinished. --runs-dir may be a sweep's folder, e.g. `swarmctl report
+    --runs-dir runs/sweep-paper` (or `sweep-paper`, looked up in runs/ when there is no such folder here).
     """
     fmt = table_format(as_json, as_csv)
     with user_errors():
+        _options.refuse_replacing(out, force, ("report.md", "frontier.png"))
         from swarmctl.plots.frontier import plot_frontier
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.report import NUMBER_COLUMNS, report

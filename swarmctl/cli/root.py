@@ -6,18 +6,13 @@ from typing import Annotated
 
 import typer
 
-from swarmctl import __version__
+from swarmctl import __version__, threads
 from swarmctl.cli._app import app
-from swarmctl.cli._options import option
+from swarmctl.cli._options import number, option
 
 
 def _threads(value: int | None) -> int | None:
     if value is not None:
-        from swarmctl import threads
-
-        if value > threads.MAX_COUNT:
-            raise typer.BadParameter(f"{value} is more than PyTorch can use (at most {threads.MAX_COUNT}); give "
-                                     "at most the number of cores")
         threads.apply(threads.choose(value))
     return value
 
@@ -35,7 +30,7 @@ def root(
     ] = False,
     threads: Annotated[
         int | None,
-        option("--threads", min=1, callback=_threads, metavar="N",
+        number(int, "--threads", low=1, high=threads.MAX_COUNT, callback=_threads, metavar="N",
                help="CPU threads for PyTorch and the fused kernels [default: the cores free to this process: "
                     "its usable cores less those a high load keeps busy; SWARMCTL_THREADS or OMP_NUM_THREADS "
                     "when set]."),

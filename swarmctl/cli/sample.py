@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from swarmctl.catalog import tasks
 from swarmctl.cli._app import app
@@ -11,9 +11,10 @@ from swarmctl.cli._options import (
     RUNS_DIR,
     Device,
     RunsDir,
+    count,
     flush_output,
     option,
-    positive,
+    positive_number,
     say,
     seed_option,
     user_errors,
@@ -25,12 +26,12 @@ DATASETS = [d for t in _SAMPLED for d in t["datasets"]]
 
 @app.command("sample")
 def sample_cmd(
-    dataset: Annotated[str, option(help=f"{', '.join(DATASETS)}.")]
+    dataset: Annotated[Literal[tuple(DATASETS)], option(help="The images the model was trained on.")]  # type: ignore[valid-type]
     = next((t["default_dataset"] for t in _SAMPLED if t["default_dataset"]), ""),
     run: Annotated[str | None, option(help="Run name, run folder or checkpoint file [default: the newest "
                                            "finished image run for --dataset, else the shipped model].")] = None,
-    per_class: Annotated[int, option(help="Images per class (one column per class).", min=1)] = 2,
-    temperature: Annotated[float, option(help="Softmax temperature (> 0).", callback=positive)] = 1.0,
+    per_class: Annotated[int, count(help="Images per class (one column per class).")] = 2,
+    temperature: Annotated[float, positive_number(help="Softmax temperature.")] = 1.0,
     seed: Annotated[int, seed_option(help="Seed of the sampling noise.")] = 0,
     out: Annotated[Path | None, option(help="PNG file, ending in .png (the images also go to the same name "
                                             "ending in .npy) [default: RUN/samples-sSEED.png; "

@@ -9,12 +9,14 @@ from typing import Annotated
 
 from rich.markup import escape
 
+from swarmctl.cli import _options
 from swarmctl.cli._app import app
 from swarmctl.cli._options import (
     RUNS_DIR,
     Device,
     RunsDir,
     argument,
+    count,
     flush_output,
     option,
     say,
@@ -25,12 +27,12 @@ from swarmctl.cli._options import (
 
 @app.command("shuffle-variance")
 def shuffle_variance_cmd(
-    runs: Annotated[list[str], argument(metavar="RUN...", help="One or more runs (names or folders).")],
+    runs: Annotated[list[str], argument(metavar="RUN", help="One or more runs (names or folders).")],
     data: Annotated[Path | None, option(help="HDF5 dataset every run is measured on [default: each run's own].")]
     = None,
-    tasks: Annotated[int, option(help="Validation tasks, spread evenly over the set size.", min=1)] = 100,
-    shuffles: Annotated[int, option(help="Random orderings per task (at least 2: a spread needs two; the paper's "
-                                         "figure: 1000, five times the default's time).", min=2)]
+    tasks: Annotated[int, count(help="Validation tasks, spread evenly over the set size.")] = 100,
+    shuffles: Annotated[int, count(help="Random orderings per task (a spread needs two; the paper's figure: 1000, "
+                                        "five times the default's time).", low=2)]
     = 200,
     seed: Annotated[int, seed_option(help="Seed of the orderings.")] = 0,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/shuffle-variance for one run, "
@@ -38,6 +40,7 @@ def shuffle_variance_cmd(
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
+    force: _options.Force = False,
 ) -> None:
     """Measure how much each run's loss moves when its input sets are reordered.
 
@@ -49,6 +52,7 @@ def shuffle_variance_cmd(
     up to 300 points); a larger model or larger sets take longer in proportion. A bar shows the time left.
     """
     with user_errors():
+        _options.refuse_replacing(out, force or replot, ("summary.json", "shuffle-variance.png"))
         from swarmctl.plots.shuffle import plot_shuffle_variance
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.shuffle_variance import shuffle_variance

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, flag_names, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, argument, option, say, user_errors
 from swarmctl.cli._table import print_table, table_format
-from swarmctl.errors import ConfigError
 
 if TYPE_CHECKING:
     from swarmctl.studies.sweep import SweepPlan
@@ -22,7 +21,7 @@ ACTIONS = {"new": "training", "partial": "resuming", "empty": "starting again (n
 @app.command("sweep")
 def sweep_cmd(
     spec_file: Annotated[Path, argument(metavar="SPEC", help="TOML sweep spec, e.g. sweeps/paper.toml.")],
-    shard_text: Annotated[str, option("--shard", help="I/N: train only shard I of N (0 <= I < N); N "
+    shard: Annotated[str, option("--shard", help="I/N: train only shard I of N (0 <= I < N); N "
                                                             "machines with I = 0..N-1 cover the grid once.")] = "0/1",
     dry_run_only: Annotated[bool, option("--dry-run", help="List the configurations, parameter counts, run "
                                                                  "states and the budget; train nothing.")] = False,
@@ -35,7 +34,7 @@ def sweep_cmd(
     """Train every configuration of a sweep spec for every seed, one after another, with the usual trainer.
 
     Runs are named RUNS_DIR/sweep-NAME/MODEL-CODE-sSEED. Re-running the same command is safe: finished runs
-    are skipped, an interrupted one resumes from its last.pt. `swarmctl report RUNS_DIR/sweep-NAME` gives the
+    are skipped, an interrupted one resumes from its last.pt. `swarmctl report --runs-dir RUNS_DIR/sweep-NAME` gives the
     table and the frontier figure. With a scheduler, give each job its own --shard, e.g. in a Slurm array
     (--array=0-7): --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT.
     """
@@ -45,12 +44,8 @@ def sweep_cmd(
     if fmt != "text" and not dry_run_only:
         raise typer.BadParameter("lists the plan of --dry-run; add --dry-run (training prints no table)",
                                  param_hint=f"--{fmt}")
-
-    try:
-        index, count = parse_shard(shard_text)
-    except ConfigError as exc:
-        raise typer.BadParameter(flag_names(str(exc).removeprefix("`shard` ")), param_hint="--shard") from None
     with user_errors() as interruption:
+        index, count = parse_shard(shard)  # a ConfigError: exit 2, naming --shard
         from swarmctl.cli._fit import after_fit
         from swarmctl.cli._progress import EpochProgress
 
@@ -80,7 +75,7 @@ def sweep_cmd(
                   finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
     trained = sum(1 for _, status, _ in results if status != "done")
     say(f"sweep {spec.name}: {where}{trained} run(s) trained, {len(results) - trained} already finished "
-        f"-> {plan.folder}; summarise with: swarmctl report {plan.folder}")
+        f"-> {plan.folder}; summarise with: swarmctl report --runs-dir {plan.folder}")
 
 
 DRY_RUN_LEGEND = ("runs here: this shard's runs of the configuration (all its seeds when there is one shard); "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,9 +10,9 @@ import typer
 from swarmctl.catalog import catalog, models, per_task
 from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, checked, float_option, option, say, user_errors
-from swarmctl.config import RESUMABLE, TRAIN_OPTIONS, ModelConfig, TrainConfig, TrainOption
-from swarmctl.errors import either
+from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, number, option, say, user_errors
+from swarmctl.config import RESUMABLE, TRAIN_OPTIONS, ModelConfig
+from swarmctl.errors import ConfigError, either
 
 _TASKS = catalog_tasks()
 _NAMED_DATA = [t for t in _TASKS if t["datasets"]]  # tasks whose data is a named dataset in a folder
@@ -29,17 +28,18 @@ _RESUMABLE_FLAGS = either(("--" + n.replace("_", "-") for n in RESUMABLE), "and"
 
 
 def _refuse_fixed_options(ctx: typer.Context) -> None:
-    """A resumed run keeps its own settings: an option it cannot change is a usage error (exit 2)."""
+    """A resumed run keeps its own settings: an option it cannot change is a ConfigError (exit 2)."""
     given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
              and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
     if given:
         flags = either(("--" + name.replace("_", "-") for name in given), "and")
-        raise typer.BadParameter(f"{flags} cannot change when resuming (the run keeps its own); drop "
-                                 f"{'it' if len(given) == 1 else 'them'}, or start a new run with --name. Only "
-                                 f"{_RESUMABLE_FLAGS} may change.")
+        raise ConfigError(f"{flags} cannot change when resuming (the run keeps its own); drop "
+                          f"{'it' if len(given) == 1 else 'them'}, or start a new run with --name. Only "
+                          f"{_RESUMABLE_FLAGS} may change.")
 
 
-_THE_MODELS = "the model's"
+_HYPER = {h["option"]: h for h in catalog()["hyperparameters"]}  # the models' hyper-parameter table
+_ROWS = {row.field: row for row in TRAIN_OPTIONS}  # TrainConfig's user-set fields
 _TYPES = {"int": int, "float": float, "str": str}
 
 
@@ -50,51 +50,50 @@ class _TaskDefaults(dict):
         return per_task("defaults." + key)
 
 
-def _hyperparameter(h: dict[str, Any], model_config: ModelConfig) -> inspect.Parameter:
-    """The option of one row of the models' hyper-parameter table (read from the help catalog). None, the
-    default, leaves the model's own default."""
-    default = getattr(model_config, h["field"])
-    text = f"{h['help']} [default: {_THE_MODELS if default is None else default}]."
-    kind = _TYPES[h["type"]]
-    make = float_option if kind is float else option
-    return inspect.Parameter(h["option"], inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[kind | None, make(help=text)])
+def _typed(kind: str, help: str) -> Any:
+    """An option of the type a table names: numbers parsed by :func:`number` (their bounds are the
+    configs' checks, exit 2), text as it is."""
+    return number(_TYPES[kind], help=help) if kind in ("int", "float") else option(help=help)
 
 
-def _train_option(row: TrainOption) -> inspect.Parameter:
-    """The option of one row of :data:`TRAIN_OPTIONS`: a switch, or a value checked by TrainConfig as it is
-    parsed (exit 2) whose default, None, is the task's (shown per task)."""
-    if row.switch:
-        flag = "--" + row.field.replace("_", "-")
-        return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=False,
-                                 annotation=Annotated[bool, option(flag, help=row.help + ".")])
-    text = f"{row.help.format_map(_TaskDefaults())} [default: {per_task('defaults.' + row.field)}]."
-    kind = _TYPES[row.type.split("|")[0].strip()]
-    check = checked(lambda value, flag: TrainConfig(**{row.field: value}))  # the value alone, against the defaults
-    return inspect.Parameter(row.field, inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[kind | None, option(help=text, callback=check)])
+def _model(name: str) -> Any:
+    """``--NAME``: the row of the models' hyper-parameter table with that option (None: the model's default)."""
+    h = _HYPER[name]
+    default = getattr(ModelConfig(), h["field"])
+    shown = "the model's" if default is None else default
+    return _typed(h["type"], f"{h['help']} [default: {shown}].")
 
 
-def _table_options(command: Any) -> Any:
-    """Give ``command`` one option per row of the two tables, after its model argument: the model
-    hyper-parameters (``--hidden``, ``--iters``, ...), then the train options (``--lr``, ...). It receives
-    them in ``**options``: hyper-parameters by option name, train options by field name."""
-    params = list(inspect.signature(command, eval_str=True).parameters.values())
-    params = [p for p in params if p.kind is not p.VAR_KEYWORD]
-    at = [p.name for p in params].index("model") + 1
-    added = [_hyperparameter(h, ModelConfig()) for h in catalog()["hyperparameters"]]
-    added += [_train_option(row) for row in TRAIN_OPTIONS]
-    assert len({p.name for p in params + added}) == len(params + added), "an option name is taken twice"
-    positional = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params[at:]]
-    command.__signature__ = inspect.Signature(params[:at] + added + positional)
-    return command
+def _train(field: str) -> Any:
+    """``--FIELD``: the row of :data:`TRAIN_OPTIONS` of that field (None: the task's default, shown per task)."""
+    row = _ROWS[field]
+    text = f"{row.help.format_map(_TaskDefaults())} [default: {per_task('defaults.' + field)}]."
+    return _typed(row.type.split("|")[0].strip(), text)
 
 
 @app.command("train")
-@_table_options
 def train_cmd(
     ctx: typer.Context,
     model: Annotated[str, argument(help=f"Registered model: {', '.join(models())}.")],
+    hidden: Annotated[int | None, _model("hidden")] = None,
+    iters: Annotated[int | None, _model("iters")] = None,
+    layers: Annotated[int | None, _model("layers")] = None,
+    inducing: Annotated[int | None, _model("inducing")] = None,
+    heads: Annotated[int | None, _model("heads")] = None,
+    pooling: Annotated[str | None, _model("pooling")] = None,
+    dropout: Annotated[float | None, _model("dropout")] = None,
+    lr: Annotated[float | None, _train("lr")] = None,
+    batch_size: Annotated[int | None, _train("batch_size")] = None,
+    minutes: Annotated[float | None, _train("minutes")] = None,
+    max_epochs: Annotated[int | None, _train("max_epochs")] = None,
+    seed: Annotated[int | None, _train("seed")] = None,
+    device: Annotated[str | None, _train("device")] = None,
+    step: Annotated[str | None, _train("step")] = None,
+    beta: Annotated[float | None, _train("beta")] = None,
+    alpha: Annotated[float | None, _train("alpha")] = None,
+    steps_per_epoch: Annotated[int | None, _train("steps_per_epoch")] = None,
+    val_batches: Annotated[int | None, _train("val_batches")] = None,
+    lr_decay_epoch: Annotated[int | None, _train("lr_decay_epoch")] = None,
     data: Annotated[Path | None, option(help=f"HDF5 dataset [default: {_DATA_HELP}].")] = None,
     dataset: Annotated[str | None, option(help=f"Named dataset: {_DATASET_HELP}.")] = None,
     data_dir: Annotated[Path | None, option(help=f"Torchvision root (e.g. DIR/MNIST/raw/): {_DATA_DIR_HELP}.")]
@@ -103,7 +102,6 @@ def train_cmd(
     runs_dir: RunsDir = RUNS_DIR,
     resume: Annotated[str | None, option(help=f"Continue the run with this name or folder, in its own settings: "
                                               f"only {_RESUMABLE_FLAGS} may be given with it.")] = None,
-    **options: Any,
 ) -> None:
     """Train a registered model on its task until the time budget is spent.
 
@@ -111,6 +109,7 @@ def train_cmd(
     task). Writes runs/NAME/: config.json, metrics.jsonl, best.pt, last.pt, curves.png. Launch with
     `torchrun --nproc_per_node=N -m swarmctl train ...` for several GPUs or processes.
     """
+    given = ctx.params  # every option above by its name: the hyper-parameters by option, TrainConfig's by field
     # the library loads when the command runs, not when the CLI starts: `train --help` imports no PyTorch
     from swarmctl.cli._fit import report_interrupted
     from swarmctl.cli._progress import EpochProgress
@@ -118,12 +117,12 @@ def train_cmd(
     from swarmctl.plots.curves import save_run_curves
     from swarmctl.runs import train
 
-    if resume is not None:
-        _refuse_fixed_options(ctx)
     with user_errors() as interruption:
+        if resume is not None:
+            _refuse_fixed_options(ctx)
         trained = train(
-            model, {h.field: options[h.option] for h in HYPERPARAMETERS},
-            {row.field: options[row.field] for row in TRAIN_OPTIONS}, runs_dir, data=data, dataset=dataset,
+            model, {h.field: given[h.option] for h in HYPERPARAMETERS},
+            {field: given[field] for field in _ROWS if field in given}, runs_dir, data=data, dataset=dataset,
             data_dir=data_dir, name=name, resume=resume,
             display=EpochProgress, draw=save_run_curves, announce=say, default_runs_dir=RUNS_DIR,
             on_continue=lambda command: setattr(interruption, "hint", command))  # a signal while drawing

@@ -98,9 +98,12 @@ class MogTask(Task):
         path = prepare_output(self, path, seed, force)
         return path, generate_mog_dataset(path, n_tasks, seed, force=force), f"{n_tasks:,} mog4 test tasks"
 
+    def data_config(self, data: Path | None, dataset: str | None, data_dir: Path | None) -> DataConfig:
+        if data is not None:  # an option this task does not take: wrong in itself, like image's
+            raise ConfigError("mog models train on tasks drawn fresh every step; drop `data` (use it with eval)")
+        return super().data_config(data, dataset, data_dir)
+
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> TrainingData:
-        if data_cfg.path is not None:
-            raise DataError("mog models train on tasks drawn fresh every step; drop `data` (use it with eval)")
         params = MogParams()
         steps = train_cfg.steps_per_epoch or self.defaults.steps_per_epoch
         n_val = train_cfg.val_batches or self.defaults.val_batches

@@ -81,8 +81,9 @@ def test_sessions_continue_every_campaign_and_commit_back(tmp_path):
     info = json.loads((pretrained / "swarm-image-8-2-1-mnist.json").read_text())
     assert info["eval"]["bits_per_dim"] == mnist["best_bits_per_dim"]
     assert (pretrained / "swarm-image-8-2-1-mnist.pt").is_file()
-    report = subprocess.run([sys.executable, "-m", "swarmctl", "report", str(root / "clustering" / "runs"), "--out",
-                             str(tmp_path / "report")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    report = subprocess.run([sys.executable, "-m", "swarmctl", "report", "--runs-dir",
+                             str(root / "clustering" / "runs"), "--out", str(tmp_path / "report")],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert report.returncode == 0, report.stdout + report.stderr
     table = (tmp_path / "report" / "report.md").read_text()
     assert all(f"| {m} |" in table for m in ("swarm", "set-transformer", "lstm", "lstm-sorted"))

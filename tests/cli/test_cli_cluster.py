@@ -347,7 +347,7 @@ def test_per_coordinate_with_no_standardize_is_refused(cli, trained_runs, values
     (["--plot", "fig.jpg"], 2, "does not end in .png"),
     (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], 2, "name the same file"),
     (["--per-coordinate", "--no-standardize"], 2, "give one of the two"),
-    (["--clusters", "0"], 2, "--clusters must be at least 1"),
+    (["--clusters", "0"], 2, "'--clusters': must be >= 1"),
     (["--clusters", "301"], 2, "more than the 300 distinct points"),  # the rule: exit 2 (guarantees.md)
     (["--clusters", "3", "--no-refine"], 2, "--no-refine leaves EM out"),
     (["--columns", "lon,height"], 1, "no column 'height'"),  # a name another file may have

@@ -174,3 +174,28 @@ def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, c
         before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
         assert_user_error(cli("eval", *args), message)
         assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before, args
+
+
+@pytest.mark.parametrize("model", ["swarm-mog", "swarm-image"])
+def test_data_given_to_a_task_that_takes_none_is_a_bad_option_value(cli, tmp_path, model):
+    """Neither the mog nor the image task reads --data for training: the same mistake, one exit code (2),
+    one line naming --data, and no run folder."""
+    (tmp_path / "d1.h5").write_bytes(b"")
+    r = cli("train", model, "--data", tmp_path / "d1.h5", "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 2 and "--data" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_has_one_option_per_row_of_the_two_tables():
+    """`train`'s options are written out in its signature; the tables they come from (the models'
+    hyper-parameters, TrainConfig's user-set fields) stay the one source: a field without its option (or an
+    option left over) fails here."""
+    import inspect
+
+    from swarmctl.catalog import catalog
+    from swarmctl.cli.train import train_cmd
+    from swarmctl.config import TRAIN_OPTIONS
+
+    own = {"ctx", "model", "data", "dataset", "data_dir", "name", "runs_dir", "resume"}  # not from a table
+    tables = {h["option"] for h in catalog()["hyperparameters"]} | {row.field for row in TRAIN_OPTIONS}
+    assert set(inspect.signature(train_cmd).parameters) - own == tables

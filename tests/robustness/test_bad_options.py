@@ -117,7 +117,7 @@ SWEEP = {
     "sample": (["--runs-dir", "{runs}", "--device", "cpu", "--out", "{new}/s.png"], {
         "--per-class": ["nonpositive"], "--temperature": ["positive_float"], "--seed": ["seed"],
         "--device": ["device"], "--dataset": ["word"], "--out": ["out_file"]}),
-    "report": (["{runs}", "--out", "{new}/r"], {"--out": ["out_folder"]}),
+    "report": (["--runs-dir", "{runs}", "--out", "{new}/r"], {"--out": ["out_folder"]}),
 }
 
 CASES = [(command, option, kind) for command, (_, options) in SWEEP.items() for option, kinds in options.items()
@@ -255,7 +255,7 @@ def test_a_checkpoint_file_where_a_run_is_expected_says_so(cli, world, args, ins
 def test_a_bad_temperature_is_named_by_its_flag(cli, world):
     before = _snapshot(world)
     r = cli("sample", "--runs-dir", world / "runs", "--device", "cpu", "--temperature", 0, "--out", world / "new/s.png")
-    assert r.exit_code == 2 and "--temperature must be > 0" in r.output and "the value" not in r.output, r.output
+    assert r.exit_code == 2 and "'--temperature': must be > 0" in r.output and "the value" not in r.output, r.output
     assert _snapshot(world) == before
 
 

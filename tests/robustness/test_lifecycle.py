@@ -98,7 +98,7 @@ def test_a_partial_last_metrics_line_is_skipped_with_a_warning(cli, trained):
     runs, run = trained
     with open(run / "metrics.jsonl", "a") as fh:
         fh.write('{"epoch": 2, "train_lo')  # SIGKILL during the append
-    r = cli("report", runs, "--out", runs.parent / "report")
+    r = cli("report", "--runs-dir", runs, "--out", runs.parent / "report")
     assert r.exit_code == 0 and "warning" in r.output and "damaged line" in r.output, r.output
     r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 3)
     assert r.exit_code == 0 and "damaged line" in r.output, r.output
@@ -204,7 +204,7 @@ def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, tra
     r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 2)  # a second run "b"
     shutil.copytree(run, runs / "b")
     (runs / "b" / "config.json").write_bytes(damage)
-    r = cli("report", runs, "--out", runs.parent / "report")
+    r = cli("report", "--runs-dir", runs, "--out", runs.parent / "report")
     assert r.exit_code == 0 and "skipped run" in r.output and "b" in r.output, r.output
     r = cli("sample", "--runs-dir", runs, "--device", "cpu")  # scans for image runs: none, and one skipped
     assert "skipped" in r.output and "no trained image run" in _one_line_error(r)

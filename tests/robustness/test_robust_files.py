@@ -111,7 +111,7 @@ def _outputs(root):
                           "--out", out], out / "classes.png"),
         "shuffle-variance": (["shuffle-variance", run, "--tasks", 2, "--shuffles", 2, "--device", "cpu", "--out",
                               out], out / "summary.json"),
-        "report": (["report", root / "runs", "--out", out], out / "frontier.png"),
+        "report": (["report", "--runs-dir", root / "runs", "--out", out], out / "frontier.png"),
         "gen-data": (["gen-data", "--out", out / "d.h5", "--tasks", 4, "--n-min", 5, "--n-max", 20, "--force"],
                      out / "d.h5"),
     }

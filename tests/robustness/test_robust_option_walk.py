@@ -7,6 +7,7 @@ place under a file (a file-system problem: 1). Text options say in STRINGS what 
 
 from __future__ import annotations
 
+import enum
 import typing
 from pathlib import Path
 
@@ -17,8 +18,8 @@ from faults import cli
 from swarmctl.cli import app
 
 # text options: a value wrong for each and its code (None: free text, such as a title, has no wrong value)
-STRINGS = {"--device": ("tpu", 2), "--pooling": ("no-such", 2), "--dataset": ("no-such", 2), "--kind": ("no-such", 2),
-           "--method": ("no-such", 2), "--shard": ("0/0", 2), "--columns": ("0,00", 2), "--name": ("..", 2),
+STRINGS = {"--device": ("tpu", 2), "--pooling": ("no-such", 2), "--dataset": ("no-such", 2), "--shard": ("0/0", 2),
+           "--columns": ("0,00", 2), "--name": ("..", 2),
            "--split": ("no-such", 1), "--key": ("no-such", 1), "--run": ("no-such", 1), "--resume": ("no-such", 1),
            "--step": ("turbo", 2), "--only": ("no-such", 2), "--probe": ("no-such", 2), "--title": None}
 ARGUMENT = {("train",): "swarm"}  # a command's positional arguments, where "x" would fail first
@@ -34,12 +35,13 @@ def _commands(command: typing.Any, path: tuple[str, ...] = ()):
 
 
 def _type(param: typing.Any) -> typing.Any:
-    """The option's Python type (``int`` for ``int | None``), or "choice" for a click choice."""
-    if getattr(param.type_descriptor.parameter_info, "click_type", None) is not None:
-        return "choice"
+    """The option's Python type (``int`` for ``int | None``), or "choice" for a choice (a Literal or an Enum)."""
     annotation = param.type_descriptor.annotation
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    return args[0] if args else annotation
+    kind = args[0] if args and typing.get_origin(annotation) is not typing.Literal else annotation
+    if typing.get_origin(kind) is typing.Literal or (isinstance(kind, type) and issubclass(kind, enum.Enum)):
+        return "choice"
+    return kind
 
 
 def _cases():

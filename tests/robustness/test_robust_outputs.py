@@ -219,3 +219,45 @@ def test_sample_never_replaces_an_existing_file_beside_its_png_without_force(ima
     assert r.exit_code == 0, r.output
     assert "mydata.png" in r.output and "mydata.npy" in r.output, r.output  # the summary names both files
     assert (root / "mydata.npy").read_bytes().startswith(b"\x93NUMPY")
+
+
+# command -> (its arguments, given the case root and the user-named --out; the file of the command's own that
+# --out may already hold, relative to --out: "" for a file output)
+OVERWRITING = {
+    "eval": (lambda root, out: ["eval", "x", "--runs-dir", root / "runs", "--device", "cpu", "--data",
+                                root / "data.h5", "--out", out], ""),
+    "cluster": (lambda root, out: ["cluster", root / "points.csv", "x", "--runs-dir", root / "runs", "--device", "cpu",
+                                   "--out", out], ""),
+    "gen-data": (lambda root, out: ["gen-data", "--out", out, "--tasks", 4, "--n-min", 5, "--n-max", 20], ""),
+    "sample": (lambda root, out: ["sample", "--run", "img", "--runs-dir", root / "runs", "--device", "cpu",
+                                  "--per-class", 1, "--out", out], ""),
+    "report": (lambda root, out: ["report", "--runs-dir", root / "runs", "--out", out], "report.md"),
+    "shuffle-variance": (lambda root, out: ["shuffle-variance", "x", "--runs-dir", root / "runs", "--data",
+                                            root / "data.h5", "--tasks", 2, "--shuffles", 2, "--device", "cpu",
+                                            "--out", out], "summary.json"),
+    "plot-entropy": (lambda root, out: ["plot-entropy", "x", "--runs-dir", root / "runs", "--data", root / "data.h5",
+                                        "--index", 0, "--grid", 4, "--device", "cpu", "--out", out], "entropy.png"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("force", [False, True], ids=["without-force", "with-force"])
+@pytest.mark.parametrize("command", list(OVERWRITING))
+def test_every_command_replaces_an_existing_user_named_output_only_with_force(request, command, force):
+    """One rule for all seven commands that write outputs (docs/guarantees.md): a file of the command's that
+    already exists where --out names is refused in one line naming --force (exit 1, nothing changed), and
+    replaced with --force."""
+    root = request.getfixturevalue("image_run" if command == "sample" else "case")
+    args, own = OVERWRITING[command]
+    out = root / ("mine.png" if command == "sample" else "mine.h5" if command == "gen-data" else "mine")
+    existing = out / own if own else out
+    existing.parent.mkdir(parents=True, exist_ok=True)
+    existing.write_bytes(b"the user's own file\n")
+    before = snapshot(root)
+    r = cli(*args(root, out), *(["--force"] if force else []))
+    if not force:
+        assert_clean_failure(r, root, before)
+        assert "--force" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    else:
+        assert r.exit_code == 0, r.output
+        assert existing.read_bytes() != b"the user's own file\n"

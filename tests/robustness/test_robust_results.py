@@ -190,7 +190,7 @@ def test_report_skips_a_bad_run_with_a_warning(two_runs, fault):
         kind, name = fault.split()
         plant(lstm / name, kind, lstm / "best.pt")
     with deadline():
-        r = cli("report", two_runs)
+        r = cli("report", "--runs-dir", two_runs)
     assert_no_traceback(r, code=0)
     assert "warning: skipped run" in r.output and "lstm" in r.output.split("warning:")[1], r.output
     report = (two_runs / "report.md").read_text()
@@ -207,7 +207,7 @@ def test_report_skips_a_run_whose_config_holds_an_impossible_number(two_runs, fi
     cfg = json.loads(config.read_text())
     cfg["run" if field == "parameters" else "train"][field] = value
     config.write_text(json.dumps(cfg))
-    r = cli("report", two_runs)
+    r = cli("report", "--runs-dir", two_runs)
     assert_no_traceback(r, code=0)
     assert "warning: skipped run" in r.output and field in r.output.split("warning:")[1], r.output
     report = (two_runs / "report.md").read_text()
@@ -216,7 +216,7 @@ def test_report_skips_a_run_whose_config_holds_an_impossible_number(two_runs, fi
 
 @pytest.mark.parametrize("title", NAMES)
 def test_report_draws_any_title_literally(two_runs, title):
-    r = cli("report", two_runs, "--title", title)
+    r = cli("report", "--runs-dir", two_runs, "--title", title)
     assert_no_traceback(r, code=0)
     assert (two_runs / "frontier.png").is_file() and "warning" not in r.output
 
@@ -313,7 +313,7 @@ def test_report_never_pools_runs_of_one_config_trained_on_different_data(tmp_pat
         generate_dataset(data, ClusteringParams(**TINY_PARAMS), seed=seed)
         start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=1,
                   device="cpu"), DataConfig(path=str(data)), runs, f"on{seed}")
-    r = cli("report", runs)
+    r = cli("report", "--runs-dir", runs)
     assert_no_traceback(r, code=0)
     assert "warning:" in r.output and "different data" in r.output, r.output
     report = (runs / "report.md").read_text()
@@ -330,7 +330,7 @@ def test_report_on_a_runs_folder_that_holds_no_runs_says_so(tmp_path, what):
     else:
         target.mkdir()
     before = snapshot(tmp_path)
-    r = cli("report", target)
+    r = cli("report", "--runs-dir", target)
     assert_clean_failure(r, tmp_path, before)
     assert "writ" not in r.output and ("no runs" in r.output or "not a runs folder" in r.output), r.output
 

@@ -51,7 +51,7 @@ def _commands(root):
                     root / "o.png"],
         "eval": ["eval", run, "--device", "cpu", "--data", root / "data.h5", "--out", root / "e.json"],
         "gen-data": ["gen-data", "--out", root / "d.h5", "--tasks", 4, "--n-min", 5, "--n-max", 20],
-        "report": ["report", root / "runs", "--out", root / "rep"],
+        "report": ["report", "--runs-dir", root / "runs", "--out", root / "rep"],
         "plot-entropy": ["plot-entropy", run, "--grid", 4, "--clusters", 3, "--size", 10, "--device", "cpu",
                          "--out", root / "ent"],
         "shuffle-variance": ["shuffle-variance", run, "--tasks", 2, "--shuffles", 2, "--device", "cpu", "--out",

@@ -40,3 +40,19 @@ def test_a_thread_count_pytorch_cannot_take_is_refused_with_exit_2(tmp_path, val
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "--threads" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
     assert not proc.stdout
+
+
+def test_a_huge_thread_count_in_a_process_that_loaded_pytorch_is_capped_at_the_cores(tmp_path):
+    """A process that imported PyTorch and then calls the CLI: `--threads 100000` ends normally (PyTorch took
+    the count as given and crashed starting the threads) with at most the usable cores."""
+    probe = ("import os, torch\n"
+             "from typer.testing import CliRunner\n"
+             "from swarmctl.cli import app\n"
+             "r = CliRunner().invoke(app, ['--threads', '100000', 'models'])\n"
+             "print(r.exit_code, torch.get_num_threads(), os.cpu_count())\n")
+    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                          env={**clean, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    code, count, cores = map(int, proc.stdout.split()[-3:])
+    assert code == 0 and 1 <= count <= min(cores, threads.usable_cores()), proc.stdout

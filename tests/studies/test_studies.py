@@ -146,8 +146,8 @@ def test_cli_studies_and_replot(trained_runs, tmp_path, cli):
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--out", tmp_path / "none", "--replot")
     assert r.exit_code == 1 and "no saved result" in r.output
 
-    r = cli("report", runs, "--out", tmp_path / "rep")
+    r = cli("report", "--runs-dir", runs, "--out", tmp_path / "rep")
     assert r.exit_code == 0, r.output
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| swarm | (8-3-1) |" in md and (tmp_path / "rep" / "frontier.png").is_file()
-    assert cli("report", tmp_path / "empty").exit_code == 1
+    assert cli("report", "--runs-dir", tmp_path / "empty").exit_code == 1

@@ -201,7 +201,7 @@ def test_sweep_is_idempotent_shards_cover_the_grid_and_report_reads_it(tmp_path,
     r = cli("sweep", spec, "--runs-dir", runs, "--dry-run")
     assert "0 not finished" in r.output
     monkeypatch.chdir(tmp_path)  # `report sweep-t/` finds runs/sweep-t
-    r = cli("report", "sweep-t/", "--title", "tiny")
+    r = cli("report", "--runs-dir", "sweep-t/", "--title", "tiny")
     assert r.exit_code == 0, r.output
     table = (folder / "report.md").read_text()
     assert table.count(" ± ") == 3 and "| 2 | 0,1 |" in table  # mean ± std over the two seeds

@@ -130,7 +130,7 @@ def test_a_new_task_trains_resumes_evaluates_sweeps_and_reports_through_the_cli(
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in (runs / "sweep-toy").iterdir()) == [
         "sum-net-4-s0", "sum-net-4-s1", "sum-net-8-s0", "sum-net-8-s1"]
-    r = cli("report", runs / "sweep-toy")
+    r = cli("report", "--runs-dir", runs / "sweep-toy")
     assert r.exit_code == 0, r.output
     assert (runs / "sweep-toy" / "report.md").is_file()
 
