@@ -55,7 +55,7 @@ def runs(tmp_path):
 
 
 def test_a_piped_report_shows_every_column_whole(runs, tmp_path):
-    r = piped("report", runs, "--out", tmp_path / "rep")
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep")
     assert r.exit_code == 0, r.output
     assert "…" not in r.output
     lines = r.output.splitlines()
@@ -71,7 +71,7 @@ def test_a_piped_report_shows_every_column_whole(runs, tmp_path):
 
 
 def test_report_names_each_rows_data_and_never_pools_two_datasets(runs, tmp_path):
-    r = piped("report", runs, "--out", tmp_path / "rep", "--json")
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--json")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)
     small = sorted((row["data"], row["n"], row["val_loss_mean"]) for row in rows
@@ -80,19 +80,19 @@ def test_report_names_each_rows_data_and_never_pools_two_datasets(runs, tmp_path
 
 
 def test_report_lists_a_run_with_no_finished_epoch(runs, tmp_path):
-    r = piped("report", runs, "--out", tmp_path / "rep")
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep")
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if "16-3-1" in line)
     assert "unfinished" in row
     assert "stopped-s0 (no finished epoch" in r.output
     assert "stopped-s0 (no finished epoch" in (tmp_path / "rep" / "report.md").read_text()
-    rows = json.loads(piped("report", runs, "--out", tmp_path / "rep", "--json").stdout)
+    rows = json.loads(piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--json", "--force").stdout)
     (stopped,) = [row for row in rows if row["status"] == "unfinished"]
     assert stopped["code"] == "16-3-1" and stopped["val_loss_mean"] is None and "stopped-s0" in stopped["note"]
 
 
 def test_report_shows_the_papers_number_beside_a_row_it_covers(runs, tmp_path):
-    r = piped("report", runs, "--out", tmp_path / "rep")
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep")
     row = next(line for line in r.output.splitlines() if "192-10-1" in line)
     assert "0.4150 ± 0.0050" in row and "0.416 ± 0.004" in row  # three seeds: mean ± std, then the paper's
     small = next(line for line in r.stdout.splitlines() if "8-3-1" in line and "train.h5" in line)
@@ -100,10 +100,10 @@ def test_report_shows_the_papers_number_beside_a_row_it_covers(runs, tmp_path):
 
 
 def test_report_as_csv_has_one_line_per_row(runs, tmp_path):
-    r = piped("report", runs, "--out", tmp_path / "rep", "--csv")
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert len(rows) == 6 and {row["status"] for row in rows} == {"finished", "unfinished"}
     paper = next(row for row in rows if row["code"] == "192-10-1")
     assert (paper["n"], paper["seeds"], paper["paper"]) == ("3", "0 1 2", "0.416")
-    assert piped("report", runs, "--json", "--csv").exit_code == 2
+    assert piped("report", "--runs-dir", runs, "--json", "--csv").exit_code == 2
