@@ -24,9 +24,18 @@ N_CLUSTERS = MogParams.n_clusters  # components per mixture
 PARAMS_PER_CLUSTER = 5  # mean (2), std (2), logit
 
 
+# The smallest standard deviation a model predicts. Without a floor, a component's softplus(raw) can shrink
+# below 1e-19 during training (Adam moves a logit by a unit or more per step), where the log-density's
+# ((x - mu) / sigma)^2 overflows float32 and its gradient is inf * 0 = NaN (benchmarks/RESULTS.md, "MoG divergence
+# on the CPU"). It changes a point's log-likelihood by MIN_STD * sum_d |z_d^2 - 1| / sigma_d: about 7e-6 nats on
+# average at the data's sigma of 0.3.
+MIN_STD = 1e-6
+
+
 def mixture_parameters(raw: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(B, K, 5) -> means (B, K, 2), standard deviations (B, K, 2) via softplus, log weights (B, K)."""
-    return raw[..., :2], F.softplus(raw[..., 2:4]), F.log_softmax(raw[..., 4], dim=-1)
+    """(B, K, 5) -> means (B, K, 2), standard deviations (B, K, 2) via softplus plus ``MIN_STD``, log weights
+    (B, K)."""
+    return raw[..., :2], F.softplus(raw[..., 2:4]) + MIN_STD, F.log_softmax(raw[..., 4], dim=-1)
 
 
 class SwarmMeanPool(nn.Module):

@@ -23,6 +23,7 @@ from swarmctl.rundir import BEST, CONFIG, LAST, RunDir
 from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
+from swarmctl.training.device import full_precision, tf32_scope, tf32_trains
 
 
 def check_run_files(run: RunDir) -> None:
@@ -222,12 +223,28 @@ def scored_position(checkpoint: Path, state: TrainState) -> str:
     return f"{LAST}, {where}{why}"
 
 
+TF32_SHOWN = 1e-4  # a score with TF32 products is recorded beside the full-precision one when they differ by more
+
+
 def evaluate_run(run: Run, data: Path | None = None, split: str | None = None,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only.
-    ``progress(done, total)`` is told after each batch scored."""
+    ``progress(done, total)`` is told after each batch scored.
+
+    The score is computed in full precision (TF32 and autocast off, whatever the run trained with). Where
+    training on the run's device uses TF32 (CUDA), the run is scored once more with it, and the numbers that
+    differ from the full-precision ones by more than ``TF32_SHOWN`` are recorded under ``tf32``."""
     state, task = run.ckpt.state, run.task
-    metrics = task.score(run.model, run.ckpt, data, split or task.default_split, run.device, progress=progress)
+    split = split or task.default_split
+    with full_precision():
+        metrics = task.score(run.model, run.ckpt, data, split, run.device, progress=progress)
+    if tf32_trains(run.device):
+        with full_precision(), tf32_scope(run.device):  # TF32 as training uses it, no autocast
+            fast = task.score(run.model, run.ckpt, data, split, run.device, progress=progress)
+        differ = {key: value for key, value in fast.items() if _number(value) and _number(metrics.get(key))
+                  and abs(value - metrics[key]) > TF32_SHOWN}
+        if differ:
+            metrics["tf32"] = differ
     return {
         "model": run.model_cfg.name,
         "task": task.name,
@@ -240,3 +257,7 @@ def evaluate_run(run: Run, data: Path | None = None, split: str | None = None,
         "net_minutes": state.net_seconds / 60,
         **metrics,
     }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

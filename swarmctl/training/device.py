@@ -22,6 +22,12 @@ def use_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
+def tf32_trains(device: torch.device) -> bool:
+    """Whether a run on ``device`` trains with TF32 products (:func:`tf32_scope`): on CUDA, unless the
+    environment sets SWARMCTL_NO_TF32=1."""
+    return device.type == "cuda" and os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes")
+
+
 @contextmanager
 def tf32_scope(device: torch.device) -> Iterator[None]:
     """On CUDA, float32 matrix products use TF32 tensor cores (10-bit mantissa, float32 range and storage)
@@ -32,9 +38,26 @@ def tf32_scope(device: torch.device) -> Iterator[None]:
         yield
         return
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    use_tf32(os.environ.get("SWARMCTL_NO_TF32", "") not in ("1", "true", "yes"))
+    use_tf32(tf32_trains(device))
     try:
         yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@contextmanager
+def full_precision() -> Iterator[None]:
+    """Strict float32 inside this block, whatever the process or the run's step mode set: TF32 off for CUDA
+    matrix products and convolutions, and autocast off on CUDA and the CPU. The settings from before are
+    restored on leaving. Reported numbers (`swarmctl eval`) are scored inside it.
+
+    TF32 is switched through the same two flags as :func:`tf32_scope` (``allow_tf32``), not through
+    ``torch.set_float32_matmul_precision``: PyTorch refuses to read a precision set through both."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    use_tf32(False)
+    try:
+        with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+            yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 

@@ -134,3 +134,42 @@ def test_swarm_mog_reads_its_mixture_off_in_float32_under_bf16_autocast():
     for dtype in (torch.bfloat16, torch.float64):  # a model cast as a whole keeps its dtype
         with torch.no_grad():
             assert model.to(dtype)(b.x.to(dtype), mask).dtype == dtype
+
+
+def test_a_collapsed_standard_deviation_keeps_the_loss_and_its_gradients_finite():
+    """A std logit of -50 (softplus 2e-22: where training at a large step drove a component) made
+    ((x - mu) / sigma)^2 overflow float32 and the gradient inf * 0 = NaN; the predicted std has a floor."""
+    from swarmctl import ModelConfig, create_model
+    from swarmctl.tasks.mog import mog_loss
+
+    torch.manual_seed(0)
+    model = create_model(ModelConfig(name="swarm-mog", dim_hidden=8, n_iter=2))
+    with torch.no_grad():
+        model.swarm.output.bias.view(4, 5)[1, 2:4] = -50.0  # component 1's two std logits
+    batch = sample_mog_batch(np.random.default_rng(0), 3)
+    loss = mog_loss(model, batch).mean()
+    loss.backward()
+    assert math.isfinite(loss.item())
+    for name, p in model.named_parameters():
+        assert torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.slow
+def test_a_seeded_run_that_went_non_finite_at_a_large_step_stays_finite():
+    """swarm-mog (64-5-1), Adam lr 0.3, seed 3: a component's std collapsed and the gradient of step 5 was NaN
+    (benchmarks/mog_divergence.py); with the floor the same steps stay finite."""
+    from swarmctl import ModelConfig, create_model
+    from swarmctl.tasks.mog import mog_loss
+
+    torch.manual_seed(3)
+    model = create_model(ModelConfig(name="swarm-mog", dim_hidden=64, n_iter=5))
+    opt = torch.optim.Adam(model.parameters(), lr=0.3)
+    batches = FreshBatches(8, 10, 3, 0, 0, MogParams())
+    for i in range(len(batches)):
+        loss = mog_loss(model, batches[i]).mean()
+        opt.zero_grad()
+        loss.backward()
+        assert math.isfinite(loss.item()), i
+        for name, p in model.named_parameters():
+            assert torch.isfinite(p.grad).all(), (i, name)
+        opt.step()
