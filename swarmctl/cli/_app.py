@@ -186,11 +186,6 @@ class _Command(_PlainHelp, TyperCommand):
     """Every command, with the help conventions of :class:`_PlainHelp`."""
 
 
-class _Group(_PlainHelp, TyperGroup):
-    """A group of commands inside the application (`swarmctl campaign ...`), with the help conventions of
-    :class:`_PlainHelp`."""
-
-
 class _Typer(typer.Typer):
     """The application: its commands are :class:`_Command` unless one names another class."""
 

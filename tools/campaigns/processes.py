@@ -2,8 +2,8 @@
 stopped in time), and the signals that stop it gracefully.
 
 Every command runs as a user would run it (``python -m swarmctl ...``) in the current folder, with the
-swarmctl this process imported first on its path. What the job says goes to the ``swarmctl.campaigns``
-logger (`swarmctl campaign run` prints it, one time-stamped line per message).
+swarmctl this process imported first on its path. What the job says goes to the ``tools.campaigns``
+logger (`python -m tools.campaigns run` prints it, one time-stamped line per message).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from swarmctl.rundir import RunDir
 PY = sys.executable
 SOURCE = Path(swarmctl.__file__).resolve().parents[1]  # the folder holding this swarmctl
 GPU_TESTS = Path("tests") / "gpu"  # the repository's GPU tests: run when the job runs in a checkout
-LOG = logging.getLogger("swarmctl.campaigns")
+LOG = logging.getLogger("tools.campaigns")
 
 STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
 LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for

@@ -15,8 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarmctl.campaigns import parts
-from swarmctl.campaigns.plan import (
+from swarmctl.config import TrainConfig, from_dict
+from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
+from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
+from swarmctl.runs import export_weights
+from swarmctl.training.checkpoint import load_checkpoint
+from swarmctl.training.modes import StepMode
+from tools.campaigns import parts
+from tools.campaigns.plan import (
     GROUP_RESERVE,
     IMAGE_RESERVE,
     MOG_EPOCHS,
@@ -35,13 +41,7 @@ from swarmctl.campaigns.plan import (
     table_plan,
     table_runs,
 )
-from swarmctl.campaigns.processes import Deadline, finish, log, start, summary
-from swarmctl.config import TrainConfig, from_dict
-from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
-from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
-from swarmctl.runs import export_weights
-from swarmctl.training.checkpoint import load_checkpoint
-from swarmctl.training.modes import StepMode
+from tools.campaigns.processes import Deadline, finish, log, start, summary
 
 SAMPLES = "samples.png"  # an image campaign's samples, beside its run's files
 WEIGHTS = "weights.pt"  # a finished clustering run's weights (no optimizer state)
@@ -94,7 +94,7 @@ class Context:
 
     def __init__(self, root: Path, work: Path, out: Path, smoke: bool, flags: dict[str, list[str]],
                  data_dir: str, clustering_data: Path, wait_for_data: Callable[[], bool], card: str,
-                 part_limit: int = parts.PART_LIMIT) -> None:
+                 part_limit: int) -> None:
         self.root, self.work, self.out, self.smoke, self.flags = root, work, out, smoke, flags
         self.data_dir, self.clustering_data, self.wait_for_data = data_dir, clustering_data, wait_for_data
         self.card, self.part_limit = card, part_limit

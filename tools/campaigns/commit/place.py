@@ -16,24 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from swarmctl.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
-from swarmctl.campaigns.commit.unpack import (
-    Refused,
-    Returned,
-    _copy_returned,
-    _one_line,
-    _untrusted,
-    card_sessions,
-    check_session,
-    committed_sessions,
-    is_smoke,
-    scan_returned,
-    unpack,
-)
-from swarmctl.campaigns.commit.validate import Campaign, _check_destination, check_campaign
-from swarmctl.campaigns.parts import joined_bytes, manifest_path, read_manifest
-from swarmctl.campaigns.plan import TIMING
-from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import SwarmctlError, describe_os_error
 from swarmctl.files import (
     atomic_write,
@@ -46,6 +28,24 @@ from swarmctl.files import (
 )
 from swarmctl.rundir import LAST
 from swarmctl.runs import export_weights
+from tools.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
+from tools.campaigns.commit.unpack import (
+    Refused,
+    Returned,
+    _copy_returned,
+    _one_line,
+    _untrusted,
+    card_sessions,
+    check_session,
+    committed_sessions,
+    is_smoke,
+    scan_returned,
+    unpack,
+)
+from tools.campaigns.commit.validate import Campaign, _check_destination, check_campaign
+from tools.campaigns.parts import joined_bytes, manifest_path, read_manifest
+from tools.campaigns.plan import TIMING
+from tools.campaigns.runners import MOG_RETURNED
 
 SESSIONS = "sessions.jsonl"  # one line per committed job, in the campaigns folder
 
@@ -109,7 +109,7 @@ def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
                           "without --smoke")
         stage = _staging(root)
         stack.callback(shutil.rmtree, stage, ignore_errors=True)
-        base = {"trained_on": session["card"], "command": "swarmctl campaign run (see campaigns/README.md)",
+        base = {"trained_on": session["card"], "command": "python -m tools.campaigns run (see campaigns/README.md)",
                 "session_sha256": digest}
         campaigns = _checked_campaigns(found, root, stage, base)
         notes = [n for c in campaigns for n in c.notes]
