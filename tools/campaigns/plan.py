@@ -281,13 +281,13 @@ MOG_EPOCHS, MOG_STEPS = 100, 500  # the paper's MoG schedule: 100 epochs of 500 
 
 def minimum(name: str, smoke: bool = False) -> float:
     """Seconds below which campaign ``name`` does not start (its start-up and scoring, plus a first unit of
-    work: two minutes of image training, five MoG epochs at the eager speed of an earlier H200)."""
+    work: two minutes of image training, five MoG epochs at the task's measured eager step)."""
     if smoke:
         return 30.0
     if name in IMAGES:
         return IMAGE_RESERVE + 20 + IMAGE_MIN_TRAIN * 1.2
     if name == "mog":
-        return MOG_RESERVE + MOG_MIN_EPOCHS * 550 * 0.0164
+        return MOG_RESERVE + MOG_MIN_EPOCHS * (MOG_STEPS + 100 * 0.5) * step_of({}, "mog", "eager").step_seconds
     return 0.0
 
 
@@ -354,6 +354,12 @@ def measurement(timing: dict, task: str, mode: str) -> Measured | None:
     """``mode``'s step and start-up seconds for ``task``: this job's timings, else the task's committed
     ``step_modes`` (what the choice read); None when neither has it."""
     return measured_modes(timing, task).get(mode) or get_task(task).step_modes.get(mode)
+
+
+def step_of(timing: dict, task: str, mode: str) -> Measured:
+    """``mode``'s measurement for ``task`` (:func:`measurement`), else its eager step's, which every task lists
+    among its committed ``step_modes``."""
+    return measurement(timing, task, mode) or measurement(timing, task, "eager") or get_task(task).step_modes["eager"]
 
 
 def step_seconds(timing: dict, task: str) -> dict[str, float]:

@@ -34,10 +34,10 @@ from tools.campaigns.plan import (
     card_bytes,
     group_seconds,
     image_target,
-    measurement,
     minimum,
     mog_target,
     read_progress,
+    step_of,
     table_plan,
     table_runs,
 )
@@ -266,11 +266,10 @@ def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
         log(f"mog: {resumed.name} finished the schedule ({resumed.epoch} epochs); a new run starts")
         resumed = None
     mode = resumed.step if resumed else (ctx.flags.get("mog") or ["--step", "eager"])[-1]
-    measured = measurement(timing, "mog", mode)
+    measured = step_of(timing, "mog", mode)
     steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
     reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
-    step_s = measured.step_seconds if measured else 0.0164  # 16.4 ms: eager, H200 (benchmarks/RESULTS.md)
-    start_s = measured.start_seconds if measured else 0.0
+    step_s, start_s = measured.step_seconds, measured.start_seconds
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
     fit = lambda seconds: int((seconds - reserve - start_s) / per_epoch)  # noqa: E731
     if not ctx.smoke and fit(budget) < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
