@@ -99,25 +99,27 @@ def _files_are_returnable(out: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _session(tmp_path, wall, *extra, images=None):
+def _session(tmp_path, wall, *extra, images=None, stderr=subprocess.STDOUT):
+    """The job as a process of its own (its standard error on its standard output unless ``stderr``)."""
     root = tmp_path / "campaigns"
     if not root.exists():
         fresh_campaigns(root)
     images = images or write_fake_mnist(tmp_path / "images", gz=True)
     cmd = [sys.executable, "-m", "tools.campaigns", "run", str(tmp_path / "out"), "--wall", str(wall),
            "--campaigns", str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
 
 
 def test_without_a_gpu_the_job_stops_after_its_first_phase_and_says_so(tmp_path):
     """A job sent to a machine without CUDA (a wrong partition, a broken driver) ends in seconds, not after
-    its wall, with the machine's facts and the inputs checked written down."""
+    its wall, with the machine's facts and the inputs checked written down; why it stopped is on its
+    standard error, its log on its standard output."""
     t0 = time.monotonic()
-    proc = _session(tmp_path, 30)
-    output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and time.monotonic() - t0 < 30, output
-    assert "no CUDA" in output
+    proc = _session(tmp_path, 30, stderr=subprocess.PIPE)
+    output, errors = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 30, output + errors
+    assert "no CUDA on this machine" in errors and "no CUDA on this machine" not in output, (output, errors)
+    assert "device: cpu (no CUDA)" in output, output
     facts = _files_are_returnable(tmp_path / "out")
     assert facts["card"] == "cpu (no CUDA)" and "0-inputs" in facts["phases"] and facts["missing"]["mnist"] == []
     assert facts["imports"]["torch"] and not str(facts["imports"]["h5py"]).startswith("FAILED")
@@ -164,6 +166,48 @@ def test_a_job_killed_at_any_moment_leaves_what_it_finished(tmp_path, how):
 
 
 @pytest.mark.slow
+def test_a_signal_is_said_on_standard_error(tmp_path):
+    """SIGINT once the job has begun (its first phase recorded): it stops with exit 130, and the lines that
+    say so are on its standard error, not among its log's."""
+    proc = _session(tmp_path, 400, "--smoke", stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while not (tmp_path / "out" / "session.json").is_file() and time.monotonic() - t0 < 120:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        output, errors = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output + errors
+    assert "SIGINT" in errors and "SIGINT" not in output, (output, errors)
+
+
+def test_once_a_signal_came_the_job_starts_no_command(tmp_path):
+    """After SIGINT or SIGTERM the job goes on through its quick steps only: a command it would start next
+    (the data, an evaluation) is not started, and waiting for it returns at once with no exit code."""
+    from tools.campaigns import processes
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = None
+    try:
+        processes.stop_on_signals()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the handler runs
+        assert processes.STOPPING == ["SIGINT"]
+        started = processes.start(["gen-data", "--out", str(tmp_path / "d.h5")], tmp_path / "gen-data.txt")
+        assert started is None and not (tmp_path / "gen-data.txt").exists()
+        assert processes.finish(started, 60) is None
+    finally:
+        if started is not None:
+            started.kill()
+            started.wait()
+        processes.STOPPING.clear()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+@pytest.mark.slow
 def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
     proc = _session(tmp_path, 400, "--smoke")
     output, _ = proc.communicate(timeout=600)
@@ -206,7 +250,7 @@ def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     env = {**os.environ, "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": sys.executable}
     res = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out"), "--wall", "30"],
                          capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env)
-    assert res.returncode == 1 and "no CUDA" in res.stdout, res.stdout + res.stderr
+    assert res.returncode == 1 and "no CUDA on this machine" in res.stderr, res.stdout + res.stderr
     assert _files_are_returnable(tmp_path / "out")["phases"]["0-inputs"] >= 0
     bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "--wall", "30"],
                           capture_output=True,

@@ -169,14 +169,19 @@ def _ordinal(n: int) -> str:
 
 
 def _log_lines() -> None:
-    """Print the job's log (the ``tools.campaigns`` logger) as time-stamped lines on standard output."""
+    """Print the job's log (the ``tools.campaigns`` logger) as time-stamped lines: on standard output, and
+    what went wrong and the signal that stopped the job (its warnings) on standard error."""
     import logging
     import sys
 
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
+    log = logging.StreamHandler(sys.stdout)
+    log.addFilter(lambda record: record.levelno < logging.WARNING)
+    errors = logging.StreamHandler(sys.stderr)
+    errors.setLevel(logging.WARNING)
+    for handler in (log, errors):
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
     logger = logging.getLogger("tools.campaigns")
-    logger.handlers[:] = [handler]
+    logger.handlers[:] = [log, errors]
     logger.setLevel(logging.INFO)
     logger.propagate = False
 

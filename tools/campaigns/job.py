@@ -48,7 +48,18 @@ from swarmctl.signals import EXIT_CODE as SIGNAL_EXIT
 from tools.campaigns import NO_CUDA, PROBES, runners
 from tools.campaigns import plan as campaign
 from tools.campaigns.plan import LOGS, PACK_RESERVE, TIMING
-from tools.campaigns.processes import PY, STOPPING, Deadline, finish, gpu_tests, launch, log, start, stop_on_signals
+from tools.campaigns.processes import (
+    PY,
+    STOPPING,
+    Deadline,
+    finish,
+    gpu_tests,
+    launch,
+    log,
+    start,
+    stop_on_signals,
+    warn,
+)
 from tools.campaigns.status import paper_rows
 
 TESTS_CAP = 100.0  # phase 1
@@ -129,8 +140,8 @@ def versions() -> dict:
             facts["imports"][name] = f"FAILED: {type(exc).__name__}: {exc}"
     if str(facts["imports"]["torch"]).startswith("FAILED"):
         facts.update(torch=None, cuda=None, triton=None, card="no torch", driver=None)
-        log(f"torch cannot be imported here ({facts['imports']['torch']}); use the Python that has swarmctl's "
-            "dependencies")
+        warn(f"torch cannot be imported here ({facts['imports']['torch']}); use the Python that has swarmctl's "
+             "dependencies")
         return facts
     import torch
 
@@ -146,7 +157,7 @@ def versions() -> dict:
         f"triton {facts['triton']}; python {facts['python']}")
     bad = {k: v for k, v in facts["imports"].items() if str(v).startswith("FAILED")}
     if bad:
-        log(f"imports that failed: {bad}")
+        warn(f"imports that failed: {bad}")
     return facts
 
 
@@ -209,7 +220,7 @@ def inputs_phase(job: Job) -> tuple[list[tuple[str, float]], subprocess.Popen | 
                     opts.work / "gen-data.txt")  # host work
     job.phase_done("0-inputs", t0)
     if facts["card"] == NO_CUDA and not opts.smoke:
-        log("no CUDA on this machine: nothing to measure or train (use --smoke to try the job on a CPU)")
+        warn("no CUDA on this machine: nothing to measure or train (use --smoke to try the job on a CPU)")
         if gen is not None:
             gen.kill()
         return None
@@ -324,7 +335,7 @@ def _run_campaign(ctx: runners.Context, name: str, budget: float, left: float, t
             return runners.run_mog(ctx, budget, left, timing)
         return runners.run_image(ctx, name, budget, left)
     except Exception:  # one campaign's failure must not cost the others (or what this one wrote)
-        log(f"{name} failed:\n{traceback.format_exc()}")
+        warn(f"{name} failed:\n{traceback.format_exc()}")
         return -1.0
 
 
@@ -420,7 +431,7 @@ def run_job(opts: JobOptions) -> int:
         gen.kill()
     returned = ", ".join(sorted(p.name for p in opts.out.iterdir()))
     if STOPPING:
-        log(f"stopped by {STOPPING[0]}; returned: {returned}")
+        warn(f"stopped by {STOPPING[0]}; returned: {returned}")
         return SIGNAL_EXIT
     log(f"done, {job.deadline.left():.0f} s left; returned: {returned}")
     return 0

@@ -41,7 +41,7 @@ from tools.campaigns.plan import (
     table_plan,
     table_runs,
 )
-from tools.campaigns.processes import Deadline, finish, log, start, summary
+from tools.campaigns.processes import Deadline, finish, log, start, summary, warn
 
 SAMPLES = "samples.png"  # an image campaign's samples, beside its run's files
 WEIGHTS = "weights.pt"  # a finished clustering run's weights (no optimizer state)
@@ -225,7 +225,7 @@ def return_mog_checkpoint(last: Path, work: Path, out: Path, keep: Path, part_li
     size = last.stat().st_size
     limit = max(math.ceil(size / MOG_PARTS), 1)
     if limit > part_limit:
-        log(f"mog: last.pt ({size:,} bytes) does not fit in {MOG_PARTS} parts of {part_limit:,} bytes; not returned")
+        warn(f"mog: last.pt ({size:,} bytes) does not fit in {MOG_PARTS} parts of {part_limit:,} bytes; not returned")
         return 0
     folder = work / "mog-split"
     folder.mkdir(parents=True, exist_ok=True)
@@ -347,7 +347,7 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
         if not group or time.monotonic() - t0 + group_s > left:
             break
         if not ctx.wait_for_data():
-            log("clustering: the seed-0 data could not be generated")
+            warn("clustering: the seed-0 data could not be generated")
             break
         deadline = Deadline(group_s)
         procs = {}
