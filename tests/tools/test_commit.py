@@ -402,6 +402,19 @@ def test_commit_refuses_weights_of_another_size_than_their_config(assets, repo, 
     refused_unchanged(spec, "weights.pt")
 
 
+def test_a_refusal_names_the_returned_file_not_where_the_commit_unpacked_it(assets, repo, refused_unchanged):
+    """A returned run config that is JSON but not a run's (a learning rate below zero): the refusal names the
+    file as it came back (its place in clustering.tgz), never the commit's temporary folder."""
+    spec = good_spec(assets)
+    members = spec["archives"]["clustering"]
+    name = f"clustering/runs/{CLUSTER_RUN}/config.json"
+    config = json.loads(members[name])
+    config["train"]["lr"] = -1.0
+    members[name] = _dump(config)
+    _, _, err = refused_unchanged(spec, name, "damaged")
+    assert "-commit-" not in err and "unpacked" not in err and str(repo) not in err, err
+
+
 def test_commit_refuses_a_mog_checkpoint_as_the_clustering_model(assets, repo, refused_unchanged):
     spec = good_spec(assets)
     spec["archives"]["clustering"][f"clustering/runs/{CLUSTER_RUN}/weights.pt"] = (assets.root / "mog.pt").read_bytes()

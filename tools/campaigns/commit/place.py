@@ -111,13 +111,24 @@ def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
         stack.callback(shutil.rmtree, stage, ignore_errors=True)
         base = {"trained_on": session["card"], "command": "python -m tools.campaigns run (see campaigns/README.md)",
                 "session_sha256": digest}
-        campaigns = _checked_campaigns(found, root, stage, base)
-        notes = [n for c in campaigns for n in c.notes]
-        replacements = _replacements(campaigns, pretrained, opts, notes, say)
+        try:
+            campaigns = _checked_campaigns(found, root, stage, base)
+            notes = [n for c in campaigns for n in c.notes]
+            replacements = _replacements(campaigns, pretrained, opts, notes, say)
+        except (Refused, SwarmctlError) as exc:  # a message names a returned file, not where it was unpacked
+            raise Refused(_returned_names(str(exc) if isinstance(exc, Refused) else _one_line(exc), stage)) from None
         lines = _place(root, pretrained, campaigns, replacements, session, digest)
     changed = [c.name for c in campaigns if c.files]
     return [f"campaigns updated: {', '.join(changed) or 'none'}", *notes, *lines,
             f"session {digest[:12]} recorded in {root / SESSIONS}"]
+
+
+def _returned_names(text: str, stage: Path) -> str:
+    """``text`` with the paths of the commit's temporary folder (``stage``) as the returned files' own names:
+    an archive's member (``clustering/runs/RUN/config.json``) or a returned file (``mnist-last.pt``)."""
+    for folder in (stage / "unpacked", stage / "returned", stage):
+        text = text.replace(f"{folder}{os.sep}", "")
+    return text
 
 
 def _checked_campaigns(found: Returned, root: Path, stage: Path, base: dict[str, Any]) -> list[Campaign]:

@@ -140,15 +140,17 @@ def _copy_returned(path: Path, dest: Path, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _untrusted(what: str) -> Iterator[None]:
+def _untrusted(what: str, path: Path | None = None) -> Iterator[None]:
     """Checking returned content: whatever it makes a reader raise means it is not trusted (one line,
-    not a traceback). Refusals pass through as they are."""
+    not a traceback). Refusals pass through as they are. A reader's message names the returned file as
+    ``what`` in place of ``path``, where the commit unpacked it."""
     try:
         yield
     except Refused:
         raise
     except SwarmctlError as exc:
-        raise Refused(f"{what}: {_one_line(exc)}") from None
+        text = _one_line(exc) if path is None else _one_line(exc).replace(str(path), what)
+        raise Refused(text if text.startswith(what) else f"{what}: {text}") from None
     except Exception as exc:
         raise Refused(f"{what} could not be checked ({type(exc).__name__}: {_one_line(exc)[:150]})") from None
 

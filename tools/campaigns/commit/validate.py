@@ -140,7 +140,7 @@ def check_progress(name: str, new: Any, old: dict[str, Any]) -> list[dict[str, A
 def _run_config(folder: Path, what: str) -> dict[str, Any]:
     """folder/config.json: strict JSON and a valid swarmctl run config."""
     config = parse_json(RunDir(folder).config.read_bytes(), what)
-    with _untrusted(what):
+    with _untrusted(what, RunDir(folder).config):
         read_run_config(folder)
     run = config.get("run")
     if not isinstance(run, dict) or not isinstance(run.get("name"), str) or not isinstance(run.get("code"), str):
