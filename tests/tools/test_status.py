@@ -40,6 +40,8 @@ def test_status_command_prints_every_campaign(campaigns_cli, tmp_path):
     assert "none measured yet" in r.output
     text = " ".join(r.output.split())
     assert "the clustering table: 18 of 18 runs left; the card's memory not known yet" in text
+    # the table runs on what the others leave, not on a share of a few seconds
+    assert "on what the campaigns before it leave (a group of its runs needs" in text, text
 
 
 def test_status_runs_outside_the_repositorys_root(campaigns_cli, tmp_path, monkeypatch):

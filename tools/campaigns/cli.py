@@ -142,8 +142,10 @@ def _print_status(status: Status) -> None:
         else:
             mode = "the trainer's default" if c.flags is None else \
                 " ".join(f for f in c.flags if f != "--step") or "eager"
-            say(f"  next job: runs it {_ordinal(c.order)} (gap {c.gap:.3f}) for about {c.share_s:.0f} s, step mode "
-                f"{mode}")
+            # the clustering table reserves nothing: it runs a group of runs when what is left holds one
+            when = f"on what the campaigns before it leave (a group of its runs needs {status.table.group_s:.0f} s)" \
+                if c.name == "clustering" else f"for about {c.share_s:.0f} s"
+            say(f"  next job: runs it {_ordinal(c.order)} (gap {c.gap:.3f}) {when}, step mode {mode}")
     if status.waiting:
         say(f"  waiting: {', '.join(status.waiting)} (a job returns at most {status.files} files, too few for every "
             "campaign's; of those that return checkpoints, the one with more sessions runs in a later job)")
