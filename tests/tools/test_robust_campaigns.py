@@ -33,7 +33,8 @@ def test_a_damaged_progress_file_is_one_line(campaigns_cli, tmp_path, command):
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
 
 
-@pytest.mark.parametrize("option", [("--only", "cifar"), ("--probe", "everything"), ("--wall", "0")])
+@pytest.mark.parametrize("option", [("--only", "cifar"), ("--probe", "everything"), ("--wall", "0"), ("--files", "2"),
+                                    ("--file-mib", "0")])
 def test_a_bad_value_exits_2_before_the_job_starts(campaigns_cli, tmp_path, option):
     root = fresh_campaigns(tmp_path / "campaigns")
     r = campaigns_cli("run", tmp_path / "out", "--campaigns", root, "--work", tmp_path / "work", *option)

@@ -44,6 +44,16 @@ def test_status_command_prints_every_campaign(campaigns_cli, tmp_path):
     assert "on what the campaigns before it leave (a group of its runs needs" in text, text
 
 
+def test_the_files_a_job_may_return_are_an_option_of_the_plan(campaigns_cli, tmp_path):
+    """With 3 files (the record, the logs and one archive) only the clustering table fits: MoG and MNIST,
+    which return checkpoints, wait; the default (8) lets one of them run."""
+    root = fresh_campaigns(tmp_path / "campaigns")
+    text = " ".join(campaigns_cli("status", "--campaigns", root, "--files", "3").output.split())
+    assert "waiting: mog, mnist (a job returns at most 3 files" in text, text
+    text = " ".join(campaigns_cli("status", "--campaigns", root).output.split())
+    assert "waiting: mnist (a job returns at most 8 files" in text, text
+
+
 def test_status_runs_outside_the_repositorys_root(campaigns_cli, tmp_path, monkeypatch):
     """The clustering table's spec (sweeps/best.toml) is found beside the package when the current folder
     has none."""
