@@ -32,12 +32,12 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: $(STAMP)
-	$(PY) -m ruff check swarmctl tests benchmarks
+	$(PY) -m ruff check swarmctl tests benchmarks tools
 
 bench: $(STAMP)
 	$(PY) benchmarks/layer_throughput.py
 
-# After a GPU job: FROM is the folder its output files were copied back to (the job's $OUT);
+# After a GPU job (the maintainers' campaigns, tools/campaigns): FROM is the folder its output files were copied back to (the job's $OUT);
 # COMMIT_OPTS passes options on (e.g. COMMIT_OPTS="--data-dir DIR", or "--keep-shipped").
 # Checks everything it was given, then puts it into campaigns/ (and swarmctl/pretrained/ when a campaign
 # beat a shipped model on its re-evaluation), all or nothing, then commits. FROM reaches the shell through
@@ -45,7 +45,7 @@ bench: $(STAMP)
 export FROM
 campaign-commit: $(STAMP)
 	@test -n "$$FROM" || { echo "usage: make campaign-commit FROM=<folder with session.json> [COMMIT_OPTS=...]"; exit 1; }
-	$(PY) -m swarmctl campaign commit "$$FROM" $(COMMIT_OPTS)
+	$(PY) -m tools.campaigns commit "$$FROM" $(COMMIT_OPTS)
 	git add campaigns swarmctl/pretrained
 	git commit -m "Campaigns: results of the GPU job in $$FROM"
 

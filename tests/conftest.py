@@ -110,6 +110,18 @@ def cli():
 
 
 @pytest.fixture
+def campaigns_cli():
+    """Run the maintainers' campaign tools in-process (`python -m tools.campaigns`, from the repository's root):
+    ``campaigns_cli("status", "--campaigns", root)`` -> click Result, as :func:`cli`."""
+    from typer.testing import CliRunner
+
+    from tools.campaigns.cli import app
+
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+@pytest.fixture
 def clustering_training_loss(monkeypatch):
     """``install(wrap)`` makes clustering runs train with ``wrap(loss)`` in place of the task's loss (to count
     steps, or fail or stop at one), by wrapping what ``ClusteringTask.prepare`` returns; ``install(None)``

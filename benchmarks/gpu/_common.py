@@ -1,6 +1,6 @@
 """Shared pieces of the single-experiment GPU calls (clustering.py, mog.py, image.py): their options, the
 start of a call (the card, the GPU tests), and the JSON summary. The processes, the deadline and the copies
-are the campaign job's (swarmctl.campaigns).
+are the campaign job's (tools.campaigns).
 
 Every script runs swarmctl as a user would (``python -m swarmctl ...``) from the repository root, writes
 into a work folder, and copies what is worth keeping into the output folder named on its command line.
@@ -16,8 +16,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from swarmctl.campaigns.processes import Deadline, finish, gpu_tests, log, start, summary
-from swarmctl.campaigns.runners import export_run
+from tools.campaigns.processes import Deadline, finish, gpu_tests, log, start, summary
+from tools.campaigns.runners import export_run
 
 REPO = Path(__file__).resolve().parents[2]
 logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S", stream=sys.stdout)

@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # typer itself takes a while to import: after the handler
 
 def _load_app() -> Typer:
     from swarmctl.cli import (  # noqa: F401  (each module registers one command)
-        campaign,
         cluster,
         eval,
         gen_data,

@@ -61,7 +61,6 @@ class _Command(TyperCommand):
             _RUNNING.reset(token)
 
 
-_Group = TyperGroup  # a group of commands inside the application (`swarmctl campaign`)
 
 
 class _Typer(typer.Typer):

@@ -22,7 +22,7 @@ from rich.markup import escape
 from swarmctl import signals
 from swarmctl.cli._app import running_context
 from swarmctl.cli._streams import stdout_failed, stdout_line
-from swarmctl.config import SEED_RANGE, check_device, check_positive
+from swarmctl.config import SEED_RANGE, check_device
 from swarmctl.errors import ConfigError, OutputExists, SwarmctlError, SwarmctlWarning, describe_os_error
 
 
@@ -74,7 +74,6 @@ def checked(check: Any) -> Any:
 
 
 device_name = checked(lambda value, flag: check_device(value))
-positive = checked(lambda value, flag: check_positive(flag, value))  # `swarmctl campaign`'s options
 _WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 

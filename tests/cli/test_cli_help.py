@@ -15,7 +15,7 @@ from swarmctl.cli import app
 
 
 def _paths(group, prefix=()):
-    """Every command's words (``["eval"]``), a group's commands after the group (``["campaign", "run"]``)."""
+    """Every command's words (``["eval"]``), a group's commands after the group's name."""
     for name, command in sorted(group.commands.items()):
         yield [*prefix, name]
         if hasattr(command, "commands"):

@@ -9,7 +9,6 @@ import torch
 from conftest import write_fake_mnist
 
 from swarmctl import create_model
-from swarmctl.campaigns import parts
 from swarmctl.config import DataConfig, TrainConfig
 from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.data.hdf5 import generate_dataset
@@ -18,6 +17,7 @@ from swarmctl.tasks import get_task
 from swarmctl.training.checkpoint import load_checkpoint
 from swarmctl.training.loop import validation_loss
 from swarmctl.training.modes import AMP_RTOL, MODES
+from tools.campaigns import parts
 
 pytestmark = pytest.mark.gpu
 

@@ -289,7 +289,7 @@ def test_columns_exit_by_the_rule_wrong_in_themselves_2_absent_from_the_file_1(c
 
 
 @pytest.mark.parametrize("args", [["train", "swarm", "--threads", "2"], ["cluster", "p.csv", "--threads=2"],
-                                  ["campaign", "status", "--threads", "2"], ["models", "--version"]])
+                                  ["report", "--threads", "2"], ["models", "--version"]])
 def test_an_option_of_swarmctl_itself_after_the_command_says_where_it_goes(cli, args):
     """`swarmctl train --threads 2` was 'No such option: --threads (Possible options: --heads, --iters)'."""
     r = cli(*args)

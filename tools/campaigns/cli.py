@@ -1,27 +1,40 @@
-"""`swarmctl campaign run|commit|status`: the GPU campaigns that continue the paper's experiments from one
-job with a wall-time limit to the next (campaigns/README.md)."""
+"""The maintainers' campaign commands, run from the repository's root (campaigns/README.md):
+
+    python -m tools.campaigns run OUT       one job with a wall-time limit: continue every campaign
+    python -m tools.campaigns commit OUT    check what a job returned and put it into the repository
+    python -m tools.campaigns status        where each campaign stands, and what the next job would do
+
+The limits of the environment a job runs in (its wall seconds, how many files it may return and how large
+each may be, as on a Slurm cluster or a preemptible instance) are options of `run` (and of `status`, for
+its plan), with their defaults here and nowhere else.
+"""
 
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from swarmctl.campaigns import NAMES, PROBES
-from swarmctl.cli._app import _Group, _Typer, app
-from swarmctl.cli._options import argument, checked, option, positive, say, user_errors
+from swarmctl.cli._app import _OneLineErrors, _Typer
+from swarmctl.cli._options import argument, checked, count, option, positive_number, say, user_errors
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError
+from tools.campaigns import NAMES, PROBES
 
 if TYPE_CHECKING:
-    from swarmctl.campaigns.status import Status
+    from tools.campaigns.status import Status
 
+# The limits of the jobs the campaigns run in: a job's wall seconds (some 30 s under its scheduler's limit),
+# the files it may return and the MiB each may hold.
+WALL_S = 540.0
+FILES = 8
+FILE_MIB = 16
 
-group = _Typer(name="campaign", cls=_Group, no_args_is_help=True, add_completion=False,
-               help="Continue the paper's experiments on a GPU, job by job, and commit what each job returned.")
-app.add_typer(group)
-
+app = _Typer(name="python -m tools.campaigns", cls=_OneLineErrors, no_args_is_help=True, add_completion=False,
+             pretty_exceptions_enable=False,
+             help="Continue the paper's experiments on a GPU, job by job, and commit what each job returned.")
 
 
 def _one_of(choices: tuple[str, ...]) -> object:
@@ -34,14 +47,20 @@ def _one_of(choices: tuple[str, ...]) -> object:
 
 
 Campaigns = Annotated[Path, option(help="The campaigns folder (each campaign's progress.json).")]
-Wall = Annotated[float, option(help="Seconds for the whole job.", callback=positive)]
+Wall = Annotated[float, positive_number(help="Seconds for the whole job (its wall-time limit).")]
+Files = Annotated[int, count(low=3, help="Files the job may return (its record, its logs and at least one "
+                                         "campaign's archive).")]
+FileMib = Annotated[int, count("MiB each returned file may hold.")]
 DataDir = Annotated[Path, option(help="Image files in torchvision's layout (DIR/MNIST/raw/).")]
 
 
-@group.command("run")
+@app.command("run")
 def run_cmd(
-    out: Annotated[Path, argument(help="Folder the job leaves its files in (at most 8, each under 16 MiB).")],
-    wall: Wall = 540.0,
+    out: Annotated[Path, argument(help="Folder the job leaves its files in (at most --files, each of at most "
+                                        "--file-mib MiB).")],
+    wall: Wall = WALL_S,
+    files: Files = FILES,
+    file_mib: FileMib = FILE_MIB,
     smoke: Annotated[bool, option("--smoke", help="Tiny sizes: the whole job in minutes on a CPU.")] = False,
     retime: Annotated[bool, option("--retime", help="Measure the step modes again instead of reading the committed "
                                         "timings.")] = False,
@@ -62,14 +81,15 @@ def run_cmd(
     stopped by a signal, 1 without CUDA (unless --smoke). The work folder is emptied first: it must be new,
     empty or an earlier job's."""
     with user_errors():
-        from swarmctl.campaigns.job import JobOptions, run_job
+        from tools.campaigns.job import JobOptions, run_job
 
         _log_lines()
-        code = run_job(JobOptions(out, wall, campaigns, data_dir, work, retime, probe, tuple(only or ()), smoke))
+        code = run_job(JobOptions(out, wall, files, file_mib, campaigns, data_dir, work, retime, probe,
+                                    tuple(only or ()), smoke))
     raise typer.Exit(code)
 
 
-@group.command("commit")
+@app.command("commit")
 def commit_cmd(
     returned: Annotated[Path, argument(help="The folder a job's files came back to (its OUT).")],
     campaigns: Campaigns = Path("campaigns"),
@@ -91,7 +111,7 @@ def commit_cmd(
     its re-evaluation here confirms its number and it beats the shipped weights on the same items. A
     refusal is one line, and changes nothing."""
     with user_errors():
-        from swarmctl.campaigns.commit import CommitOptions, commit
+        from tools.campaigns.commit import CommitOptions, commit
 
         opts = CommitOptions(data_dir, clustering_data, subset, keep_shipped)
         lines = commit(returned, campaigns, pretrained, opts, say=say)
@@ -99,16 +119,17 @@ def commit_cmd(
             say(line)
 
 
-@group.command("status")
+@app.command("status")
 def status_cmd(
     campaigns: Campaigns = Path("campaigns"),
-    wall: Annotated[float, option(help="Seconds of the next job, for its plan.", callback=positive)] = 540.0,
+    wall: Annotated[float, positive_number(help="Seconds of the next job, for its plan.")] = WALL_S,
+    files: Files = FILES,
 ) -> None:
     """Show where each campaign stands against the paper, and what the next job would do."""
     with user_errors():
-        from swarmctl.campaigns.status import campaign_status
+        from tools.campaigns.status import campaign_status
 
-        _print_status(campaign_status(campaigns, wall))
+        _print_status(campaign_status(campaigns, wall, files))
 
 
 def _print_status(status: Status) -> None:
@@ -121,11 +142,13 @@ def _print_status(status: Status) -> None:
         else:
             mode = "the trainer's default" if c.flags is None else \
                 " ".join(f for f in c.flags if f != "--step") or "eager"
-            say(f"  next job: #{c.order}, gap {c.gap:.3f}, share {c.share_s:.0f} s of {status.wall:.0f} s, "
-                f"step mode {mode}")
+            # the clustering table reserves nothing: it runs a group of runs when what is left holds one
+            when = f"on what the campaigns before it leave (a group of its runs needs {status.table.group_s:.0f} s)" \
+                if c.name == "clustering" else f"for about {c.share_s:.0f} s"
+            say(f"  next job: runs it {_ordinal(c.order)} (gap {c.gap:.3f}) {when}, step mode {mode}")
     if status.waiting:
-        say(f"  waiting: {', '.join(status.waiting)} (its files do not fit beside the others' in what one job "
-            "returns; the campaign with more sessions waits a job)")
+        say(f"  waiting: {', '.join(status.waiting)} (a job returns at most {status.files} files, too few for every "
+            "campaign's; of those that return checkpoints, the one with more sessions runs in a later job)")
     say(f"step timings: {status.timing_from or 'none measured yet (the next job measures them)'}")
     t = status.table
     fit = "the card's memory not known yet" if t.fit is None else \
@@ -143,14 +166,35 @@ def _print_status(status: Status) -> None:
         say(f"  {r.table}: {name}: paper {r.paper:g}, ours {ours}{step}{left}; {r.note}")
 
 
+def _ordinal(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
 def _log_lines() -> None:
-    """Print the job's log (the ``swarmctl.campaigns`` logger) as time-stamped lines on standard output."""
+    """Print the job's log (the ``tools.campaigns`` logger) as time-stamped lines: on standard output, and
+    what went wrong and the signal that stopped the job (its warnings) on standard error."""
     import logging
     import sys
 
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
-    logger = logging.getLogger("swarmctl.campaigns")
-    logger.handlers[:] = [handler]
+    log = logging.StreamHandler(sys.stdout)
+    log.addFilter(lambda record: record.levelno < logging.WARNING)
+    errors = logging.StreamHandler(sys.stderr)
+    errors.setLevel(logging.WARNING)
+    for handler in (log, errors):
+        handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
+    logger = logging.getLogger("tools.campaigns")
+    logger.handlers[:] = [log, errors]
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+def main() -> None:
+    """`python -m tools.campaigns`: the streams, threads and signals as `swarmctl` sets them, then the command."""
+    from swarmctl import signals, threads
+    from swarmctl.cli._streams import prepare
+
+    prepare()
+    atexit.register(signals.ignore)
+    threads.apply(threads.choose())
+    signals.install(signals.Interruption().handle)
+    app()

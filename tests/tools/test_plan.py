@@ -1,12 +1,12 @@
-"""Where a job's minutes go (swarmctl/campaigns/plan.py): largest gap to the paper first, shares in
+"""Where a job's minutes go (tools/campaigns/plan.py): largest gap to the paper first, shares in
 proportion to the gaps, a campaign at the paper stops, Fashion-MNIST waits for MNIST."""
 
 import json
 
 import pytest
 
-from swarmctl.campaigns import plan as campaign
-from swarmctl.campaigns import runners
+from tools.campaigns import plan as campaign
+from tools.campaigns import runners
 
 
 def _write(root, name, **progress):
@@ -79,7 +79,7 @@ def test_a_campaign_with_too_little_time_runs_nothing_and_leaves_nothing_to_pack
 
     root = fresh_campaigns(tmp_path / "campaigns")
     ctx = runners.Context(root, tmp_path / "work", tmp_path / "out", False, {}, "data", tmp_path / "d.h5",
-                           lambda: True, "test")
+                           lambda: True, "test", 16 << 20)
     assert runners.run_clustering(ctx, 50, 50) == 0.0
     assert runners.run_mog(ctx, 20, 20, {"mog_ms_per_step": {"eager": 12.4}}) == 0.0
     assert not (tmp_path / "work" / "parts").exists()

@@ -16,24 +16,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from swarmctl.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
-from swarmctl.campaigns.commit.unpack import (
-    Refused,
-    Returned,
-    _copy_returned,
-    _one_line,
-    _untrusted,
-    card_sessions,
-    check_session,
-    committed_sessions,
-    is_smoke,
-    scan_returned,
-    unpack,
-)
-from swarmctl.campaigns.commit.validate import Campaign, _check_destination, check_campaign
-from swarmctl.campaigns.parts import joined_bytes, manifest_path, read_manifest
-from swarmctl.campaigns.plan import TIMING
-from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import SwarmctlError, describe_os_error
 from swarmctl.files import (
     atomic_write,
@@ -46,6 +28,24 @@ from swarmctl.files import (
 )
 from swarmctl.rundir import LAST
 from swarmctl.runs import export_weights
+from tools.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
+from tools.campaigns.commit.unpack import (
+    Refused,
+    Returned,
+    _copy_returned,
+    _one_line,
+    _untrusted,
+    card_sessions,
+    check_session,
+    committed_sessions,
+    is_smoke,
+    scan_returned,
+    unpack,
+)
+from tools.campaigns.commit.validate import Campaign, _check_destination, check_campaign
+from tools.campaigns.parts import joined_bytes, manifest_path, read_manifest
+from tools.campaigns.plan import TIMING
+from tools.campaigns.runners import MOG_RETURNED
 
 SESSIONS = "sessions.jsonl"  # one line per committed job, in the campaigns folder
 
@@ -109,15 +109,26 @@ def _commit(returned: Path, root: Path, pretrained: Path, opts: CommitOptions,
                           "without --smoke")
         stage = _staging(root)
         stack.callback(shutil.rmtree, stage, ignore_errors=True)
-        base = {"trained_on": session["card"], "command": "swarmctl campaign run (see campaigns/README.md)",
+        base = {"trained_on": session["card"], "command": "python -m tools.campaigns run (see campaigns/README.md)",
                 "session_sha256": digest}
-        campaigns = _checked_campaigns(found, root, stage, base)
-        notes = [n for c in campaigns for n in c.notes]
-        replacements = _replacements(campaigns, pretrained, opts, notes, say)
+        try:
+            campaigns = _checked_campaigns(found, root, stage, base)
+            notes = [n for c in campaigns for n in c.notes]
+            replacements = _replacements(campaigns, pretrained, opts, notes, say)
+        except (Refused, SwarmctlError) as exc:  # a message names a returned file, not where it was unpacked
+            raise Refused(_returned_names(str(exc) if isinstance(exc, Refused) else _one_line(exc), stage)) from None
         lines = _place(root, pretrained, campaigns, replacements, session, digest)
     changed = [c.name for c in campaigns if c.files]
     return [f"campaigns updated: {', '.join(changed) or 'none'}", *notes, *lines,
             f"session {digest[:12]} recorded in {root / SESSIONS}"]
+
+
+def _returned_names(text: str, stage: Path) -> str:
+    """``text`` with the paths of the commit's temporary folder (``stage``) as the returned files' own names:
+    an archive's member (``clustering/runs/RUN/config.json``) or a returned file (``mnist-last.pt``)."""
+    for folder in (stage / "unpacked", stage / "returned", stage):
+        text = text.replace(f"{folder}{os.sep}", "")
+    return text
 
 
 def _checked_campaigns(found: Returned, root: Path, stage: Path, base: dict[str, Any]) -> list[Campaign]:

@@ -4,8 +4,8 @@ trains in (from the measured step timings).
 
 Each campaign lives in ``campaigns/NAME/`` (committed): ``progress.json`` (where it stands, every session
 that moved it) and, for the image campaigns, ``last.pt`` and ``best.pt`` (model + Adam state). A job
-(:mod:`swarmctl.campaigns.job`) continues each campaign from there, and the commit
-(:mod:`swarmctl.campaigns.commit`) puts what the job returned back into the folder. The campaigns and the
+(:mod:`tools.campaigns.job`) continues each campaign from there, and the commit
+(:mod:`tools.campaigns.commit`) puts what the job returned back into the folder. The campaigns and the
 paper's number each one chases (swarmctl's package data):
 
 - ``clustering``: Table 2, the six configurations of sweeps/best.toml x its 3 seeds, one run each of
@@ -18,7 +18,7 @@ paper's number each one chases (swarmctl's package data):
 - ``mnist``, then ``fashion-mnist`` once MNIST reaches the paper: swarm-image (256-10-1), resumed from
   ``last.pt`` for whatever the job's share allows; test bits/dim of ``best.pt``.
 
-What a job returns: at most :data:`RETURNED_FILES` files; when MoG's parts and an image campaign's
+What a job returns: at most the files its ``files`` argument allows; when MoG's parts and an image campaign's
 checkpoints do not fit together, they take turns (:func:`within_files`).
 
 Where the wall goes: a campaign's gap is its relative distance to the paper's number (a clustering
@@ -35,7 +35,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarmctl.campaigns import IMAGES, NAMES
 from swarmctl.config import ModelConfig
 from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.errors import DataError
@@ -45,6 +44,7 @@ from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
 from swarmctl.tasks import get_task
 from swarmctl.training.modes import MODES, Measured, StepMode, choose_step_mode, step_timings
+from tools.campaigns import IMAGES, NAMES
 
 CAMPAIGNS = Path("campaigns")  # the repository's campaigns folder, from its root
 TABLE = Path("sweeps") / "best.toml"  # the clustering table's runs, in the repository's checkout
@@ -89,13 +89,12 @@ SMOKE_SIZES = {"swarm": ["--hidden", "8", "--iters", "2"], "set-transformer": ["
 
 
 def table_spec() -> Path:
-    """The clustering table's spec: sweeps/best.toml of the checkout this package runs from (an editable
-    install), so that the campaign commands also run outside the repository's root, else of the current
-    folder (an installed package run from the repository's root)."""
+    """The clustering table's spec: sweeps/best.toml of the checkout these tools are in, so that the campaign
+    commands also find it outside the repository's root, else of the current folder."""
     for path in (Path(__file__).resolve().parents[2] / TABLE, TABLE):
         if path.is_file():
             return path
-    raise DataError(f"{TABLE} (the clustering table's runs) is neither beside this swarmctl nor here; run from "
+    raise DataError(f"{TABLE} (the clustering table's runs) is neither in this checkout nor here; run from "
                     "the repository's root")
 
 
@@ -248,11 +247,10 @@ def share(gaps: list[tuple[str, float]], i: int, seconds: float, smoke: bool = F
     return max(min(part, seconds - later), 0.0)
 
 
-# ---- what a job returns: at most 8 files, each under 16 MiB ----------------------------------------------
+# ---- what a job returns: at most its ``files`` files, each of at most its ``file_mib`` MiB ----------------
 
-RETURNED_FILES = 8  # files a job may return
 FIXED_FILES = ("session.json", "logs.tgz")  # every job's: its record, and the GPU tests' and timings' output
-MOG_PARTS = 4  # swarm-mog 768-20-1's last.pt with Adam (57 MB) comes back in 4 parts of at most 15 MiB
+MOG_PARTS = 4  # swarm-mog 768-20-1's last.pt with Adam (57 MB) comes back in 4 parts (each within a file's limit)
 
 
 def returned_files(name: str) -> int:
@@ -261,10 +259,9 @@ def returned_files(name: str) -> int:
     return 1 + (MOG_PARTS if name == "mog" else 2 if name in IMAGES else 0)
 
 
-def within_files(order: list[tuple[str, float]], root: Path,
-                 limit: int = RETURNED_FILES) -> tuple[list[tuple[str, float]], list[str]]:
-    """The campaigns of ``order`` whose files fit in what a job returns with :data:`FIXED_FILES`, and those
-    left to a later job. While they do not fit, the campaign that returns checkpoints (MoG's parts, an image
+def within_files(order: list[tuple[str, float]], root: Path, limit: int) -> tuple[list[tuple[str, float]], list[str]]:
+    """The campaigns of ``order`` whose files fit in the ``limit`` files a job returns with :data:`FIXED_FILES`, and
+    those left to a later job. While they do not fit, the campaign that returns checkpoints (MoG's parts, an image
     campaign's) with the most committed sessions waits (ties: the smaller gap), so MoG and MNIST take turns."""
     keep = list(order)
     while len(FIXED_FILES) + sum(returned_files(n) for n, _ in keep) > limit:
@@ -371,6 +368,12 @@ def measurement(timing: dict, task: str, mode: str) -> Measured | None:
     """``mode``'s step and start-up seconds for ``task``: this job's timings, else the shipped ones of its card
     (what the choice read); None when neither has it."""
     return measured_modes(timing, task).get(mode) or shipped_modes(timing, task).get(mode)
+
+
+def step_of(timing: dict, task: str, mode: str) -> Measured:
+    """``mode``'s measurement for ``task`` (:func:`measurement`), else its eager step's, else the slowest eager
+    step of any card (:func:`slowest_eager`)."""
+    return measurement(timing, task, mode) or measurement(timing, task, "eager") or Measured(slowest_eager(task))
 
 
 def step_seconds(timing: dict, task: str) -> dict[str, float]:

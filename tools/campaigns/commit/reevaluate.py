@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from swarmctl.campaigns.commit.unpack import Refused, _check_committed_file, _number, _one_line, _show, parse_json
-from swarmctl.campaigns.commit.validate import Candidate, _build
 from swarmctl.config import DataConfig
 from swarmctl.data.dataset import bucketed_batches
 from swarmctl.data.hdf5 import read_dataset
@@ -28,6 +26,8 @@ from swarmctl.tasks import get_task
 from swarmctl.tasks.clustering import clustering_loss
 from swarmctl.tasks.image import image_loss
 from swarmctl.training.checkpoint import load_checkpoint
+from tools.campaigns.commit.unpack import Refused, _check_committed_file, _number, _one_line, _show, parse_json
+from tools.campaigns.commit.validate import Candidate, _build
 
 # items re-evaluated: the whole seed-0 validation split of 1,000 tasks (a few seconds per SWARM 192-10-1,
 # so only the rounding allowance is left), 500 of the 10,000 test images (~35 s per swarm-image 256-10-1 on
@@ -43,7 +43,7 @@ class NoData(Refused):
 
 @dataclass(frozen=True)
 class CommitOptions:
-    """What `swarmctl campaign commit` was given besides the folders: where the re-evaluation's data is, how
+    """What `python -m tools.campaigns commit` was given besides the folders: where the re-evaluation's data is, how
     many items it scores, and whether shipped models are left alone."""
 
     data_dir: Path | None = None
@@ -67,7 +67,7 @@ class Check:
     def record(self) -> dict[str, Any]:
         return {"split": self.split, "items": self.items, "of": self.of, "returned_loss": self.returned,
                 "candidate_loss": self.candidate, "tolerance": self.tolerance, "shipped_loss": self.shipped,
-                "how": "swarmctl campaign commit, on the CPU, a seed-0 subset of the split"}
+                "how": "python -m tools.campaigns commit, on the CPU, a seed-0 subset of the split"}
 
 
 def find_shipped(pretrained: Path, cand: Candidate) -> tuple[Path, dict[str, Any]] | None:

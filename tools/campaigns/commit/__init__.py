@@ -1,17 +1,17 @@
-"""`swarmctl campaign commit`: put what a campaign job returned (its OUT) into the repository, trusting
+"""`python -m tools.campaigns commit`: put what a campaign job returned (its OUT) into the repository, trusting
 none of it. Four steps, one module each: :mod:`.unpack` (the returned files, read without trust),
 :mod:`.validate` (every campaign checked against the committed one), :mod:`.reevaluate` (whether a
 candidate replaces a shipped model) and :mod:`.place` (everything into place at once).
 
-    swarmctl campaign commit RETURNED [--campaigns campaigns] [--pretrained swarmctl/pretrained]
+    python -m tools.campaigns commit RETURNED [--campaigns campaigns] [--pretrained swarmctl/pretrained]
         [--data-dir DIR] [--clustering-data FILE] [--subset N] [--keep-shipped]
     make campaign-commit FROM=RETURNED [COMMIT_OPTS="--data-dir DIR"]   # the same, then git add + commit
 
 What goes where: NAME.tgz's progress.json becomes campaigns/NAME/progress.json; MoG's mog-last.pt.partK
 (listed, with their sizes and SHA-256, by mog/mog-last.pt.parts.json in mog.tgz) are joined, checked like an
 image campaign's last.pt (it must continue the committed one, or start a new run once the committed one
-finished the schedule) and written as campaigns/mog/last.pt.partK and last.pt.parts.json (parts of at most
-15 MiB, so the repository holds no file over a job's limit), beside the carried run's files in
+finished the schedule) and written as campaigns/mog/last.pt.partK and last.pt.parts.json (in the parts it
+came back in, so the repository holds no file over a job's limit), beside the carried run's files in
 campaigns/mog/runs/RUN/; an image campaign's
 NAME-last.pt and NAME-best.pt become campaigns/NAME/last.pt and best.pt, with config.json, metrics.jsonl,
 eval-test.json, curves.png and samples.png beside them (a metrics, evaluation, curves or samples file that
@@ -65,8 +65,8 @@ and a failure on the way puts every replaced or removed file back. A refusal is 
 exit 1, and leaves campaigns/ and the shipped models as they were.
 """
 
-from swarmctl.campaigns.commit.place import commit
-from swarmctl.campaigns.commit.reevaluate import SUBSET, CommitOptions
-from swarmctl.campaigns.commit.unpack import Refused
+from tools.campaigns.commit.place import commit
+from tools.campaigns.commit.reevaluate import SUBSET, CommitOptions
+from tools.campaigns.commit.unpack import Refused
 
 __all__ = ["SUBSET", "CommitOptions", "Refused", "commit"]

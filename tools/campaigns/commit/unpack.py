@@ -19,15 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from swarmctl.campaigns import NO_CUDA, PROBES
-from swarmctl.campaigns.plan import IMAGES, LOGS, NAMES
-from swarmctl.campaigns.runners import MOG_RETURNED
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
 from swarmctl.files import create_exclusive
 from swarmctl.rundir import CHECKPOINTS
+from tools.campaigns import NO_CUDA, PROBES
+from tools.campaigns.plan import IMAGES, LOGS, NAMES
+from tools.campaigns.runners import MOG_RETURNED
 
 SESSION = "session.json"  # the job's record, in OUT
-MAX_FILE = 256 << 20  # one returned file or archive member (a returned file holds at most 16 MiB)
+MAX_FILE = 256 << 20  # one returned file or archive member (far above what a job may return)
 MAX_UNPACKED = 1 << 30  # one archive, unpacked
 MAX_MEMBERS = 10_000
 MAX_JSON = 16 << 20
@@ -140,15 +140,17 @@ def _copy_returned(path: Path, dest: Path, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _untrusted(what: str) -> Iterator[None]:
+def _untrusted(what: str, path: Path | None = None) -> Iterator[None]:
     """Checking returned content: whatever it makes a reader raise means it is not trusted (one line,
-    not a traceback). Refusals pass through as they are."""
+    not a traceback). Refusals pass through as they are. A reader's message names the returned file as
+    ``what`` in place of ``path``, where the commit unpacked it."""
     try:
         yield
     except Refused:
         raise
     except SwarmctlError as exc:
-        raise Refused(f"{what}: {_one_line(exc)}") from None
+        text = _one_line(exc) if path is None else _one_line(exc).replace(str(path), what)
+        raise Refused(text if text.startswith(what) else f"{what}: {text}") from None
     except Exception as exc:
         raise Refused(f"{what} could not be checked ({type(exc).__name__}: {_one_line(exc)[:150]})") from None
 
@@ -172,7 +174,7 @@ def _campaign_of(file: str, campaign: str, known: tuple[str, ...]) -> str:
 def scan_returned(folder: Path) -> Returned:
     """The returned folder's session.json, archives and checkpoints, each a regular file (not a link)."""
     if not folder.is_dir():
-        raise Refused(f"{folder} is not a folder; pass the folder `swarmctl campaign run` wrote (its OUT)")
+        raise Refused(f"{folder} is not a folder; pass the folder `python -m tools.campaigns run` wrote (its OUT)")
     session, archives, checkpoints, parts = None, {}, {}, {}
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         name, path = entry.name, Path(entry.path)
@@ -196,7 +198,7 @@ def scan_returned(folder: Path) -> Returned:
                               f"NAME-best.pt come back ({', '.join(IMAGES)})")
             checkpoints.setdefault(_campaign_of(name, campaign, IMAGES), {})[RETURNED_CHECKPOINTS[which]] = path
     if session is None:
-        raise Refused(f"{folder}: no session.json; pass the folder `swarmctl campaign run` wrote (its OUT)")
+        raise Refused(f"{folder}: no session.json; pass the folder `python -m tools.campaigns run` wrote (its OUT)")
     for campaign in checkpoints:
         if campaign not in archives:
             raise Refused(f"{campaign}-*.pt came back without {campaign}.tgz (its config and progress)")

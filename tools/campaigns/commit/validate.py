@@ -17,8 +17,15 @@ from typing import Any
 import torch
 
 from swarmctl import create_model
-from swarmctl.campaigns import parts
-from swarmctl.campaigns.commit.unpack import (
+from swarmctl.config import ModelConfig, from_dict
+from swarmctl.errors import SwarmctlError
+from swarmctl.files import copy_file, holding, remove_file
+from swarmctl.models import get_spec, paper_code
+from swarmctl.rundir import BEST, CHECKPOINTS, CONFIG, CURVES, LAST, METRICS, RunDir
+from swarmctl.runs import read_run_config, same_run
+from swarmctl.training.checkpoint import Checkpoint, load_checkpoint
+from tools.campaigns import parts
+from tools.campaigns.commit.unpack import (
     Refused,
     _check_committed_file,
     _integer,
@@ -31,15 +38,8 @@ from swarmctl.campaigns.commit.unpack import (
     _untrusted,
     parse_json,
 )
-from swarmctl.campaigns.plan import MOG_EPOCHS, PROGRESS
-from swarmctl.campaigns.runners import MOG_RETURNED, SAMPLES, WEIGHTS, eval_file
-from swarmctl.config import ModelConfig, from_dict
-from swarmctl.errors import SwarmctlError
-from swarmctl.files import copy_file, holding, remove_file
-from swarmctl.models import get_spec, paper_code
-from swarmctl.rundir import BEST, CHECKPOINTS, CONFIG, CURVES, LAST, METRICS, RunDir
-from swarmctl.runs import read_run_config, same_run
-from swarmctl.training.checkpoint import Checkpoint, load_checkpoint
+from tools.campaigns.plan import MOG_EPOCHS, PROGRESS
+from tools.campaigns.runners import MOG_RETURNED, SAMPLES, WEIGHTS, eval_file
 
 IMAGE_FILES = (CONFIG, METRICS, eval_file("test"), CURVES, SAMPLES)
 RUN_FILES = {"clustering": (CONFIG, METRICS, eval_file("val"), CURVES, WEIGHTS),
@@ -140,7 +140,7 @@ def check_progress(name: str, new: Any, old: dict[str, Any]) -> list[dict[str, A
 def _run_config(folder: Path, what: str) -> dict[str, Any]:
     """folder/config.json: strict JSON and a valid swarmctl run config."""
     config = parse_json(RunDir(folder).config.read_bytes(), what)
-    with _untrusted(what):
+    with _untrusted(what, RunDir(folder).config):
         read_run_config(folder)
     run = config.get("run")
     if not isinstance(run, dict) or not isinstance(run.get("name"), str) or not isinstance(run.get("code"), str):
@@ -453,7 +453,9 @@ def check_mog(folder: Path, root: Path, progress: dict[str, Any], added: list[di
     joined = split_to / LAST
     with holding(split_to):
         copy_file(last_pt, joined)
-        manifest = parts.split(joined, split_to)  # campaigns/mog/ holds it in parts, each under a job's file limit
+        # campaigns/mog/ holds it in the parts it came back in (each within the job's limit on a returned file)
+        returned = parts.read_manifest(parts.manifest_path(folder, MOG_RETURNED))
+        manifest = parts.split(joined, split_to, max(size for _, size, _ in returned.parts))
         remove_file(joined)
     out.files[parts.manifest_path(Path(), LAST).name] = parts.manifest_path(split_to, LAST)
     out.files.update({file: split_to / file for file, _, _ in manifest.parts})

@@ -1,4 +1,4 @@
-"""`swarmctl campaign commit` against hostile returned folders: every refusal is one line on stderr with exit 1
+"""`python -m tools.campaigns commit` against hostile returned folders: every refusal is one line on stderr with exit 1
 and leaves campaigns/ and the shipped models byte for byte as they were; a good session goes in whole,
 and a shipped model is replaced only by a candidate that its own re-evaluation confirms."""
 
@@ -18,7 +18,7 @@ import torch
 from conftest import fresh_campaigns, fresh_progress, write_fake_mnist
 
 from swarmctl import files as swarmctl_files
-from swarmctl.campaigns.commit.reevaluate import tolerance
+from tools.campaigns.commit.reevaluate import tolerance
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -227,14 +227,14 @@ def tree_hash(root):
 
 @pytest.fixture
 def commit(repo):
-    """Run `swarmctl campaign commit` in-process on a returned folder: (exit code, stdout, stderr). An
+    """Run `python -m tools.campaigns commit` in-process on a returned folder: (exit code, stdout, stderr). An
     exception that escapes the command is a traceback: the test fails with it."""
     from typer.testing import CliRunner
 
-    from swarmctl.cli import app
+    from tools.campaigns.cli import app
 
     def run(out, *extra):
-        argv = ["campaign", "commit", str(out), "--campaigns", str(repo / "campaigns"), "--pretrained",
+        argv = ["commit", str(out), "--campaigns", str(repo / "campaigns"), "--pretrained",
                 str(repo / "pretrained"), *map(str, extra)]
         result = CliRunner().invoke(app, argv, env={"COLUMNS": "200"}, catch_exceptions=False)
         return result.exit_code, result.stdout, result.stderr
@@ -400,6 +400,19 @@ def test_commit_refuses_weights_of_another_size_than_their_config(assets, repo, 
     progress["runs"][CLUSTER_RUN]["eval_loss"] = 0.1
     members["clustering/progress.json"] = _dump(progress)
     refused_unchanged(spec, "weights.pt")
+
+
+def test_a_refusal_names_the_returned_file_not_where_the_commit_unpacked_it(assets, repo, refused_unchanged):
+    """A returned run config that is JSON but not a run's (a learning rate below zero): the refusal names the
+    file as it came back (its place in clustering.tgz), never the commit's temporary folder."""
+    spec = good_spec(assets)
+    members = spec["archives"]["clustering"]
+    name = f"clustering/runs/{CLUSTER_RUN}/config.json"
+    config = json.loads(members[name])
+    config["train"]["lr"] = -1.0
+    members[name] = _dump(config)
+    _, _, err = refused_unchanged(spec, name, "damaged")
+    assert "-commit-" not in err and "unpacked" not in err and str(repo) not in err, err
 
 
 def test_commit_refuses_a_mog_checkpoint_as_the_clustering_model(assets, repo, refused_unchanged):
@@ -743,7 +756,7 @@ def test_commit_puts_everything_back_when_a_move_fails(assets, repo, commit, mon
 def test_the_command_refuses_with_one_line_and_no_traceback(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "session.json").write_text("{")
-    res = subprocess.run([sys.executable, "-m", "swarmctl", "campaign", "commit", str(tmp_path / "out"),
+    res = subprocess.run([sys.executable, "-m", "tools.campaigns", "commit", str(tmp_path / "out"),
                           "--campaigns", str(tmp_path / "c"), "--pretrained", str(tmp_path / "p")],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -766,7 +779,7 @@ def test_make_campaign_commit_passes_FROM_as_one_argument(tmp_path, folder):
                           f"FROM={folder}"], capture_output=True, text=True, timeout=60)
     assert res.returncode != 0  # the fake script's exit 1 stops make before git
     args = (tmp_path / "args.txt").read_text().splitlines()
-    assert args[:4] == ["-m", "swarmctl", "campaign", "commit"] and args[4:] == [folder], res.stdout + res.stderr
+    assert args[:3] == ["-m", "tools.campaigns", "commit"] and args[3:] == [folder], res.stdout + res.stderr
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
 
 
@@ -796,7 +809,7 @@ def mog_parts_spec(run, epochs=(0, 2), date=DATE, committed=None, limit=None):
     files, progress and the parts' manifest, and the parts of its last.pt (split in 3 unless ``limit``)."""
     import tempfile
 
-    from swarmctl.campaigns import parts
+    from tools.campaigns import parts
 
     last = (run / "last.pt").read_bytes()
     with tempfile.TemporaryDirectory() as tmp:
@@ -827,7 +840,7 @@ def mog_parts_spec(run, epochs=(0, 2), date=DATE, committed=None, limit=None):
 def test_commit_joins_the_mog_parts_and_keeps_them_in_parts(mog_run, repo, commit):
     """The parts come back, are joined and checked, and campaigns/mog holds last.pt again in parts (each
     under a job's file limit) beside the run's files; the logs archive is not a campaign."""
-    from swarmctl.campaigns import parts
+    from tools.campaigns import parts
 
     rc, stdout, err = commit(write_out(mog_parts_spec(mog_run.first), repo.parent / "out"))
     assert rc == 0, err
@@ -842,7 +855,7 @@ def test_commit_joins_the_mog_parts_and_keeps_them_in_parts(mog_run, repo, commi
 def test_commit_of_the_next_job_continues_the_carried_run(mog_run, repo, commit, refused_unchanged):
     """The second job continued the committed last.pt (epoch 2 -> 3): its run folder and parts replace the
     committed ones; a job that returns the older checkpoint again is behind the committed one."""
-    from swarmctl.campaigns import parts
+    from tools.campaigns import parts
 
     assert commit(write_out(mog_parts_spec(mog_run.first), repo.parent / "out1"))[0] == 0
     committed = json.loads((repo / "campaigns" / "mog" / "progress.json").read_text())

@@ -1,4 +1,4 @@
-"""`swarmctl campaign status`: each campaign's number against the paper's, and the next job's plan as the job
+"""`python -m tools.campaigns status`: each campaign's number against the paper's, and the next job's plan as the job
 itself would make it (the same order, shares and step modes)."""
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 from conftest import fresh_campaigns
 
-from swarmctl.campaigns import plan
-from swarmctl.campaigns.plan import PACK_RESERVE
-from swarmctl.campaigns.status import campaign_status
+from tools.campaigns import plan
+from tools.campaigns.plan import PACK_RESERVE
+from tools.campaigns.status import campaign_status
 
 
 def test_status_shows_the_plan_the_job_would_make(tmp_path):
@@ -16,9 +16,9 @@ def test_status_shows_the_plan_the_job_would_make(tmp_path):
     (root / "mnist" / "progress.json").write_text(json.dumps({"campaign": "mnist", "best_bits_per_dim": 1.2,
                                                               "epochs": 7, "net_minutes": 2.0, "sessions": [{}]}))
     (root / "timing.json").write_text(json.dumps({"mog_ms_per_step": {"eager": 16.0, "graphs": 5.0}}))
-    status = campaign_status(root, wall=1000)
+    status = campaign_status(root, wall=1000, files=8)
     rows = {c.name: c for c in status.campaigns}
-    order, waiting = plan.within_files(plan.plan(root), root)
+    order, waiting = plan.within_files(plan.plan(root), root, 8)
     assert waiting == ["mnist"] and status.waiting == ("mnist",)  # MoG's parts and MNIST's files: MNIST ran last
     assert [n for n, _ in order] == [n for n, c in sorted(rows.items(), key=lambda t: t[1].order or 99) if c.order]
     left = 1000 - PACK_RESERVE
@@ -32,22 +32,34 @@ def test_status_shows_the_plan_the_job_would_make(tmp_path):
     assert status.timing_from == str(root / "timing.json")
 
 
-def test_status_command_prints_every_campaign(cli, tmp_path):
+def test_status_command_prints_every_campaign(campaigns_cli, tmp_path):
     root = fresh_campaigns(tmp_path / "campaigns")
-    r = cli("campaign", "status", "--campaigns", root)
+    r = campaigns_cli("status", "--campaigns", root)
     assert r.exit_code == 0, r.output
-    assert all(f"{n}:" in r.output for n in plan.NAMES) and "next job: #1" in r.output
+    assert all(f"{n}:" in r.output for n in plan.NAMES) and "next job: runs it 1st" in r.output
     assert "none measured yet" in r.output
     text = " ".join(r.output.split())
     assert "the clustering table: 18 of 18 runs left; the card's memory not known yet" in text
+    # the table runs on what the others leave, not on a share of a few seconds
+    assert "on what the campaigns before it leave (a group of its runs needs" in text, text
 
 
-def test_status_runs_outside_the_repositorys_root(cli, tmp_path, monkeypatch):
+def test_the_files_a_job_may_return_are_an_option_of_the_plan(campaigns_cli, tmp_path):
+    """With 3 files (the record, the logs and one archive) only the clustering table fits: MoG and MNIST,
+    which return checkpoints, wait; the default (8) lets one of them run."""
+    root = fresh_campaigns(tmp_path / "campaigns")
+    text = " ".join(campaigns_cli("status", "--campaigns", root, "--files", "3").output.split())
+    assert "waiting: mog, mnist (a job returns at most 3 files" in text, text
+    text = " ".join(campaigns_cli("status", "--campaigns", root).output.split())
+    assert "waiting: mnist (a job returns at most 8 files" in text, text
+
+
+def test_status_runs_outside_the_repositorys_root(campaigns_cli, tmp_path, monkeypatch):
     """The clustering table's spec (sweeps/best.toml) is found beside the package when the current folder
     has none."""
     root = fresh_campaigns(tmp_path / "campaigns")
     monkeypatch.chdir(tmp_path)
-    r = cli("campaign", "status", "--campaigns", root)
+    r = campaigns_cli("status", "--campaigns", root)
     assert r.exit_code == 0, r.output
     assert "18 of 18 runs left" in " ".join(r.output.split())
 
@@ -56,8 +68,8 @@ def test_every_paper_row_has_its_numbers_step_and_minutes_left(tmp_path):
     """One row per row of the paper's tables: the MoG row needs the paper's whole schedule (100 x 500 steps)
     at the fastest measured step until it reaches the paper; a clustering row, its runs left at the
     campaign's minutes per run, shared by the runs side by side; a reached row needs nothing."""
-    from swarmctl.campaigns.status import paper_rows
     from swarmctl.studies.report import paper_results
+    from tools.campaigns.status import paper_rows
 
     root = fresh_campaigns(tmp_path / "campaigns")
     (root / "timing.json").write_text(json.dumps({"mog_ms_per_step": {"eager": 16.0, "graphs": 6.0}}))
@@ -68,7 +80,7 @@ def test_every_paper_row_has_its_numbers_step_and_minutes_left(tmp_path):
     (root / "clustering" / "progress.json").write_text(json.dumps(progress))
     (root / "mnist" / "progress.json").write_text(json.dumps({"campaign": "mnist", "best_bits_per_dim": 0.88,
                                                               "sessions": []}))
-    rows = paper_rows(root)
+    rows = paper_rows(root, 540)
     assert len(rows) == len(paper_results()["rows"])
     by = {(r.model, r.code, r.dataset): r for r in rows}
     mog = by["swarm-mog", "768-20-1", None]
@@ -81,23 +93,23 @@ def test_every_paper_row_has_its_numbers_step_and_minutes_left(tmp_path):
 
     progress = json.loads((root / "mog" / "progress.json").read_text())
     (root / "mog" / "progress.json").write_text(json.dumps({**progress, "best_log_likelihood": -1.49}))
-    assert {(r.model, r.minutes_left) for r in paper_rows(root) if r.campaign == "mog"} == {("swarm-mog", 0.0)}
+    assert {(r.model, r.minutes_left) for r in paper_rows(root, 540) if r.campaign == "mog"} == {("swarm-mog", 0.0)}
 
 
 def test_the_carried_mog_run_needs_the_rest_of_its_schedule(tmp_path):
     """The MoG row's minutes: the epochs the carried run has left of the paper's 100, 500 steps each, at the
     fastest measured step: 60 x 500 x 6 ms = 3 min; all 100 epochs without a carried run."""
-    from swarmctl.campaigns.status import paper_rows
+    from tools.campaigns.status import paper_rows
 
     root = fresh_campaigns(tmp_path / "campaigns")
     (root / "timing.json").write_text(json.dumps({"mog_ms_per_step": {"eager": 16.0, "graphs": 6.0}}))
     progress = json.loads((root / "mog" / "progress.json").read_text())
     (root / "mog" / "progress.json").write_text(json.dumps({**progress, "run": "swarm-mog-3", "epoch": 40,
                                                             "best_log_likelihood": -1.7}))
-    mog = next(r for r in paper_rows(root) if r.campaign == "mog")
+    mog = next(r for r in paper_rows(root, 540) if r.campaign == "mog")
     assert mog.minutes_left == pytest.approx(3.0) and "swarm-mog-3 at epoch 40" in mog.note
     (root / "mog" / "progress.json").write_text(json.dumps({**progress, "best_log_likelihood": -1.7}))
-    assert next(r for r in paper_rows(root) if r.campaign == "mog").minutes_left == pytest.approx(5.0)
+    assert next(r for r in paper_rows(root, 540) if r.campaign == "mog").minutes_left == pytest.approx(5.0)
 
 
 def test_the_clustering_table_plan_by_hand():

@@ -1,6 +1,6 @@
 """A file in parts under a size limit, and the file again from its parts, checked.
 
-A job with a wall-time limit returns files of a limited size (16 MiB each here); a checkpoint with its
+A job with a wall-time limit returns files of a limited size (its ``file_mib`` argument); a checkpoint with its
 optimizer state can be larger (swarm-mog 768-20-1: 57 MB). :func:`split` writes ``NAME.partK`` files of
 at most ``limit`` bytes and a manifest ``NAME.parts.json`` (written last: a job stopped while splitting
 leaves no manifest, so nothing half-split is taken); :func:`join` checks every part against the manifest
@@ -20,7 +20,6 @@ from typing import Any
 from swarmctl.errors import DataError
 from swarmctl.files import atomic_write, atomic_write_text, read_bytes
 
-PART_LIMIT = 15 << 20  # under a job's 16 MiB per returned file, with room for its other files' rounding
 MAX_PARTS = 64
 MANIFEST_SUFFIX = ".parts.json"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -54,7 +53,7 @@ def _check_name(name: str) -> str:
     return name
 
 
-def split(path: Path, folder: Path, limit: int = PART_LIMIT) -> Manifest:
+def split(path: Path, folder: Path, limit: int) -> Manifest:
     """Write ``path`` as parts of at most ``limit`` bytes into ``folder``, then its manifest."""
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")

@@ -2,8 +2,10 @@
 stopped in time), and the signals that stop it gracefully.
 
 Every command runs as a user would run it (``python -m swarmctl ...``) in the current folder, with the
-swarmctl this process imported first on its path. What the job says goes to the ``swarmctl.campaigns``
-logger (`swarmctl campaign run` prints it, one time-stamped line per message).
+swarmctl this process imported first on its path. What the job says goes to the ``tools.campaigns``
+logger (`python -m tools.campaigns run` prints it, one time-stamped line per message: its log on standard
+output, what went wrong and the signal that stopped it, :func:`warn`, on standard error). Once a signal
+came, no command starts.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from swarmctl.rundir import RunDir
 PY = sys.executable
 SOURCE = Path(swarmctl.__file__).resolve().parents[1]  # the folder holding this swarmctl
 GPU_TESTS = Path("tests") / "gpu"  # the repository's GPU tests: run when the job runs in a checkout
-LOG = logging.getLogger("swarmctl.campaigns")
+LOG = logging.getLogger("tools.campaigns")
 
 STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
 LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for
@@ -32,6 +34,11 @@ LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited f
 
 def log(msg: str) -> None:
     LOG.info(msg)
+
+
+def warn(msg: str) -> None:
+    """What went wrong, or the signal that stops the job (standard error, where the job's log is printed)."""
+    LOG.warning(msg)
 
 
 class Deadline:
@@ -52,7 +59,7 @@ def stop_on_signals() -> None:
 
     def handle(signum: int, frame: object) -> None:
         STOPPING.append(signal.Signals(signum).name)
-        log(f"{STOPPING[0]}: stopping; the running commands get SIGTERM")
+        warn(f"{STOPPING[0]}: stopping; the running commands get SIGTERM, no other command starts")
         for proc in list(LIVE):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -71,23 +78,32 @@ def env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**e, **(extra or {})}
 
 
-def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``cmd`` with its output appended to ``logfile``."""
+def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen | None:
+    """Start ``cmd`` with its output appended to ``logfile``; None, and nothing started, once a signal came."""
+    if STOPPING:
+        return None
     with open_log_file(logfile) as fh:
         proc = subprocess.Popen(cmd, env=env(extra_env), stdout=fh, stderr=subprocess.STDOUT)
     LIVE.add(proc)
     return proc
 
 
-def start(args: list[str], logfile: Path) -> subprocess.Popen:
-    """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``."""
+def start(args: list[str], logfile: Path) -> subprocess.Popen | None:
+    """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``; None,
+    and nothing started, once a signal came."""
     cmd = [PY, *args] if args[0].endswith(".py") or args[0] == "-m" else [PY, "-m", "swarmctl", *args]
+    if STOPPING:
+        log(f"not started ({STOPPING[0]} came): {' '.join(cmd[1:])}")
+        return None
     log(" ".join(cmd[1:]) + f"  > {logfile.name}")
     return launch(cmd, logfile)
 
 
-def finish(proc: subprocess.Popen, timeout: float, grace: float = 30.0) -> int:
-    """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL."""
+def finish(proc: subprocess.Popen | None, timeout: float, grace: float = 30.0) -> int | None:
+    """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL. None for
+    a command that was not started (a signal came first)."""
+    if proc is None:
+        return None
     LIVE.add(proc)
     if STOPPING:  # asked to stop before this wait began
         timeout = min(timeout, 1.0)
@@ -117,6 +133,8 @@ def gpu_tests(out: Path, timeout: float = 180.0) -> int | None:
     log(f"pytest -m gpu (cap {timeout:.0f} s)")
     proc = launch([PY, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", str(GPU_TESTS)], logfile)
     rc = finish(proc, timeout, grace=5)
+    if rc is None:
+        return None
     rc = 124 if rc < 0 else rc
     tail = logfile.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
     log(f"gpu tests exit {rc}: {tail[0]}")

@@ -1,4 +1,4 @@
-"""The campaign job for a GPU with a wall-time limit (`swarmctl campaign run`): continue every campaign where
+"""The campaign job for a GPU with a wall-time limit (`python -m tools.campaigns run`): continue every campaign where
 the campaigns folder left it, and return everything learned by any moment the job may be stopped.
 
 Phases (each writes its result into OUT the moment it ends; session.json is rewritten atomically after
@@ -25,8 +25,8 @@ every phase and every campaign, so a kill at any point leaves a readable record 
     manifest inside mog.tgz), the image campaign's NAME-last.pt and NAME-best.pt. A campaign that did not
     run packs nothing.
 
-At most 8 files come back, each under 16 MiB: session.json, logs.tgz, and the campaigns' files (MoG 5,
-an image campaign 3, the clustering table 1; plan.returned_files).
+At most ``files`` files come back, each of at most ``file_mib`` MiB (the job's arguments): session.json,
+logs.tgz, and the campaigns' files (MoG 5, an image campaign 3, the clustering table 1; plan.returned_files).
 """
 
 from __future__ import annotations
@@ -41,16 +41,26 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from swarmctl.campaigns import NO_CUDA, PROBES, runners
-from swarmctl.campaigns import plan as campaign
-from swarmctl.campaigns.parts import PART_LIMIT
-from swarmctl.campaigns.plan import LOGS, PACK_RESERVE, TIMING
-from swarmctl.campaigns.processes import PY, STOPPING, Deadline, finish, gpu_tests, launch, log, start, stop_on_signals
-from swarmctl.campaigns.status import paper_rows
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.files import atomic_write_text
 from swarmctl.signals import EXIT_CODE as SIGNAL_EXIT
+from tools.campaigns import NO_CUDA, PROBES, runners
+from tools.campaigns import plan as campaign
+from tools.campaigns.plan import LOGS, PACK_RESERVE, TIMING
+from tools.campaigns.processes import (
+    PY,
+    STOPPING,
+    Deadline,
+    finish,
+    gpu_tests,
+    launch,
+    log,
+    start,
+    stop_on_signals,
+    warn,
+)
+from tools.campaigns.status import paper_rows
 
 TESTS_CAP = 100.0  # phase 1
 TIMING_CAP = 150.0  # phase 2, the step timings (47 s on an H200 before the Triton and MoG bf16 modes)
@@ -64,10 +74,13 @@ IMAGE_FOLDERS = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST"}  # torchvisi
 
 @dataclass(frozen=True)
 class JobOptions:
-    """What `swarmctl campaign run` was given."""
+    """What `python -m tools.campaigns run` was given: OUT, the job's limits (its wall seconds, the files it
+    may return and the MiB each may hold) and the rest."""
 
     out: Path
-    wall: float = 540.0
+    wall: float
+    files: int
+    file_mib: int
     campaigns: Path = campaign.CAMPAIGNS
     data_dir: Path = Path(DATA_DIR)
     work: Path = Path(".gpu-work")
@@ -75,7 +88,6 @@ class JobOptions:
     probe: str = PROBES[0]
     only: tuple[str, ...] = ()
     smoke: bool = False
-    part_limit: int = PART_LIMIT  # bytes a returned part may hold (the MoG checkpoint's, MOG_PARTS of them)
 
     def __post_init__(self) -> None:
         if self.probe not in PROBES:
@@ -85,6 +97,16 @@ class JobOptions:
             raise ConfigError(f"`only` names {unknown[0]!r}; the campaigns are {', '.join(campaign.NAMES)}")
         if self.wall <= 0:
             raise ConfigError(f"`wall` is {self.wall:g}; give the job's seconds, > 0")
+        if self.files < len(campaign.FIXED_FILES) + 1:
+            raise ConfigError(f"`files` is {self.files}; a job returns its record, its logs and at least one "
+                              f"campaign's archive: give {len(campaign.FIXED_FILES) + 1} or more")
+        if self.file_mib < 1:
+            raise ConfigError(f"`file_mib` is {self.file_mib}; give the MiB a returned file may hold, >= 1")
+
+    @property
+    def part_limit(self) -> int:
+        """Bytes a returned part may hold (the MoG checkpoint's, MOG_PARTS of them): a returned file's limit."""
+        return self.file_mib << 20
 
 
 @dataclass
@@ -118,8 +140,8 @@ def versions() -> dict:
             facts["imports"][name] = f"FAILED: {type(exc).__name__}: {exc}"
     if str(facts["imports"]["torch"]).startswith("FAILED"):
         facts.update(torch=None, cuda=None, triton=None, card="no torch", driver=None)
-        log(f"torch cannot be imported here ({facts['imports']['torch']}); use the Python that has swarmctl's "
-            "dependencies")
+        warn(f"torch cannot be imported here ({facts['imports']['torch']}); use the Python that has swarmctl's "
+             "dependencies")
         return facts
     import torch
 
@@ -135,7 +157,7 @@ def versions() -> dict:
         f"triton {facts['triton']}; python {facts['python']}")
     bad = {k: v for k, v in facts["imports"].items() if str(v).startswith("FAILED")}
     if bad:
-        log(f"imports that failed: {bad}")
+        warn(f"imports that failed: {bad}")
     return facts
 
 
@@ -182,13 +204,14 @@ def inputs_phase(job: Job) -> tuple[list[tuple[str, float]], subprocess.Popen | 
         return None
     order = [(n, g) for n, g in campaign.plan(opts.campaigns) if not opts.only or n in opts.only]
     facts["missing"] = missing_inputs(order, opts.campaigns, opts.data_dir)
-    order, waiting = campaign.within_files([(n, g) for n, g in order if not facts["missing"][n]], opts.campaigns)
+    order, waiting = campaign.within_files([(n, g) for n, g in order if not facts["missing"][n]], opts.campaigns,
+                                           opts.files)
     facts["plan"] = [{"campaign": n, "gap": round(g, 4)} for n, g in order]
     log("plan: " + ", ".join(f"{n} {g:.3f}" for n, g in order))
     if waiting:
         facts["waiting"] = waiting
-        log(f"{', '.join(waiting)}: its files do not fit beside the others' in the {campaign.RETURNED_FILES} files "
-            "a job returns; a later job runs it")
+        log(f"{', '.join(waiting)}: waits for a later job (this one returns at most {opts.files} files, too few "
+            "for every campaign's)")
     measure = opts.retime or not runners.read_json(opts.campaigns / TIMING)
     gen = None
     if measure or any(n == "clustering" for n, _ in order):
@@ -197,7 +220,7 @@ def inputs_phase(job: Job) -> tuple[list[tuple[str, float]], subprocess.Popen | 
                     opts.work / "gen-data.txt")  # host work
     job.phase_done("0-inputs", t0)
     if facts["card"] == NO_CUDA and not opts.smoke:
-        log("no CUDA on this machine: nothing to measure or train (use --smoke to try the job on a CPU)")
+        warn("no CUDA on this machine: nothing to measure or train (use --smoke to try the job on a CPU)")
         if gen is not None:
             gen.kill()
         return None
@@ -312,7 +335,7 @@ def _run_campaign(ctx: runners.Context, name: str, budget: float, left: float, t
             return runners.run_mog(ctx, budget, left, timing)
         return runners.run_image(ctx, name, budget, left)
     except Exception:  # one campaign's failure must not cost the others (or what this one wrote)
-        log(f"{name} failed:\n{traceback.format_exc()}")
+        warn(f"{name} failed:\n{traceback.format_exc()}")
         return -1.0
 
 
@@ -322,7 +345,7 @@ def record_plan(job: Job, timing: dict) -> None:
     table's runs side by side on this card and the jobs of this wall it still takes."""
     opts, card = job.opts, job.facts.get("card")
     newer = {n: p for n in campaign.NAMES if (p := runners.read_json(opts.work / "parts" / n / campaign.PROGRESS))}
-    job.facts["paper_rows"] = [asdict(r) for r in paper_rows(opts.campaigns, timing, newer, card)]
+    job.facts["paper_rows"] = [asdict(r) for r in paper_rows(opts.campaigns, opts.wall, timing, newer, card)]
     clustering = newer.get("clustering") or campaign.read_progress(opts.campaigns, "clustering")
     job.facts["table"] = asdict(campaign.table_plan(clustering, opts.wall, campaign.card_bytes(card)))
 
@@ -359,7 +382,7 @@ def fresh_work_folder(work: Path) -> None:
     """Empty the work folder (checked by :func:`check_folders`) and mark it as a job's own."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    atomic_write_text(work / WORK_MARK, "a scratch folder of `swarmctl campaign run`; emptied by the next job\n")
+    atomic_write_text(work / WORK_MARK, "a scratch folder of the campaign job; emptied by the next job\n")
 
 
 def run_job(opts: JobOptions) -> int:
@@ -408,7 +431,7 @@ def run_job(opts: JobOptions) -> int:
         gen.kill()
     returned = ", ".join(sorted(p.name for p in opts.out.iterdir()))
     if STOPPING:
-        log(f"stopped by {STOPPING[0]}; returned: {returned}")
+        warn(f"stopped by {STOPPING[0]}; returned: {returned}")
         return SIGNAL_EXIT
     log(f"done, {job.deadline.left():.0f} s left; returned: {returned}")
     return 0

@@ -1,5 +1,5 @@
-"""The whole campaign cycle on the CPU in smoke size: four jobs (`swarmctl campaign run --smoke`), each
-committed back (`swarmctl campaign commit`) before the next starts."""
+"""The whole campaign cycle on the CPU in smoke size: four jobs (`python -m tools.campaigns run --smoke`), each
+committed back (`python -m tools.campaigns commit`) before the next starts."""
 
 import json
 import subprocess
@@ -10,20 +10,20 @@ from conftest import fresh_campaigns, write_fake_mnist
 
 
 def _commit(returned, campaigns, pretrained):
-    cmd = [sys.executable, "-m", "swarmctl", "campaign", "commit", str(returned), "--campaigns", str(campaigns),
+    cmd = [sys.executable, "-m", "tools.campaigns", "commit", str(returned), "--campaigns", str(campaigns),
            "--pretrained", str(pretrained)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
 def _run(out, *args, timeout):
-    return subprocess.run([sys.executable, "-m", "swarmctl", "campaign", "run", str(out), *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "tools.campaigns", "run", str(out), *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
 def test_sessions_continue_every_campaign_and_commit_back(tmp_path):
     """The whole cycle of issue 16 in smoke size: each session picks the campaigns up where the (copied)
-    campaigns folder left them, returns at most 8 files under 16 MiB, and `swarmctl campaign commit` puts
+    campaigns folder left them, returns at most 8 files under 16 MiB, and `python -m tools.campaigns commit` puts
     them back. MoG's parts and MNIST's checkpoints do not fit in one job's files: the first job trains MoG and
     returns its last.pt in parts, the second MNIST; the third continues the first's MoG run from the
     committed parts (its epochs go on), the fourth the image run; the clustering table fills the first two,
@@ -67,8 +67,8 @@ def test_sessions_continue_every_campaign_and_commit_back(tmp_path):
         == {"swarm-mog-1"}
     metrics = (root / "mog" / "runs" / "swarm-mog-1" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in metrics] == [0, 1, 2, 3]  # continued, not restarted
-    from swarmctl.campaigns import parts
     from swarmctl.training.checkpoint import load_checkpoint
+    from tools.campaigns import parts
 
     (tmp_path / "joined").mkdir()
     parts.join(root / "mog" / "last.pt.parts.json", tmp_path / "joined" / "mog.pt")

@@ -1,4 +1,4 @@
-"""The GPU job (`swarmctl campaign run`) on the CPU: its mode choice, its wall, and what a kill leaves.
+"""The GPU job (`python -m tools.campaigns run`) on the CPU: its mode choice, its wall, and what a kill leaves.
 
 A GPU job is rare and short; whatever stops it (its wall, a scheduler's SIGTERM, a SIGKILL) must leave in
 OUT everything finished by then, readable, and within what a job may return (8 files of at most 16 MiB)."""
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import fresh_campaigns, write_fake_mnist
 
-from swarmctl.campaigns.plan import choose_flags, measured_modes, trainer_mode
 from swarmctl.tasks import get_task
 from swarmctl.training.modes import Measured, choose_step_mode, step_timings
+from tools.campaigns.plan import choose_flags, measured_modes, trainer_mode
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "benchmarks" / "gpu"
@@ -78,17 +78,17 @@ def test_the_file_budget_lets_mog_and_an_image_campaign_take_turns(tmp_path):
     """MoG returns 5 files (mog.tgz and its last.pt in 4 parts), an image campaign 3, the clustering table 1,
     every job 2 (session.json, logs.tgz): all of them make 11, over the 8 a job returns. The checkpoint
     campaign with more committed sessions waits (ties: the smaller gap), the others run."""
-    from swarmctl.campaigns import plan
+    from tools.campaigns import plan
 
     root = fresh_campaigns(tmp_path / "campaigns")
     order = [("mog", 0.5), ("mnist", 0.2), ("clustering", 0.01)]
     assert [plan.returned_files(n) for n, _ in order] == [5, 3, 1]
-    assert plan.within_files(order, root) == ([("mog", 0.5), ("clustering", 0.01)], ["mnist"])  # a tie: the gap
+    assert plan.within_files(order, root, 8) == ([("mog", 0.5), ("clustering", 0.01)], ["mnist"])  # a tie: the gap
     progress = json.loads((root / "mog" / "progress.json").read_text())
     progress["sessions"].append({"date": "d", "card": "c"})
     (root / "mog" / "progress.json").write_text(json.dumps(progress))
-    assert plan.within_files(order, root) == ([("mnist", 0.2), ("clustering", 0.01)], ["mog"])
-    assert plan.within_files(order[:1] + order[2:], root) == (order[:1] + order[2:], [])  # 8 files: all fit
+    assert plan.within_files(order, root, 8) == ([("mnist", 0.2), ("clustering", 0.01)], ["mog"])
+    assert plan.within_files(order[:1] + order[2:], root, 8) == (order[:1] + order[2:], [])  # 8 files: all fit
     assert plan.within_files(order, root, limit=4) == ([("clustering", 0.01)], ["mog", "mnist"])
 
 
@@ -106,25 +106,27 @@ def _files_are_returnable(out: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _session(tmp_path, wall, *extra, images=None):
+def _session(tmp_path, wall, *extra, images=None, stderr=subprocess.STDOUT):
+    """The job as a process of its own (its standard error on its standard output unless ``stderr``)."""
     root = tmp_path / "campaigns"
     if not root.exists():
         fresh_campaigns(root)
     images = images or write_fake_mnist(tmp_path / "images", gz=True)
-    cmd = [sys.executable, "-m", "swarmctl", "campaign", "run", str(tmp_path / "out"), "--wall", str(wall),
+    cmd = [sys.executable, "-m", "tools.campaigns", "run", str(tmp_path / "out"), "--wall", str(wall),
            "--campaigns", str(root), "--work", str(tmp_path / "work"), "--data-dir", str(images), *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
 
 
 def test_without_a_gpu_the_job_stops_after_its_first_phase_and_says_so(tmp_path):
     """A job sent to a machine without CUDA (a wrong partition, a broken driver) ends in seconds, not after
-    its wall, with the machine's facts and the inputs checked written down."""
+    its wall, with the machine's facts and the inputs checked written down; why it stopped is on its
+    standard error, its log on its standard output."""
     t0 = time.monotonic()
-    proc = _session(tmp_path, 30)
-    output, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 1 and time.monotonic() - t0 < 30, output
-    assert "no CUDA" in output
+    proc = _session(tmp_path, 30, stderr=subprocess.PIPE)
+    output, errors = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and time.monotonic() - t0 < 30, output + errors
+    assert "no CUDA on this machine" in errors and "no CUDA on this machine" not in output, (output, errors)
+    assert "device: cpu (no CUDA)" in output, output
     facts = _files_are_returnable(tmp_path / "out")
     assert facts["card"] == "cpu (no CUDA)" and "0-inputs" in facts["phases"] and facts["missing"]["mnist"] == []
     assert facts["imports"]["torch"] and not str(facts["imports"]["h5py"]).startswith("FAILED")
@@ -171,6 +173,48 @@ def test_a_job_killed_at_any_moment_leaves_what_it_finished(tmp_path, how):
 
 
 @pytest.mark.slow
+def test_a_signal_is_said_on_standard_error(tmp_path):
+    """SIGINT once the job has begun (its first phase recorded): it stops with exit 130, and the lines that
+    say so are on its standard error, not among its log's."""
+    proc = _session(tmp_path, 400, "--smoke", stderr=subprocess.PIPE)
+    try:
+        t0 = time.monotonic()
+        while not (tmp_path / "out" / "session.json").is_file() and time.monotonic() - t0 < 120:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        output, errors = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output + errors
+    assert "SIGINT" in errors and "SIGINT" not in output, (output, errors)
+
+
+def test_once_a_signal_came_the_job_starts_no_command(tmp_path):
+    """After SIGINT or SIGTERM the job goes on through its quick steps only: a command it would start next
+    (the data, an evaluation) is not started, and waiting for it returns at once with no exit code."""
+    from tools.campaigns import processes
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = None
+    try:
+        processes.stop_on_signals()
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the handler runs
+        assert processes.STOPPING == ["SIGINT"]
+        started = processes.start(["gen-data", "--out", str(tmp_path / "d.h5")], tmp_path / "gen-data.txt")
+        assert started is None and not (tmp_path / "gen-data.txt").exists()
+        assert processes.finish(started, 60) is None
+    finally:
+        if started is not None:
+            started.kill()
+            started.wait()
+        processes.STOPPING.clear()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+@pytest.mark.slow
 def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
     proc = _session(tmp_path, 400, "--smoke")
     output, _ = proc.communicate(timeout=600)
@@ -189,15 +233,15 @@ def test_the_smoke_job_returns_every_phase_in_order(tmp_path):
 def test_a_smoke_job_leaves_a_carried_run_of_another_size_alone(tmp_path):
     """Trying the job with --smoke where the campaigns carry a real MoG run: the smoke job starts a tiny run of
     its own instead of training the full-size one on the CPU until its wall."""
-    from swarmctl.campaigns import parts
     from swarmctl.config import DataConfig, ModelConfig
     from swarmctl.runs import start_run
+    from tools.campaigns import parts
 
     root = fresh_campaigns(tmp_path / "campaigns")
     start_run(ModelConfig(name="swarm-mog", dim_hidden=16, n_iter=2, n_layers=1),
               get_task("mog").train_config(steps_per_epoch=3, val_batches=2, max_epochs=1, device="cpu"),
               DataConfig(), tmp_path / "runs", "swarm-mog-1")
-    parts.split(tmp_path / "runs" / "swarm-mog-1" / "last.pt", root / "mog")
+    parts.split(tmp_path / "runs" / "swarm-mog-1" / "last.pt", root / "mog", 16 << 20)
     proc = _session(tmp_path, 300, "--smoke", "--only", "mog")
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output[-3000:]
@@ -211,13 +255,14 @@ def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     """`sbatch benchmarks/gpu/job.sh OUT` (here run directly, from elsewhere): the job starts, finds the
     repository, and on a machine without CUDA ends after its first phase."""
     env = {**os.environ, "SLURM_SUBMIT_DIR": str(REPO), "PYTHON": sys.executable}
-    res = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out"), "30"], capture_output=True,
-                         text=True, timeout=90, cwd=tmp_path, env=env)
-    assert res.returncode == 1 and "no CUDA" in res.stdout, res.stdout + res.stderr
+    res = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out"), "--wall", "30"],
+                         capture_output=True, text=True, timeout=90, cwd=tmp_path, env=env)
+    assert res.returncode == 1 and "no CUDA on this machine" in res.stderr, res.stdout + res.stderr
     assert _files_are_returnable(tmp_path / "out")["phases"]["0-inputs"] >= 0
-    bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "30"], capture_output=True,
+    bare = subprocess.run(["bash", str(SCRIPTS / "job.sh"), str(tmp_path / "out2"), "--wall", "30"],
+                          capture_output=True,
                           text=True, timeout=90, env={**os.environ, "PYTHON": "/usr/bin/python3"})
-    assert bare.returncode == 1 and "torch cannot be imported" in bare.stdout and "Traceback" not in bare.stderr
+    assert bare.returncode == 1 and "torch cannot be imported" in bare.stderr and "Traceback" not in bare.stderr
 
 
 @pytest.fixture(scope="module")
@@ -236,13 +281,13 @@ def mog_checkpoint(tmp_path_factory):
 def test_the_mog_checkpoint_comes_back_in_its_parts_and_never_over_the_limit(mog_checkpoint, tmp_path):
     """last.pt in MOG_PARTS parts in OUT (the job's file budget counts them), the manifest beside the run's
     files (inside mog.tgz); a checkpoint whose parts would exceed the per-file limit is not returned at all."""
-    from swarmctl.campaigns import parts, runners
-    from swarmctl.campaigns.plan import MOG_PARTS
+    from tools.campaigns import parts, runners
+    from tools.campaigns.plan import MOG_PARTS
 
     last = mog_checkpoint / "last.pt"
     out, keep = tmp_path / "out", tmp_path / "keep"
     out.mkdir()
-    assert runners.return_mog_checkpoint(last, tmp_path / "work", out, keep, parts.PART_LIMIT) == MOG_PARTS
+    assert runners.return_mog_checkpoint(last, tmp_path / "work", out, keep, 16 << 20) == MOG_PARTS
     assert sorted(p.name for p in out.iterdir()) == [f"mog-last.pt.part{k}" for k in range(MOG_PARTS)]
     for p in out.iterdir():
         (keep / p.name).write_bytes(p.read_bytes())
@@ -258,8 +303,8 @@ def test_the_next_job_rebuilds_the_carried_mog_run_from_the_committed_parts(mog_
     """campaigns/mog/last.pt in several committed parts: the job joins them (checked) into its runs folder
     with the run's config and metrics, and resumes from the epoch the checkpoint holds; a damaged part stops
     the campaign with the part named."""
-    from swarmctl.campaigns import parts, runners
     from swarmctl.errors import DataError
+    from tools.campaigns import parts, runners
 
     root = fresh_campaigns(tmp_path / "campaigns")
     run = root / "mog" / "runs" / "swarm-mog-4"
@@ -305,7 +350,7 @@ def test_a_job_keeps_the_earlier_jobs_compile_probes_beside_its_own():
     """A job probes one compile; committing its timings must not drop the other tasks' probes of the same card
     and torch (nor an older file's own probe), a probe it did not finish (killed by its cap) does not replace a
     finished one, and another card's probes are not kept beside this card's timings."""
-    from swarmctl.campaigns.plan import keep_probes
+    from tools.campaigns.plan import keep_probes
 
     card = {"device": "H200", "torch": "2.11"}
     old = {"task": "image", "finished": True, "compile_s": 40.0, "steady_s_per_epoch": 15.0, **card}
@@ -333,7 +378,7 @@ def test_a_job_keeps_the_earlier_jobs_compile_probes_beside_its_own():
                                           "steady_ms_per_step": 3}}])
 def test_a_malformed_kept_probe_is_no_measurement(bad):
     """timing.json is the repository's file, but a hand edit must not crash the job or `campaign status`."""
-    from swarmctl.campaigns.plan import keep_probes
+    from tools.campaigns.plan import keep_probes
 
     timing = {"mog_ms_per_step": {"eager": 16.0}, "compile_probes": bad}
     modes = measured_modes(timing, "mog")

@@ -15,8 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarmctl.campaigns import parts
-from swarmctl.campaigns.plan import (
+from swarmctl.config import TrainConfig, from_dict
+from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
+from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
+from swarmctl.runs import export_weights
+from swarmctl.training.checkpoint import load_checkpoint
+from swarmctl.training.modes import StepMode
+from tools.campaigns import parts
+from tools.campaigns.plan import (
     GROUP_RESERVE,
     IMAGE_RESERVE,
     MOG_EPOCHS,
@@ -28,21 +34,14 @@ from swarmctl.campaigns.plan import (
     card_bytes,
     group_seconds,
     image_target,
-    measurement,
     minimum,
     mog_target,
     read_progress,
-    slowest_eager,
+    step_of,
     table_plan,
     table_runs,
 )
-from swarmctl.campaigns.processes import Deadline, finish, log, start, summary
-from swarmctl.config import TrainConfig, from_dict
-from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
-from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
-from swarmctl.runs import export_weights
-from swarmctl.training.checkpoint import load_checkpoint
-from swarmctl.training.modes import StepMode
+from tools.campaigns.processes import Deadline, finish, log, start, summary, warn
 
 SAMPLES = "samples.png"  # an image campaign's samples, beside its run's files
 WEIGHTS = "weights.pt"  # a finished clustering run's weights (no optimizer state)
@@ -95,7 +94,7 @@ class Context:
 
     def __init__(self, root: Path, work: Path, out: Path, smoke: bool, flags: dict[str, list[str]],
                  data_dir: str, clustering_data: Path, wait_for_data: Callable[[], bool], card: str,
-                 part_limit: int = parts.PART_LIMIT) -> None:
+                 part_limit: int) -> None:
         self.root, self.work, self.out, self.smoke, self.flags = root, work, out, smoke, flags
         self.data_dir, self.clustering_data, self.wait_for_data = data_dir, clustering_data, wait_for_data
         self.card, self.part_limit = card, part_limit
@@ -226,7 +225,7 @@ def return_mog_checkpoint(last: Path, work: Path, out: Path, keep: Path, part_li
     size = last.stat().st_size
     limit = max(math.ceil(size / MOG_PARTS), 1)
     if limit > part_limit:
-        log(f"mog: last.pt ({size:,} bytes) does not fit in {MOG_PARTS} parts of {part_limit:,} bytes; not returned")
+        warn(f"mog: last.pt ({size:,} bytes) does not fit in {MOG_PARTS} parts of {part_limit:,} bytes; not returned")
         return 0
     folder = work / "mog-split"
     folder.mkdir(parents=True, exist_ok=True)
@@ -267,11 +266,10 @@ def run_mog(ctx: Context, budget: float, left: float, timing: dict) -> float:
         log(f"mog: {resumed.name} finished the schedule ({resumed.epoch} epochs); a new run starts")
         resumed = None
     mode = resumed.step if resumed else (ctx.flags.get("mog") or ["--step", "eager"])[-1]
-    measured = measurement(timing, "mog", mode)
+    measured = step_of(timing, "mog", mode)
     steps, val = (3, 2) if ctx.smoke else (MOG_STEPS, 100)
     reserve = 60.0 if ctx.smoke else MOG_RESERVE  # start-up, the 10,000 test tasks (smoke: generating 20), copies
-    step_s = measured.step_seconds if measured else slowest_eager("mog")  # not measured on this card
-    start_s = measured.start_seconds if measured else 0.0
+    step_s, start_s = measured.step_seconds, measured.start_seconds
     per_epoch = (steps + val * 0.5) * step_s * 1.1  # a validation batch: forward only
     fit = lambda seconds: int((seconds - reserve - start_s) / per_epoch)  # noqa: E731
     if not ctx.smoke and fit(budget) < MOG_MIN_EPOCHS:  # the share already leaves the later campaigns theirs
@@ -349,7 +347,7 @@ def run_clustering(ctx: Context, budget: float, left: float) -> float:
         if not group or time.monotonic() - t0 + group_s > left:
             break
         if not ctx.wait_for_data():
-            log("clustering: the seed-0 data could not be generated")
+            warn("clustering: the seed-0 data could not be generated")
             break
         deadline = Deadline(group_s)
         procs = {}

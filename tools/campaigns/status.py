@@ -1,6 +1,6 @@
-"""Where the campaigns stand (`swarmctl campaign status`): for each campaign its number against the paper's
+"""Where the campaigns stand (`python -m tools.campaigns status`): for each campaign its number against the paper's
 and the work done so far, and what the next job would do with a given wall: the order, the shares and the
-step modes that :mod:`swarmctl.campaigns.plan` computes for `swarmctl campaign run` (shown, not computed
+step modes that :mod:`tools.campaigns.plan` computes for `python -m tools.campaigns run` (shown, not computed
 again)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from swarmctl.campaigns import plan as campaign
-from swarmctl.campaigns.plan import PACK_RESERVE, TIMING
-from swarmctl.campaigns.runners import read_json
 from swarmctl.errors import ResourceError
+from tools.campaigns import plan as campaign
+from tools.campaigns.plan import PACK_RESERVE, TIMING
+from tools.campaigns.runners import read_json
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class CampaignStatus:
 class Status:
     campaigns: tuple[CampaignStatus, ...]
     wall: float
+    files: int  # the files the next job may return
     timing_from: str | None  # where the step timings come from (None: no job measured them yet)
     rows: tuple[PaperRow, ...]  # every row of the paper's tables
     table: campaign.TablePlan  # the clustering table on one card: side by side, jobs of ``wall`` seconds
@@ -64,12 +65,12 @@ def _numbers(root: Path, name: str) -> tuple[str, float | None, float | None, st
             f"{p.get('epochs', 0)} epochs, {p.get('net_minutes', 0)} net minutes")
 
 
-def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs_ok: bool = True) -> Status:
-    """Every campaign's standing and its part in a next job of ``wall`` seconds (its GPU tests passing, with
-    ``graphs_ok``), planned by the same functions the job uses."""
+def campaign_status(root: Path, wall: float, files: int, graphs_ok: bool = True) -> Status:
+    """Every campaign's standing and its part in a next job of ``wall`` seconds that returns at most ``files``
+    files (its GPU tests passing, with ``graphs_ok``), planned by the same functions the job uses."""
     if not root.is_dir():
         raise ResourceError(f"{root} is not a folder; pass the repository's campaigns folder with `campaigns`")
-    order, waiting = campaign.within_files(campaign.plan(root), root)
+    order, waiting = campaign.within_files(campaign.plan(root), root, files)
     left = wall - PACK_RESERVE
     # the step modes as the job picks them (each task's share of the whole wall, phase 2), then each
     # campaign's share of what the ones before it leave when they use theirs (phase 3)
@@ -90,7 +91,8 @@ def campaign_status(root: Path = campaign.CAMPAIGNS, wall: float = 540.0, graphs
                                    shares.get(name), None if task_flags is None else tuple(task_flags)))
     card = last_card(root)
     table = campaign.table_plan(campaign.read_progress(root, "clustering"), wall, campaign.card_bytes(card))
-    return Status(tuple(rows), wall, str(root / TIMING) if timing else None, paper_rows(root, timing, card=card),
+    return Status(tuple(rows), wall, files, str(root / TIMING) if timing else None,
+                  paper_rows(root, wall, timing, card=card),
                   table, card, tuple(waiting))
 
 
@@ -127,17 +129,17 @@ def last_card(root: Path) -> str | None:
     return None
 
 
-def paper_rows(root: Path = campaign.CAMPAIGNS, timing: dict | None = None, progress: dict | None = None,
+def paper_rows(root: Path, wall: float, timing: dict | None = None, progress: dict | None = None,
                card: str | None = None) -> tuple[PaperRow, ...]:
     """Every row of the paper's tables (``studies/paper_results.json``) with our number, the fastest step
     measured for it (``timing``, else campaigns/timing.json) and the GPU minutes its campaign still needs:
-    the clustering table's runs left (``minutes_per_run`` net minutes each, as many side by side as
-    :func:`swarmctl.campaigns.plan.table_plan` lets share the ``card``, by default the last job's); MoG, the
+    the clustering table's runs left in jobs of ``wall`` seconds (``minutes_per_run`` net minutes each, as many side
+    by side as :func:`tools.campaigns.plan.table_plan` lets share the ``card``, by default the last job's); MoG, the
     rest of the paper's schedule of the run it carries (100 x 500 steps) at the measured step, until the
     paper's number is reached. ``progress``: campaigns' records newer than the committed ones (a job's)."""
     timing = read_json(root / TIMING) if timing is None else timing
     records = {name: (progress or {}).get(name) or campaign.read_progress(root, name) for name in campaign.NAMES}
-    table = campaign.table_plan(records["clustering"], 540.0, campaign.card_bytes(card or last_card(root)))
+    table = campaign.table_plan(records["clustering"], wall, campaign.card_bytes(card or last_card(root)))
     return tuple(_paper_row(row, records, timing, table) for row in campaign.paper_results()["rows"])
 
 

@@ -1,8 +1,8 @@
 """The GPU campaigns: training that continues the paper's experiments from one job with a wall-time limit
 to the next (campaigns/README.md). :mod:`.plan` decides where a job's minutes go, :mod:`.runners` continue
-each campaign, :mod:`.job` is the job (`swarmctl campaign run`), :mod:`.processes` its commands and
-signals, :mod:`.commit` puts what a job returned into the repository (`swarmctl campaign commit`), and
-:mod:`.status` shows where each campaign stands (`swarmctl campaign status`).
+each campaign, :mod:`.job` is the job (`python -m tools.campaigns run`), :mod:`.processes` its commands and
+signals, :mod:`.commit` puts what a job returned into the repository (`python -m tools.campaigns commit`), and
+:mod:`.status` shows where each campaign stands (`python -m tools.campaigns status`).
 
 This module holds only the campaigns' names (no PyTorch), so that the command's help reads them.
 """

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from swarmctl.campaigns import parts
 from swarmctl.errors import DataError
+from tools.campaigns import parts
 
 
 @pytest.fixture
@@ -136,7 +136,7 @@ def test_parts_refuse_an_odd_file_name(tmp_path):
     odd = tmp_path / "a b.pt"
     odd.write_bytes(b"x")
     with pytest.raises(DataError, match="plain file name"):
-        parts.split(odd, tmp_path)
+        parts.split(odd, tmp_path, 1 << 20)
 
 
 def test_parts_too_many_parts_are_refused_before_anything_is_written(big, tmp_path):

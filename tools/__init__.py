@@ -1,0 +1,1 @@
+"""The maintainers' tools, run from the repository's checkout; not part of the installed package."""
