@@ -29,7 +29,6 @@ leaving the later campaigns their minimum (:func:`minimum`), and what one leaves
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from pathlib import Path
 from swarmctl.config import ModelConfig
 from swarmctl.data.clustering_generator import ClusteringParams
 from swarmctl.errors import DataError
-from swarmctl.files import read_bytes
+from swarmctl.files import read_json
 from swarmctl.runs import parameter_count, training_state_bytes
 from swarmctl.studies.report import paper_results
 from swarmctl.studies.sweep import expand, load_spec
@@ -62,12 +61,11 @@ def read_progress(root: Path, name: str) -> dict:
     if not path.is_file():
         return {"campaign": name, "sessions": []}
     try:
-        progress = json.loads(read_bytes(path))
-        if not isinstance(progress, dict) or not isinstance(progress.get("sessions", []), list):
-            raise ValueError("not a progress record")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is damaged ({' '.join(str(exc).split())[:80]}); restore it "
-                        f"(git checkout {path}) first") from None
+        progress = read_json(path, "a campaign's progress record")
+    except DataError:
+        progress = None
+    if not isinstance(progress, dict) or not isinstance(progress.get("sessions", []), list):
+        raise DataError(f"{path} is damaged (not a JSON progress record); restore it (git checkout {path}) first")
     return progress
 
 

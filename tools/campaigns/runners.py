@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmctl import files
 from swarmctl.config import TrainConfig, from_dict
-from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
+from swarmctl.errors import SwarmctlError
+from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, remove_file
 from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
 from swarmctl.runs import export_weights
 from swarmctl.training.checkpoint import load_checkpoint
@@ -59,10 +61,10 @@ def write_json(path: Path, data: dict) -> None:
 def read_json(path: Path) -> dict:
     """A JSON object from ``path``; empty when it is missing or not one (a command killed before it wrote)."""
     try:
-        data = json.loads(read_bytes(path))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
+        data = files.read_json(path, "a command's record")
+    except SwarmctlError:
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def pack(folder: Path, archive: Path) -> bool:

@@ -26,7 +26,8 @@ from swarmctl.tasks import get_task
 from swarmctl.tasks.clustering import clustering_loss
 from swarmctl.tasks.image import image_loss
 from swarmctl.training.checkpoint import load_checkpoint
-from tools.campaigns.commit.unpack import Refused, _check_committed_file, _number, _one_line, _show, parse_json
+from swarmctl.training.device import full_precision
+from tools.campaigns.commit.unpack import NoData, Refused, _check_committed_file, _number, _one_line, _show, parse_json
 from tools.campaigns.commit.validate import Candidate, _build
 
 # items re-evaluated: the whole seed-0 validation split of 1,000 tasks (a few seconds per SWARM 192-10-1,
@@ -35,10 +36,6 @@ from tools.campaigns.commit.validate import Candidate, _build
 SUBSET = {"clustering": 1000, "image": 500}
 Z = 4.0  # standard errors the re-evaluation may differ by (a false refusal about once in 16,000)
 RTOL = 1e-3  # rounding allowance, relative: the card's TF32 and the CPU agree to about 1e-5
-
-
-class NoData(Refused):
-    """The data a re-evaluation needs is not here."""
 
 
 @dataclass(frozen=True)
@@ -178,11 +175,12 @@ def subset(population: int, n: int) -> np.ndarray:
 def per_item_losses(model: torch.nn.Module, items: Any, task: str) -> torch.Tensor:
     """The task's loss of each item (a clustering task, an image), float64."""
     model.eval()
-    if task == "clustering":
-        losses = [clustering_loss(model, b).double() for b in bucketed_batches(items, 100)]
-    else:
-        batches = ImageBatches(items, 50)
-        losses = [image_loss(model, batches[i]).double() for i in range(len(batches))]
+    with full_precision():  # reported numbers are scored without TF32 or autocast, as `swarmctl eval` scores
+        if task == "clustering":
+            losses = [clustering_loss(model, b).double() for b in bucketed_batches(items, 100)]
+        else:
+            batches = ImageBatches(items, 50)
+            losses = [image_loss(model, batches[i]).double() for i in range(len(batches))]
     return torch.cat(losses)
 
 

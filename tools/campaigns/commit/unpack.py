@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from swarmctl import files
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
 from swarmctl.files import create_exclusive
 from swarmctl.rundir import CHECKPOINTS
@@ -73,13 +74,13 @@ def _non_finite(value: Any, where: str = "") -> tuple[str, float] | None:
 
 
 def parse_json(data: bytes, what: str) -> Any:
-    """``data`` as strict JSON: UTF-8, and no NaN or infinite number anywhere."""
+    """``data`` as strict JSON (UTF-8, no NaN or infinite number anywhere), read by the package's one reader;
+    a refusal names where a non-finite number stands."""
     try:
-        value = json.loads(data.decode("utf-8"))
-        found = _non_finite(value)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise Refused(f"{what} is not valid JSON ({_one_line(exc)[:120]})") from None
-    if found is not None:
+        value = files.parse_json(data, what, finite=False)
+    except DataError as exc:
+        raise Refused(str(exc).removesuffix("; restore or replace it")) from None
+    if (found := _non_finite(value)) is not None:
         raise Refused(f"{what}: {found[0][:80] or 'the value'} is {found[1]}, not a finite number")
     return value
 
