@@ -76,3 +76,14 @@ def test_the_shipped_models_are_counted_and_scored_as_their_records_say(monkeypa
         elif "loss" not in record["eval"]:  # the broad model: its benchmark's adjusted Rand index
             value = next(v["ari"] for v in record["eval"].values() if isinstance(v, dict) and "ari" in v)
         assert stated is not None and stated[0] == round(value, stated[1]), (cells, value)
+
+
+def test_cluster_help_counts_the_shipped_clustering_models(monkeypatch, cli):
+    monkeypatch.delenv("SWARMCTL_PRETRAINED")
+    from swarmctl.runs.shipped import shipped_models
+
+    models = shipped_models()
+    clustering = sum(1 for m in models if m.task == "clustering")
+    text = " ".join(cli("cluster", "--help").output.split())
+    assert f"{WORDS[clustering].capitalize()} clustering models ship (of the {WORDS[len(models)]} shipped models)" \
+        in text, text
