@@ -113,19 +113,20 @@ def cluster_cmd(
     of that cluster and the entropy of its class distribution (nats), and prints the clusters found. With
     --no-refine a SWARM model runs a large set in chunks of points: a million points take about 2.4 GB.
 
-    Two clustering models ship (of the three shipped models). The paper's (the default of eval and plot-entropy)
-    was trained on sets of 100..1,000 points with 3..10 round-ish Gaussian clusters of equal weight (means N(0,
-    I), inverse-Wishart covariances of scale 0.05 I: the SWARM paper's generator) and returns at most 10
-    clusters. The default here was fine-tuned from it, on a 2-core CPU, on a broad prior (1..16 clusters of
-    unequal weight, 50..800 points, elongated and rotated, tight to overlapping) and on the paper's tasks, and
-    returns at most 16 clusters. Sets of few, broad or overlapping clusters look to both like many small ones:
-    --refine (the default) starts EM from the model's answer and settles the number of clusters by BIC near it;
-    --clusters K gives the number instead, and EM fits exactly K from the model's answer. Refined, the number of
-    clusters is not bounded by the model's slots: the search goes on while the BIC falls. A warning on stderr
-    says when a result should not be trusted as it is: a limit reached (the set's size, or without --refine the
-    model's cluster slots), many unsure points, clusters that look like one or hold a few stray points, a set
-    unlike the training sets. """ from swarmctl.studies.clusters import cluster_file  # the library loads when
-    the command runs, not for --help
+    Two clustering models ship (of the three shipped models). The paper's (the default of eval and
+    plot-entropy) was trained on sets of 100..1,000 points with 3..10 round-ish Gaussian clusters of equal
+    weight (means N(0, I), inverse-Wishart covariances of scale 0.05 I: the SWARM paper's generator) and
+    returns at most 10 clusters. The default here was fine-tuned from it, on a 2-core CPU, on a broad prior (1..16 clusters of unequal weight, 50..800
+    points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
+    clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
+    default) starts EM from the model's answer and settles the number of clusters by BIC near it;
+    --clusters K gives the number instead, and EM fits exactly K from the model's answer. Refined, the
+    number of clusters is not bounded by the model's slots: the search goes on while the BIC falls. A
+    warning on stderr says when a result should not be trusted as it is: a limit reached (the set's size,
+    or without --refine the model's cluster slots), many unsure points, clusters that look like one or
+    hold a few stray points, a set unlike the training sets.
+    """
+    from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
 
     with user_errors():
         def report(res: ClusterResult) -> None:  # inside the library's writes: no file appears unless printed
