@@ -116,7 +116,8 @@ def cluster_cmd(
     Two clustering models ship (of the three shipped models). The paper's (the default of eval and
     plot-entropy) was trained on sets of 100..1,000 points with 3..10 round-ish Gaussian clusters of equal
     weight (means N(0, I), inverse-Wishart covariances of scale 0.05 I: the SWARM paper's generator) and
-    returns at most 10 clusters. The default here was fine-tuned from it, on a 2-core CPU, on a broad prior (1..16 clusters of unequal weight, 50..800
+    returns at most 10 clusters. The default here was fine-tuned from it, on a 2-core CPU, on a broad prior
+    (1..16 clusters of unequal weight, 50..800
     points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
     clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
     default) starts EM from the model's answer and settles the number of clusters by BIC near it;
