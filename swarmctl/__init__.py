@@ -6,7 +6,7 @@ that torch-free parts (figures from saved results) import without torch.
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {"create_model": "swarmctl.models", "list_models": "swarmctl.models",
          "count_parameters": "swarmctl.models", "ModelConfig": "swarmctl.config"}
