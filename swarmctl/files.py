@@ -173,6 +173,7 @@ class _Staging:
         self.pending: list[tuple[str | None, Path, bool]] = []  # (temporary file or None: remove, target,
         # may replace a file)
         self.created: list[Path] = []
+        self.replaceable: set[Path] = set()  # outputs that may replace a file whatever ``replace`` says
 
 
 _staging: contextvars.ContextVar[_Staging | None] = contextvars.ContextVar("swarmctl_staging", default=None)
@@ -238,11 +239,12 @@ class Outputs:
         check_output_folder(Path(folder))
         return Path(folder)
 
-    def file(self, path: Path | str, name: str | None = None) -> Path:
+    def file(self, path: Path | str, name: str | None = None, *, replace: bool | None = None) -> Path:
         """Refuse an output file that may not be written: a link, folder or special file in its place, an
         input, a run's own file, a folder that cannot be written, a file this block already names for another
         parameter (``name``: the parameter the path came from; naming a file again for the same one re-checks
-        it), and without ``replace`` an existing file (:func:`_check_writable_target`,
+        it), and without ``replace`` (the block's, unless given here: a command's default output in a run's
+        own folder is replaced on each run) an existing file (:func:`_check_writable_target`,
         :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
         path = Path(path)
         check_output_file(path, self._stage.inputs)
@@ -250,7 +252,10 @@ class Outputs:
         earlier = self._named.setdefault(key, (path, name))[1]
         if earlier is not None and name is not None and earlier != name:
             raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path")
-        _check_new_target(path, self._stage.replace)
+        may_replace = self._stage.replace if replace is None else replace
+        if may_replace:
+            self._stage.replaceable.add(key)
+        _check_new_target(path, may_replace)
         return path
 
 
@@ -404,7 +409,8 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool
     """
     path = Path(path)
     stage = _staging.get()
-    replace = (stage.replace if stage else True) if replace is None else replace
+    if replace is None:
+        replace = stage is None or stage.replace or _resolved(path) in stage.replaceable
     _check_target(path)
     _check_new_target(path, replace)
     buffer = io.BytesIO()

@@ -143,7 +143,7 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         plot = outputs.file(plot, "plot") if plot is not None else None
         opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses another task's run
         outputs.input(opened.checkpoint)
-        out = out if out is not None else outputs.file(_default_output(points, opened.dir), "out")
+        out = out if out is not None else outputs.file(_default_output(points, opened.dir), "out", replace=True)
         dim_in = opened.model_cfg.dim_in
         pts = read_points(points, key, columns, skip_bad_rows)
         D = pts.values.shape[1]

@@ -529,3 +529,16 @@ def test_more_blobs_than_the_models_slots_come_back_whole_without_a_warning(cli,
     assert not any(w in text for w in ("filled all", "clusters found", "capped", "still falling")), text
     found = _read(out)[1][:, 2].astype(int)
     assert len(set(zip(found.tolist(), labels.tolist(), strict=True))) == 20  # one cluster per blob
+
+
+def test_the_default_csv_in_the_runs_folder_is_replaced_on_each_run(cli, trained_runs, values, tmp_path):
+    """A command's default output in a run's own folder is the command's, replaced on each run (as eval's and
+    plot-entropy's); only a file the user names needs --force."""
+    points = _csv(tmp_path / "again.csv", values)
+    out = trained_runs[0] / "swarm" / "cluster" / "again-clusters.csv"
+    for _ in range(2):
+        r = cli("cluster", points, *_run_args(trained_runs))
+        assert r.exit_code == 0, r.output
+        assert _read(out)[1].shape == (len(values), 5)
+    out.write_text("stale\n")
+    assert cli("cluster", points, *_run_args(trained_runs)).exit_code == 0 and _read(out)[1].shape[0] == len(values)
