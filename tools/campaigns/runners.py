@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.config import TrainConfig, from_dict
-from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, read_bytes, remove_file
+from swarmctl.files import atomic_write, atomic_write_text, holding, read_bytes
 from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
 from swarmctl.runs import export_weights
 from swarmctl.training.checkpoint import load_checkpoint
 from swarmctl.training.modes import StepMode
 from tools.campaigns import parts
+from tools.campaigns.files import copy_file, remove_file
 from tools.campaigns.plan import (
     GROUP_RESERVE,
     IMAGE_RESERVE,

@@ -20,9 +20,7 @@ from swarmctl.errors import SwarmctlError, describe_os_error
 from swarmctl.files import (
     atomic_write,
     atomic_write_text,
-    copy_file,
     holding,
-    remove_file,
     shipped_folder,
     staged_writes,
 )
@@ -43,6 +41,7 @@ from tools.campaigns.commit.unpack import (
     unpack,
 )
 from tools.campaigns.commit.validate import Campaign, _check_destination, check_campaign
+from tools.campaigns.files import copy_file, remove_file
 from tools.campaigns.parts import joined_bytes, manifest_path, read_manifest
 from tools.campaigns.plan import TIMING
 from tools.campaigns.runners import MOG_RETURNED
