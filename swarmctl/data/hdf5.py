@@ -117,15 +117,6 @@ def _damaged(path: Path) -> DataError:
                      f"{REGENERATE}")
 
 
-def read_info(path: Path) -> dict[str, Any]:
-    """The root attributes of a dataset (schema checked, content not read)."""
-    with _open(path) as f:
-        try:
-            return _info(f, path)
-        except _H5_ERRORS:
-            raise _damaged(path) from None
-
-
 # what h5py raises for a file whose bytes were damaged after it was opened
 _H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError)
 
