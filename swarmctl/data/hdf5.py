@@ -121,12 +121,16 @@ def _damaged(path: Path) -> DataError:
 _H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError)
 
 
+def _scalar(value: Any) -> Any:
+    """An attribute as a Python value, whichever way a tool stored it (a one-element array, a numpy scalar)."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return value.reshape(()).item()
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _text(value: Any) -> str | None:
     """An attribute as text, whichever way a tool stored it (str, bytes, one-element array); else None."""
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(()).item()
-    elif isinstance(value, np.generic):
-        value = value.item()
+    value = _scalar(value)
     if isinstance(value, bytes):
         try:
             value = value.decode()
@@ -142,10 +146,7 @@ def _short(value: Any) -> str:
 
 
 def _integer(value: Any) -> int | None:
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(()).item()
-    elif isinstance(value, np.generic):
-        value = value.item()
+    value = _scalar(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
