@@ -177,7 +177,7 @@ def main() -> None:
 def export(checkpoint: Path, extra: dict) -> None:
     import platform
 
-    from swarmctl.runs import export_weights
+    from tools.campaigns.shipping import export_weights
 
     pretrained = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained"
     dest = pretrained / "swarm-192-10-1-clustering-broad-16slots.pt"

@@ -37,7 +37,7 @@ def shipped_folder() -> Path:
 
 def _shipped_folders() -> set[Path]:
     """Every folder of shipped models a command may read (the package's and ``$SWARMCTL_PRETRAINED``):
-    only their writer (:func:`swarmctl.runs.export_weights`) writes in them."""
+    only their writer (``export_weights`` of ``tools/campaigns/shipping.py``) writes in them."""
     return {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}
 
 
@@ -45,7 +45,7 @@ def _shipped_folders() -> set[Path]:
 def holding(folder: Path) -> Iterator[None]:
     """Mark ``folder`` as held by this process for the block: only then may a run's own files
     (:data:`swarmctl.rundir.RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
-    runs.run_lock wraps its critical section in this, runs.export_weights its writes."""
+    runs.run_lock wraps its critical section in this, the shipped models' writer its writes."""
     folder = Path(folder).resolve()
     _held.add(folder)
     try:

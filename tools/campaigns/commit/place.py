@@ -25,7 +25,6 @@ from swarmctl.files import (
     staged_writes,
 )
 from swarmctl.rundir import LAST
-from swarmctl.runs import export_weights
 from tools.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
 from tools.campaigns.commit.unpack import (
     Refused,
@@ -45,6 +44,7 @@ from tools.campaigns.files import copy_file, remove_file
 from tools.campaigns.parts import joined_bytes, manifest_path, read_manifest
 from tools.campaigns.plan import TIMING
 from tools.campaigns.runners import MOG_RETURNED
+from tools.campaigns.shipping import export_weights
 
 SESSIONS = "sessions.jsonl"  # one line per committed job, in the campaigns folder
 
