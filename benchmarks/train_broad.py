@@ -33,7 +33,7 @@ from swarmctl.data.clustering_generator import (
     BroadParams,
     ClusteringParams,
     ClusteringTasks,
-    generate_broad,
+    draw_broad_task,
     generate_clustering,
 )
 from swarmctl.data.dataset import bucketed_batches
@@ -47,6 +47,25 @@ from swarmctl.training.checkpoint import RunWriter
 from swarmctl.training.loop import TrainingData, fit
 
 TARGET_STD = ClusteringParams().point_std()
+
+
+def generate_broad(params: BroadParams, seed: int) -> ClusteringTasks:
+    """``params.n_tasks`` tasks of the broad prior from ``RandomState(seed)``, as ragged tasks with
+    ``BROAD_MAX_CLUSTERS`` slots for the means, covariances and weights (zero beyond each task's K)."""
+    rs = np.random.RandomState(seed)
+    n, slots = params.n_tasks, BROAD_MAX_CLUSTERS
+    means, covs, weights = np.zeros((n, slots, 2)), np.zeros((n, slots, 2, 2)), np.zeros((n, slots))
+    n_clusters, sizes = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    all_points, all_labels = [], []
+    for t in range(n):
+        pts, lab, mu, cov, w = draw_broad_task(params, rs)
+        K = len(mu)
+        means[t, :K], covs[t, :K], weights[t, :K], n_clusters[t], sizes[t] = mu, cov, w, K, len(pts)
+        all_points.append(pts)
+        all_labels.append(lab)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs,
+                           weights)
 
 
 def standardized(tasks: ClusteringTasks) -> ClusteringTasks:
@@ -158,7 +177,7 @@ def main() -> None:
 def export(checkpoint: Path, extra: dict) -> None:
     import platform
 
-    from swarmctl.runs import export_weights
+    from tools.campaigns.shipping import export_weights
 
     pretrained = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained"
     dest = pretrained / "swarm-192-10-1-clustering-broad-16slots.pt"

@@ -1,7 +1,7 @@
 """What the commands' ``--help`` shows of the tasks and models, read without importing PyTorch.
 
 ``catalog.json`` beside this module is generated from the registries by
-``python -m swarmctl.tasks.help_catalog`` (:mod:`swarmctl.tasks.help_catalog`); a test fails when it is stale.
+``python -m tools.help_catalog`` (``tools/help_catalog.py``, in the checkout); a test fails when it is stale.
 The commands build their help from it and import the library (and PyTorch) only when they run.
 """
 

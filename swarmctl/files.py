@@ -37,7 +37,7 @@ def shipped_folder() -> Path:
 
 def _shipped_folders() -> set[Path]:
     """Every folder of shipped models a command may read (the package's and ``$SWARMCTL_PRETRAINED``):
-    only their writer (:func:`swarmctl.runs.export_weights`) writes in them."""
+    only their writer (``export_weights`` of ``tools/campaigns/shipping.py``) writes in them."""
     return {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}
 
 
@@ -45,7 +45,7 @@ def _shipped_folders() -> set[Path]:
 def holding(folder: Path) -> Iterator[None]:
     """Mark ``folder`` as held by this process for the block: only then may a run's own files
     (:data:`swarmctl.rundir.RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
-    runs.run_lock wraps its critical section in this, runs.export_weights its writes."""
+    runs.run_lock wraps its critical section in this, the shipped models' writer its writes."""
     folder = Path(folder).resolve()
     _held.add(folder)
     try:
@@ -284,8 +284,8 @@ def _publish(pending: list[tuple[str | None, Path, bool]]) -> None:
     """Give each temporary file its target's name: first those that may not replace a file, each
     created exclusively (a hard link, which fails when the name exists: no other process's file is
     replaced, however late it appeared), then the others (a rename; a temporary file None removes the
-    target, see :func:`remove_file`). A file replaced or removed is kept under a second name until the
-    end, so on an error every target is put back as it was: the files this call created are removed,
+    target, see ``tools.campaigns.files.remove_file``). A file replaced or removed is kept under a second
+    name until the end, so on an error every target is put back as it was: the files this call created are removed,
     the replaced and removed ones restored. The temporary files are the caller's to remove."""
     created: list[tuple[Path, os.stat_result]] = []
     replaced: list[tuple[Path, str | None]] = []  # (target, where its old file is kept; None: there was none)
@@ -341,19 +341,6 @@ def _keep_aside(path: Path, move: bool) -> str | None:
     except OSError:  # a file system without hard links
         shutil.copy2(path, kept)
     return kept
-
-
-def remove_file(path: Path) -> None:
-    """Remove the file ``path``: inside :func:`staged_writes` when the block ends without error, with the
-    block's other files (and put back if publishing fails); outside one, at once. The target is checked
-    as for a write (:func:`_check_writable_target`); a missing file is no error."""
-    path = Path(path)
-    stage = _staging.get()
-    _check_writable_target(path, stage.inputs if stage else ())
-    if stage is not None:
-        stage.pending.append((None, path, True))
-    elif os.path.lexists(path):
-        os.unlink(path)
 
 
 def _create_exclusively(tmp: str, path: Path) -> None:
@@ -504,15 +491,6 @@ def append_line(path: Path, line: str) -> None:
         os.close(fd)
 
 
-def create_exclusive(path: Path) -> BinaryIO:
-    """A new file ``path`` to fill, created exclusively (FileExistsError when the name exists, never
-    through a link): for a file in a private folder of this process, such as an archive unpacked member by
-    member."""
-    path = Path(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    return os.fdopen(fd, "wb")
-
-
 def _open_regular(path: Path, flags: int, refuse: Callable[[str], Exception]) -> int:
     """A descriptor of ``path`` opened with ``flags``, never through a link: a link, folder, FIFO or other
     special file in its place is ``refuse(what it is)``."""
@@ -528,16 +506,6 @@ def _open_regular(path: Path, flags: int, refuse: Callable[[str], Exception]) ->
         raise refuse(what)
     os.set_blocking(fd, True)
     return fd
-
-
-def open_log_file(path: Path) -> BinaryIO:
-    """Open (create) the log ``path`` for appending, as a child process's output, never through a link or
-    into a special file (ResourceError)."""
-    path = Path(path)
-    _check_writable_target(path)
-    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                       lambda what: ResourceError(f"cannot write {path}: it is {what}; remove it"))
-    return os.fdopen(fd, "ab")
 
 
 def open_lock_file(path: Path) -> BinaryIO:
@@ -574,12 +542,6 @@ def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda fh: fh.write(text.encode()))
-
-
-def copy_file(source: Path, path: Path) -> None:
-    """Copy the regular file ``source`` to ``path`` through :func:`atomic_write` (staged inside
-    :func:`staged_writes`)."""
-    atomic_write(path, lambda fh: fh.write(read_bytes(source)), replace=None)
 
 
 def private_temp_folder(name: str) -> Path:

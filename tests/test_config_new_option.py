@@ -45,7 +45,7 @@ def add_the_option(package: Path) -> None:
 # and output, and the train section of every run's config.json after it.
 DRIVER = """
 import json, pathlib, sys
-from swarmctl.tasks import help_catalog
+from tools import help_catalog
 help_catalog.main()
 from typer.testing import CliRunner
 from swarmctl.cli import app
@@ -66,6 +66,7 @@ def results(tmp_path_factory):
     checklist added the option."""
     root = tmp_path_factory.mktemp("package")
     shutil.copytree(REPO / "swarmctl", root / "swarmctl", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "tools", root / "tools", ignore=shutil.ignore_patterns("__pycache__", "campaigns"))
     add_the_option(root / "swarmctl")
     runs = root / "runs"
     (root / "bad.toml").write_text("warmup_epochs = -1\n" + SPEC)

@@ -8,9 +8,10 @@ from typer.testing import CliRunner
 
 from swarmctl.cli import app
 from swarmctl.models import count_parameters
-from swarmctl.runs import export_weights, load_model, open_run, shipped_checkpoint, shipped_models
+from swarmctl.runs import load_model, open_run, shipped_checkpoint, shipped_models
 from swarmctl.tasks import get_task
 from swarmctl.training.checkpoint import load_checkpoint
+from tools.campaigns.shipping import export_weights
 
 runner = CliRunner()
 

@@ -60,8 +60,8 @@ def _vector(v) -> str:  # a NumPy vector
 def cluster_cmd(
     points: Annotated[str, argument(metavar="POINTS", help="Points, one per row: CSV or whitespace-separated "
                                                            "text (the first row is a header when none of its "
-                                                           "fields is a finite number; a # at the start of a line "
-                                                           "or after a blank starts a comment), .npy, .npz or "
+                                                           "fields is a finite number; a line starting with # is "
+                                                           "a comment), .npy, .npz or "
                                                            "HDF5; - reads standard input.")],
     run: Annotated[str | None, argument(metavar="RUN", help="Run name, run folder or checkpoint file [default: "
                                                             "the shipped SWARM clustering model].")] = None,

@@ -222,25 +222,6 @@ def draw_broad_task(params: BroadParams, rs: np.random.RandomState, n: int | Non
     return points.astype(np.float32), labels.astype(np.int64), means, covs, weights
 
 
-def generate_broad(params: BroadParams, seed: int) -> ClusteringTasks:
-    """``params.n_tasks`` tasks of the broad prior from ``RandomState(seed)``, as ragged tasks with
-    ``BROAD_MAX_CLUSTERS`` slots for the means, covariances and weights (zero beyond each task's K)."""
-    rs = np.random.RandomState(seed)
-    n, slots = params.n_tasks, BROAD_MAX_CLUSTERS
-    means, covs, weights = np.zeros((n, slots, 2)), np.zeros((n, slots, 2, 2)), np.zeros((n, slots))
-    n_clusters, sizes = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    all_points, all_labels = [], []
-    for t in range(n):
-        pts, lab, mu, cov, w = draw_broad_task(params, rs)
-        K = len(mu)
-        means[t, :K], covs[t, :K], weights[t, :K], n_clusters[t], sizes[t] = mu, cov, w, K, len(pts)
-        all_points.append(pts)
-        all_labels.append(lab)
-    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return ClusteringTasks(np.concatenate(all_points), np.concatenate(all_labels), offsets, n_clusters, means, covs,
-                           weights)
-
-
 @dataclass(frozen=True)
 class TrainingRange:
     """What a model trained on a prior has seen: set sizes ``n_min..n_max``, ``k_min..k_max`` clusters,

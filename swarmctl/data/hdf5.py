@@ -117,25 +117,20 @@ def _damaged(path: Path) -> DataError:
                      f"{REGENERATE}")
 
 
-def read_info(path: Path) -> dict[str, Any]:
-    """The root attributes of a dataset (schema checked, content not read)."""
-    with _open(path) as f:
-        try:
-            return _info(f, path)
-        except _H5_ERRORS:
-            raise _damaged(path) from None
-
-
 # what h5py raises for a file whose bytes were damaged after it was opened
 _H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError)
 
 
+def _scalar(value: Any) -> Any:
+    """An attribute as a Python value, whichever way a tool stored it (a one-element array, a numpy scalar)."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        return value.reshape(()).item()
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _text(value: Any) -> str | None:
     """An attribute as text, whichever way a tool stored it (str, bytes, one-element array); else None."""
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(()).item()
-    elif isinstance(value, np.generic):
-        value = value.item()
+    value = _scalar(value)
     if isinstance(value, bytes):
         try:
             value = value.decode()
@@ -151,10 +146,7 @@ def _short(value: Any) -> str:
 
 
 def _integer(value: Any) -> int | None:
-    if isinstance(value, np.ndarray) and value.size == 1:
-        value = value.reshape(()).item()
-    elif isinstance(value, np.generic):
-        value = value.item()
+    value = _scalar(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

@@ -398,9 +398,9 @@ def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | N
     need to hold numbers, the others ride along as text. ``skip_bad_rows``: rows that do not have a finite
     number in every picked column (or not the header's number of fields) are left out and counted.
 
-    Lines end in LF, CRLF or CR. A ``#`` at the start of a line or after a blank, outside quotes, starts a
-    comment that runs to the end of the line; a ``#`` inside a cell (``a#1``, ``"a #1"``) is part of it. A
-    line holding only whitespace (and a comment) is blank and skipped. Every other line starts a record:
+    Lines end in LF, CRLF or CR. A line whose first character other than a blank is ``#`` is a comment,
+    skipped (between records); any other ``#`` is part of its cell (``a#1``, ``"a #1"``). A line holding
+    only whitespace is blank and skipped. Every other line starts a record:
     one line, or more where a quoted CSV field holds line breaks (read as the csv module reads it). The
     first record is the header when none of its fields is a finite number (quoted fields are text), else
     data. When the file does not read and ``;`` splits every record into the same number of fields, the
@@ -463,7 +463,8 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
     if values is None:  # name the first place, in the file's order, that is not right
         for r in records:
             if len(r.fields) != width:
-                run_on = f" (a quoted field runs on to line {r.last}: check its quotes)" if r.last > r.line else ""
+                run_on = f" (a quoted field runs on to line {r.last}: check its quotes)" if r.last > r.line else \
+                    " (a # starts a comment only at the start of a line)" if "#" in first.text + r.text else ""
                 raise DataError(f"{where}, line {r.line}: {len(r.fields)} values where the first row has {width}"
                                 f"{run_on}; every row needs the same number of columns (or skip the others with "
                                 "`skip_bad_rows`)")
@@ -477,7 +478,7 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
                     rule = "; a first line is a header only when none of its fields is a finite number" \
                         if r is first else ""
                     if "#" in shown:
-                        rule += "; a # starts a comment only at the start of a line or after a blank"
+                        rule += "; a # starts a comment only at the start of a line"
                     raise DataError(f"{where}, line {r.line}, column {col + 1}: {shown} is not a number; fix the "
                                     "value, pick numeric columns with `columns`, or skip such rows with "
                                     f"`skip_bad_rows`{rule}")
@@ -512,13 +513,11 @@ def _records(text: str, where: str) -> list[_Record]:
     comma-separated when its first record (read as CSV: it may run over lines) holds a comma."""
     lines = io.StringIO(text, newline="").readlines()  # ends in LF, CRLF or CR, and nothing else
     first = _csv_records(lines, where, limit=1) if '"' in text else []
-    first_text = first[0].text if first else next((k for k in (_uncomment(line, ",", False) for line in lines)
-                                                     if k.strip()), "")
+    first_text = first[0].text if first else next((k for k in lines if not _skipped(k)), "")
     delimiter = "," if "," in first_text else None  # else whitespace-separated: one line, one record, no quoting
     if delimiter is None or '"' not in text:  # no quoting: one line, one record
-        kept = [_uncomment(line, delimiter, False) for line in lines] if "#" in text else lines
-        numbers = [n for n, line in enumerate(kept, start=1) if line and not line.isspace()]
-        rows = [kept[n - 1] for n in numbers]
+        numbers = [n for n, line in enumerate(lines, start=1) if not _skipped(line)]
+        rows = [lines[n - 1] for n in numbers]
         fields = [r.split() for r in rows] if delimiter is None else \
             [list(map(str.strip, r.split(delimiter))) for r in rows]
         return list(map(_Record, numbers, numbers, rows, fields))
@@ -533,15 +532,14 @@ def _csv_records(lines: list[str], where: str, limit: int | None = None) -> list
 
     def feed():  # the lines the csv reader asks for; blank and comment lines only between records
         for n, line in enumerate(lines, start=1):
-            kept = _uncomment(line, ",", not state["start"])
             if state["start"]:
-                if not kept.strip():
+                if _skipped(line):
                     continue
                 state["line"], state["start"] = n, False
                 parts.clear()
             state["last"] = n
-            parts.append(kept)
-            yield kept
+            parts.append(line)
+            yield line
 
     records: list[_Record] = []
     reader = csv.reader(feed(), skipinitialspace=True)
@@ -557,36 +555,9 @@ def _csv_records(lines: list[str], where: str, limit: int | None = None) -> list
     return records
 
 
-def _uncomment(line: str, delimiter: str | None, quoted: bool) -> str:
-    """``line`` without its comment: from a ``#`` at the start of the line or after a blank, outside quotes.
-    ``quoted``: the line goes on with a quoted CSV field the line before opened. Quotes follow the csv
-    module (with ``delimiter`` set): a field that starts with a quote (after spaces) runs to the next
-    quote that is not doubled; a quote inside an unquoted field is a character like any other."""
-    if "#" not in line:
-        return line
-    if (delimiter is None or '"' not in line) and not quoted:
-        return line[:m.start()] if (m := re.search(r"(?<!\S)#", line)) else line
-    start, field, inside, closing = 0, 1, 2, 3
-    state = inside if quoted else start
-    for i, c in enumerate(line):
-        if state == inside:
-            if c == '"':
-                state = closing
-            continue
-        if state == closing:
-            if c == '"':
-                state = inside
-                continue
-            state = field
-        if c == "#" and (i == 0 or line[i - 1].isspace()):
-            return line[:i]
-        if c == delimiter:
-            state = start
-        elif state == start and c == '"':
-            state = inside
-        elif state == start and c != " ":
-            state = field
-    return line
+def _skipped(line: str) -> bool:
+    """Whether ``line`` is blank or a comment (its first character other than a blank is ``#``)."""
+    return not line.strip() or line.lstrip().startswith("#")
 
 
 def _column_indices(columns: tuple[str, ...], names: tuple[str, ...], header: bool, where: str) -> list[int]:

@@ -29,15 +29,12 @@ class SetLinearNet(LayerStack):
     defaults={"dim_hidden": 64, "n_layers": 6, "pooling": "mean"},
     summary="set-linear, mean pooling",
 )
-def build_set_linear(cfg: ModelConfig) -> SetLinearNet:
-    return SetLinearNet(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, pooling=cfg.pooling)
-
-
 @register_model(
     "set-linear-max",
     code=("dim_hidden", "n_layers"),
     defaults={"dim_hidden": 96, "n_layers": 6, "pooling": "max"},
     summary="set-linear, max pooling",
 )
-def build_set_linear_max(cfg: ModelConfig) -> SetLinearNet:
+def build_set_linear(cfg: ModelConfig) -> SetLinearNet:
+    """Both set-linear models: the pooling is the config's (mean or max by default)."""
     return SetLinearNet(cfg.dim_in, cfg.dim_out, cfg.dim_hidden, cfg.n_layers, pooling=cfg.pooling)

@@ -11,7 +11,8 @@ and last checkpoints, curves, lock). The package:
 - ``lock``: :func:`run_lock`, one writer at a time;
 - ``read``: a run's config and progress, its checkpoint, :func:`open_run` (every command that reads a run
   goes through it), :func:`evaluate_run`;
-- ``shipped``: the shipped models (package data found by their JSON records) and :func:`export_weights`.
+- ``shipped``: the shipped models (package data found by their JSON records; ``tools/campaigns/shipping.py``
+  writes them).
 """
 
 from swarmctl.config import RESUMABLE
@@ -45,7 +46,6 @@ from swarmctl.runs.read import (
 )
 from swarmctl.runs.shipped import (
     ShippedModel,
-    export_weights,
     shipped_checkpoint,
     shipped_for,
     shipped_models,
@@ -55,7 +55,7 @@ from swarmctl.training.device import is_main_process
 from swarmctl.training.loop import FitResult
 
 __all__ = ["RESUMABLE", "FitResult", "Finished", "Progress", "Run", "RunDir", "RunProgress", "ShippedModel", "Trained",
-           "check_training_memory", "configs_from_options", "evaluate_run", "export_weights", "find_checkpoint",
+           "check_training_memory", "configs_from_options", "evaluate_run", "find_checkpoint",
            "finish_runs", "is_main_process", "list_runs", "load_model", "open_run", "parameter_count",
            "read_run_config", "resolve_run", "resume_command", "resume_run", "run_lock", "run_name", "run_path",
            "run_progress", "same_run", "shipped_checkpoint", "shipped_for", "shipped_models", "shipped_results_dir",

@@ -6,24 +6,19 @@ fresh install; what is computed from it goes to ``runs/pretrained-NAME/``, never
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlWarning
-from swarmctl.files import atomic_write_text, holding, read_json, shipped_folder
-from swarmctl.models import count_parameters, create_model, paper_code
+from swarmctl.files import read_json, shipped_folder
 from swarmctl.tasks import Task, tasks_for
-from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 
 
 def pretrained_dir() -> Path:
     """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
-    data: present in every install, editable or not). No command writes there but :func:`export_weights`."""
+    data: present in every install, editable or not). No command writes there (``tools/campaigns/shipping.py`` does)."""
     return shipped_folder()
 
 
@@ -94,22 +89,3 @@ def shipped_for(study: str, dataset: str | None = None) -> Path:
 def shipped_results_dir(checkpoint: Path, runs_dir: Path) -> Path:
     """Where results computed from a shipped checkpoint go: ``runs_dir/pretrained-NAME``."""
     return Path(runs_dir) / f"pretrained-{Path(checkpoint).stem}"
-
-
-def export_weights(checkpoint: Path, dest: Path, data_path: str | None = None,
-                   record: dict[str, Any] | None = None) -> None:
-    """Write ``checkpoint`` as a shipped model: ``dest`` without its optimizer state (float32 weights,
-    config, training state) and its record ``dest.json`` (model, task, dataset, size, net minutes, best
-    epoch, config, plus ``record``: e.g. the command, the card, the epochs and the evaluation).
-    ``data_path`` replaces the dataset path recorded in its config."""
-    dest = Path(dest)
-    ckpt = load_checkpoint(checkpoint).weights_only(data_path)
-    cfg = ckpt.model_config
-    with torch.device("meta"):
-        parameters = count_parameters(create_model(cfg))
-    base = {"file": dest.name, "model": cfg.name, "code": paper_code(cfg), "task": ckpt.task, "dataset": cfg.dataset,
-            "parameters": parameters, "net_minutes": round(ckpt.state.net_seconds / 60, 2),
-            "best_epoch": ckpt.state.best_epoch, "config": ckpt.config}
-    with holding(dest.parent):  # the one writer of a folder of shipped models
-        save_checkpoint(dest, ckpt)
-        atomic_write_text(dest.with_suffix(".json"), json.dumps({**base, **(record or {})}, indent=2) + "\n")

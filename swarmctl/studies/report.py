@@ -85,11 +85,6 @@ class ConfigSummary:
         return self.val_std if len(self.seeds) > 1 else None
 
 
-def read_runs(runs_dir: Path) -> list[RunSummary]:
-    """Every run folder under ``runs_dir`` that has a config and at least one logged epoch."""
-    return read_all_runs(runs_dir)[0]
-
-
 def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[UnfinishedRun]]:
     """Every run folder under ``runs_dir`` that has a config: those with at least one finished epoch, and
     those without one (:class:`UnfinishedRun`, with the reason). A damaged run is skipped with a warning."""

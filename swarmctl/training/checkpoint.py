@@ -120,15 +120,6 @@ class Checkpoint:
     def data_config(self) -> DataConfig:
         return from_dict(DataConfig, self.config["data"])
 
-    def weights_only(self, data_path: str | None = None) -> Checkpoint:
-        """This checkpoint without its optimizer state and with float32 weights, as shipped models are;
-        ``data_path`` replaces the dataset path recorded in its config."""
-        config = self.config
-        if data_path is not None:
-            config = {**config, "data": {**config["data"], "path": data_path}}
-        weights = {k: v.float() if v.is_floating_point() else v for k, v in self.model.items()}
-        return Checkpoint(self.task, config, self.state, weights, None)
-
 
 def save_checkpoint(path: Path, ckpt: Checkpoint) -> None:
     """Write ``ckpt`` atomically (its state as a dict). Its ``config`` must hold JSON types only."""

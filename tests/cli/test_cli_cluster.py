@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering
-from swarmctl.runs import export_weights
+from tools.campaigns.shipping import export_weights
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ def test_help_does_not_import_torch(args):
 
 
 def test_the_help_catalog_is_current():
-    from swarmctl.tasks.help_catalog import REGENERATE, build_catalog
+    from tools.help_catalog import REGENERATE, build_catalog
 
     stored = json.loads(resources.files("swarmctl").joinpath("catalog.json").read_text())
     assert stored == json.loads(json.dumps(build_catalog())), \

@@ -2,7 +2,7 @@ import h5py
 import numpy as np
 import pytest
 
-from swarmctl.data.hdf5 import read_dataset, read_info, read_split, write_dataset
+from swarmctl.data.hdf5 import read_dataset, read_split, write_dataset
 from swarmctl.errors import DataError
 
 
@@ -34,7 +34,7 @@ def test_not_hdf5(tmp_path):
     p = tmp_path / "x.h5"
     p.write_text("hello")
     with pytest.raises(DataError, match="not an HDF5 file"):
-        read_info(p)
+        read_dataset(p)
 
 
 def test_hdf5_that_is_not_a_swarmctl_dataset(tmp_path):
@@ -99,4 +99,4 @@ def test_a_data_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path, kind):
     path = tmp_path / "d.h5"
     path.mkdir() if kind == "folder" else os.mkfifo(path)
     with pytest.raises(SwarmctlError, match="folder" if kind == "folder" else "FIFO"):
-        read_info(path)
+        read_dataset(path)

@@ -348,18 +348,18 @@ def test_a_quoted_field_may_hold_line_breaks_and_lines_are_still_counted(tmp_pat
         assert message in str(err.value)
 
 
-def test_a_hash_inside_a_cell_is_kept_and_a_comment_starts_a_line_or_follows_a_blank(tmp_path):
-    text = ('# exported\n  # indented comment\nx,y,label # the header\n1,2,"a #1"\n3,4,b#2\t# a note\n'
+def test_a_hash_inside_a_cell_is_kept_and_a_comment_is_a_line_of_its_own(tmp_path):
+    text = ('# exported\n  # indented comment\nx,y,label\n1,2,"a #1"\n3,4,b #2\n'
             '# between\n5,6,"#3"\n')
     got, rows = _clustered(tmp_path, text, columns=("x", "y"))
     assert got.values.tolist() == [[1, 2], [3, 4], [5, 6]] and got.lines.tolist() == [4, 5, 7]
-    assert [r[2] for r in rows[1:]] == ["a #1", "b#2", "#3"]
+    assert [r[2] for r in rows[1:]] == ["a #1", "b #2", "#3"]
     path = tmp_path / "back.csv"
     path.write_text((tmp_path / "out.csv").read_text())  # the output reads back, its cells unchanged
-    assert read_points(path, columns=("x", "y")).cells[:, 2].tolist() == ["a #1", "b#2", "#3"]
-    path.write_text("x y\n1 2#3\n")  # no blank before the #: a cell, which is not a number
-    with pytest.raises(DataError, match="line 2, column 2: '2#3' is not a number.*a # starts a comment only at the "
-                                        "start of a line or after a blank"):
+    assert read_points(path, columns=("x", "y")).cells[:, 2].tolist() == ["a #1", "b #2", "#3"]
+    path.write_text("x,y\n1,2 # a note\n")  # a # after a value: part of the cell, which is not a number
+    with pytest.raises(DataError, match="line 2, column 2: '2 # a note' is not a number.*a # starts a comment only "
+                                        "at the start of a line$"):
         read_points(path)
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from swarmctl.data.hdf5 import read_info
+from swarmctl.data.hdf5 import read_dataset
 from swarmctl.training.checkpoint import load_checkpoint
 
 ENV = {**os.environ, "COLUMNS": "200", "OMP_NUM_THREADS": "1"}
@@ -126,12 +126,12 @@ def test_gen_data_killed_at_random_points_leaves_no_temporary_file(tmp_path, sig
             assert proc.returncode in (0, 130, -sig), err  # -sig: killed while Python started
             assert _temps(folder) == []  # removed on the way out
         if path.exists():  # never half-written: either absent or the whole dataset
-            assert read_info(path)["checksum"] == read_info(reference)["checksum"]
+            assert read_dataset(path)[1]["checksum"] == read_dataset(reference)[1]["checksum"]
         done = subprocess.run([str(a) for a in [*GEN, "--out", path, "--force"]], capture_output=True, text=True,
                               env=ENV)
         assert done.returncode == 0, done.stderr
         assert _temps(folder) == []  # a SIGKILL's orphan is removed by the next gen-data
-        assert read_info(path)["checksum"] == read_info(reference)["checksum"]
+        assert read_dataset(path)[1]["checksum"] == read_dataset(reference)[1]["checksum"]
 
 
 @pytest.mark.slow

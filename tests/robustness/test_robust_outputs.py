@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from faults import assert_clean_failure, cli, competing_writer, failing_writes, snapshot
 
-from swarmctl.runs import export_weights
+from tools.campaigns.shipping import export_weights
 
 RUN_OWN = ("best.pt", "last.pt", "config.json", "metrics.jsonl", ".lock")
 

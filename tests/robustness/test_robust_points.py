@@ -65,10 +65,11 @@ def _generated(seed: int):
         head = list(names)
         if label_at is not None:
             head.insert(label_at, "label")
-        lines.append(sep.join(head) + rng.choice(["", "  # the header"]))
+        lines.append(sep.join(head))
     for i, fields in enumerate(rows):
-        comment = rng.choice(["", "", " # note", "\t# tight", "  #" + "x" * 5]) if i == 0 or rng.random() < 0.2 else ""
-        lines.append(sep.join(fields) + comment)
+        if i == 0 or rng.random() < 0.2:  # a comment line, indented or not
+            lines.append(rng.choice(["# note", "\t# tight", "  #" + "x" * 5]))
+        lines.append(sep.join(fields))
         if rng.random() < 0.2:
             lines.append(rng.choice(BLANKS + ["# between"]))
     text = end.join(lines) + rng.choice([end, ""])
@@ -113,9 +114,9 @@ def test_many_more_text_files_read_to_their_data_rows_one_to_one(tmp_path, seed)
 
 @pytest.mark.parametrize(("text", "rows", "names"), [
     ("1,2,a\n3,4,b\n5,6,c\n", [[1, 2], [3, 4], [5, 6]], ("x0", "x1")),  # a label in the first row: still data
-    ("1,2 # first\n3,4\n5,6\n", [[1, 2], [3, 4], [5, 6]], ("x0", "x1")),  # a comment after the first row
-    ("1 2 # first\n3 4\n5 6\n", [[1, 2], [3, 4], [5, 6]], ("x0", "x1")),
-    ("x,y # the header\n1,2\n3,4\n", [[1, 2], [3, 4]], ("x", "y")),
+    ("# first\n1,2\n3,4\n5,6\n", [[1, 2], [3, 4], [5, 6]], ("x0", "x1")),  # a comment before the first row
+    ("1 2\n  # between\n3 4\n5 6\n", [[1, 2], [3, 4], [5, 6]], ("x0", "x1")),
+    ("x,y\n# the header\n1,2\n3,4\n", [[1, 2], [3, 4]], ("x", "y")),
     ("x,y\n\n  \n1,2\n\t\n3,4\n", [[1, 2], [3, 4]], ("x", "y")),  # whitespace lines are blank lines
     ("x,y\r1,2\r3,4\r", [[1, 2], [3, 4]], ("x", "y")),  # CR-only line endings
     ("1;2\n3;4\n", None, None),  # not a format swarmctl reads: refused, naming what it looks like
@@ -205,7 +206,7 @@ def test_every_reader_gives_one_output_row_per_input_row_in_order(trained_runs, 
     if reader == "csv":
         source.write_text("\n".join(lines) + "\n")
     elif reader == "csv-header-comments":
-        source.write_text("# points\n\nlon,lat  # degrees\n" + "\n# a break\n   \n".join(lines) + "\n")
+        source.write_text("# points\n\nlon,lat\n# degrees\n" + "\n# a break\n   \n".join(lines) + "\n")
     elif reader == "whitespace-cr":
         source.write_text("\r".join(f"{float(a)!r}  {float(b)!r}" for a, b in values) + "\r", newline="")
     elif reader == "npy":

@@ -75,8 +75,9 @@ def assets(tmp_path_factory):
     from swarmctl.config import DataConfig, ModelConfig, TrainConfig
     from swarmctl.data.clustering_generator import ClusteringParams
     from swarmctl.data.hdf5 import generate_dataset
-    from swarmctl.runs import export_weights, start_run
+    from swarmctl.runs import start_run
     from swarmctl.tasks import get_task
+    from tools.campaigns.shipping import export_weights
 
     root = tmp_path_factory.mktemp("commit-assets")
     images = write_fake_mnist(root / "images")
@@ -631,7 +632,7 @@ def test_commit_refuses_a_returned_number_its_reevaluation_contradicts(assets, r
 def test_commit_keeps_a_shipped_model_that_scores_better_on_the_same_subset(assets, repo, commit):
     """The shipped model's record claims a worse number than the candidate's, but its weights are better on
     the same images: the campaign is committed, the shipped model is kept."""
-    from swarmctl.runs import export_weights
+    from tools.campaigns.shipping import export_weights
 
     pre = repo / "pretrained"
     export_weights(assets.mnist / "best.pt", pre / "swarm-image-8-2-1-mnist.pt",

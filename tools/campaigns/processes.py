@@ -20,8 +20,9 @@ from pathlib import Path
 
 import swarmctl
 from swarmctl import threads
-from swarmctl.files import open_log_file, read_metrics
+from swarmctl.files import read_metrics
 from swarmctl.rundir import RunDir
+from tools.campaigns.files import open_log_file
 
 PY = sys.executable
 SOURCE = Path(swarmctl.__file__).resolve().parents[1]  # the folder holding this swarmctl

@@ -18,12 +18,12 @@ from pathlib import Path
 from swarmctl import files
 from swarmctl.config import TrainConfig, from_dict
 from swarmctl.errors import SwarmctlError
-from swarmctl.files import atomic_write, atomic_write_text, copy_file, holding, remove_file
+from swarmctl.files import atomic_write, atomic_write_text, holding
 from swarmctl.rundir import CHECKPOINTS, LAST, RunDir
-from swarmctl.runs import export_weights
 from swarmctl.training.checkpoint import load_checkpoint
 from swarmctl.training.modes import StepMode
 from tools.campaigns import parts
+from tools.campaigns.files import copy_file, remove_file
 from tools.campaigns.plan import (
     GROUP_RESERVE,
     IMAGE_RESERVE,
@@ -44,6 +44,7 @@ from tools.campaigns.plan import (
     table_runs,
 )
 from tools.campaigns.processes import Deadline, finish, log, start, summary, warn
+from tools.campaigns.shipping import export_weights
 
 SAMPLES = "samples.png"  # an image campaign's samples, beside its run's files
 WEIGHTS = "weights.pt"  # a finished clustering run's weights (no optimizer state)

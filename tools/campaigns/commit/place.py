@@ -20,14 +20,11 @@ from swarmctl.errors import SwarmctlError, describe_os_error
 from swarmctl.files import (
     atomic_write,
     atomic_write_text,
-    copy_file,
     holding,
-    remove_file,
     shipped_folder,
     staged_writes,
 )
 from swarmctl.rundir import LAST
-from swarmctl.runs import export_weights
 from tools.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
 from tools.campaigns.commit.unpack import (
     Refused,
@@ -43,9 +40,11 @@ from tools.campaigns.commit.unpack import (
     unpack,
 )
 from tools.campaigns.commit.validate import Campaign, _check_destination, check_campaign
+from tools.campaigns.files import copy_file, remove_file
 from tools.campaigns.parts import joined_bytes, manifest_path, read_manifest
 from tools.campaigns.plan import TIMING
 from tools.campaigns.runners import MOG_RETURNED
+from tools.campaigns.shipping import export_weights
 
 SESSIONS = "sessions.jsonl"  # one line per committed job, in the campaigns folder
 

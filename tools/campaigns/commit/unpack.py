@@ -21,9 +21,9 @@ from typing import Any
 
 from swarmctl import files
 from swarmctl.errors import DataError, SwarmctlError, describe_os_error
-from swarmctl.files import create_exclusive
 from swarmctl.rundir import CHECKPOINTS
 from tools.campaigns import NO_CUDA, PROBES
+from tools.campaigns.files import create_exclusive
 from tools.campaigns.plan import IMAGES, LOGS, NAMES
 from tools.campaigns.runners import MOG_RETURNED
 

@@ -19,7 +19,7 @@ import torch
 from swarmctl import create_model
 from swarmctl.config import ModelConfig, from_dict
 from swarmctl.errors import SwarmctlError
-from swarmctl.files import copy_file, holding, remove_file
+from swarmctl.files import holding
 from swarmctl.models import get_spec, paper_code
 from swarmctl.rundir import BEST, CHECKPOINTS, CONFIG, CURVES, LAST, METRICS, RunDir
 from swarmctl.runs import read_run_config, same_run
@@ -38,6 +38,7 @@ from tools.campaigns.commit.unpack import (
     _untrusted,
     parse_json,
 )
+from tools.campaigns.files import copy_file, remove_file
 from tools.campaigns.plan import MOG_EPOCHS, PROGRESS
 from tools.campaigns.runners import MOG_RETURNED, SAMPLES, WEIGHTS, eval_file
 

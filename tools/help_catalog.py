@@ -1,5 +1,6 @@
 """The help catalog: what the commands' ``--help`` shows of the tasks and models (names, defaults, help texts),
 as plain data in ``swarmctl/catalog.json``, so that `swarmctl COMMAND --help` answers without importing PyTorch.
+A maintainers' tool, run from the checkout: it writes into the swarmctl it imports.
 
 The catalog is generated from the registries (:data:`swarmctl.tasks.TASKS`, the models, HYPERPARAMETERS) by
 one command, :data:`REGENERATE`; a test regenerates it and fails, naming that command, when the checked-in
@@ -13,14 +14,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import swarmctl
 from swarmctl.files import atomic_write_text
 from swarmctl.models import get_spec, list_models
 from swarmctl.models.registry import HYPERPARAMETERS
 from swarmctl.tasks import TASKS
 from swarmctl.tasks.point_clusters import CHUNK_SIZE
 
-REGENERATE = "python -m swarmctl.tasks.help_catalog"
-CATALOG_FILE = Path(__file__).resolve().parent.parent / "catalog.json"
+REGENERATE = "python -m tools.help_catalog"
+CATALOG_FILE = Path(swarmctl.__file__).resolve().parent / "catalog.json"
 
 
 def _plain(value: Any) -> Any:
