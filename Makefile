@@ -25,8 +25,10 @@ demo: $(STAMP)
 	$(PY) -m swarmctl plot-entropy demo-swarm --clusters 7 --size 250 --grid 100
 	@echo "demo run: runs/demo-swarm (curves.png, eval-val.json, entropy/entropy.png, entropy/classes.png)"
 
+# The default suite on two worker processes where there are two cores or more, in this process on one core.
+TEST_JOBS ?= $(shell python3 -c 'import os; n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1; print(2 if n >= 2 else 0)')
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_JOBS)
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -m "slow or not slow"

@@ -1,11 +1,18 @@
 """Shared fixtures: every test starts from the same seeds and runs single-threaded-deterministic on CPU."""
 
 import dataclasses
+import os
 import random
 
 import numpy as np
 import pytest
 import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # a worker process of `pytest -n` starts with COLUMNS=80, and the command line's console, made when a test
+    # module imports it, would keep that width for good: the worker starts as `pytest` alone does
+    os.environ.pop("COLUMNS", None)
+    torch.set_num_threads(1)  # two workers on two cores: one thread each, as swarmctl's rule picks on a busy machine
 
 
 def pytest_collection_modifyitems(config, items):

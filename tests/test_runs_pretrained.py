@@ -79,6 +79,7 @@ def test_a_shipped_model_gets_its_data_ensured_unless_data_is_named(tmp_path, tr
     assert r.exit_code == 1 and "gone.h5" in r.output and "Traceback" not in r.output
 
 
+@pytest.mark.slow
 def test_sample_uses_the_shipped_image_model_when_runs_has_none(tmp_path, fake_mnist, monkeypatch):
     runs = tmp_path / "runs"
     r = cli("train", "swarm-image", "--dataset", "mnist", "--data-dir", fake_mnist, "--hidden", "8", "--iters", "2",

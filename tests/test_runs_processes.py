@@ -54,6 +54,7 @@ def test_sigkill_then_resume_loses_at_most_the_epoch_in_progress(tiny_h5, tmp_pa
     assert not [p for p in metrics.parent.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_last_and_says_how_to_resume(tiny_h5, tmp_path):
     runs = tmp_path / "runs"
     proc = _start(tiny_h5, runs, "--max-epochs", "1000")

@@ -165,7 +165,8 @@ def test_a_closed_standard_input_is_named(case):
 
 
 @pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"},
-                                 {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}],
+                                 pytest.param({"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
+                                               "PYTHONCOERCECLOCALE": "0"}, marks=pytest.mark.slow)],
                          ids=["PYTHONIOENCODING=ascii", "C locale"])
 def test_non_ascii_names_in_an_ascii_terminal(case, env):
     pts = case / "pé ☃.csv"
@@ -206,7 +207,7 @@ def test_an_unwritable_home_prints_no_matplotlib_warning(case):
 
 # ---- odd terminals --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("config", ["/proc/no-such", "{file}"])
+@pytest.mark.parametrize("config", ["/proc/no-such", pytest.param("{file}", marks=pytest.mark.slow)])
 def test_an_unwritable_mplconfigdir_prints_no_matplotlib_warning(case, config):
     """$MPLCONFIGDIR set to a folder that cannot be made or written (or a file): replaced by the private one."""
     (case / "a-file").write_text("not a folder\n")
@@ -229,7 +230,7 @@ def test_an_odd_columns_value_still_prints_readable_lines(case, command, columns
     assert max(len(x) for x in lines) >= 40  # not folded into a column a few characters wide
 
 
-@pytest.mark.parametrize("columns", ["0", "5"])
+@pytest.mark.parametrize("columns", ["0", pytest.param("5", marks=pytest.mark.slow)])
 def test_an_odd_columns_value_in_a_real_process(case, columns):
     """COLUMNS is read when the console is made, at start-up: in a process of its own."""
     for args, words in ((_commands(case)["cluster"], "clustered in"), (["train", "--help"], "--max-epochs")):
@@ -264,7 +265,7 @@ def _on_a_terminal(args, env):
     return proc.wait(timeout=60), shown.decode(errors="replace")
 
 
-@pytest.mark.parametrize("columns", ["0", "5"])
+@pytest.mark.parametrize("columns", ["0", pytest.param("5", marks=pytest.mark.slow)])
 def test_a_dumb_terminal_gets_no_escape_sequences(case, columns):
     code, shown = _on_a_terminal(_commands(case)["cluster"], {"TERM": "dumb", "COLUMNS": columns})
     assert code == 0, shown

@@ -23,7 +23,8 @@ def _swarmctl(tmp_path, *args, **env):
 
 # digits Python's int() reads or refuses but no C library does (a superscript two, an Arabic-Indic three),
 # and counts past the C int PyTorch keeps and the unsigned long OpenMP reads
-@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "2147483648", "99999999999999999999"])
+@pytest.mark.parametrize("value", ["\u00b2", pytest.param("\u0663", marks=pytest.mark.slow), "2147483648",
+                                   pytest.param("99999999999999999999", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("variable", [threads.ENV, "OMP_NUM_THREADS"])
 def test_an_unusable_thread_variable_is_ignored_quietly(tmp_path, variable, value):
     proc = _swarmctl(tmp_path, "models", **{variable: value})
