@@ -16,6 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: the maintainers' tools/
 from tools.campaigns.processes import Deadline, finish, gpu_tests, log, start, summary
 from tools.campaigns.runners import export_run
 

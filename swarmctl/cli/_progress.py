@@ -210,8 +210,11 @@ class EpochProgress:
             text = (f"at {per_step}, the net budget of {_minutes(run.budget_seconds)} buys about {_count(epochs)} "
                     f"epochs of {n} steps")
         if epochs >= run.max_epochs:
+            rest = (run.max_epochs - self._epoch - self._done / n) * n * rate
+            if rest < QUIET_S:  # a short run: what the budget would buy is beside the point
+                return
             text += (f"; its limit of {run.max_epochs} epochs ends it first, after about "
-                     f"{_duration((run.max_epochs - self._epoch - self._done / n) * n * rate + net_seconds)} net")
+                     f"{_duration(rest + net_seconds)} net")
         else:
             usual, where = self._task_info.usual_epochs(n)
             if epochs < usual / 3:
@@ -220,6 +223,9 @@ class EpochProgress:
             if run.lr_decay_epoch is not None and epochs < run.lr_decay_epoch:
                 text += f"; the learning-rate decay at epoch {run.lr_decay_epoch} comes after the budget ends"
         self._say(text)
+
+
+QUIET_S = 60.0  # a run its epoch limit ends within this many net seconds gets no line on what the budget buys
 
 
 def _minutes(seconds: float) -> str:
