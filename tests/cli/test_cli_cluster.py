@@ -3,6 +3,7 @@ and the bad inputs and options, each refused in one line with nothing written an
 
 import csv
 import hashlib
+import shutil
 
 import h5py
 import numpy as np
@@ -10,6 +11,16 @@ import pytest
 
 from swarmctl.data.clustering_generator import ClusteringParams, generate_clustering
 from tools.campaigns.shipping import export_weights
+
+
+@pytest.fixture(scope="module")
+def trained_runs(trained_runs, tmp_path_factory):
+    """The session's trained runs, copied: `cluster` writes its CSV into the run's folder, which other modules'
+    tests copy as it is."""
+    runs, data = trained_runs
+    copy = tmp_path_factory.mktemp("cluster-runs") / "runs"
+    shutil.copytree(runs, copy)
+    return copy, data
 
 
 @pytest.fixture(scope="module")

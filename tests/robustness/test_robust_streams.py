@@ -33,7 +33,7 @@ def case(trained_runs, tmp_path):
     """root/: runs/x (a trained run), data.h5, p.csv (60 points)."""
     runs, data = trained_runs
     root = tmp_path / "case"
-    shutil.copytree(runs / "swarm", root / "runs" / "x")
+    shutil.copytree(runs / "swarm", root / "runs" / "x", ignore=shutil.ignore_patterns("cluster"))  # a study's output
     shutil.copyfile(data, root / "data.h5")
     rng = np.random.default_rng(0)
     pts = np.concatenate([rng.normal(0, 1, (30, 2)), rng.normal(6, 1, (30, 2))])
