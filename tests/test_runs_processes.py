@@ -35,6 +35,7 @@ def _wait_for_epochs(path, n, proc, timeout=60):
     raise AssertionError("no progress")
 
 
+@pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
 def test_sigkill_then_resume_loses_at_most_the_epoch_in_progress(tiny_h5, tmp_path):
     runs = tmp_path / "runs"
     proc = _start(tiny_h5, runs, "--max-epochs", "1000")
@@ -99,6 +100,7 @@ def _ddp_worker(rank, world, port, data, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
 def test_ddp_two_cpu_processes_end_with_equal_weights(tiny_h5, tmp_path):
     mp.spawn(_ddp_worker, args=(2, _free_port(), str(tiny_h5), tmp_path), nprocs=2, join=True)
     a, b = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "mog_vs_authors.py"
 
@@ -29,6 +31,7 @@ def _run(*args):
                           cwd=REPO)
 
 
+@pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
 def test_the_authors_steps_are_counted_in_the_window_and_the_script_stopped(tmp_path):
     authors = tmp_path / "authors"
     authors.mkdir()

@@ -23,6 +23,7 @@ N_CHECKS = 19  # the checks the child must run, all passed: fewer means some wer
 
 if not INTERPRETED:
 
+    @pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
     def test_the_triton_cell_checks_pass_under_the_interpreter():
         pytest.importorskip("triton", reason="Triton cannot be imported here: there is no Triton cell to check")
         repo = Path(__file__).resolve().parents[2]

@@ -73,6 +73,7 @@ def test_shards_are_disjoint_complete_and_balanced(count, paper_runs):
     assert max(sizes) - min(sizes) <= 1
 
 
+@pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
 def test_shards_are_stable_across_processes(paper_runs):
     """A re-run on another machine gets the same share: two processes with different hash seeds (set and
     dict order, were it used, would differ) give every shard of the paper grid the same runs."""

@@ -132,6 +132,7 @@ def test_without_a_gpu_the_job_stops_after_its_first_phase_and_says_so(tmp_path)
     assert facts["imports"]["torch"] and not str(facts["imports"]["h5py"]).startswith("FAILED")
 
 
+@pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
 def test_phase_0_names_the_missing_image_files_and_that_campaign_is_skipped(tmp_path):
     empty = tmp_path / "no-images"
     empty.mkdir()
@@ -251,6 +252,7 @@ def test_a_smoke_job_leaves_a_carried_run_of_another_size_alone(tmp_path):
     assert [c["run"]["code"] for c in configs] == ["8-2-1"], configs  # the smoke run, not the carried one
 
 
+@pytest.mark.slow  # a few processes or an interpreter: seconds of CPU; `make test-all`
 def test_the_batch_script_runs_the_job_from_the_repository_root(tmp_path):
     """`sbatch benchmarks/gpu/job.sh OUT` (here run directly, from elsewhere): the job starts, finds the
     repository, and on a machine without CUDA ends after its first phase."""
