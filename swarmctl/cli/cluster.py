@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from swarmctl.catalog import catalog
 from swarmctl.cli._app import app
@@ -17,7 +15,6 @@ from swarmctl.cli._options import (
     Device,
     RunsDir,
     argument,
-    console,
     count,
     flush_output,
     option,
@@ -25,6 +22,7 @@ from swarmctl.cli._options import (
     user_errors,
 )
 from swarmctl.cli._progress import DelayedBar
+from swarmctl.cli._table import print_table
 from swarmctl.errors import ConfigError, SwarmctlWarning
 
 if TYPE_CHECKING:
@@ -171,12 +169,10 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         say(f"standardized to the training scale: x' = (x - {_vector(shift)}) * {scale}")
     k = len(c.sizes)
     title = f"{k} cluster{'' if k == 1 else 's'} in {len(res.points):,} points of {res.points.source}"
-    table = Table(title=escape(title))
-    for col in ("cluster", "points", "share", "mean confidence"):
-        table.add_column(col, justify="right")
-    for k, (size, conf) in enumerate(zip(c.sizes, c.mean_confidence, strict=True)):
-        table.add_row(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
-    console.print(table)
+    columns = ("cluster", "points", "share", "mean confidence")
+    print_table(columns, [(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
+                          for k, (size, conf) in enumerate(zip(c.sizes, c.mean_confidence, strict=True))],
+                title=title, right=columns)
     if res.sorted_for_model:
         say("the model's answer depends on the order of the points: it read them sorted by coordinate, so the "
             "clusters do not depend on the order of the rows")
