@@ -70,6 +70,11 @@ class _Typer(typer.Typer):
         return super().command(name, cls=cls or _Command, **kwargs)
 
 
+# options of an earlier version and what takes their place (told instead of click's guesses)
+RETIRED = {"--amp": "--step amp", "--compile": "--step compile", "--triton": "--step triton",
+           "--cuda-graphs": "--step graphs"}
+
+
 class _OneLineErrors(TyperGroup):
     """Usage errors (a bad option value, a missing argument) as one line on stderr with exit code 2,
     instead of Typer's usage text and boxed message; a standard output that cannot be written (a full
@@ -122,6 +127,8 @@ class _OneLineErrors(TyperGroup):
             value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
             command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
             return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
+        if name in RETIRED and type(exc).__name__ == "NoSuchOption":
+            return f"No such option: {name}; since version 0.2.0 the step mode is one option: {RETIRED[name]}"
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         return " ".join(exc.format_message().split()) + hint
 
