@@ -88,6 +88,12 @@ def command_line(command: str, *words: object, **options: object) -> str:
     return "`" + shell_command(command, *words, **options) + "`"
 
 
+def plural(n: int, word: str) -> str:
+    """``n`` ``word``s in prose: ``plural(1, "cluster")`` is ``1 cluster``, ``plural(1200, "point")``
+    ``1,200 points``."""
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def either(words: Iterable[object], last: str = "or") -> str:
     """The values a message offers, as prose rather than a Python tuple: ``either(("mean", "causal"))`` is
     ``mean or causal``; three or more are ``a, b or c`` (``last="and"``: ``a, b and c``)."""

@@ -23,7 +23,7 @@ from swarmctl.cli._options import (
 )
 from swarmctl.cli._progress import DelayedBar
 from swarmctl.cli._table import print_table
-from swarmctl.errors import ConfigError, SwarmctlWarning
+from swarmctl.errors import ConfigError, SwarmctlWarning, plural
 
 if TYPE_CHECKING:
     from swarmctl.studies.clusters import ClusterResult
@@ -158,7 +158,7 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     if res.chosen:
         say(f"chosen as no run was named: {res.chosen}")
     if res.points.skipped:
-        say(f"skipped {_plural(res.points.skipped, 'row')} with an empty, non-numeric or missing value "
+        say(f"skipped {plural(res.points.skipped, 'row')} with an empty, non-numeric or missing value "
             "(--skip-bad-rows)")
     if c.transform is None:
         say("points used as given (--no-standardize)")
@@ -168,7 +168,7 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         shift = [float(s) + o for s, o in zip(c.transform.shift, offset, strict=True)]
         say(f"standardized to the training scale: x' = (x - {_vector(shift)}) * {scale}")
     k = len(c.sizes)
-    title = f"{k} cluster{'' if k == 1 else 's'} in {len(res.points):,} points of {res.points.source}"
+    title = f"{plural(k, 'cluster')} in {len(res.points):,} points of {res.points.source}"
     columns = ("cluster", "points", "share", "mean confidence")
     print_table(columns, [(str(k), f"{size:,}", f"{size / len(res.points):.1%}", f"{conf:.3f}")
                           for k, (size, conf) in enumerate(zip(c.sizes, c.mean_confidence, strict=True))],
@@ -183,31 +183,27 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
         f"-> {', '.join(map(str, res.written))}")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
 def _refinement_line(res: ClusterResult, found: int) -> str:
     """What the refinement started from, what it tried and which fit won."""
-    model = f"the model's {_plural(res.model_clusters, 'cluster')}"
+    model = f"the model's {plural(res.model_clusters, 'cluster')}"
     if res.model_points < len(res.points):
         model += f" on a sample of {res.model_points:,} points"
-    changes = [f"{_plural(res.merged, 'duplicate pair')} merged"] if res.merged else []
+    changes = [f"{plural(res.merged, 'duplicate pair')} merged"] if res.merged else []
     if res.dropped:
-        changes.append(f"{_plural(res.dropped, 'component')} under {res.smallest_component:g} points dropped")
+        changes.append(f"{plural(res.dropped, 'component')} under {res.smallest_component:g} points dropped")
     model += "".join(f", {c}" for c in changes) + ("," if changes and res.searched else "")
     if res.given_clusters is not None:
-        return f"refined by EM at the {_plural(res.given_clusters, 'cluster')} given (--clusters), from {model}"
+        return f"refined by EM at the {plural(res.given_clusters, 'cluster')} given (--clusters), from {model}"
     if not res.searched:
         return f"refined by EM from {model}"
     lo, hi = res.searched[0], res.searched[-1]
-    fresh = f"a fresh fit at {_plural(lo, 'cluster')}" if lo == hi else f"fresh fits at {lo}..{hi} clusters"
+    fresh = f"a fresh fit at {plural(lo, 'cluster')}" if lo == hi else f"fresh fits at {lo}..{hi} clusters"
     best = "the model's start" if res.from_model else "a fresh fit"
     if res.split_from:
-        best += (f", {_plural(res.split_from, 'cluster')} split to {found} while the BIC fell (past the fits' "
+        best += (f", {plural(res.split_from, 'cluster')} split to {found} while the BIC fell (past the fits' "
                  "range)")
     else:
-        best += f", {_plural(found, 'cluster')}"
+        best += f", {plural(found, 'cluster')}"
     return f"refined by EM, K by BIC: {model} against {fresh}; best: {best}"
 
 

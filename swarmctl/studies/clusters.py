@@ -14,7 +14,7 @@ import numpy as np
 
 from swarmctl.data.clustering_generator import TrainingRange, relative_spreads
 from swarmctl.data.points import STDIN, PointSet, is_plain_name, parse_columns, read_points, write_cluster_csv
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError, DataError, plural
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
 from swarmctl.tasks.mixtures import (
@@ -313,8 +313,8 @@ def _set_cap_warning(K: int, largest: int, searched: int, n: int, d: int) -> str
     points = f"{searched:,} points" + (f" (a sample of the {n:,})" if searched < n else "")
     why = (f"the points may hold more clusters than the {K} found" if K == largest else
            f"the {K} clusters are the model's, not checked against more")
-    return (f"the set's size capped the refinement's search for the number of clusters at {_plural(largest, 'cluster')}"
-            f" ({points}; a cluster needs {cluster_points(d)} or more in {_plural(d, 'dimension')}): {why}; give "
+    return (f"the set's size capped the refinement's search for the number of clusters at {plural(largest, 'cluster')}"
+            f" ({points}; a cluster needs {cluster_points(d)} or more in {plural(d, 'dimension')}): {why}; give "
             "`clusters` if you know how many")
 
 
@@ -324,10 +324,6 @@ def _short_of_given_warning(K: int, given: int | None) -> str | None:
         return None
     return (f"EM kept {K:,} of the {given:,} clusters given: the others lost every point (too few points apart "
             "for that many clusters); give fewer `clusters`")
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def _unsure_warning(clusters: PointClusters) -> str | None:
