@@ -27,6 +27,7 @@ from swarmctl.errors import ConfigError, SwarmctlWarning, plural
 
 if TYPE_CHECKING:
     from swarmctl.studies.clusters import ClusterResult
+    from swarmctl.tasks.mixtures import EMResult
 
 
 def _columns(value: str | None) -> tuple[str, ...] | None:
@@ -176,31 +177,31 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
     if res.sorted_for_model:
         say("the model's answer depends on the order of the points: it read them sorted by coordinate, so the "
             "clusters do not depend on the order of the rows")
-    if res.refined:
-        say(_refinement_line(res, len(c.sizes)))
+    if res.fit is not None:
+        say(_refinement_line(res, res.fit, len(c.sizes)))
     chunks = ", in chunks" if c.chunked else ""
     say(f"clustered in {_seconds(res.seconds)}{chunks} (the clustering pass: reading, warm-up and writing excluded) "
         f"-> {', '.join(map(str, res.written))}")
 
 
-def _refinement_line(res: ClusterResult, found: int) -> str:
-    """What the refinement started from, what it tried and which fit won."""
+def _refinement_line(res: ClusterResult, fit: EMResult, found: int) -> str:
+    """What the refinement ``fit`` started from, what it tried and which fit won."""
     model = f"the model's {plural(res.model_clusters, 'cluster')}"
     if res.model_points < len(res.points):
         model += f" on a sample of {res.model_points:,} points"
-    changes = [f"{plural(res.merged, 'duplicate pair')} merged"] if res.merged else []
-    if res.dropped:
-        changes.append(f"{plural(res.dropped, 'component')} under {res.smallest_component:g} points dropped")
-    model += "".join(f", {c}" for c in changes) + ("," if changes and res.searched else "")
+    changes = [f"{plural(fit.merged, 'duplicate pair')} merged"] if fit.merged else []
+    if fit.dropped:
+        changes.append(f"{plural(fit.dropped, 'component')} under {res.smallest_component:g} points dropped")
+    model += "".join(f", {c}" for c in changes) + ("," if changes and fit.searched else "")
     if res.given_clusters is not None:
         return f"refined by EM at the {plural(res.given_clusters, 'cluster')} given (--clusters), from {model}"
-    if not res.searched:
+    if not fit.searched:
         return f"refined by EM from {model}"
-    lo, hi = res.searched[0], res.searched[-1]
+    lo, hi = fit.searched[0], fit.searched[-1]
     fresh = f"a fresh fit at {plural(lo, 'cluster')}" if lo == hi else f"fresh fits at {lo}..{hi} clusters"
-    best = "the model's start" if res.from_model else "a fresh fit"
-    if res.split_from:
-        best += (f", {plural(res.split_from, 'cluster')} split to {found} while the BIC fell (past the fits' "
+    best = "the model's start" if fit.from_model else "a fresh fit"
+    if fit.split_from:
+        best += (f", {plural(fit.split_from, 'cluster')} split to {found} while the BIC fell (past the fits' "
                  "range)")
     else:
         best += f", {plural(found, 'cluster')}"

@@ -53,13 +53,7 @@ class ClusterResult:
     model_clusters: int = 0  # the clusters the model found, before any refinement
     refined: bool = False
     given_clusters: int | None = None  # the number of clusters the user gave (`clusters`); None: found by BIC
-    merged: int = 0  # duplicate pairs the refinement merged from the model's start
-    searched: tuple[int, ...] = ()  # the numbers of clusters of the refinement's fresh fits
-    largest: int = 0  # the most clusters the refinement's search could try (the set's size); 0: no search
-    split_from: int = 0  # the clusters that splitting grew the winner from, beyond the search's range (0: none)
-    search_points: int = 0  # the points the search for K ran on (the model's, or a sample of them)
-    from_model: bool = True  # whether the refined clusters grew from the model's start (not a fresh fit)
-    dropped: int = 0  # components the refinement dropped as too small
+    fit: EMResult | None = None  # the refinement: what it merged, dropped, searched, split, and where it began
     smallest_component: float = 0.0  # the points' worth under which the refinement drops a component
     model_points: int = 0  # the points the model saw (a sample when refining a large set)
     sorted_for_model: bool = False  # an order-dependent model read the points sorted by coordinate
@@ -74,37 +68,26 @@ class ClusterResult:
         started from, the model's answer or a fresh k-means++ start."""
         if not self.refined:
             return self.model
-        start = f"{self.model}'s clusters" if self.from_model else "a fresh k-means++ start"
+        start = f"{self.model}'s clusters" if self.fit is None or self.fit.from_model else "a fresh k-means++ start"
         if self.given_clusters is not None:
             return f"EM at {self.given_clusters} clusters from {start}"
         return f"EM, K by BIC, from {start}"
 
 
 def default_model() -> Path | None:
-    """The shipped model `swarmctl cluster` uses when no run is named: one whose record says
-    ``"default_for": ["cluster"]`` (a model trained for real data), else None (the task's shipped model,
-    the one `eval` and `plot-entropy` use)."""
+    """The shipped model `swarmctl cluster` uses when no run is named (:func:`_default_choice`)."""
     return _default_choice()[0]
 
 
 def _default_choice() -> tuple[Path | None, str]:
-    """:func:`default_model` and why it is the one, in the user's words (from its record)."""
+    """The shipped model whose record says ``"default_for": ["cluster"]`` (a model trained for real data), else
+    None (the task's shipped model, the one `eval` and `plot-entropy` use); and why, in the user's words."""
     for model in shipped_models():
         if "cluster" in model.record.get("default_for", ()):
             trained = model.record.get("dataset")
             return model.checkpoint, ("the default for clustering files of points, as its record says"
                                       + (f"; trained on {trained}" if isinstance(trained, str) else ""))
     return None, "the task's shipped model: no shipped model is marked as the default for clustering files"
-
-
-OUTPUT_FOLDER = "cluster"  # under the run's folder (runs/pretrained-NAME for a shipped model), as other studies
-
-
-def _default_output(points: str, results: Path) -> Path:
-    """``RESULTS/cluster/NAME-clusters.csv`` for the input ``NAME.EXT``, ``RESULTS/cluster/clusters.csv`` for
-    standard input; ``results``: where results computed from the model go (its run's folder)."""
-    name = "clusters.csv" if points == STDIN else f"{Path(points).stem}-clusters.csv"
-    return results / OUTPUT_FOLDER / name
 
 
 def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: str | None = None,
@@ -114,16 +97,15 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
                  chunk_size: int | None = None, device: str = "auto", progress: Callable[[float], None] | None = None,
                  save_plot: Callable[[ClusterResult, Path], Path] | None = None,
                  report: Callable[[ClusterResult], None] | None = None) -> ClusterResult:
-    """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run``
-    (None: the shipped clustering model, :func:`default_model`) and write the CSV ``out`` (default: under
-    the run's folder, :func:`_default_output`) and, with ``plot``, the figure that ``save_plot(result,
-    path)`` draws and saves (returning the path).
+    """Cluster the points of ``points`` (a file, or ``"-"`` for standard input) with the run ``run`` (None:
+    the shipped clustering model, :func:`default_model`) and write the CSV ``out`` (default: in the run's
+    folder, ``cluster/NAME-clusters.csv`` for ``NAME.EXT``, ``cluster/clusters.csv`` for standard input) and,
+    with ``plot``, the figure that ``save_plot(result, path)`` draws and saves (returning the path).
 
     The outputs given are checked before anything is read, the default one once the model is open, and all
     again once the checkpoint is known: a bad path fails with nothing written. ``refine``: EM from the
     model's probabilities (:mod:`swarmctl.tasks.mixtures`); ``clusters``: the number of clusters, given (EM
-    at exactly that many from the model's answer, no search; it needs ``refine``, and at most as many as the
-    distinct points).
+    at exactly that many, no search; it needs ``refine``, and at most as many as the distinct points).
     ``report(result)`` is called once the files are written but before they appear (a summary printed
     there that cannot be printed leaves no file); all appear together, or none. Returns the result with
     its ``warnings`` and the paths ``written``.
@@ -143,7 +125,9 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         plot = outputs.file(plot, "plot") if plot is not None else None
         opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses another task's run
         outputs.input(opened.checkpoint)
-        out = out if out is not None else outputs.file(_default_output(points, opened.dir), "out", replace=True)
+        if out is None:
+            name = "clusters.csv" if points == STDIN else f"{Path(points).stem}-clusters.csv"
+            out = outputs.file(opened.dir / "cluster" / name, "out", replace=True)
         dim_in = opened.model_cfg.dim_in
         pts = read_points(points, key, columns, skip_bad_rows)
         D = pts.values.shape[1]
@@ -163,20 +147,16 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
         seen = _model_points(len(pts.values), refine)
         seconds = time.perf_counter() - start
         training = task.training_range(opened.model_cfg)
-        refinement = {"merged": fitted.merged, "searched": fitted.searched, "from_model": fitted.from_model,
-                      "dropped": fitted.dropped, "largest": fitted.largest, "split_from": fitted.split_from,
-                      "search_points": fitted.search_points} if fitted else {}
         result = ClusterResult(
             points=pts, clusters=found, out=out, plot=plot, model=opened.label, checkpoint=opened.checkpoint,
             shipped=opened.shipped, seconds=seconds, model_clusters=model_k, refined=refine,
-            given_clusters=clusters, smallest_component=1.0 if clusters is not None else min_points(D),
+            given_clusters=clusters, fit=fitted, smallest_component=1.0 if clusters is not None else min_points(D),
             model_points=seen, sorted_for_model=not _order_free(opened.model), training=training,
             chosen=chosen, warnings=cluster_warnings(pts.values, found, training,
                                       as_given_scale=None if standardize else float(task.point_std()),
                                       refined=refine, model_clusters=model_k, model_points=seen,
                                       given_clusters=clusters, largest=fitted.largest if fitted else 0,
-                                      search_points=fitted.search_points if fitted else 0),
-            **refinement)
+                                      search_points=fitted.search_points if fitted else 0))
         write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy)
         written = [out]
         if plot is not None:
@@ -265,125 +245,67 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
                      model_clusters: int | None = None, model_points: int | None = None,
                      given_clusters: int | None = None, largest: int = 0, search_points: int = 0
                      ) -> tuple[str, ...]:
-    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are: a limit reached (the model's
-    cluster slots, or the set's size capping the refinement's search for K), many unsure points, a set or clusters
-    outside what the model was trained on (``training``), and, for points used as given (``as_given_scale``: the
-    training scale), a spread far from the training scale. Pairs of clusters that look like one Gaussian are named
-    only for a result not ``refined`` (the refinement weighs each merge by BIC itself). ``model_clusters``: how many
-    clusters the model found before a refinement merged some (the cap is the model's); ``model_points``: how many of
-    the points the model saw (all when None); ``given_clusters``: the number of clusters the user gave (then neither
-    the cap nor the training range of K applies: EM made that many); ``largest``: the most clusters the refinement's
-    search for K could try, set by the number of points it ran on, ``search_points`` (0: no search; with a search
-    the model's slots limit nothing, and K above its training range was the search's)."""
-    seen = len(values) if model_points is None else model_points
+    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are (docs/cluster.md lists
+    them): a limit reached (the model's cluster slots, or the set's size capping the refinement's search for
+    K), many unsure points, a set or clusters outside what the model was trained on (``training``), and, for
+    points used as given (``as_given_scale``: the training scale), a spread far from the training scale. Pairs
+    of clusters that look like one Gaussian are named only for a result not ``refined`` (the refinement weighs
+    each merge by BIC itself). ``model_clusters``: how many clusters the model found before a refinement
+    merged some (the cap is the model's); ``model_points``: how many of the points the model saw (all when
+    None); ``given_clusters``: the number of clusters the user gave (then neither the cap nor the training
+    range of K applies: EM made that many); ``largest``: the most clusters the refinement's search for K could
+    try, set by the number of points it ran on, ``search_points`` (0: no search; with a search the model's
+    slots limit nothing, and K above its training range was the search's)."""
+    n, d = values.shape
+    seen = n if model_points is None else model_points
     given = given_clusters is not None
     K = len(clusters.sizes)
-    lines = (
-        None if given or largest else _cap_warning(clusters, model_clusters),
-        _unsure_warning(clusters),
-        _set_size_warning(seen, training),
-        None if given or (largest and K > training.k_max) else _cluster_count_warning(K, training),
-        _short_of_given_warning(K, given_clusters),
-        None if given else _set_cap_warning(K, largest, search_points or len(values), len(values),
-                                                 values.shape[1]),
-        _tiny_clusters_warning(values, clusters, refined),
-        None if refined else _mergeable_warning(values, clusters),
-        _spread_warning(values, clusters, training),
-        None if as_given_scale is None else _as_given_warning(values, as_given_scale),
-    )
-    return tuple(line for line in lines if line is not None)
-
-
-def _cap_warning(clusters: PointClusters, model_clusters: int | None) -> str | None:
-    """The model filled every cluster slot it has: the points may hold more."""
-    K = len(clusters.sizes)
+    lines = []
     found = max(K, model_clusters or 0)
-    if not (clusters.slots and found >= clusters.slots):
-        return None
-    return (f"the model filled all {clusters.slots} of its cluster slots, the most it can give"
-            f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
-
-
-def _set_cap_warning(K: int, largest: int, searched: int, n: int, d: int) -> str | None:
-    """The set's size capped the refinement's search for K (a cluster of the search needs
-    :func:`cluster_points` points) at or below the K found: the points may hold more clusters, or the
-    model's K was kept without a check against more."""
-    if not largest or K < largest:
-        return None
-    points = f"{searched:,} points" + (f" (a sample of the {n:,})" if searched < n else "")
-    why = (f"the points may hold more clusters than the {K} found" if K == largest else
-           f"the {K} clusters are the model's, not checked against more")
-    return (f"the set's size capped the refinement's search for the number of clusters at {plural(largest, 'cluster')}"
-            f" ({points}; a cluster needs {cluster_points(d)} or more in {plural(d, 'dimension')}): {why}; give "
-            "`clusters` if you know how many")
-
-
-def _short_of_given_warning(K: int, given: int | None) -> str | None:
-    """EM kept fewer clusters than the number given: the others emptied out (too few points apart)."""
-    if given is None or K >= given:
-        return None
-    return (f"EM kept {K:,} of the {given:,} clusters given: the others lost every point (too few points apart "
-            "for that many clusters); give fewer `clusters`")
-
-
-def _unsure_warning(clusters: PointClusters) -> str | None:
-    """More than :data:`UNSURE_SHARE` of the points have their cluster's probability below
-    :data:`LOW_CONFIDENCE`."""
+    if not given and not largest and clusters.slots and found >= clusters.slots:
+        lines.append(f"the model filled all {clusters.slots} of its cluster slots, the most it can give"
+                     f"{f' ({K} after refining)' if K < found else ''}: the points may hold more clusters")
     unsure = float(np.mean(clusters.probability < LOW_CONFIDENCE))
-    if unsure <= UNSURE_SHARE:
-        return None
-    return (f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
-            "the clusters overlap, or the model splits what may be one cluster")
-
-
-def _set_size_warning(seen: int, training: TrainingRange) -> str | None:
-    """The model saw a set of a size it was not trained on."""
-    if training.n_min <= seen <= training.n_max:
-        return None
-    return (f"the set has {seen:,} points, outside the {training.n_min:,}..{training.n_max:,} points per set "
-            "the model was trained on")
-
-
-def _cluster_count_warning(K: int, training: TrainingRange) -> str | None:
-    """The number of clusters found is outside the numbers the model was trained on."""
-    if training.k_min <= K <= training.k_max:
-        return None
-    return (f"{K} cluster{'' if K == 1 else 's'} found, outside the {training.k_min}..{training.k_max} clusters "
-            "per set the model was trained on")
-
-
-def _tiny_clusters_warning(values: np.ndarray, clusters: PointClusters, refined: bool) -> str | None:
-    """Clusters of so few distinct points that they may be stray or repeated points, not clusters."""
-    K = len(clusters.sizes)
-    tiny = too_few_points(values.shape[1])
+    if unsure > UNSURE_SHARE:
+        lines.append(f"{unsure:.0%} of the points are unsure (probability of their cluster below {LOW_CONFIDENCE:g}): "
+                     "the clusters overlap, or the model splits what may be one cluster")
+    if not training.n_min <= seen <= training.n_max:
+        lines.append(f"the set has {seen:,} points, outside the {training.n_min:,}..{training.n_max:,} points per "
+                     "set the model was trained on")
+    if not (given or (largest and K > training.k_max) or training.k_min <= K <= training.k_max):
+        lines.append(f"{plural(K, 'cluster')} found, outside the {training.k_min}..{training.k_max} clusters per set "
+                     "the model was trained on")
+    if given and K < given_clusters:
+        lines.append(f"EM kept {K:,} of the {given_clusters:,} clusters given: the others lost every point (too few "
+                     "points apart for that many clusters); give fewer `clusters`")
+    if not given and largest and K >= largest:  # the set's size capped the search for K at or below the K found
+        searched = search_points or n
+        points = f"{searched:,} points" + (f" (a sample of the {n:,})" if searched < n else "")
+        why = (f"the points may hold more clusters than the {K} found" if K == largest else
+               f"the {K} clusters are the model's, not checked against more")
+        lines.append("the set's size capped the refinement's search for the number of clusters at "
+                     f"{plural(largest, 'cluster')} ({points}; a cluster needs {cluster_points(d)} or more in "
+                     f"{plural(d, 'dimension')}): {why}; give `clusters` if you know how many")
+    tiny = too_few_points(d)  # so few distinct points that they may be stray or repeated points, not clusters
     small = sum(len(np.unique(values[clusters.cluster == k], axis=0)) <= tiny for k in range(K)) if K > 1 else 0
-    if not small:
-        return None
-    return (f"{small} of the {K} clusters hold{'s' if small == 1 else ''} {tiny} or fewer distinct points, too "
-            "few to tell a cluster from a few stray or repeated points (rounded values?)"
-            + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
+    if small:
+        lines.append(f"{small} of the {K} clusters hold{'s' if small == 1 else ''} {tiny} or fewer distinct points, "
+                     "too few to tell a cluster from a few stray or repeated points (rounded values?)"
+                     + ("" if refined else "; refine them (`refine` drops or absorbs such clusters)"))
+    if not refined and (pairs := mergeable_pairs(values, clusters)):
+        lines.append(f"{pairs} pair(s) of the {K} clusters are explained better by one Gaussian than by two (BIC): "
+                     "the model may have split clusters; refine them (`refine` merges such pairs)")
+    spread = _median_spread(values, clusters) if K > 1 else None  # one cluster's is the set's
+    if spread is not None and not training.spread_lo <= spread <= training.spread_hi:
+        lines.append(f"the clusters are {'broader' if spread > training.spread_hi else 'tighter'} relative to the "
+                     f"whole set (typical spread {spread:.2f}) than any the model was trained on "
+                     f"({training.spread_lo:.2f}..{training.spread_hi:.2f})")
+    if as_given_scale is not None:
+        lines.extend(_as_given_warning(values, as_given_scale))
+    return tuple(lines)
 
 
-def _mergeable_warning(values: np.ndarray, clusters: PointClusters) -> str | None:
-    """Pairs of clusters that one Gaussian explains better than two (:func:`mergeable_pairs`)."""
-    pairs = mergeable_pairs(values, clusters)
-    if not pairs:
-        return None
-    return (f"{pairs} pair(s) of the {len(clusters.sizes)} clusters are explained better by one Gaussian than by "
-            "two (BIC): the model may have split clusters; refine them (`refine` merges such pairs)")
-
-
-def _spread_warning(values: np.ndarray, clusters: PointClusters, training: TrainingRange) -> str | None:
-    """The clusters are broader or tighter, relative to the whole set, than any the model was trained on."""
-    spread = _median_spread(values, clusters) if len(clusters.sizes) > 1 else None  # one cluster's is the set's
-    if spread is None or training.spread_lo <= spread <= training.spread_hi:
-        return None
-    kind = "broader" if spread > training.spread_hi else "tighter"
-    return (f"the clusters are {kind} relative to the whole set (typical spread {spread:.2f}) than any the "
-            f"model was trained on ({training.spread_lo:.2f}..{training.spread_hi:.2f})")
-
-
-def _as_given_warning(values: np.ndarray, as_given_scale: float) -> str | None:
+def _as_given_warning(values: np.ndarray, as_given_scale: float) -> list[str]:
     """Points used as given whose spread or centre is far from the training sets'."""
     n = len(values)
     with np.errstate(over="ignore"):
@@ -394,10 +316,8 @@ def _as_given_warning(values: np.ndarray, as_given_scale: float) -> str | None:
         off.append(f"a spread of {std:.3g}, far from the {as_given_scale:.2f} of the model's training sets")
     if centre > SCALE_FACTOR * max(as_given_scale, 1.0):  # the training sets' means are drawn around 0
         off.append(f"a centre {centre:.3g} from the origin, far from where the training sets lie")
-    if not off:
-        return None
-    return (f"the points used as given have {' and '.join(off)}: the model's clusters are not to be trusted; "
-            "leave out `no_standardize`")
+    return [f"the points used as given have {' and '.join(off)}: the model's clusters are not to be trusted; "
+            "leave out `no_standardize`"] if off else []
 
 
 def mergeable_pairs(values: np.ndarray, clusters: PointClusters) -> int:

@@ -1,21 +1,11 @@
 """Gaussian mixtures with full covariances, in NumPy: parameter counts, BIC, log-densities, EM, merges, and
-the refinement of a model's clustering (`swarmctl cluster`). The one place that counts a Gaussian's
-parameters or scores a fit by BIC.
-
-:func:`refine` (`--refine`): the model's soft assignment is the first E-step and EM runs to convergence from
-there; duplicate components are then merged while that lowers the BIC, and the number of clusters is settled
-by BIC among that result and fresh EM fits (k-means++ starts) at a few numbers of clusters around it. The
-model thus gives EM its start and the neighbourhood of K to search, instead of the ten or more fits that EM
-with K by BIC needs. The search goes on upward, past the model's cluster slots, while the BIC keeps
-falling: its range grows while its top is the best, and then every component whose points two Gaussians
-explain better than one (BIC) is split, while that lowers the mixture's BIC, up to the most clusters the
-set's size allows (:func:`largest_k`). :func:`fit_k` (`--clusters K`): EM at exactly K from the model's K most probable
-clusters, split or absorbed to make K, with no search.
+the refinement of a model's clustering (`swarmctl cluster`): :func:`refine` (`--refine`, K by BIC around
+the model's and upward while it falls) and :func:`fit_k` (`--clusters K`); docs/cluster.md describes both.
+The one place that counts a Gaussian's parameters or scores a fit by BIC.
 
 Float64, vectorized over points and components: no extra dependency, and fast on a CPU (each iteration is a
-few matrix products of (N, K) and (N, D*D) arrays). The search runs on at most :data:`SEARCH_POINTS` points
-(a seeded sample); the winner is then fitted to all of them. Every random choice is made on the points
-sorted by their coordinates, so the result does not depend on the order of the rows.
+few matrix products of (N, K) and (N, D*D) arrays). Every random choice is made on the points sorted by
+their coordinates, so the result does not depend on the order of the rows.
 """
 
 from __future__ import annotations
@@ -102,13 +92,12 @@ class Mixture:
 class EMResult:
     """The fitted ``mixture``; per point (N, K) ``resp`` (posterior probabilities); the mean
     ``log_likelihood`` per point after each iteration of the last fit (``history``: never decreasing, but for
-    rounding and a component dropped as empty); ``merged``: the number of duplicate pairs merged from the
-    model's start (whether or not it won) and ``dropped``: empty components
-    removed; ``searched``: the numbers of clusters of the fresh fits tried (empty when there was no search)
-    and ``from_model``: whether the winner grew from the model's start (not a fresh one); ``largest``: the
-    most clusters the search could try, set by the number of points it ran on (``search_points``; 0: no
-    search);
-    ``split_from``: the number of clusters that splitting components grew the winner from (0: no split won)."""
+    rounding and a component dropped as empty); ``merged``: duplicate pairs merged from the model's start
+    (whether or not it won); ``dropped``: empty components removed; ``searched``: the numbers of clusters of
+    the fresh fits tried (empty: no search); ``from_model``: whether the winner grew from the model's start;
+    ``largest``: the most clusters the search could try, set by the number of points it ran on
+    (``search_points``; 0: no search); ``split_from``: the clusters that splitting grew the winner from (0:
+    no split won)."""
 
     mixture: Mixture
     resp: np.ndarray
@@ -179,24 +168,24 @@ def min_points(d: int) -> float:
 
 
 def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
-    keep = resp.sum(axis=0) >= least
-    if not keep.any():  # no component holds enough: one component for all
-        keep = resp.sum(axis=0) == resp.sum(axis=0).max()
-        keep[np.argmax(keep) + 1:] = False
+    mass = resp.sum(axis=0)
+    keep = mass >= least
+    if not keep.any():  # no component holds enough: the one of most mass for all
+        keep[np.argmax(mass)] = True
     resp = resp[:, keep]
     total = resp.sum(axis=1, keepdims=True)
     resp = np.where(total > 0, resp / np.where(total > 0, total, 1.0), 1.0 / resp.shape[1])
     return resp, int((~keep).sum())
 
 
-def _fit(x: np.ndarray, resp: np.ndarray, reg: float, max_iter: int, tol: float, least: float | None = None
+def _fit(x: np.ndarray, resp: np.ndarray, max_iter: int, tol: float, least: float | None = None
          ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
     ``least`` points' worth (None: :func:`min_points`)."""
     history: list[float] = []
     dropped = 0
     least = min_points(x.shape[1]) if least is None else least
-    mix = m_step(x, resp, reg)
+    mix = m_step(x, resp, REG)
     for _ in range(max_iter):
         resp, ll = e_step(x, mix)
         history.append(ll)
@@ -204,7 +193,7 @@ def _fit(x: np.ndarray, resp: np.ndarray, reg: float, max_iter: int, tol: float,
             break
         resp, gone = _drop_empty(resp, least)
         dropped += gone
-        mix = m_step(x, resp, reg)
+        mix = m_step(x, resp, REG)
     return mix, resp, history, dropped
 
 
@@ -242,7 +231,15 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         best = int(np.argmin(cand.sum(axis=1)))
         centres.append(x[trials[best]])
         d2 = np.maximum(cand[best], 0.0)
-    return _one_hot(_lloyd(x, np.array(centres), iters), k)
+    return np.eye(k)[_lloyd(x, np.array(centres), iters)]
+
+
+def _label_means(x: np.ndarray, label: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The mean of the points ``x`` of each label 0..k-1 (zero for a label of no point), and their counts."""
+    counts = np.bincount(label, minlength=k)
+    sums = np.zeros((k, x.shape[1]))
+    np.add.at(sums, label, x)
+    return sums / np.maximum(counts, 1)[:, None], counts
 
 
 def _lloyd(x: np.ndarray, c: np.ndarray, iters: int) -> np.ndarray:
@@ -252,32 +249,21 @@ def _lloyd(x: np.ndarray, c: np.ndarray, iters: int) -> np.ndarray:
     label = np.zeros(len(x), dtype=np.int64)
     for _ in range(iters):
         label = np.argmin(sq[:, None] - 2.0 * x @ c.T + np.einsum("kd,kd->k", c, c)[None, :], axis=1)
-        counts = np.bincount(label, minlength=len(c))
-        sums = np.zeros_like(c)
-        np.add.at(sums, label, x)
-        moved = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], c)
+        means, counts = _label_means(x, label, len(c))
+        moved = np.where(counts[:, None] > 0, means, c)
         if np.array_equal(moved, c):
             break
         c = moved
     return label
 
 
-def _one_hot(label: np.ndarray, k: int) -> np.ndarray:
-    resp = np.zeros((len(label), k))
-    resp[np.arange(len(label)), label] = 1.0
-    return resp
-
-
 def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
     """k-means' objective: the squared distances of the points ``x`` to the mean of their cluster."""
-    counts = np.maximum(np.bincount(label, minlength=k), 1)
-    means = np.zeros((k, x.shape[1]))
-    np.add.at(means, label, x)
-    return float(((x - (means / counts[:, None])[label]) ** 2).sum())
+    return float(((x - _label_means(x, label, k)[0][label]) ** 2).sum())
 
 
-def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: float, max_iter: int,
-                tol: float, candidates: int) -> tuple[Mixture, np.ndarray, list[float], int, int]:
+def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], max_iter: int, tol: float,
+                candidates: int) -> tuple[Mixture, np.ndarray, list[float], int, int]:
     """While merging a pair of components and refitting lowers the BIC, the best such merge (of the
     ``candidates`` pairs whose responsibilities overlap most): (mixture, resp, history, merged, dropped)."""
     n = len(x)
@@ -292,7 +278,7 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
         best = None
         for p in np.argsort(overlap[i_up, j_up])[::-1][:candidates]:
             start = e_step(x, _merged(mix, int(i_up[p]), int(j_up[p])))[0]
-            m2, r2, h2, g2 = _fit(x, start, reg, max_iter, tol)
+            m2, r2, h2, g2 = _fit(x, start, max_iter, tol)
             if _bic(h2[-1], m2, n) < current and (best is None or h2[-1] > best[2][-1]):
                 best = (m2, r2, h2, g2)
         if best is None:
@@ -303,15 +289,9 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
     return mix, resp, history, merged, dropped
 
 
-def largest_k(n: int, d: int) -> int:
-    """The most components a fresh fit on ``n`` points in ``d`` dimensions tries: each with more points
-    than a Gaussian has parameters (:func:`cluster_points`)."""
-    return max(1, n // cluster_points(d))
-
-
 def cluster_points(d: int) -> int:
     """The points a component of the search for K needs in ``d`` dimensions: one more than
-    :func:`too_few_points`."""
+    :func:`too_few_points`. The search tries at most as many components as the points allow."""
     return gaussian_parameters(d) + 2
 
 
@@ -340,9 +320,7 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
     one part is left."""
     parts = [x[labels == j] for j in range(int(labels.max()) + 1)]
     groups = [[j] for j in range(len(parts))]
-    merged = True
-    while merged and len(parts) > 1:
-        merged = False
+    while len(parts) > 1:
         means = np.stack([p.mean(axis=0) for p in parts])
         gaps = ((means[:, None] - means[None]) ** 2).sum(axis=2) + np.diag(np.full(len(parts), np.inf))
         for i in np.argsort(gaps.min(axis=1), kind="stable"):
@@ -351,8 +329,9 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
                 i, j = min(i, j), max(i, j)
                 parts[i], groups[i] = np.concatenate([parts[i], parts[j]]), groups[i] + groups[j]
                 del parts[j], groups[j]
-                merged = True
                 break
+        else:  # no pair merged
+            break
     if len(parts) == 1:
         return None
     out = np.empty_like(labels)
@@ -361,16 +340,15 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
     return out
 
 
-def _split_path(xs: np.ndarray, found: tuple[Mixture, np.ndarray, list[float]], largest: int, reg: float,
-                max_iter: int, tol: float, rs: np.random.RandomState, step: Callable[[], None] = lambda: None
-                ) -> tuple[tuple[Mixture, np.ndarray, list[float]], int]:
+def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int, max_iter: int,
+                tol: float, rs: np.random.RandomState, step: Callable[[], None]
+                ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
     the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
     refitted, up to ``largest`` components: (the result, the number of components before the first split
     that won; 0 when none did)."""
     n, D = xs.shape
     least = cluster_points(D)
-    mix, r, history = found
     start_k = 0
     while len(mix) < largest:
         label = r.argmax(axis=1)
@@ -387,28 +365,13 @@ def _split_path(xs: np.ndarray, found: tuple[Mixture, np.ndarray, list[float]], 
             cols += [r[:, j] * (near == p) for p in range(parts)]
         if len(cols) == len(mix):
             break
-        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], reg, max_iter, tol)
+        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], max_iter, tol)
         if _bic(h2[-1], m2, n) >= _bic(history[-1], mix, n):
             break
         start_k = start_k or len(mix)
         mix, r, history = m2, r2, h2
         step()
-    return (mix, r, history), start_k
-
-
-def _unit_map(x: np.ndarray) -> tuple[AffineMap, np.ndarray, float]:
-    """(unit, centre, robust): ``(unit.apply(x) - centre) * robust`` is centred on the points' median and of
-    unit robust spread, the median absolute deviation from it over all coordinates times 1.4826 (a normal's
-    standard deviation), where that is positive (else the root mean square of the coordinates' standard
-    deviations). ``unit`` (:func:`standardization`, exact powers of two) first maps the points to unit
-    spread without overflow or underflow at any magnitude."""
-    unit = standardization(x, 1.0)
-    if not len(x):
-        return unit, np.zeros(x.shape[1]), 1.0
-    z = unit.apply(x)
-    centre = np.median(z, axis=0)
-    mad = float(np.median(np.abs(z - centre))) * 1.4826
-    return unit, centre, 1.0 / mad if mad > 1e-300 else 1.0
+    return mix, r, history, start_k
 
 
 def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
@@ -424,9 +387,9 @@ def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
 @dataclass(frozen=True)
 class _SortedPoints:
     """Points prepared for EM: ``x`` (N, D) sorted by their coordinates (every choice, the scale included, is
-    made on them) and mapped to unit robust spread (:func:`_unit_map`); ``back`` puts the sorted rows back in
-    the caller's order; ``given`` (M,): the sorted rows of the points a model's responsibilities ``resp``
-    (M, C) belong to, ascending, and ``resp`` in that order."""
+    made on them), centred on their median and scaled to unit robust spread; ``back`` puts the sorted rows
+    back in the caller's order; ``given`` (M,): the sorted rows of the points a model's responsibilities
+    ``resp`` (M, C) belong to, ascending, and ``resp`` in that order."""
 
     x: np.ndarray
     back: np.ndarray
@@ -440,15 +403,23 @@ class _SortedPoints:
     def of(cls, x: np.ndarray, resp: np.ndarray, rows: np.ndarray | None) -> _SortedPoints:
         x = np.asarray(x, dtype=np.float64)
         n = len(x)
-        order = np.lexsort(x.T[::-1]) if n else np.arange(0)
+        order = np.lexsort(x.T[::-1])
         x = x[order]
-        unit, centre, robust = _unit_map(x)
+        # one factor, so the result is the same in any units: first to unit spread by exact powers of two (no
+        # overflow or underflow at any magnitude), then to a unit median absolute deviation from the median
+        # times 1.4826 (a normal's standard deviation): a far outlier does not squeeze the other points under
+        # the covariance floor
+        unit = standardization(x, 1.0)
+        z = unit.apply(x)
+        centre = np.median(z, axis=0) if n else np.zeros(x.shape[1])
+        mad = float(np.median(np.abs(z - centre))) * 1.4826 if n else 0.0
+        robust = 1.0 / mad if mad > 1e-300 else 1.0
         back = np.empty_like(order)
         back[order] = np.arange(n)
         given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
         by_place = np.argsort(given, kind="stable")
-        return cls((unit.apply(x) - centre) * robust, back, given[by_place],
-                   np.asarray(resp, dtype=np.float64)[by_place], unit, centre, robust)
+        return cls((z - centre) * robust, back, given[by_place], np.asarray(resp, dtype=np.float64)[by_place],
+                   unit, centre, robust)
 
     def in_units(self, mix: Mixture) -> Mixture:
         """``mix`` of the scaled points, in the units of the caller's."""
@@ -461,27 +432,19 @@ class _SortedPoints:
 def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
            candidates: int = 2, search: bool = True, rows: np.ndarray | None = None,
            progress: Callable[[float], None] | None = None) -> EMResult:
-    """EM on points ``x`` (N, D) from responsibilities ``resp`` (N, C) (rows sum to 1; a column is a
-    component), to convergence. Then, with ``merge``, while merging a pair of components and refitting
-    lowers the BIC, the best such merge (the ``candidates`` pairs whose responsibilities overlap most are
-    tried); with ``search`` (which needs ``merge``), fresh EM fits from k-means++ starts at K-1 .. K+4
-    components around that result's K, the range extended upward while its top is the best, and the lowest
-    BIC of them all wins; then its components are split while that lowers the BIC (:func:`_split_path`),
-    up to :func:`largest_k` of the points searched. Components holding less than
-    D + 1 points' worth (:func:`min_points`) are dropped along the way. On more than :data:`SEARCH_POINTS`
-    points the merges and the search run on a seeded sample of that many, and the winner is fitted to all
-    points. ``rows``: the points that ``resp`` belongs to (its rows are those of ``x[rows]``: EM starts on
-    them, and the winner is fitted to all points); None: all points, in order.
+    """EM on points ``x`` (N, D) from responsibilities ``resp`` (rows sum to 1; a column is a component) of the
+    points ``x[rows]`` (None: all points, in order), to convergence. With ``merge``, duplicate components are
+    then merged while that lowers the BIC (of the ``candidates`` pairs whose responsibilities overlap most);
+    with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4 compete by BIC and the winner's
+    components are split while that lowers it (docs/cluster.md). The merges and the search run on a seeded
+    sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is fitted to all points.
 
-    EM runs on the points centred on their median and scaled to a unit robust spread (:func:`_unit_map`:
-    one factor, so the result is the same in any units; values near 1e300 or 1e-300 neither overflow nor
-    underflow, and a far outlier does not squeeze the other points under the covariance floor); the mixture
-    is returned in the units of ``x`` and its log-likelihood in the scaled ones. The result depends on the
-    set of rows, not on their order. ``progress(fraction_done)`` is called after each fit of the search (the
-    split rounds, of unknown number, each take it half way to the end)."""
+    The mixture comes back in the units of ``x``, its log-likelihood in the scaled ones (:class:`_SortedPoints`),
+    and the result depends on the set of rows, not on their order. ``progress(fraction_done)`` is called after
+    each fit of the search (the split rounds, of unknown number, each take it half way to the end)."""
     report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
-    x, given, n, D, reg = pts.x, pts.given, len(pts.x), pts.x.shape[1], REG
+    x, given, n, D = pts.x, pts.given, len(pts.x), pts.x.shape[1]
     resp, dropped = _drop_empty(pts.resp, min_points(D))
     rs = np.random.RandomState(SEED)
     if merge and len(given) > SEARCH_POINTS:
@@ -489,29 +452,29 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         given, resp = given[pick], _drop_empty(resp[pick], min_points(D))[0]
     xs = x[given]
     coarse = max(tol, SEARCH_TOL) if merge else tol
-    mix, r, history, gone = _fit(xs, resp, reg, max_iter, coarse)
+    mix, r, history, gone = _fit(xs, resp, max_iter, coarse)
     dropped += gone
     merged, searched, from_model, largest, split_from = 0, (), True, 0, 0
     if merge:
-        mix, r, history, merged, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
+        mix, r, history, merged, gone = _merge_path(xs, mix, r, history, max_iter, coarse, candidates)
         dropped += gone
     if merge and search:
-        largest = largest_k(len(xs), D)
+        largest = max(1, len(xs) // cluster_points(D))
         best = _bic(history[-1], mix, len(xs))
         k_model = len(mix)
         searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
         for k in searched:
-            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], reg, max_iter, coarse)
+            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], max_iter, coarse)
             if (score := _bic(h2[-1], m2, len(xs))) < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
             report.to(0.5 * (k - searched[0] + 1) / len(searched))
-        (mix, r, history), split_from = _split_path(xs, (mix, r, history), largest, reg, max_iter, coarse, rs,
-                                                    report.half_way)
+        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, max_iter, coarse, rs,
+                                                  report.half_way)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
-            mix, r, history, more, gone = _merge_path(xs, mix, r, history, reg, max_iter, coarse, candidates)
+            mix, r, history, more, gone = _merge_path(xs, mix, r, history, max_iter, coarse, candidates)
             merged, dropped = merged + more, dropped + gone
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
-        mix, r, history, gone = _fit(x, e_step(x, mix)[0], reg, max_iter, tol)
+        mix, r, history, gone = _fit(x, e_step(x, mix)[0], max_iter, tol)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
@@ -519,15 +482,14 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
 
 
 class _Report:
-    """A fit's ``progress(fraction_done)`` (None: nothing reported), never going back."""
+    """A fit's ``progress(fraction_done)`` (None: nothing reported)."""
 
     def __init__(self, progress: Callable[[float], None] | None) -> None:
-        self._progress, self.done = progress, 0.0
+        self._progress, self.done = (lambda fraction: None) if progress is None else progress, 0.0
 
     def to(self, fraction: float) -> None:
-        self.done = max(self.done, min(fraction, 1.0))
-        if self._progress is not None:
-            self._progress(self.done)
+        self.done = fraction
+        self._progress(fraction)
 
     def half_way(self) -> None:
         """One more step of unknown number: half the way left to 0.95."""
@@ -536,20 +498,13 @@ class _Report:
 
 def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
           rows: np.ndarray | None = None, progress: Callable[[float], None] | None = None) -> EMResult:
-    """EM at exactly ``k`` components on points ``x`` (N, D), seeded by a model's responsibilities ``resp``
-    (M, C) of the points ``x[rows]`` (None: all points, in order). The centres of the model's ``k``
-    clusters (:func:`_k_columns`: the ``k`` of most mass, the others absorbed, or the widest split until
-    there are ``k``) start k-means on the points (a seeded sample of :data:`K_POINTS` of a larger set); a
-    k-means++ start competes, and the partition with the lower within-cluster sum of squares is EM's first
-    E-step (``from_model`` says which). EM then runs on those points to ``tol`` (scikit-learn's default:
-    stopped there, EM stays nearer its k-means start) and, on a sample, is taken to all points; no merges
-    and no search for K. A component is dropped only when it holds less than one point's worth, and is then
-    split off the widest again (at most ``k`` times), so ``k`` components come back unless the points cannot
-    hold them. Scaled, sorted and returned as by
-    :func:`refine`: the result depends on the set of rows, not on their order. ``progress(fraction_done)``
-    after each stage (the starts, then each run of EM, of unknown number, half the way left)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+    """EM at exactly ``k`` (>= 1) components on points ``x`` (N, D), seeded by a model's responsibilities
+    ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order), as docs/cluster.md describes: the
+    centres of the model's ``k`` clusters (:func:`_k_columns`) and a k-means++ start each start k-means (on a
+    seeded sample of :data:`K_POINTS` of a larger set), the lower within-cluster sum of squares is EM's first
+    E-step (``from_model`` says which), EM runs to ``tol`` and, on a sample, is taken to all points; no merges
+    and no search for K. Scaled, sorted and returned as by :func:`refine`. ``progress(fraction_done)`` after
+    each stage (the starts, then each run of EM, of unknown number, half the way left)."""
     report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     n = len(pts.x)
@@ -562,7 +517,7 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
     from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
     report.to(0.2)
-    mix, r, history, dropped = _fit_exactly(xs, _one_hot(seeded if from_model else fresh, k), k, max_iter, tol,
+    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, max_iter, tol,
                                             report.half_way)
     if len(search) < n:  # the fit, taken to all points
         mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol, report.half_way)
@@ -574,22 +529,18 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
 def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
     """The mean of each column's points (those it is the most probable for), or, for a column that no point
     picks, its responsibility-weighted mean: (K, D)."""
-    label = resp.argmax(axis=1)
-    counts = np.bincount(label, minlength=resp.shape[1])
-    sums = np.zeros((resp.shape[1], x.shape[1]))
-    np.add.at(sums, label, x)
-    soft = (resp.T @ x) / resp.sum(axis=0)[:, None]
-    return np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], soft)
+    means, counts = _label_means(x, resp.argmax(axis=1), resp.shape[1])
+    return np.where(counts[:, None] > 0, means, (resp.T @ x) / resp.sum(axis=0)[:, None])
 
 
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float,
-                 step: Callable[[], None] = lambda: None) -> tuple[Mixture, np.ndarray, list[float], int]:
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float, step: Callable[[], None]
+                 ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
     that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
     round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
-    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), REG, max_iter, tol, least=1.0)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), max_iter, tol, least=1.0)
     dropped += gone
     step()
     for _ in range(k):
@@ -599,7 +550,7 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: fl
         if start.shape[1] == len(mix):  # nothing left to split
             break
         held = len(mix)
-        mix, r, history, gone = _fit(x, start, REG, max_iter, tol, least=1.0)
+        mix, r, history, gone = _fit(x, start, max_iter, tol, least=1.0)
         dropped += gone
         step()
         if len(mix) <= held:  # the split components went empty again: another round would repeat this one

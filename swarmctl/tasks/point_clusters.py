@@ -95,22 +95,9 @@ def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, c
     logp = torch.log_softmax(logits.float(), dim=-1)
     best, label = logp.max(dim=-1)
     entropy = -(logp.exp() * logp).sum(dim=-1)
-    label = label.cpu().numpy()
-    counts = np.bincount(label, minlength=logits.shape[-1])
-    order = np.argsort(-counts, kind="stable")  # class of the k-th largest cluster
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    cluster = rank[label]
-    K = int(np.count_nonzero(counts))
-    probability = best.exp().cpu().numpy()
-    sizes = counts[order[:K]]
-    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
-    probabilities = None
-    if keep_probabilities:
-        probabilities = logp.exp().cpu().numpy().astype(np.float64)[:, order[:K]]
-        probabilities /= probabilities.sum(axis=1, keepdims=True)
-    return PointClusters(cluster.astype(np.int64), probability, entropy.cpu().numpy(), sizes.astype(np.int64),
-                         confidence, transform, chunked, probabilities, logits.shape[-1])
+    probabilities = logp.exp().cpu().numpy().astype(np.float64) if keep_probabilities else None
+    return _by_size(label.cpu().numpy(), logits.shape[-1], best.exp().cpu().numpy(), entropy.cpu().numpy(),
+                    probabilities, transform, chunked, logits.shape[-1])
 
 
 def summarize_probabilities(resp: np.ndarray, like: PointClusters) -> PointClusters:
@@ -118,17 +105,26 @@ def summarize_probabilities(resp: np.ndarray, like: PointClusters) -> PointClust
     like :func:`summarize_logits`; ``like`` gives the transform, chunking and slots."""
     resp = np.asarray(resp, dtype=np.float64)
     label = resp.argmax(axis=1)
-    counts = np.bincount(label, minlength=resp.shape[1])
-    order = np.argsort(-counts, kind="stable")
-    K = int(np.count_nonzero(counts))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(resp > 0, resp * np.log(resp), 0.0).sum(axis=1)
+    return _by_size(label, resp.shape[1], resp[np.arange(len(resp)), label], entropy, resp, like.transform,
+                    like.chunked, like.slots)
+
+
+def _by_size(label: np.ndarray, classes: int, probability: np.ndarray, entropy: np.ndarray,
+             probabilities: np.ndarray | None, transform: AffineMap | None, chunked: bool, slots: int
+             ) -> PointClusters:
+    """The clusters of the points' classes ``label`` (N,) of ``classes``, numbered 0.. from the largest down
+    (ties: lower class first); ``probabilities`` (N, classes), when given, kept for the clusters found and
+    renormalized over them."""
+    counts = np.bincount(label, minlength=classes)
+    order = np.argsort(-counts, kind="stable")  # class of the k-th largest cluster
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
     cluster = rank[label].astype(np.int64)
-    probability = resp[np.arange(len(resp)), label]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        entropy = -np.where(resp > 0, resp * np.log(resp), 0.0).sum(axis=1)
+    K = int(np.count_nonzero(counts))
     sizes = counts[order[:K]].astype(np.int64)
-    confidence = np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes
-    kept = resp[:, order[:K]]
-    return PointClusters(cluster, probability, entropy, sizes, confidence, like.transform, like.chunked,
-                         kept / kept.sum(axis=1, keepdims=True), like.slots)
+    kept = None if probabilities is None else probabilities[:, order[:K]]
+    return PointClusters(cluster, probability, entropy, sizes,
+                         np.bincount(cluster, weights=probability, minlength=K)[:K] / sizes, transform, chunked,
+                         None if kept is None else kept / kept.sum(axis=1, keepdims=True), slots)
