@@ -35,11 +35,10 @@ def plot_clusters(values: np.ndarray, names: tuple[str, ...], cluster: np.ndarra
     sizes = np.bincount(cluster)
     for k, count in enumerate(sizes[:10]):
         ax.scatter([], [], color=palette[k], s=20, label=f"{k}: {count:,}")
-    more = f"({len(sizes) - 10} more)" if len(sizes) > 10 else None
     ax.legend(title="cluster: points", fontsize="small", title_fontsize="small", loc="upper left",
               bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)  # beside the axes, never on the points
-    if more is not None:
-        ax.text(1.02, 0.0, more, transform=ax.transAxes, fontsize="small", va="bottom")
+    if len(sizes) > 10:
+        ax.text(1.02, 0.0, f"({len(sizes) - 10} more)", transform=ax.transAxes, fontsize="small", va="bottom")
     drawn = "" if len(idx) == n else f", {len(idx):,} drawn"
     extra = f", first 2 of {values.shape[1]} coordinates" if values.shape[1] > 2 else ""
     ax.set_title(f"{literal(title)}\n{n:,} points{drawn}, {len(sizes)} clusters{extra}; alpha = probability",

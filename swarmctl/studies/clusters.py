@@ -194,9 +194,8 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
         else:
             fitted = fit_k(values, found.probabilities, clusters, rows=rows, progress=em_progress)
         found = summarize_probabilities(fitted.resp, found)
-    elif rows is not None:  # the model's answer, back in the order of the rows
-        back = np.empty_like(rows)
-        back[rows] = np.arange(n)
+    elif rows is not None:  # the model's answer, back in the order of the rows (a permutation of them all)
+        back = np.argsort(rows)
         found = replace(found, cluster=found.cluster[back], probability=found.probability[back],
                         entropy=found.entropy[back])
     return found, model_k, fitted

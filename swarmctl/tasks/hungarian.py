@@ -43,11 +43,8 @@ def optimal_assignments(M: Tensor) -> Tensor:
     if M.device.type != "cpu" and M.shape[-1] <= MAX_DEVICE_CLASSES:
         return device_assignments(M)
     mats = M.detach().to("cpu", torch.float64).numpy()
-    perms = np.empty(mats.shape[:2], dtype=np.int64)
-    for b, mat in enumerate(mats):
-        _, cols = linear_sum_assignment(mat, maximize=True)
-        perms[b] = cols
-    return torch.from_numpy(perms).to(M.device)
+    perms = [linear_sum_assignment(mat, maximize=True)[1] for mat in mats]
+    return torch.from_numpy(np.array(perms, dtype=np.int64).reshape(mats.shape[:2])).to(M.device)
 
 
 MAX_DEVICE_CLASSES = 12  # the subset table has 2^C rows: 1,024 for the 10 classes of the clustering task

@@ -578,16 +578,13 @@ def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
     major = np.append(values[:, -1], np.zeros(k - c))
     axes = np.vstack([vectors[:, :, -1], np.zeros((k - c, x.shape[1]))])
     while c < k:
-        split = None
         for j in np.argsort(-weights[:c] * major[:c], kind="stable"):
             side = (x - means[j]) @ axes[j] > 0
             a, b = out[:, j] * side, out[:, j] * ~side
             if a.sum() > 0 and b.sum() > 0:
-                split = (j, a, b)
                 break
-        if split is None:
+        else:  # no component has points on both sides
             break
-        j, a, b = split
         out[:, j], out[:, c] = a, b
         two = m_step(x, np.column_stack([a, b]), REG)
         values, vectors = np.linalg.eigh(two.covs)
