@@ -195,14 +195,13 @@ class TrainConfig:
     lr_decay: float = 0.1
 
     def __post_init__(self) -> None:
-        _check_positive(self, "steps_per_epoch", "val_batches")
+        _check_positive(self, "batch_size", "max_epochs", "steps_per_epoch", "val_batches")
         if self.lr_decay_epoch is not None and self.lr_decay_epoch < 0:
             raise ConfigError(f"`lr_decay_epoch` must be >= 0, got {self.lr_decay_epoch}")
         if not 0 < self.lr_decay <= 1:
             raise ConfigError(f"`lr_decay` must be in (0, 1], got {self.lr_decay}")
         if not 0 < self.lr <= MAX_LR:
             raise ConfigError(f"`lr` must be in (0, {MAX_LR:g}], got {self.lr}")
-        _check_positive(self, "batch_size", "max_epochs")
         if not (math.isfinite(self.minutes) and self.minutes > 0):
             raise ConfigError(f"`minutes` must be a finite number > 0, got {self.minutes}")
         check_device(self.device)

@@ -94,6 +94,7 @@ def host_sync_interval(device: torch.device) -> int:
     Hungarian matching is solved there, MoG tasks are drawn there)."""
     return 1 if device.type == "cpu" else 2**62  # never inside an epoch
 
+
 # Under torchrun the ranks agree on stopping (a signal, the time budget) in a collective call that the
 # host waits for; once every this many steps (at the same steps on every rank) instead of every step, so a
 # rank overruns its budget or answers a signal by at most this many steps.

@@ -155,11 +155,10 @@ def resolve_step(cfg: TrainConfig, device: Any, task: str, proven: Collection[st
 
         card = torch.cuda.get_device_name(device)
         timings = step_timings().get(card)
-        measured = timings.measured(task, proven) if timings is not None else {}
         if timings is None:
             choice = Choice(MODES[UNMEASURED], f"auto: no measurement for this card ({card}): {UNMEASURED}, as on "
                                                "every card not measured; choose another with `step`")
-        elif not measured:
+        elif not (measured := timings.measured(task, proven)):
             choice = Choice(MODES[UNMEASURED], f"auto: no mode of {task} measured on {card}")
         else:
             choice = choose_step_mode("auto", "cuda", measured, budget)

@@ -42,13 +42,9 @@ def graphs_available(device: torch.device) -> bool:
 
 
 def place_optimizer_state(opt: torch.optim.Optimizer, capturable: bool) -> None:
-    """Set every group's ``capturable`` flag and move each state's step count where that mode wants it.
-
-    A checkpoint keeps the flag of the run that saved it, and a checkpoint loaded with ``map_location`` on a
-    device puts the step counts there too. Capturable Adam needs its step counts on the parameters' device
-    (no host read inside a graph); plain Adam reads them on the host every step, so a step count left on a
-    GPU costs a device-to-host sync per parameter per step. Float32 steps, as Adam keeps them.
-    """
+    """Set every group's ``capturable`` flag (a checkpoint keeps the saving run's) and move each state's step
+    count (float32, as Adam keeps it) where that mode wants it: the parameters' device for graphs, else the
+    host, where plain Adam reads it every step (why: docs/design.md, "One step, optionally one graph")."""
     for group in opt.param_groups:
         group["capturable"] = capturable
         for p in group["params"]:
