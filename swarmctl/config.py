@@ -202,8 +202,10 @@ class TrainConfig:
             raise ConfigError(f"`lr_decay` must be in (0, 1], got {self.lr_decay}")
         if not 0 < self.lr <= MAX_LR:
             raise ConfigError(f"`lr` must be in (0, {MAX_LR:g}], got {self.lr}")
-        if not (math.isfinite(self.minutes) and self.minutes > 0):
-            raise ConfigError(f"`minutes` must be a finite number > 0, got {self.minutes}")
+        if not math.isfinite(self.minutes):
+            raise ConfigError(f"`minutes` must be a finite number, got {self.minutes}")
+        if not self.minutes > 0:
+            raise ConfigError(f"`minutes` must be > 0, got {self.minutes}")
         check_device(self.device)
         check_step(self.step)
         check_seed(self.seed)
