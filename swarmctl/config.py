@@ -78,7 +78,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float)
                                             "None": (type(None),)}
 
 
-def _has_type(value: Any, annotation: str) -> bool:
+def has_type(value: Any, annotation: str) -> bool:
     """``value`` is of one of the JSON types the annotation names (``int | None``, ...); bool is no int."""
     allowed = tuple(t for part in annotation.split("|") for t in _JSON_TYPES.get(part.strip(), (object,)))
     if isinstance(value, bool) and bool not in allowed:
@@ -100,18 +100,6 @@ def check_device(name: str) -> None:
 def check_seed(seed: int, name: str = "seed") -> None:
     if not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise ConfigError(f"`{name}` must be in {SEED_RANGE[0]}..{SEED_RANGE[1]} (2^32 - 1), got {seed}")
-
-
-def check_finite(name: str, value: float | None) -> None:
-    if value is not None and not math.isfinite(value):
-        raise ConfigError(f"`{name}` must be a finite number, got {value}")
-
-
-def check_positive(name: str, value: float) -> None:
-    """A finite number > 0."""
-    check_finite(name, value)
-    if not value > 0:
-        raise ConfigError(f"`{name}` must be > 0, got {value}")
 
 
 def check_memory(needed: float, limit: float, what: str, fix: str) -> None:
@@ -196,30 +184,28 @@ class TrainConfig:
     # a sweep spec gives a list of them, `seeds`
     seed: int = train_option(0, "Seed (0 to 2^32 - 1) for initialisation, batch order and drawn tasks")
     device: str = train_option("auto", "auto, cpu, cuda or cuda:N", sweep=True, resume=True)
-    # the step mode (training/modes.py): auto picks on CUDA from the card's measurements
     step: str = train_option("auto", "Step mode: auto (on CUDA the mode measured fastest on this card for the "
                                      "model's task in the budget, eager on a card not measured; eager off CUDA), "
                                      "or " + ", ".join(STEP_MODES[1:]), sweep=True)
     beta: float = train_option(0.2, "Backtracking: fraction of epochs without improvement")
     alpha: float = train_option(0.9, "Backtracking: learning-rate factor")
-    # None: one pass over the training batches
-    steps_per_epoch: int | None = train_option(None, "Steps per epoch")
-    # tasks drawn fresh: validation batches per epoch
+    steps_per_epoch: int | None = train_option(None, "Steps per epoch")  # None: one pass over the training batches
     val_batches: int | None = train_option(None, "Validation batches per epoch (tasks drawn fresh)")
-    # multiply the lr by lr_decay once, at the start of this epoch
     lr_decay_epoch: int | None = train_option(None, "Multiply the lr by {lr_decay} once, from this epoch on")
     lr_decay: float = 0.1
 
     def __post_init__(self) -> None:
-        _check_positive(self, "steps_per_epoch", "val_batches")
+        _check_positive(self, "batch_size", "max_epochs", "steps_per_epoch", "val_batches")
         if self.lr_decay_epoch is not None and self.lr_decay_epoch < 0:
             raise ConfigError(f"`lr_decay_epoch` must be >= 0, got {self.lr_decay_epoch}")
         if not 0 < self.lr_decay <= 1:
             raise ConfigError(f"`lr_decay` must be in (0, 1], got {self.lr_decay}")
         if not 0 < self.lr <= MAX_LR:
             raise ConfigError(f"`lr` must be in (0, {MAX_LR:g}], got {self.lr}")
-        _check_positive(self, "batch_size", "max_epochs")
-        check_positive("minutes", self.minutes)
+        if not math.isfinite(self.minutes):
+            raise ConfigError(f"`minutes` must be a finite number, got {self.minutes}")
+        if not self.minutes > 0:
+            raise ConfigError(f"`minutes` must be > 0, got {self.minutes}")
         check_device(self.device)
         check_step(self.step)
         check_seed(self.seed)
@@ -239,18 +225,10 @@ class TrainOption:
     sweep: bool
     resume: bool
 
-    @property
-    def switch(self) -> bool:
-        return self.type == "bool"
 
-
-def train_options(cls: type = TrainConfig) -> tuple[TrainOption, ...]:
-    """The table of ``cls``'s user-set fields, in field order (:data:`TRAIN_OPTIONS` for :class:`TrainConfig`)."""
-    return tuple(TrainOption(f.name, str(f.type), f.metadata["help"], f.metadata["sweep"], f.metadata["resume"])
-                 for f in fields(cls) if "help" in f.metadata)
-
-
-TRAIN_OPTIONS = train_options()  # `train`'s options, a sweep spec's training keys, what a resume may change
+# `train`'s options, a sweep spec's training keys, what a resume may change: the user-set fields, in field order
+TRAIN_OPTIONS = tuple(TrainOption(f.name, str(f.type), f.metadata["help"], f.metadata["sweep"], f.metadata["resume"])
+                      for f in fields(TrainConfig) if "help" in f.metadata)
 RESUMABLE = tuple(o.field for o in TRAIN_OPTIONS if o.resume)  # the train options a resume may change
 SWEEP_KEYS = tuple(o.field for o in TRAIN_OPTIONS if o.sweep)  # the TrainConfig fields a sweep spec may set
 
@@ -259,7 +237,7 @@ def check_types(cls: type, values: dict[str, Any], prefix: str = "") -> None:
     """Each of ``values`` (JSON or TOML values by field name) has the type of ``cls``'s field; bool is no int."""
     types = {f.name: str(f.type) for f in fields(cls)}
     for name, value in values.items():
-        if not _has_type(value, types[name]):
+        if not has_type(value, types[name]):
             raise ConfigError(f"{prefix}{name} must be {types[name]}, got {value!r}")
 
 

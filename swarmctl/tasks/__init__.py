@@ -33,11 +33,6 @@ def data_task(kind: str) -> Task:
         raise ConfigError(f"`kind` must be {either(kinds)}, got {kind!r}") from None
 
 
-def data_kinds() -> list[str]:
-    """The `swarmctl gen-data --kind` values, in registry order."""
-    return [t.data_kind for t in TASKS.values() if t.data_kind is not None]
-
-
 def tasks_for(study: str) -> list[Task]:
     """The tasks whose runs ``study`` (a command: eval, plot-entropy, sample, ...) can work on."""
     return [t for t in TASKS.values() if study in t.studies]
@@ -63,5 +58,5 @@ def task_of(model_name: str) -> Task:
     return get_task(get_spec(model_name).task)
 
 
-__all__ = ["TASKS", "DataProgress", "Task", "data_kinds", "data_task", "get_task", "require_study",
+__all__ = ["TASKS", "DataProgress", "Task", "data_task", "get_task", "require_study",
            "task_of", "tasks_for"]

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from swarmctl import __version__
-from swarmctl.config import DataConfig, ModelConfig, TrainConfig, current_sections, from_dict
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig, current_sections, from_dict, has_type
 from swarmctl.errors import CheckpointError
 from swarmctl.files import append_line, atomic_write, atomic_write_text, check_regular_file, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
@@ -59,19 +59,19 @@ class TrainState:
             raise ValueError("is not a mapping")
         for key, low in _STATE_INTS.items():
             value = data.get(key, 0 if key in _STATE_OPTIONAL else None)
-            if not _is_int(value) or value < low:
+            if not has_type(value, "int") or value < low:
                 raise ValueError(f"whose {key} is {value!r}, not an integer >= {low}")
         for key in _STATE_FLOATS:
             value = data.get(key, 0.0 if key in _STATE_OPTIONAL else None)
             # best_val is a validation loss: a negative log-likelihood can be below 0, +inf before the first one
-            if not _is_number(value) or math.isnan(value) or (value == -math.inf if key == "best_val" else value < 0) \
-                    or (key != "best_val" and math.isinf(value)) or (key == "lr" and value == 0):
+            if not has_type(value, "float") or math.isnan(value) or value == -math.inf \
+                    or (key != "best_val" and (math.isinf(value) or value < 0)) or (key == "lr" and value == 0):
                 raise ValueError(f"whose {key} is {value!r}")
         loss_sum = data.get("epoch_loss_sum", 0.0)
-        if not _is_number(loss_sum) or not math.isfinite(loss_sum):
+        if not has_type(loss_sum, "float") or not math.isfinite(loss_sum):
             raise ValueError(f"whose epoch_loss_sum is {loss_sum!r}")
         history = data.get("history")
-        if not isinstance(history, list) or not all(_is_number(v) for v in history):
+        if not isinstance(history, list) or not all(has_type(v, "float") for v in history):
             raise ValueError("whose history is not a list of numbers")
         for key, kind in (("finished", bool), ("lr_decayed", bool), ("stop_reason", str)):
             if key in data and not isinstance(data[key], kind):
@@ -83,14 +83,6 @@ class TrainState:
 _STATE_INTS = {"epoch": 0, "cursor": 0, "best_epoch": -1, "backtracks": 0, "epoch_loss_count": 0}  # and minimum
 _STATE_FLOATS = ("lr", "best_val", "net_seconds", "eval_seconds")
 _STATE_OPTIONAL = ("backtracks", "epoch_loss_count", "eval_seconds")  # may be absent: they default
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -194,8 +186,18 @@ def _read(path: Path, map_location: str | torch.device) -> tuple[dict[str, Any],
         state = TrainState.from_dict(raw["state"])
     except ValueError as exc:
         raise _damaged(path, f"has a training state {exc}") from None
-    _validate_weights(raw["model"], path)
-    _validate_optimizer(raw["optimizer"], path)
+    weights, opt = raw["model"], raw["optimizer"]
+    if not isinstance(weights, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                                for k, v in weights.items()):
+        raise _damaged(path, "has malformed model weights")
+    for key, t in weights.items():
+        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
+            raise _damaged(path, f"holds NaN or infinite values in weight {key!r}")
+    if opt is not None and not (isinstance(opt, dict) and isinstance(opt.get("state"), dict)
+                                and isinstance(opt.get("param_groups"), list)
+                                and all(isinstance(g, dict) and isinstance(g.get("params"), list)
+                                        for g in opt["param_groups"])):
+        raise _damaged(path, "has a malformed optimizer state")
     return raw, state
 
 
@@ -224,43 +226,19 @@ def _damaged(path: Path, problem: str) -> CheckpointError:
 
 
 def _validate_config(config: Any, path: Path) -> ModelConfig:
-    """The config dicts must rebuild valid ModelConfig, TrainConfig and DataConfig objects."""
-    if not isinstance(config, dict) or not config:
-        raise _damaged(path, "has an empty or malformed config")
+    """The config dicts must rebuild valid ModelConfig, TrainConfig and DataConfig objects (their types checked
+    by ``from_dict``) of a registered model; ``_read`` has checked that it is a dict."""
     for section in ("model", "train", "data"):
         if not isinstance(config.get(section), dict):
             raise _damaged(path, f"has no {section!r} section in its config")
-    data = config["data"]
-    for key in ("path", "dataset", "checksum"):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise _damaged(path, f"has a non-text data {key} {data[key]!r} in its config")
     try:
         model_cfg = from_dict(ModelConfig, config["model"])
-        if not isinstance(model_cfg.name, str):
-            raise TypeError("model name is not text")
         get_spec(model_cfg.name)
         from_dict(TrainConfig, config["train"])
-        from_dict(DataConfig, data)
+        from_dict(DataConfig, config["data"])
     except Exception as exc:  # ConfigError, or TypeError for a value of the wrong type
         raise _damaged(path, f"has an invalid config ({_one_line(exc)})") from None
     return model_cfg
-
-
-def _validate_weights(weights: Any, path: Path) -> None:
-    if not isinstance(weights, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                                for k, v in weights.items()):
-        raise _damaged(path, "has malformed model weights")
-    for key, t in weights.items():
-        if (t.is_floating_point() or t.is_complex()) and not bool(torch.isfinite(t).all()):
-            raise _damaged(path, f"holds NaN or infinite values in weight {key!r}")
-
-
-def _validate_optimizer(opt: Any, path: Path) -> None:
-    if opt is None:
-        return
-    if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)
-            and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in opt["param_groups"])):
-        raise _damaged(path, "has a malformed optimizer state")
 
 
 def _validate_fit(weights: dict[str, torch.Tensor], model_cfg: ModelConfig, path: Path) -> None:
@@ -294,10 +272,6 @@ class RunWriter:
     config: dict[str, Any]
     task: str
 
-    @property
-    def files(self) -> RunDir:
-        return RunDir(self.dir)
-
     def save(self, name: str, model_state: dict, optimizer_state: dict | None, state: TrainState) -> None:
         """Write checkpoint ``name`` (:data:`swarmctl.rundir.LAST` or ``BEST``) atomically."""
         save_checkpoint(self.dir / name, Checkpoint(self.task, self.config, state, model_state, optimizer_state))
@@ -308,13 +282,13 @@ class RunWriter:
         return load_checkpoint(path, map_location) if path.is_file() else None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        append_line(self.files.metrics, json.dumps(record))
+        append_line(RunDir(self.dir).metrics, json.dumps(record))
 
     def keep_metrics_before(self, epoch: int) -> None:
         """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and its last
         checkpoint logged an epoch it will now redo. A line cut short by a kill during the append goes too
         (with a warning)."""
-        path = self.files.metrics
+        path = RunDir(self.dir).metrics
         if path.is_file():
             records = [r for r in read_metrics(path) if isinstance(r["epoch"], int) and r["epoch"] < epoch]
             atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))

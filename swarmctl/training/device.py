@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,37 +29,33 @@ def tf32_trains(device: torch.device) -> bool:
 
 
 @contextmanager
-def tf32_scope(device: torch.device) -> Iterator[None]:
-    """On CUDA, float32 matrix products use TF32 tensor cores (10-bit mantissa, float32 range and storage)
-    inside this block unless the environment sets SWARMCTL_NO_TF32=1; the settings from before are restored
-    on leaving, so a training run in a longer process (a notebook, a test session) leaves them as it found
-    them. Nothing changes on other devices."""
-    if device.type != "cuda":
-        yield
-        return
+def _tf32(enabled: bool) -> Iterator[None]:
+    """TF32 on or off inside this block; the settings from before are restored on leaving, so a run in a longer
+    process (a notebook, a test session) leaves them as it found them."""
     before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    use_tf32(tf32_trains(device))
+    use_tf32(enabled)
     try:
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+def tf32_scope(device: torch.device) -> AbstractContextManager:
+    """On CUDA, float32 matrix products use TF32 tensor cores (10-bit mantissa, float32 range and storage)
+    inside this block unless the environment sets SWARMCTL_NO_TF32=1. Nothing changes on other devices."""
+    return _tf32(tf32_trains(device)) if device.type == "cuda" else nullcontext()
 
 
 @contextmanager
 def full_precision() -> Iterator[None]:
     """Strict float32 inside this block, whatever the process or the run's step mode set: TF32 off for CUDA
-    matrix products and convolutions, and autocast off on CUDA and the CPU. The settings from before are
-    restored on leaving. Reported numbers (`swarmctl eval`) are scored inside it.
+    matrix products and convolutions, and autocast off on CUDA and the CPU. Reported numbers (`swarmctl eval`)
+    are scored inside it.
 
     TF32 is switched through the same two flags as :func:`tf32_scope` (``allow_tf32``), not through
     ``torch.set_float32_matmul_precision``: PyTorch refuses to read a precision set through both."""
-    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    use_tf32(False)
-    try:
-        with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
-            yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+    with _tf32(False), torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+        yield
 
 
 def seed_everything(seed: int) -> None:

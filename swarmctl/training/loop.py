@@ -92,10 +92,8 @@ def host_sync_interval(device: torch.device) -> int:
     accelerator each read stalls the host until the queued work is done, so the loss is summed on the
     device and read once, at the end of the epoch (nothing else in a step reads the device: the
     Hungarian matching is solved there, MoG tasks are drawn there)."""
-    return 1 if device.type == "cpu" else EPOCH_END
+    return 1 if device.type == "cpu" else 2**62  # never inside an epoch
 
-
-EPOCH_END = 2**62  # "never inside an epoch"
 
 # Under torchrun the ranks agree on stopping (a signal, the time budget) in a collective call that the
 # host waits for; once every this many steps (at the same steps on every rank) instead of every step, so a
@@ -193,14 +191,6 @@ def any_rank(flags: tuple[bool, ...], ctx: DistContext, device: torch.device) ->
     return tuple(bool(v > 0) for v in t.tolist())
 
 
-def _broadcast(value: float, ctx: DistContext, device: torch.device) -> float:
-    if not ctx.enabled:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.broadcast(t, src=0)
-    return float(t.item())
-
-
 def fit(
     model: nn.Module,
     data: TrainingData,
@@ -243,15 +233,20 @@ def fit(
     if progress:
         progress.begin(TrainingStart(str(device), budget, cfg.max_epochs, state.epoch, state.cursor,
                                      state.net_seconds, _finite_or_none(state.best_val), resume, cfg.lr_decay_epoch))
+    # a triton mode runs the steps and the validation through the Triton cell where it runs (triton_runs_on)
+    triton = triton_cell() if mode.triton and triton_runs_on(device.type) else contextlib.nullcontext()
     with contextlib.nullcontext(signals) if signals is not None else StopSignals() as signals, tf32_scope(device), \
-            triton_scope(mode.triton, device):
+            triton:
         if state.epoch >= cfg.max_epochs and not state.finished:  # resumed with --max-epochs already done
             state.finished, state.stop_reason = True, "max epochs"
         while state.epoch < cfg.max_epochs:
             if state.cursor == 0 and any_rank((state.net_seconds >= budget,), ctx, device)[0]:
                 state.finished, state.stop_reason = True, "time budget"  # nothing left for a new epoch
                 break
-            _decay_lr_once(state, opt, cfg)
+            if cfg.lr_decay_epoch is not None and state.epoch >= cfg.lr_decay_epoch and not state.lr_decayed:
+                state.lr *= cfg.lr_decay
+                state.lr_decayed = True
+                _set_lr(opt, state.lr)
             batches = data.train_batches(state.epoch)
             order = _epoch_order(len(batches), state.epoch, cfg, ctx)
             epoch_batches = len(order)
@@ -272,17 +267,37 @@ def fit(
                 state.eval_seconds += clock() - t_eval
                 save_last()  # the steps are done: a resume starts with this validation
                 return _result(writer.dir, state, ctx, epoch_batches, budget)
-            v = _broadcast(v, ctx, device)
+            if ctx.enabled:  # rank 0's loss decides for every rank
+                t = torch.tensor([v], dtype=torch.float64, device=device)
+                dist.broadcast(t, src=0)
+                v = float(t.item())
             lr_used = state.lr
             backtracked = should_backtrack(state.history, v, state.epoch, cfg.beta) and not time_up
             if backtracked:
                 _backtrack(model, opt, best, state, cfg, v)
-            improved = _log_validation(state, state.best_val if backtracked else v)
+            logged = state.best_val if backtracked else v
+            state.history.append(logged)
+            improved = math.isfinite(logged) and logged < state.best_val
             if improved:
+                state.best_val, state.best_epoch = logged, state.epoch
                 best = _snapshot(model, opt)
-            record = _epoch_record(state, v, lr_used, backtracked, state.eval_seconds + (clock() - t_eval))
-            record.update(data.val_metrics(v))
-            _close_epoch(state, time_up, cfg)
+            record = {  # one line of metrics.jsonl
+                "epoch": state.epoch,
+                "train_loss": state.epoch_loss_sum / max(state.epoch_loss_count, 1),
+                "val_loss": _finite_or_none(v),
+                "best_val": _finite_or_none(state.best_val),
+                "lr": lr_used,
+                "net_seconds": state.net_seconds,
+                "batches": state.cursor,
+                "backtracked": backtracked,
+                "backtracks": state.backtracks,
+                "eval_seconds": state.eval_seconds + (clock() - t_eval),
+                **data.val_metrics(v),
+            }
+            state.epoch, state.cursor = state.epoch + 1, 0
+            state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
+            if time_up or state.epoch >= cfg.max_epochs:
+                state.finished, state.stop_reason = True, "time budget" if time_up else "max epochs"
             if ctx.is_main:
                 writer.append_metrics(record)
                 if improved:
@@ -323,15 +338,6 @@ def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfi
     return state, best
 
 
-def triton_scope(on: bool, device: torch.device) -> contextlib.AbstractContextManager:
-    """The run's SWARM layers iterate through the Triton cell (a ``triton`` step mode), its steps and its
-    validation alike: on CUDA, and on the CPU under Triton's interpreter (``TRITON_INTERPRET=1``, the tests);
-    elsewhere the layers take their own path."""
-    if on and triton_runs_on(device.type):
-        return triton_cell()
-    return contextlib.nullcontext()
-
-
 def _training_model(model: nn.Module, compiled: bool, ctx: DistContext, device: torch.device) -> nn.Module:
     """The module the steps run through: compiled (``compiled``) and/or wrapped in DDP; ``model`` keeps the
     weights."""
@@ -352,13 +358,6 @@ def _training_model(model: nn.Module, compiled: bool, ctx: DistContext, device: 
 def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
     for group in opt.param_groups:
         group["lr"] = lr
-
-
-def _decay_lr_once(state: TrainState, opt: torch.optim.Optimizer, cfg: TrainConfig) -> None:
-    if cfg.lr_decay_epoch is not None and state.epoch >= cfg.lr_decay_epoch and not state.lr_decayed:
-        state.lr *= cfg.lr_decay
-        state.lr_decayed = True
-        _set_lr(opt, state.lr)
 
 
 def _epoch_order(n_batches: int, epoch: int, cfg: TrainConfig, ctx: DistContext) -> list[int]:
@@ -382,8 +381,17 @@ def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batc
     :func:`host_sync_interval` steps (each step on the CPU), at the latest before returning.
     """
     train_model.train()
-    time_up = False
-    losses = _UnreadLosses(state, device)
+    time_up, interval, read_at = False, host_sync_interval(device), state.cursor
+    unread = torch.zeros((), dtype=torch.float64, device=device)  # the losses of the steps since read_at
+
+    def read() -> None:  # fold them into the state (on an accelerator the host waits for the queued steps)
+        nonlocal read_at
+        if state.cursor > read_at:
+            state.epoch_loss_sum += unread.item()
+            state.epoch_loss_count += state.cursor - read_at
+            unread.zero_()
+            read_at = state.cursor
+
     while state.cursor < len(order):
         if ctx.enabled and state.cursor % DIST_CHECK_STEPS:  # ranks agree on stopping every few steps only
             stop_signal = time_up = False
@@ -391,44 +399,24 @@ def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batc
             stop_signal, time_up = any_rank((signals.received is not None, state.net_seconds >= budget), ctx,
                                             device)
         if stop_signal:
-            losses.read()
+            read()
             return signals.received or "signal on another rank", time_up
         if time_up:
             break
         t0 = clock()  # drawing the batch and copying it count: on a GPU the copy waits for the queued steps
-        loss = step(batches[order[state.cursor]].to(device))  # forward, loss, backward, Adam (maybe one graph)
-        losses.add(loss)
+        unread += step(batches[order[state.cursor]].to(device)).detach()  # forward, loss, backward, Adam
         state.cursor += 1
-        if losses.count >= losses.interval or state.cursor == len(order):
-            losses.read()  # synchronises, so the interval below includes the queued work
+        if state.cursor - read_at >= interval or state.cursor == len(order):
+            read()  # synchronises, so the interval below includes the queued work
         state.net_seconds += clock() - t0
         if progress:
-            progress.batch_end(state.epoch_loss_sum / state.epoch_loss_count if losses.count == 0 else None,
+            progress.batch_end(state.epoch_loss_sum / state.epoch_loss_count if read_at == state.cursor else None,
                                state.net_seconds)
-    if losses.count:  # steps still queued on an accelerator count as optimisation time
+    if state.cursor > read_at:  # steps still queued on an accelerator count as optimisation time
         t0 = clock()
-        losses.read()
+        read()
         state.net_seconds += clock() - t0
     return None, time_up
-
-
-class _UnreadLosses:
-    """Step losses summed on the device (float64) until :meth:`read` folds them into the state."""
-
-    def __init__(self, state: TrainState, device: torch.device) -> None:
-        self.state, self.interval, self.count = state, host_sync_interval(device), 0
-        self.total = torch.zeros((), dtype=torch.float64, device=device)
-
-    def add(self, loss: Tensor) -> None:
-        self.total += loss.detach()
-        self.count += 1
-
-    def read(self) -> None:
-        if self.count:
-            self.state.epoch_loss_sum += self.total.item()
-            self.state.epoch_loss_count += self.count
-            self.total.zero_()
-            self.count = 0
 
 
 def _backtrack(model: nn.Module, opt: torch.optim.Optimizer, best: tuple[dict, dict], state: TrainState,
@@ -442,41 +430,6 @@ def _backtrack(model: nn.Module, opt: torch.optim.Optimizer, best: tuple[dict, d
     _set_lr(opt, state.lr)
     state.backtracks += 1
     logger.info("epoch %d: val %.4f -> backtrack to epoch %d, lr %.3g", state.epoch, v, state.best_epoch, state.lr)
-
-
-def _log_validation(state: TrainState, logged: float) -> bool:
-    """Append the logged validation loss to the history; True when it is a new best."""
-    state.history.append(logged)
-    improved = math.isfinite(logged) and logged < state.best_val
-    if improved:
-        state.best_val, state.best_epoch = logged, state.epoch
-    return improved
-
-
-def _epoch_record(state: TrainState, v: float, lr_used: float, backtracked: bool,
-                  eval_seconds: float) -> dict[str, Any]:
-    """One line of metrics.jsonl."""
-    return {
-        "epoch": state.epoch,
-        "train_loss": state.epoch_loss_sum / max(state.epoch_loss_count, 1),
-        "val_loss": _finite_or_none(v),
-        "best_val": _finite_or_none(state.best_val),
-        "lr": lr_used,
-        "net_seconds": state.net_seconds,
-        "batches": state.cursor,
-        "backtracked": backtracked,
-        "backtracks": state.backtracks,
-        "eval_seconds": eval_seconds,
-    }
-
-
-def _close_epoch(state: TrainState, time_up: bool, cfg: TrainConfig) -> None:
-    state.epoch += 1
-    state.cursor = 0
-    state.epoch_loss_sum, state.epoch_loss_count = 0.0, 0
-    if time_up or state.epoch >= cfg.max_epochs:
-        state.finished = True
-        state.stop_reason = "time budget" if time_up else "max epochs"
 
 
 def _result(run_dir: Path, state: TrainState, ctx: DistContext, epoch_batches: int, budget: float) -> FitResult:

@@ -1,17 +1,8 @@
 """Which step mode a run trains in: eager, bf16 autocast (``amp``), the fused Triton cell (``triton``), CUDA
-graphs, torch.compile, or a combination (the Triton cell is not compiled); ``auto`` picks one.
-
-``auto`` is eager on the CPU (bf16 autocast and CUDA graphs do not speed the CPU step up: its fused
-kernels do). On CUDA it reads the step timings measured on the card it runs on (``step_timings.json``,
-package data: per card, with the torch version and the date, each task's seconds per step and start-up
-seconds of each mode) and takes, among the modes measured there that its task lists as proven
-(``Task.proven_modes``: a mode is listed only where the GPU tests pin it: a bf16 mode's loss of the same
-weights within :data:`AMP_RTOL` of float32's, graphed steps equal to eager ones), the one that does the
-most steps in the run's budget, its start-up (warm-up and capture, compilation) counted against the
-budget. A card with no measurement trains eagerly (:data:`UNMEASURED`): the ranking of the modes does not
-carry from one card to another (on the measured card clustering's graphed step is slower than its eager
-one, and compilation costs 20 to 45 s), while eager is proven for every task, starts at once, and runs on
-every card. Any other name forces that mode, on any device (off CUDA, graphs are ignored as ever).
+graphs, torch.compile, or a combination (the Triton cell is not compiled); ``auto`` picks one: eager off CUDA,
+on CUDA the proven mode measured fastest for the budget on the card it runs on (``step_timings.json``), eager
+on a card not measured (why: docs/design.md, "The step mode"). Any other name forces that mode, on any device
+(off CUDA, graphs are ignored as ever).
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from swarmctl.config import STEP_MODES, STEP_PARTS, TrainConfig, check_step, step_parts
+from swarmctl.config import STEP_MODES, STEP_PARTS, TrainConfig, check_step, has_type, step_parts
 from swarmctl.errors import ConfigError
 
 AMP_RTOL = 2e-3  # a bf16 mode is proven when the loss of the same weights is within this of float32's (0.2 %)
@@ -53,18 +44,12 @@ class StepMode:
         """The mode ``cfg`` trains in; ``auto``, never settled by :func:`resolve_step`, steps eagerly."""
         return MODES["eager" if cfg.step == "auto" else cfg.step]
 
-    def onto(self, cfg: TrainConfig) -> TrainConfig:
-        """``cfg`` training in this mode (the inverse of :meth:`of`)."""
-        return dataclasses.replace(cfg, step=self.name)
-
     @property
     def name(self) -> str:
         return "+".join(p for p in STEP_PARTS if getattr(self, p)) or "eager"
 
 
 MODES = {name: StepMode.named(name) for name in STEP_MODES[1:]}
-CHOICES = STEP_MODES
-assert all(m.name == name for name, m in MODES.items()), "a mode's name lists its parts in one order"
 
 
 @dataclass(frozen=True)
@@ -114,25 +99,13 @@ def parse_timings(raw: Any) -> dict[str, CardTimings]:
             tasks[task] = {}
             for mode, m in modes.items():
                 step, start = m.get("step_seconds"), m.get("start_seconds", 0.0)
-                if mode not in MODES or not _number(step) or step <= 0 or not _number(start) or start < 0:
+                if mode not in MODES or not all(has_type(v, "float") and math.isfinite(v) for v in (step, start)) \
+                        or step <= 0 or start < 0:
                     raise ValueError(f"{where}: {task} {mode}: a known mode with step_seconds > 0 and "
                                      f"start_seconds >= 0, got {m!r}")
                 tasks[task][mode] = Measured(float(step), float(start))
         cards[name] = CardTimings(name, entry["torch"], entry["date"], tasks)
     return cards
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def card_name(device: Any) -> str | None:
-    """The card a torch ``device`` is (``torch.cuda.get_device_name``); None off CUDA."""
-    if device.type != "cuda":
-        return None
-    import torch
-
-    return torch.cuda.get_device_name(device)
 
 
 @dataclass(frozen=True)
@@ -170,30 +143,28 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
     return Choice(MODES[best], f"auto: the most steps in {budget_seconds / 60:g} net min on cuda{versus}")
 
 
-def choose_on_card(requested: str, card: str | None, device_type: str, task: str, proven: Collection[str],
-                   budget_seconds: float) -> Choice:
-    """The mode for ``requested`` on ``card`` (None off CUDA): ``auto`` on CUDA by the card's step timings
-    (:func:`step_timings`), or :data:`UNMEASURED` where the card has none."""
-    if requested != "auto" or device_type != "cuda" or card is None:
-        return choose_step_mode(requested, device_type, {}, budget_seconds)
-    timings = step_timings().get(card)
-    if timings is None:
-        return Choice(MODES[UNMEASURED], f"auto: no measurement for this card ({card}): {UNMEASURED}, as on "
-                                         "every card not measured; choose another with `step`")
-    measured = timings.measured(task, proven)
-    if not measured:
-        return Choice(MODES[UNMEASURED], f"auto: no mode of {task} measured on {card}")
-    choice = choose_step_mode("auto", device_type, measured, budget_seconds)
-    return Choice(choice.mode, f"{choice.reason}, measured on {card} (torch {timings.torch}, {timings.date})")
-
-
 def resolve_step(cfg: TrainConfig, device: Any, task: str, proven: Collection[str]) -> tuple[TrainConfig, Choice]:
     """``cfg`` with its step mode settled for a new run of ``task`` (which lists ``proven`` modes) on the torch
-    ``device``: ``step`` the mode's name, and why."""
-    card = card_name(device) if cfg.step == "auto" else None  # a named mode is as asked, on any card
-    choice = choose_on_card(cfg.step, card, device.type, task, proven, cfg.minutes * 60)
+    ``device``: ``step`` the mode's name, and why. ``auto`` on CUDA reads the card's step timings
+    (:func:`step_timings`), or trains in :data:`UNMEASURED` where the card has none."""
+    budget = cfg.minutes * 60
+    if cfg.step != "auto" or device.type != "cuda":  # a named mode is as asked, on any card
+        choice = choose_step_mode(cfg.step, device.type, {}, budget)
+    else:
+        import torch
+
+        card = torch.cuda.get_device_name(device)
+        timings = step_timings().get(card)
+        if timings is None:
+            choice = Choice(MODES[UNMEASURED], f"auto: no measurement for this card ({card}): {UNMEASURED}, as on "
+                                               "every card not measured; choose another with `step`")
+        elif not (measured := timings.measured(task, proven)):
+            choice = Choice(MODES[UNMEASURED], f"auto: no mode of {task} measured on {card}")
+        else:
+            choice = choose_step_mode("auto", "cuda", measured, budget)
+            choice = Choice(choice.mode, f"{choice.reason}, measured on {card} (torch {timings.torch}, {timings.date})")
     check_parts(choice.mode, device.type)
-    return choice.mode.onto(cfg), _on(device.type, choice)
+    return dataclasses.replace(cfg, step=choice.mode.name), _on(device.type, choice)
 
 
 def resumed_step(cfg: TrainConfig, device_type: str) -> Choice:

@@ -1,29 +1,13 @@
 """One optimisation step (forward, loss, backward, Adam), run eagerly or, on CUDA, replayed from a CUDA
-graph captured once per batch shape.
+graph captured once per batch shape (a small model's step is hundreds of small kernels: launching them costs
+more than running them; a graph replays the whole step with one launch).
 
-A step of a small model (swarm-mog: 10 tasks of ~300 points, 20 iterations) is hundreds of small kernels;
-launching them costs more than running them. A CUDA graph records the whole step once and replays it with
-one launch. What a graph needs, and how this module gives it:
-
-- fixed shapes: one graph per batch shape (the MoG sampler pads N to a few buckets, and so does the
-  clustering task when graphs are asked for), at most ``max_graphs`` of them; other shapes run eagerly;
-- fixed memory: the batch is copied into the graph's own input tensors; gradients are zeroed in place
-  (never set to None), so every graph and every eager step use the same gradient tensors; the graphs
-  share one memory pool (a step's activations are dead once it ends; only each graph's loss stays);
-- no host sync inside the step: Adam runs with ``capturable=True`` (its step count on the device) and the
-  Hungarian matching is solved on the device (tasks/hungarian.py);
-- values baked in at capture: the learning rate. A new learning rate (decay, backtracking) or a reloaded
-  optimizer state (backtracking, resume) drops the graphs; they are captured again after a warm-up.
-
-Every call is exactly one optimisation step on its batch, whichever path it takes: an eager step, the
-capture of a new graph (recorded, then replayed once: the capture itself computes nothing), or a replay.
-Graphs are used on CUDA only and only when asked for (a ``graphs`` step mode); elsewhere the step is
-the plain eager step, unchanged. Each new shape first runs ``WARMUP_STEPS`` eager steps on a side stream
-(as PyTorch requires before a capture); they are real steps of the run.
-
-The graph machinery sits behind a small backend (:class:`CudaGraphs`); :class:`HostGraphs` stands in for it
-on any device (its capture runs the step once, its replay runs it again), so the bookkeeping above is
-testable without a card.
+What a graph needs and how it gets it (fixed shapes and memory, no host sync, the learning rate baked in) is
+in docs/design.md, "One step, optionally one graph". Every call is exactly one optimisation step on its
+batch, whichever path it takes: an eager step (each new shape's first ``WARMUP_STEPS``, on a side stream, as
+PyTorch requires before a capture), the capture of a new graph (recorded, then replayed once: the capture
+itself computes nothing), or a replay. :class:`HostGraphs` stands in for the CUDA backend on any device, so
+the bookkeeping is testable without a card.
 """
 
 from __future__ import annotations
@@ -58,13 +42,9 @@ def graphs_available(device: torch.device) -> bool:
 
 
 def place_optimizer_state(opt: torch.optim.Optimizer, capturable: bool) -> None:
-    """Set every group's ``capturable`` flag and move each state's step count where that mode wants it.
-
-    A checkpoint keeps the flag of the run that saved it, and a checkpoint loaded with ``map_location`` on a
-    device puts the step counts there too. Capturable Adam needs its step counts on the parameters' device
-    (no host read inside a graph); plain Adam reads them on the host every step, so a step count left on a
-    GPU costs a device-to-host sync per parameter per step. Float32 steps, as Adam keeps them.
-    """
+    """Set every group's ``capturable`` flag (a checkpoint keeps the saving run's) and move each state's step
+    count (float32, as Adam keeps it) where that mode wants it: the parameters' device for graphs, else the
+    host, where plain Adam reads it every step (why: docs/design.md, "One step, optionally one graph")."""
     for group in opt.param_groups:
         group["capturable"] = capturable
         for p in group["params"]:
@@ -136,10 +116,6 @@ def _tensors(batch: Any) -> dict[str, Tensor]:
             if isinstance(getattr(batch, f.name), Tensor)}
 
 
-def _shape_key(batch: Any) -> tuple:
-    return tuple((name, tuple(t.shape), t.dtype) for name, t in _tensors(batch).items())
-
-
 @dataclasses.dataclass
 class _Graph:
     graph: Any  # torch.cuda.CUDAGraph (or a stand-in)
@@ -186,29 +162,24 @@ class TrainStep:
         states = tuple(id(v) for s in self.opt.state.values() for v in s.values() if isinstance(v, Tensor))
         return groups, states
 
-    def _after_first_step(self) -> None:
-        """Adam creates its state at its first step (later steps update it in place): note it once, so the
-        next call does not take it for a reloaded state."""
-        if not self._valid_for[1]:
-            self._valid_for = self._optimizer_key()
-
     def __call__(self, batch: Any) -> Tensor:
         if self._optimizer_key() != self._valid_for:  # a backtrack or resume loaded another state
             self.optimizer_changed()
+        loss = self._step(batch)
+        if not self._valid_for[1]:  # Adam creates its state at its first step (later steps update it in place):
+            self._valid_for = self._optimizer_key()  # noted once, so the next call takes it for no reloaded state
+        return loss
+
+    def _step(self, batch: Any) -> Tensor:
         if not self.graphs:
-            loss = self._eager(batch, set_to_none=True)
-            self._after_first_step()
-            return loss
-        key = _shape_key(batch)
+            return self._eager(batch, set_to_none=True)
+        key = tuple((name, tuple(t.shape), t.dtype) for name, t in _tensors(batch).items())
         graph = self._graphs.get(key)
         if graph is None:
             self._seen[key] = self._seen.get(key, 0) + 1
             if self._seen[key] <= WARMUP_STEPS or len(self._graphs) >= self.max_graphs:
-                loss = self.backend.side_stream(lambda: self._eager(batch, set_to_none=False))
-                self._after_first_step()
-                return loss
+                return self.backend.side_stream(lambda: self._eager(batch, set_to_none=False))
             graph = self._graphs[key] = self._capture(batch)
-            self._after_first_step()
             return graph.loss  # the capture's step was this batch's step
         for name, t in _tensors(batch).items():
             getattr(graph.inputs, name).copy_(t, non_blocking=True)

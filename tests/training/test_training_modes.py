@@ -10,7 +10,6 @@ from swarmctl.config import STEP_MODES, TrainConfig, from_dict, to_dict
 from swarmctl.errors import ConfigError
 from swarmctl.tasks import TASKS
 from swarmctl.training.modes import (
-    CHOICES,
     MODES,
     UNMEASURED,
     Measured,
@@ -41,7 +40,7 @@ def test_mode_names_round_trip():
     assert all(MODES[name].name == name for name in MODES)
     assert StepMode(amp=True, graphs=True).name == "amp+graphs"
     assert StepMode.named("amp+triton+graphs") == StepMode(amp=True, triton=True, graphs=True)
-    assert CHOICES[0] == "auto" and tuple(MODES) == STEP_MODES[1:]
+    assert STEP_MODES[0] == "auto" and tuple(MODES) == STEP_MODES[1:]
 
 
 def test_auto_on_the_cpu_is_eager_whatever_was_measured():
@@ -80,7 +79,7 @@ def test_auto_ignores_unknown_or_unusable_measurements():
     assert choose_step_mode("auto", "cuda", odd, 3600).mode == MODES["eager"]
 
 
-@pytest.mark.parametrize("name", [n for n in CHOICES if n != "auto"])
+@pytest.mark.parametrize("name", [n for n in STEP_MODES if n != "auto"])
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_a_named_mode_is_forced_on_any_device(name, device):
     choice = choose_step_mode(name, device, MEASURED, 3600)
