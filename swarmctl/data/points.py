@@ -13,7 +13,6 @@ import re
 import stat
 import sys
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -148,7 +147,7 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     values = values.astype(np.float64)
     if columns is not None or (exact is not None and np.abs(values).max(initial=0) >= _EXACT):
         index = _column_indices(columns, names, False, where) if columns is not None else index
-        cells = _as_text(exact if exact is not None else values)  # every column rides along, in its place, exactly
+        cells = _as_text(values if exact is None else exact)  # every column rides along, in its place, exactly
         values, names = values[:, index], tuple(names[j] for j in index)
     skipped = 0
     if skip_bad_rows:
@@ -156,9 +155,8 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         skipped = int((~good).sum())
         values = values[good]
         cells = cells[good] if cells is not None else None
-        exact = exact[good] if exact is not None else None
     _check_values(values, where, index)
-    offset = _shift_large_integers(values, lambda j: None if exact is None else exact[:, index[j]].tolist())
+    offset = _shift_large_integers(values, cells, index)
     return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label,
                     all_names if cells is not None else (), cells, None, skipped, offset)
 
@@ -167,20 +165,20 @@ _EXACT = 2**53  # from here on float64 cannot hold every integer
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
-def _shift_large_integers(values: np.ndarray, integers: Callable[[int], list[int] | None]) -> tuple[int, ...] | None:
-    """Shift each column of ``values`` (N, D) that reaches 2^53, whose numbers are all whole
-    (``integers(j)``: column j's numbers as read, exactly, or None), by its smallest number, exactly, before
-    the conversion to float64: the differences, all clustering sees, survive (2^62 + 1 and 2^62 + 2 are one
-    float64). In place; the offsets, or None where no column needed one."""
+def _shift_large_integers(values: np.ndarray, cells: np.ndarray | None, index: list[int]) -> tuple[int, ...] | None:
+    """Shift each column of ``values`` (N, D) that reaches 2^53 and whose cells (the file's column
+    ``index[j]``) are all whole numbers by its smallest number, exactly, before the conversion to float64:
+    the differences, all clustering sees, survive (2^62 + 1 and 2^62 + 2 are one float64). In place; the
+    offsets, or None where no column needed one."""
     offset = [0] * values.shape[1]
     for j in range(values.shape[1]):
-        if np.abs(values[:, j]).max(initial=0) < _EXACT:
+        if cells is None or np.abs(values[:, j]).max(initial=0) < _EXACT:
             continue
-        column = integers(j)
-        if column is None:
+        column = cells[:, index[j]].tolist()
+        if not all(_INTEGER.fullmatch(c) for c in column):
             continue
-        offset[j] = min(column)
-        values[:, j] = [float(v - offset[j]) for v in column]
+        offset[j] = min(map(int, column))
+        values[:, j] = [float(int(c) - offset[j]) for c in column]
     return tuple(offset) if any(offset) else None
 
 
@@ -400,10 +398,9 @@ def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | N
 
 def _points_from_records(records: list[_Record], where: str, source: str, columns: tuple[str, ...] | None,
                          skip_bad_rows: bool) -> PointSet:
-    delimiter = "," if "," in records[0].text else None
     first = records[0]
     names = None
-    pieces = first.text.split(delimiter) if delimiter else first.text.split()  # quotes kept: a quoted "1" is a name
+    pieces = first.text.split("," if "," in first.text else None)  # quotes kept: a quoted "1" is a name
     if not any(_is_finite_number(f) for f in pieces):
         names = tuple(f.strip('"').strip("'") for f in first.fields)
         if any(not n for n in names):
@@ -457,16 +454,9 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
         raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
     lines = np.array([r.line for r in records])
     _check_values(values, where, use, lines)
-    offset = _shift_large_integers(values, lambda j: _whole_numbers(cells[:, use[j]].tolist()))
+    offset = _shift_large_integers(values, cells, use)
     return PointSet(np.ascontiguousarray(values), tuple(all_names[j] for j in use), source, all_names, cells, lines,
                     skipped, offset)
-
-
-def _whole_numbers(cells: list[str]) -> list[int] | None:
-    """The cells as Python integers (exact at any size), or None when one of them is no whole number."""
-    if not all(_INTEGER.fullmatch(c) for c in cells):
-        return None
-    return [int(c) for c in cells]
 
 
 def _records(text: str, where: str) -> list[_Record]:
