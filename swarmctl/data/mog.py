@@ -143,24 +143,15 @@ def generate_mog_tasks(n_batches: int, batch_size: int, seed: int, params: MogPa
     """A fixed set of ``n_batches * batch_size`` tasks as ragged clustering tasks (means, isotropic
     covariances sigma^2 I, mixture weights and labels kept), e.g. the 10,000-task test set."""
     rng = np.random.default_rng([seed, 2])
-    pts, labs, sizes, means, covs, weights = [], [], [], [], [], []
     K = params.n_clusters
-    for _ in range(n_batches):
-        batch = sample_mog_batch(rng, batch_size, params)
-        x = batch.x.numpy()
-        for b in range(batch_size):
-            pts.append(x[b])
-            labs.append(batch.labels[b].numpy())
-            sizes.append(x.shape[1])
-            m = np.zeros((MAX_CLUSTERS, 2))
-            m[:K] = batch.means[b].numpy()
-            c = np.zeros((MAX_CLUSTERS, 2, 2))
-            c[:K] = params.sigma**2 * np.eye(2)
-            w = np.zeros(MAX_CLUSTERS)
-            w[:K] = batch.weights[b].numpy()
-            means.append(m)
-            covs.append(c)
-            weights.append(w)
+    batches = [sample_mog_batch(rng, batch_size, params) for _ in range(n_batches)]
+    n = n_batches * batch_size
+    means, covs, weights = (np.zeros((n, MAX_CLUSTERS, *shape)) for shape in ((2,), (2, 2), ()))  # zero beyond K
+    means[:, :K] = np.concatenate([b.means.numpy() for b in batches])
+    covs[:, :K] = params.sigma**2 * np.eye(2)
+    weights[:, :K] = np.concatenate([b.weights.numpy() for b in batches])
+    sizes = np.repeat([b.x.shape[1] for b in batches], batch_size)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return ClusteringTasks(np.concatenate(pts), np.concatenate(labs), offsets, np.full(len(sizes), K, dtype=np.int64),
-                           np.stack(means), np.stack(covs), np.stack(weights))
+    return ClusteringTasks(np.concatenate([b.x.numpy().reshape(-1, 2) for b in batches]),
+                           np.concatenate([b.labels.numpy().ravel() for b in batches]), offsets,
+                           np.full(n, K, dtype=np.int64), means, covs, weights)
