@@ -4,6 +4,7 @@ as CSV."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import io
@@ -125,7 +126,7 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             raw = _read_once(file)
         where = str(file)
     if raw is None:
-        values, names, label = _read_hdf5(Path(path), key)
+        values, label = _read_hdf5(Path(path), key)
     else:
         if not raw.strip():
             raise DataError(f"{where} is empty; give a file with one point per row")
@@ -134,13 +135,13 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             raise DataError(f"an HDF5 file cannot be read from a stream ({where}); {fix}")
         if raw.startswith(_NPY_MAGIC):
             _no_key(key, where, ".npy")
-            values, names, label = _from_array(_load_npy(raw, where), where), None, ""
+            values, label = _from_array(_load_npy(raw, where), where), ""
         elif raw.startswith(_ZIP_MAGIC):
-            values, names, label = _read_npz(raw, where, key)
+            values, label = _read_npz(raw, where, key)
         else:
             _no_key(key, where, "text")
             return _read_text(raw, where, source, columns, skip_bad_rows)
-    names = names or tuple(f"x{j}" for j in range(values.shape[1]))
+    names = tuple(f"x{j}" for j in range(values.shape[1]))
     all_names, cells = names, None
     index = list(range(len(names)))
     exact = values if values.dtype.kind in "iu" else None
@@ -259,33 +260,24 @@ def _from_array(arr: np.ndarray, where: str) -> np.ndarray:
 
 
 def _load_npy(raw: bytes, where: str) -> np.ndarray:
-    _check_npy_size(raw, where)
+    """The array of an .npy file's bytes; one whose header promises more bytes than follow it (a damaged
+    or cut file) is refused before any array of that size is allocated."""
+    fh = io.BytesIO(raw)
+    with contextlib.suppress(ValueError, OSError, EOFError, SyntaxError, TypeError):  # np.load names them
+        major, _ = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(fh, max_header_size=1 << 20)
+        needed, held = math.prod(shape) * dtype.itemsize, len(raw) - fh.tell()
+        if not dtype.hasobject and needed > held:
+            raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) "
+                            f"but it holds {held:,} bytes; write it again with numpy.save")
     try:
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{where} is not a readable .npy file ({_short(exc)}); write it with numpy.save") from None
 
 
-def _check_npy_size(raw: bytes, where: str) -> None:
-    """Refuse an .npy whose header promises more bytes than the file holds (a damaged or cut file), before
-    any array of that size is allocated."""
-    fh = io.BytesIO(raw)
-    try:
-        major, _ = np.lib.format.read_magic(fh)
-        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(fh, max_header_size=1 << 20)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError):
-        return  # np.load names what is wrong with the header
-    if dtype.hasobject:
-        return
-    needed = math.prod(shape) * dtype.itemsize
-    held = len(raw) - fh.tell()
-    if needed > held:
-        raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) but "
-                        f"it holds {held:,} bytes; write it again with numpy.save")
-
-
-def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None, str]:
+def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, str]:
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             other = [m for m in npz.zip.namelist() if not m.endswith(".npy")]
@@ -305,10 +297,10 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None
             arr = npz[key]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
-    return _from_array(arr, f"{where}[{key}]"), None, f"[{key}]"
+    return _from_array(arr, f"{where}[{key}]"), f"[{key}]"
 
 
-def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
+def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, str]:
     try:
         with h5py.File(file, "r") as f:
             datasets = _hdf5_datasets(f)
@@ -328,7 +320,7 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
             arr = np.asarray(obj[()])
     except OSError as exc:
         raise DataError(f"{file} is not a readable HDF5 file ({_short(exc)}); check the file") from None
-    return _from_array(arr, f"{file}[{key}]"), None, f"[{key}]"
+    return _from_array(arr, f"{file}[{key}]"), f"[{key}]"
 
 
 def _hdf5_datasets(group: h5py.Group, prefix: str = "", seen: set[tuple[str, int]] | None = None) -> list[str]:
