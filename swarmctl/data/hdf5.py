@@ -184,8 +184,7 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
     seed = _integer(attrs["seed"]) if "seed" in attrs else None
     if seed is None:
         raise bad("seed", "missing or not an integer")
-    return {"schema_version": version, "kind": values["kind"], "generator": values["generator"], "seed": seed,
-            "swarmctl_version": values["swarmctl_version"], "splits": splits, "checksum": values["checksum"]}
+    return {"schema_version": version, **values, "seed": seed}
 
 
 def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
