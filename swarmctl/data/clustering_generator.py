@@ -106,14 +106,6 @@ class ClusteringTasks:
                                self.covs[idx], self.weights[idx])
 
 
-def _extreme(params: ClusteringParams, problem: str) -> DataError:
-    defaults = ClusteringParams()
-    return DataError(f"the inverse-Wishart parameters (df {params.wishart_df:.10g}, scale "
-                       f"{params.wishart_scale:.10g}) give {problem}, which no model can train on; choose values "
-                       f"nearer the defaults (df "
-                       f"{defaults.wishart_df:g}, scale {defaults.wishart_scale:g})")
-
-
 def generate_clustering(
     params: ClusteringParams, seed: int, progress: Callable[[int], None] | None = None
 ) -> ClusteringTasks:
@@ -144,7 +136,11 @@ def generate_clustering(
                 try:
                     x = multivariate_normal.rvs(mu, cov, size=counts[j], random_state=rs)
                 except (ValueError, np.linalg.LinAlgError):  # a covariance with inf or NaN entries
-                    raise _extreme(params, "covariances that are not finite") from None
+                    raise DataError(f"the inverse-Wishart parameters (df {params.wishart_df:.10g}, scale "
+                                    f"{params.wishart_scale:.10g}) give covariances that are not finite, which no "
+                                    f"model can train on; choose values nearer the defaults (df "
+                                    f"{ClusteringParams.wishart_df:g}, scale {ClusteringParams.wishart_scale:g})"
+                                    ) from None
                 with np.errstate(over="ignore"):  # an overflow gives inf points, which the caller refuses
                     pts.append(np.asarray(x, dtype=np.float32).reshape(-1, 2))
                 lab.append(np.full(counts[j], j, dtype=np.int64))

@@ -112,20 +112,13 @@ def _open(path: Path) -> h5py.File:
             from None
 
 
-def _damaged(path: Path) -> DataError:
-    return DataError(f"{path} is damaged (its HDF5 structure cannot be read); regenerate it with "
-                     f"{REGENERATE}")
-
-
 # what h5py raises for a file whose bytes were damaged after it was opened
 _H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError)
 
 
 def _scalar(value: Any) -> Any:
     """An attribute as a Python value, whichever way a tool stored it (a one-element array, a numpy scalar)."""
-    if isinstance(value, np.ndarray) and value.size == 1:
-        return value.reshape(()).item()
-    return value.item() if isinstance(value, np.generic) else value
+    return value.item() if isinstance(value, np.ndarray | np.generic) and value.size == 1 else value
 
 
 def _text(value: Any) -> str | None:
@@ -191,8 +184,7 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
     seed = _integer(attrs["seed"]) if "seed" in attrs else None
     if seed is None:
         raise bad("seed", "missing or not an integer")
-    return {"schema_version": version, "kind": values["kind"], "generator": values["generator"], "seed": seed,
-            "swarmctl_version": values["swarmctl_version"], "splits": splits, "checksum": values["checksum"]}
+    return {"schema_version": version, **values, "seed": seed}
 
 
 def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
@@ -249,7 +241,8 @@ def read_dataset(path: Path) -> tuple[dict[str, ClusteringTasks], dict[str, Any]
                     arrays = {key: np.asarray(f[name][key][()], dtype=DTYPES[key]) for key in ARRAYS}
                 splits[name] = ClusteringTasks(**arrays)
         except _H5_ERRORS:
-            raise _damaged(path) from None
+            raise DataError(f"{path} is damaged (its HDF5 structure cannot be read); regenerate it with "
+                            f"{REGENERATE}") from None
     if content_checksum(splits) != info["checksum"]:
         raise DataError(f"{path}: content checksum mismatch (the file was modified or damaged); regenerate it "
                         f"with {REGENERATE}")
@@ -352,7 +345,6 @@ def generate_dataset(
                               f"scale {ClusteringParams.wishart_scale:g})") from None
     return write_dataset(path, splits, kind="clustering", seed=seed,
                          generator={"name": "clustering", **asdict(params)}, force=force)
-
 
 
 def generate_mog_dataset(path: Path, n_tasks: int, seed: int, force: bool = False) -> dict[str, Any]:

@@ -137,14 +137,6 @@ def _idx_problem(path: Path, images: bool, hw: tuple[int, int]) -> tuple[int, st
     return dims[0], ""
 
 
-def _idx_count(path: Path, images: bool, hw: tuple[int, int]) -> int:
-    """The number of items of a valid IDX file; DataError (one line) for an invalid one."""
-    count, problem = _idx_problem(path, images, hw)
-    if problem:
-        raise DataError(f"{path} {problem}; replace it with the original file (or its .gz)")
-    return count
-
-
 def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
     """Check the four IDX files, unpacking each missing or invalid ``X`` that has an ``X.gz`` to a
     temporary file first; the unpacked files replace ``X`` only when all four files check out (so a bad
@@ -153,7 +145,7 @@ def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
     if not all((folder / name).is_file() or (folder / f"{name}.gz").is_file() for name in IDX_FILES):
         return  # torchvision names what is missing (or downloads it); nothing is unpacked meanwhile
     todo = [name for name in IDX_FILES if (folder / f"{name}.gz").is_file()
-            and not _idx_valid(folder / name, "images" in name, hw)]
+            and (not (folder / name).is_file() or _idx_problem(folder / name, "images" in name, hw)[1])]
     source = {name: folder / name for name in IDX_FILES}  # where each file's checked content is now
     try:
         for name in todo:
@@ -164,13 +156,15 @@ def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
             os.close(fd)
             source[name] = Path(tmp)
             _unpack_idx(folder / f"{name}.gz", tmp, "images" in name, hw)
-        for prefix in ("train", "t10k"):
-            images, labels = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
-            n_images = _idx_count(source[images], True, hw)  # unpacked files were checked already
-            n_labels = _idx_count(source[labels], False, hw)
-            if n_images != n_labels:
-                raise DataError(f"{folder}: {images} holds {n_images:,} images but {labels} {n_labels:,} labels; "
-                                "replace them with the original files")
+        count = {}
+        for name in IDX_FILES:  # unpacked files were checked already
+            count[name], problem = _idx_problem(source[name], "images" in name, hw)
+            if problem:
+                raise DataError(f"{source[name]} {problem}; replace it with the original file (or its .gz)")
+        for images, labels in zip(IDX_FILES[::2], IDX_FILES[1::2], strict=True):
+            if count[images] != count[labels]:
+                raise DataError(f"{folder}: {images} holds {count[images]:,} images but {labels} {count[labels]:,} "
+                                "labels; replace them with the original files")
         for name in todo:
             try:
                 os.chmod(source[name], 0o644)
@@ -183,29 +177,19 @@ def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
                 os.unlink(source[name])
 
 
-def _idx_valid(path: Path, images: bool, hw: tuple[int, int]) -> bool:
-    return path.is_file() and not _idx_problem(path, images, hw)[1]
-
-
 def _unpack_idx(gz: Path, tmp: str, images: bool, hw: tuple[int, int]) -> None:
     """Unpack ``gz`` into ``tmp`` and check that it holds a valid IDX file."""
-    written = 0
     try:
         with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
-            while True:
-                try:
-                    chunk = src.read(1 << 20)
-                except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
-                    raise DataError(f"{gz} is corrupt or truncated ({type(exc).__name__}); replace it with the "
-                                    "original file") from None
-                if not chunk:
-                    break
-                written += len(chunk)
-                if written > MAX_IDX_BYTES:
+            while chunk := src.read(1 << 20):
+                if dst.tell() + len(chunk) > MAX_IDX_BYTES:
                     raise DataError(f"{gz} unpacks to more than {MAX_IDX_BYTES >> 20} MiB, too large for an IDX "
                                     "file of this dataset; replace it with the original file")
                 dst.write(chunk)
-    except OSError as exc:  # opening or writing the files (read errors became a DataError above)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise DataError(f"{gz} is corrupt or truncated ({type(exc).__name__}); replace it with the original file") \
+            from None
+    except OSError as exc:  # opening or writing the files
         raise _cannot_unpack(gz, exc) from None
     problem = _idx_problem(Path(tmp), images, hw)[1]
     if problem:

@@ -10,27 +10,18 @@ import torch
 from torch import Tensor
 
 from swarmctl.data.clustering_generator import MAX_CLUSTERS, ClusteringTasks
-from swarmctl.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class MogParams:
     """The paper's settings: K = 4, sigma = 0.3, means U(-4, 4)^2, N uniform in 100..499 per batch,
-    weights Dirichlet(1, 1, 1, 1)."""
+    weights Dirichlet(1, 1, 1, 1). No option sets them (the MoG kind takes no generator options)."""
 
     n_clusters: int = 4
     sigma: float = 0.3
     mean_range: float = 4.0
     n_min: int = 100
     n_max: int = 499
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.n_clusters <= MAX_CLUSTERS:
-            raise ConfigError(f"n_clusters must be in 1..{MAX_CLUSTERS}, got {self.n_clusters}")
-        if not 2 <= self.n_min <= self.n_max:
-            raise ConfigError(f"need 2 <= n_min <= n_max, got {self.n_min}..{self.n_max}")
-        if self.sigma <= 0 or self.mean_range <= 0:
-            raise ConfigError("sigma and mean_range must be > 0")
 
 
 @dataclass(frozen=True)
@@ -82,14 +73,9 @@ def padded_size(n: int, bucket: int = N_BUCKET) -> int:
 
 def sample_mog_batch_torch(rng: np.random.Generator, batch_size: int, params: MogParams = MogParams(),
                            device: torch.device | str = "cpu", bucket: int = N_BUCKET) -> MogBatch:
-    """One batch drawn on ``device`` by a torch generator, with the paper's distribution.
-
-    ``rng`` (host) draws N, shared by the batch, and the torch generator's seed; nothing is read back
-    from the device. The points are padded to :func:`padded_size` (N) with the mask False there (x 0,
-    label 0), so a run has a few fixed step shapes. Means U(-r, r)^2 and weights Dirichlet(1, ..., 1)
-    (normalised Exp(1) draws) in float64 like the NumPy sampler; labels by inverse CDF of the weights;
-    noise N(0, sigma^2) in float32.
-    """
+    """One batch drawn on ``device`` by a torch generator, with the paper's distribution: ``rng`` (host)
+    draws N and the generator's seed, so nothing is read back from the device; the points are padded to
+    :func:`padded_size` (N) with the mask False there (x 0, label 0), so a run has a few step shapes."""
     K, B = params.n_clusters, batch_size
     N = int(rng.integers(params.n_min, params.n_max + 1))
     gen = torch.Generator(device=device).manual_seed(int(rng.integers(2**63)))
@@ -110,12 +96,8 @@ def sample_mog_batch_torch(rng: np.random.Generator, batch_size: int, params: Mo
 
 class FreshBatches:
     """A sequence of ``n`` batches drawn on access from a generator seeded by (seed, stream, epoch, index):
-    every epoch sees new tasks, and a resumed run sees the same ones as an uninterrupted run.
-
-    By default the NumPy sampler draws them on the host (unpadded). :meth:`on` an accelerator gives the
-    same sequence drawn there by :func:`sample_mog_batch_torch` (the same N per batch, padded to a bucket):
-    the training loop asks for it, so a GPU step neither waits for the host nor copies a batch.
-    """
+    every epoch sees new tasks, and a resumed run the same ones. The NumPy sampler draws them on the host;
+    :meth:`on` an accelerator, :func:`sample_mog_batch_torch` there (docs/design.md, "On a GPU")."""
 
     def __init__(self, n: int, batch_size: int, seed: int, stream: int, epoch: int, params: MogParams,
                  device: torch.device | None = None) -> None:
@@ -143,24 +125,15 @@ def generate_mog_tasks(n_batches: int, batch_size: int, seed: int, params: MogPa
     """A fixed set of ``n_batches * batch_size`` tasks as ragged clustering tasks (means, isotropic
     covariances sigma^2 I, mixture weights and labels kept), e.g. the 10,000-task test set."""
     rng = np.random.default_rng([seed, 2])
-    pts, labs, sizes, means, covs, weights = [], [], [], [], [], []
     K = params.n_clusters
-    for _ in range(n_batches):
-        batch = sample_mog_batch(rng, batch_size, params)
-        x = batch.x.numpy()
-        for b in range(batch_size):
-            pts.append(x[b])
-            labs.append(batch.labels[b].numpy())
-            sizes.append(x.shape[1])
-            m = np.zeros((MAX_CLUSTERS, 2))
-            m[:K] = batch.means[b].numpy()
-            c = np.zeros((MAX_CLUSTERS, 2, 2))
-            c[:K] = params.sigma**2 * np.eye(2)
-            w = np.zeros(MAX_CLUSTERS)
-            w[:K] = batch.weights[b].numpy()
-            means.append(m)
-            covs.append(c)
-            weights.append(w)
+    batches = [sample_mog_batch(rng, batch_size, params) for _ in range(n_batches)]
+    n = n_batches * batch_size
+    means, covs, weights = (np.zeros((n, MAX_CLUSTERS, *shape)) for shape in ((2,), (2, 2), ()))  # zero beyond K
+    means[:, :K] = np.concatenate([b.means.numpy() for b in batches])
+    covs[:, :K] = params.sigma**2 * np.eye(2)
+    weights[:, :K] = np.concatenate([b.weights.numpy() for b in batches])
+    sizes = np.repeat([b.x.shape[1] for b in batches], batch_size)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return ClusteringTasks(np.concatenate(pts), np.concatenate(labs), offsets, np.full(len(sizes), K, dtype=np.int64),
-                           np.stack(means), np.stack(covs), np.stack(weights))
+    return ClusteringTasks(np.concatenate([b.x.numpy().reshape(-1, 2) for b in batches]),
+                           np.concatenate([b.labels.numpy().ravel() for b in batches]), offsets,
+                           np.full(n, K, dtype=np.int64), means, covs, weights)

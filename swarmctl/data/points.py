@@ -14,7 +14,6 @@ import re
 import stat
 import sys
 import zipfile
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -36,14 +35,11 @@ _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 class PointSet:
     """Points read from a file: ``values`` (N, D) float64, all finite; ``names`` one per picked column.
 
-    The output carries every column of the file, as the user wrote it: ``columns`` names them all, in
-    the file's order, and ``cells`` (N, len(columns)) holds each point's row as text (a text file: its
-    own cells, so ``007`` stays ``007``; a binary file: its numbers as Python writes them). ``lines``: the
-    file line (1-based) where each point's record starts, for a text file (None for a binary file, whose
-    points are its rows). ``skipped``: rows left out because a picked cell was empty, not a number, NaN or
-    inf, or missing (only when asked to skip such rows). ``offset``: where a column of whole numbers reaches
-    2^53 or more, which float64 cannot all hold, the integer each of its values was read less of, exactly,
-    before the conversion (``values`` + ``offset`` are the file's numbers); None where no column needed one."""
+    The output carries every column of the file as written: ``columns`` names them all and ``cells`` (N,
+    len(columns)) holds each row as text (a binary file's numbers as Python writes them). ``lines``: where
+    each point's record starts in a text file. ``skipped``: rows left out by ``skip_bad_rows``. ``offset``:
+    the integer a whole-number column reaching 2^53 was read less of, exactly, before the conversion to
+    float64 (``values`` + ``offset`` are the file's numbers); None where no column needed one."""
 
     values: np.ndarray
     names: tuple[str, ...]
@@ -64,12 +60,6 @@ class PointSet:
 
     def __len__(self) -> int:
         return len(self.values)
-
-    def output_columns(self) -> tuple[tuple[str, ...], np.ndarray]:
-        """The names and the cells (N, M) text of the output CSV's first columns: the file's, in its order."""
-        if self.cells is None:
-            return self.names, _as_text(self.values)
-        return self.columns, self.cells
 
 
 def _as_text(values: np.ndarray) -> np.ndarray:
@@ -118,18 +108,11 @@ def is_plain_name(name: str) -> bool:
 
 def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ...] | None = None,
                 skip_bad_rows: bool = False) -> PointSet:
-    """Read and check a point file (``"-"``: standard input, text or .npy).
-
-    The format is told by the file's first bytes (.npy, .npz, HDF5), else it is text (see
-    :func:`_read_text`: comma-separated when the first record holds a comma, whitespace-separated
-    otherwise; quoted CSV fields; comments; the header rule). ``key`` names the array of an .npz file or
-    the dataset of an HDF5 file (needed when there is more than one). ``columns`` picks columns by header
-    name or 0-based index. Raises DataError naming the problem and its place (the file's line and
-    column, from 1; a row of an array): an unreadable or empty file, ragged rows, text in a numeric
-    column, NaN or inf, fewer than 2 points, a key or column that is not there. With ``skip_bad_rows`` a
-    row whose picked cells are not all finite numbers (empty, text, NaN, inf, or missing: a short row) is
-    left out instead, and counted in ``skipped``; the other columns are kept (see :class:`PointSet`).
-    """
+    """Read and check a point file (``"-"``: standard input, text or .npy), its format told by its first
+    bytes (.npy, .npz, HDF5), else text (docs/cluster.md, "Point files"). ``key`` names the array of an .npz
+    file or the dataset of an HDF5 file (needed when there is more than one); ``columns`` (from
+    :func:`parse_columns`) picks columns. DataError names the problem and its place; with ``skip_bad_rows``
+    a row whose picked cells are not all finite numbers is left out instead, and counted in ``skipped``."""
     source = str(path)
     if source == STDIN:
         if sys.stdin is None:
@@ -143,7 +126,7 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             raw = _read_once(file)
         where = str(file)
     if raw is None:
-        values, names, label = _read_hdf5(Path(path), key)
+        values, label = _read_hdf5(Path(path), key)
     else:
         if not raw.strip():
             raise DataError(f"{where} is empty; give a file with one point per row")
@@ -152,20 +135,20 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
             raise DataError(f"an HDF5 file cannot be read from a stream ({where}); {fix}")
         if raw.startswith(_NPY_MAGIC):
             _no_key(key, where, ".npy")
-            values, names, label = _from_array(_load_npy(raw, where), where), None, ""
+            values, label = _from_array(_load_npy(raw, where), where), ""
         elif raw.startswith(_ZIP_MAGIC):
-            values, names, label = _read_npz(raw, where, key)
+            values, label = _read_npz(raw, where, key)
         else:
             _no_key(key, where, "text")
             return _read_text(raw, where, source, columns, skip_bad_rows)
-    names = names or tuple(f"x{j}" for j in range(values.shape[1]))
+    names = tuple(f"x{j}" for j in range(values.shape[1]))
     all_names, cells = names, None
     index = list(range(len(names)))
     exact = values if values.dtype.kind in "iu" else None
     values = values.astype(np.float64)
     if columns is not None or (exact is not None and np.abs(values).max(initial=0) >= _EXACT):
         index = _column_indices(columns, names, False, where) if columns is not None else index
-        cells = _as_text(exact if exact is not None else values)  # every column rides along, in its place, exactly
+        cells = _as_text(values if exact is None else exact)  # every column rides along, in its place, exactly
         values, names = values[:, index], tuple(names[j] for j in index)
     skipped = 0
     if skip_bad_rows:
@@ -173,9 +156,8 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
         skipped = int((~good).sum())
         values = values[good]
         cells = cells[good] if cells is not None else None
-        exact = exact[good] if exact is not None else None
     _check_values(values, where, index)
-    offset = _shift_large_integers(values, lambda j: None if exact is None else exact[:, index[j]].tolist())
+    offset = _shift_large_integers(values, cells, index)
     return PointSet(np.ascontiguousarray(values, dtype=np.float64), names, source + label,
                     all_names if cells is not None else (), cells, None, skipped, offset)
 
@@ -184,20 +166,20 @@ _EXACT = 2**53  # from here on float64 cannot hold every integer
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
-def _shift_large_integers(values: np.ndarray, integers: Callable[[int], list[int] | None]) -> tuple[int, ...] | None:
-    """Shift each column of ``values`` (N, D) that reaches 2^53, whose numbers are all whole
-    (``integers(j)``: column j's numbers as read, exactly, or None), by its smallest number, exactly, before
-    the conversion to float64: the differences, all clustering sees, survive (2^62 + 1 and 2^62 + 2 are one
-    float64). In place; the offsets, or None where no column needed one."""
+def _shift_large_integers(values: np.ndarray, cells: np.ndarray | None, index: list[int]) -> tuple[int, ...] | None:
+    """Shift each column of ``values`` (N, D) that reaches 2^53 and whose cells (the file's column
+    ``index[j]``) are all whole numbers by its smallest number, exactly, before the conversion to float64:
+    the differences, all clustering sees, survive (2^62 + 1 and 2^62 + 2 are one float64). In place; the
+    offsets, or None where no column needed one."""
     offset = [0] * values.shape[1]
     for j in range(values.shape[1]):
-        if np.abs(values[:, j]).max(initial=0) < _EXACT:
+        if cells is None or np.abs(values[:, j]).max(initial=0) < _EXACT:
             continue
-        column = integers(j)
-        if column is None:
+        column = cells[:, index[j]].tolist()
+        if not all(_INTEGER.fullmatch(c) for c in column):
             continue
-        offset[j] = min(column)
-        values[:, j] = [float(v - offset[j]) for v in column]
+        offset[j] = min(map(int, column))
+        values[:, j] = [float(int(c) - offset[j]) for c in column]
     return tuple(offset) if any(offset) else None
 
 
@@ -278,47 +260,34 @@ def _from_array(arr: np.ndarray, where: str) -> np.ndarray:
 
 
 def _load_npy(raw: bytes, where: str) -> np.ndarray:
-    _check_npy_size(raw, where)
+    """The array of an .npy file's bytes; one whose header promises more bytes than follow it (a damaged
+    or cut file) is refused before any array of that size is allocated."""
+    fh = io.BytesIO(raw)
+    with contextlib.suppress(ValueError, OSError, EOFError, SyntaxError, TypeError):  # np.load names them
+        major, _ = np.lib.format.read_magic(fh)
+        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(fh, max_header_size=1 << 20)
+        needed, held = math.prod(shape) * dtype.itemsize, len(raw) - fh.tell()
+        if not dtype.hasobject and needed > held:
+            raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) "
+                            f"but it holds {held:,} bytes; write it again with numpy.save")
     try:
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{where} is not a readable .npy file ({_short(exc)}); write it with numpy.save") from None
 
 
-def _check_npy_size(raw: bytes, where: str) -> None:
-    """Refuse an .npy whose header promises more bytes than the file holds (a damaged or cut file), before
-    any array of that size is allocated."""
-    fh = io.BytesIO(raw)
-    try:
-        major, _ = np.lib.format.read_magic(fh)
-        read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
-        shape, _, dtype = read_header(fh, max_header_size=1 << 20)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError):
-        return  # np.load names what is wrong with the header
-    if dtype.hasobject:
-        return
-    needed = math.prod(shape) * dtype.itemsize
-    held = len(raw) - fh.tell()
-    if needed > held:
-        raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) but "
-                        f"it holds {held:,} bytes; write it again with numpy.save")
-
-
-def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None, str]:
-    try:
-        members = zipfile.ZipFile(io.BytesIO(raw)).namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
-    other = [m for m in members if not m.endswith(".npy")]
-    if other:
-        shown = ", ".join(other[:3]) + (" ..." if len(other) > 3 else "")
-        raise DataError(f"{where} is a zip archive, not an .npz file (it holds {shown}); unpack the points from it "
-                        "(a spreadsheet: save the sheet as CSV) and give that file")
-    if not members:
-        raise DataError(f"{where} holds no arrays; write the points with numpy.savez")
+def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, str]:
     try:
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
-            keys = list(npz.files)
+            other = [m for m in npz.zip.namelist() if not m.endswith(".npy")]
+            if other:
+                shown = ", ".join(other[:3]) + (" ..." if len(other) > 3 else "")
+                raise DataError(f"{where} is a zip archive, not an .npz file (it holds {shown}); unpack the points "
+                                "from it (a spreadsheet: save the sheet as CSV) and give that file")
+            keys = npz.files
+            if not keys:
+                raise DataError(f"{where} holds no arrays; write the points with numpy.savez")
             if key is None:
                 if len(keys) != 1:
                     raise DataError(f"{where} holds {len(keys)} arrays ({', '.join(keys)}); pick one with `key`")
@@ -328,10 +297,10 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, None
             arr = npz[key]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
         raise DataError(f"{where} is not a readable .npz file ({_short(exc)}); write it with numpy.savez") from None
-    return _from_array(arr, f"{where}[{key}]"), None, f"[{key}]"
+    return _from_array(arr, f"{where}[{key}]"), f"[{key}]"
 
 
-def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
+def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, str]:
     try:
         with h5py.File(file, "r") as f:
             datasets = _hdf5_datasets(f)
@@ -348,12 +317,10 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, None, str]:
             # read as stored, then as float64: both at once, before anything is read
             check_memory(obj.size * (obj.dtype.itemsize + 8), host_memory(), f"{file}[{key}] ({obj.shape})",
                          "give a smaller dataset, or a part of it")
-            arr = obj[()]
+            arr = np.asarray(obj[()])
     except OSError as exc:
         raise DataError(f"{file} is not a readable HDF5 file ({_short(exc)}); check the file") from None
-    if not isinstance(arr, np.ndarray):
-        arr = np.asarray(arr)
-    return _from_array(arr, f"{file}[{key}]"), None, f"[{key}]"
+    return _from_array(arr, f"{file}[{key}]"), f"[{key}]"
 
 
 def _hdf5_datasets(group: h5py.Group, prefix: str = "", seen: set[tuple[str, int]] | None = None) -> list[str]:
@@ -394,29 +361,21 @@ class _Record(NamedTuple):
 
 def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | None = None,
                skip_bad_rows: bool = False) -> PointSet:
-    """CSV or whitespace-separated numbers, with an optional header line; only ``columns`` (all if None)
-    need to hold numbers, the others ride along as text. ``skip_bad_rows``: rows that do not have a finite
-    number in every picked column (or not the header's number of fields) are left out and counted.
-
-    Lines end in LF, CRLF or CR. A line whose first character other than a blank is ``#`` is a comment,
-    skipped (between records); any other ``#`` is part of its cell (``a#1``, ``"a #1"``). A line holding
-    only whitespace is blank and skipped. Every other line starts a record:
-    one line, or more where a quoted CSV field holds line breaks (read as the csv module reads it). The
-    first record is the header when none of its fields is a finite number (quoted fields are text), else
-    data. When the file does not read and ``;`` splits every record into the same number of fields, the
-    message says so: swarmctl reads comma- or whitespace-separated text, and does not guess decimal commas."""
+    """CSV or whitespace-separated text by the rules of docs/cluster.md ("Point files"): only ``columns``
+    (all if None) need to hold numbers, the others ride along as text."""
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(f"{where} is neither text nor a .npy, .npz or HDF5 file; give a CSV or text file of "
                         "numbers (UTF-8)") from None
     records: list[_Record] = []
+    collect = gc.isenabled()
+    gc.disable()  # a million small lists, none in a cycle: the collector would only slow it down
     try:
-        with _no_cycle_collection():  # a million small lists, none in a cycle: the collector would only slow it down
-            records = _records(text, where)
-            if not records:
-                raise DataError(f"{where} holds no data rows (only blank or comment lines); give one point per row")
-            return _points_from_records(records, where, source, columns, skip_bad_rows)
+        records = _records(text, where)
+        if not records:
+            raise DataError(f"{where} holds no data rows (only blank or comment lines); give one point per row")
+        return _points_from_records(records, where, source, columns, skip_bad_rows)
     except DataError:
         fields = {len(r.text.split(";")) for r in records}
         if len(fields) == 1 and (width := fields.pop()) > 1:
@@ -424,14 +383,16 @@ def _read_text(raw: bytes, where: str, source: str, columns: tuple[str, ...] | N
                             "not read; convert it, e.g. tr ';,' ',.' (decimal commas become points), and give that "
                             "file") from None
         raise
+    finally:
+        if collect:
+            gc.enable()
 
 
 def _points_from_records(records: list[_Record], where: str, source: str, columns: tuple[str, ...] | None,
                          skip_bad_rows: bool) -> PointSet:
-    delimiter = "," if "," in records[0].text else None
     first = records[0]
     names = None
-    pieces = first.text.split(delimiter) if delimiter else first.text.split()  # quotes kept: a quoted "1" is a name
+    pieces = first.text.split("," if "," in first.text else None)  # quotes kept: a quoted "1" is a name
     if not any(_is_finite_number(f) for f in pieces):
         names = tuple(f.strip('"').strip("'") for f in first.fields)
         if any(not n for n in names):
@@ -485,27 +446,9 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
         raise AssertionError("a cell numpy could not read was read by float")  # pragma: no cover
     lines = np.array([r.line for r in records])
     _check_values(values, where, use, lines)
-    offset = _shift_large_integers(values, lambda j: _whole_numbers(cells[:, use[j]].tolist()))
+    offset = _shift_large_integers(values, cells, use)
     return PointSet(np.ascontiguousarray(values), tuple(all_names[j] for j in use), source, all_names, cells, lines,
                     skipped, offset)
-
-
-def _whole_numbers(cells: list[str]) -> list[int] | None:
-    """The cells as Python integers (exact at any size), or None when one of them is no whole number."""
-    if not all(_INTEGER.fullmatch(c) for c in cells):
-        return None
-    return [int(c) for c in cells]
-
-
-@contextlib.contextmanager
-def _no_cycle_collection() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _records(text: str, where: str) -> list[_Record]:
@@ -561,48 +504,31 @@ def _skipped(line: str) -> bool:
 
 
 def _column_indices(columns: tuple[str, ...], names: tuple[str, ...], header: bool, where: str) -> list[int]:
-    """The 0-based indices ``columns`` (see :func:`parse_columns`) pick among ``names``; ``header``: the
+    """The 0-based indices ``columns`` (from :func:`parse_columns`) pick among ``names``; ``header``: the
     names come from the file (not x0, x1, ... made up for it)."""
     picked: dict[int, str] = {}
     for column in columns:
-        index = _column_index(column, names, header, where)
-        if index in picked:
-            raise DataError(f"`columns` picks column {index} twice ({picked[index]} and {column}); pick each column "
-                            "once")
-        picked[index] = column
-    return list(picked)
-
-
-def _column_index(column: str, names: tuple[str, ...], header: bool, where: str) -> int:
-    kind, _, rest = column.partition(":")
-    if kind == "index" and re.fullmatch(r"[0-9]+", rest.strip()):
-        return _in_range(int(rest), names, where)
-    if kind == "name" and rest.strip():
-        return _by_name(rest.strip(), names, where)
-    if re.fullmatch(r"[0-9]+", column):
-        if header and column in names and names.index(column) != int(column):
+        kind, value = _selector(column)
+        if kind == "name":
+            found = [j for j, n in enumerate(names) if n == value]
+            if len(found) > 1:
+                raise DataError(f"`columns`: the header of {where} names {len(found)} columns {value!r} (indices "
+                                f"{', '.join(map(str, found))}); pick one by index")
+            if not found:
+                raise DataError(f"`columns`: {where} has no column {value!r}; its columns are {', '.join(names)} (or "
+                                "give 0-based indices)")
+            value = found[0]
+        elif header and re.fullmatch(r"[0-9]+", column) and column in names and names.index(column) != value:
             raise DataError(f"`columns` {column} could mean the column named {column!r} (index {names.index(column)}) "
                             f"or index {column}; write name:{column} or index:{column}")
-        return _in_range(int(column), names, where)
-    return _by_name(column, names, where)
-
-
-def _in_range(index: int, names: tuple[str, ...], where: str) -> int:
-    if index < len(names):
-        return index
-    raise DataError(f"`columns`: column {index} is out of range; {where} has {len(names)} columns (0.."
-                    f"{len(names) - 1})")
-
-
-def _by_name(name: str, names: tuple[str, ...], where: str) -> int:
-    found = [j for j, n in enumerate(names) if n == name]
-    if len(found) == 1:
-        return found[0]
-    if found:
-        raise DataError(f"`columns`: the header of {where} names {len(found)} columns {name!r} (indices "
-                        f"{', '.join(map(str, found))}); pick one by index")
-    raise DataError(f"`columns`: {where} has no column {name!r}; its columns are {', '.join(names)} (or give "
-                    "0-based indices)")
+        elif value >= len(names):
+            raise DataError(f"`columns`: column {value} is out of range; {where} has {len(names)} columns (0.."
+                            f"{len(names) - 1})")
+        if value in picked:
+            raise DataError(f"`columns` picks column {value} twice ({picked[value]} and {column}); pick each column "
+                            "once")
+        picked[value] = column
+    return list(picked)
 
 
 def _plain_text(text: str) -> bool:
@@ -627,7 +553,7 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
     """Write the points (every column of the file, in its order, each cell as the user wrote it: see
     :class:`PointSet`) with their cluster, its probability and the entropy of the class distribution (nats,
     6 digits), one row per point, atomically."""
-    names, cells = points.output_columns()
+    names, cells = (points.names, _as_text(points.values)) if points.cells is None else (points.columns, points.cells)
     head = ",".join(_csv_field(n) for n in (*names, "cluster", "probability", "entropy")) + "\n"
     rows = zip(cells.tolist(), cluster.tolist(), probability.tolist(), (entropy + 0.0).tolist(), strict=True)  # no -0
 
