@@ -11,6 +11,7 @@ import dataclasses
 import errno
 import glob
 import io
+import itertools
 import json
 import os
 import re
@@ -336,11 +337,7 @@ def _create_exclusively(tmp: str, path: Path) -> None:
 
 def make_folders(folder: Path) -> list[Path]:
     """``mkdir -p folder``; the folders it created, outermost first."""
-    missing = []
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            break
-        missing.append(parent)
+    missing = list(itertools.takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
     folder.mkdir(parents=True, exist_ok=True)
     return missing[::-1]
 
