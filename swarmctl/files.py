@@ -37,17 +37,10 @@ def shipped_folder() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
 
 
-def _shipped_folders() -> set[Path]:
-    """Every folder of shipped models a command may read (the package's and ``$SWARMCTL_PRETRAINED``):
-    only their writer (``export_weights`` of ``tools/campaigns/shipping.py``) writes in them."""
-    return {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}
-
-
 @contextlib.contextmanager
 def holding(folder: Path) -> Iterator[None]:
-    """Mark ``folder`` as held by this process for the block: only then may a run's own files
-    (:data:`swarmctl.rundir.RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
-    runs.run_lock wraps its critical section in this, the shipped models' writer its writes."""
+    """Mark ``folder`` as held by this process for the block (its one writer): only then may a run's own
+    files be written there, or a shipped model when it is a folder of shipped models."""
     folder = Path(folder).resolve()
     _held.add(folder)
     try:
@@ -84,9 +77,8 @@ def check_regular_file(path: Path) -> None:
 
 
 def check_plain_file(path: Path) -> None:
-    """Refuse a link, a folder, a FIFO or another special file at ``path`` (a run's own file, which only
-    swarmctl writes and never through a link); a regular file or nothing passes. The link itself is
-    looked at, never followed."""
+    """Refuse a link (never followed), a folder or a special file at ``path``: a run's own file, which only
+    swarmctl writes, and never through a link. A regular file or nothing passes."""
     what = _existing_kind(path, os.lstat)
     if what is not None:
         raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
@@ -129,7 +121,7 @@ def _check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
     if is_run_file(target):
         raise ResourceError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
                           "writes; choose another output path")
-    if target.parent in _shipped_folders():
+    if target.parent in {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}:
         raise ResourceError(f"cannot write {path}: it is in the folder of shipped models ({target.parent}), which "
                           "swarmctl never writes over; choose another output path")
 
@@ -387,8 +379,7 @@ def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
 
 
 def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -> None:
-    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then publish it as ``path`` (or
-    stage that); on any error remove it and the folders made for it."""
+    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then publish it (or stage that)."""
     stage = _staging.get()
     created = make_folders(path.parent)
     if stage is not None:
@@ -422,9 +413,8 @@ def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append ``line`` (a newline is added) to the log ``path`` in one write, without following a link
-    and refusing a special file in its place. A failed write (a full disk) truncates the file back to
-    its old length, so no partial line is left, and is an OSError naming ``path``."""
+    """Append ``line`` and a newline to the log ``path``, never through a link or into a special file. A
+    failed write (a full disk) truncates the file back, so no partial line is left."""
     path = Path(path)
     _check_writable_target(path)
     fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
@@ -459,8 +449,7 @@ def _open_regular(path: Path, flags: int, refuse: Callable[[str], Exception]) ->
 
 
 def open_lock_file(path: Path) -> BinaryIO:
-    """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
-    folder, a FIFO or another special file in its place is refused (ResourceError)."""
+    """Open (create) the lock file ``path`` for reading and writing, never through a link."""
     path = Path(path)
     fd = _open_regular(path, os.O_RDWR | os.O_CREAT, lambda what: ResourceError(
         f"cannot lock {path}: it is {what}, not a lock file; remove it and try again"))
@@ -483,8 +472,8 @@ def check_output_folder(folder: Path, target: Path | None = None) -> None:
 
 
 def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
-    """Refuse, before any work, an output file path that is a folder, a link or special file, one of
-    ``inputs`` or a run's own file, or whose folder cannot be written."""
+    """Refuse, before any work, an output file that may not be written (:func:`_check_writable_target`) or
+    whose folder cannot be written."""
     path = Path(path)
     _check_writable_target(path, [p for p in inputs if p is not None])
     check_output_folder(path.parent, path)
@@ -557,10 +546,8 @@ def read_errors(path: Path, what: str) -> Iterator[None]:
 
 
 def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
-    """The JSON value in ``path``, which should be ``what`` (for the message, e.g. "a run's config"). A
-    missing, unreadable or invalid file (see :func:`parse_json`) is a DataError: one line naming the file
-    and the fix. A FIFO or device in its place is refused without blocking (ResourceError, see
-    :func:`read_bytes`)."""
+    """The JSON value in ``path``, which should be ``what`` (e.g. "a run's config"); a missing, unreadable
+    or invalid file (:func:`parse_json`) is a DataError naming it and the fix."""
     with read_errors(path, what):
         data = read_bytes(path)
     return parse_json(data, f"{path} ({what})", finite=finite)
@@ -584,14 +571,10 @@ def parse_json(data: bytes, what: str, *, finite: bool = True) -> Any:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`read_jsonl`)."""
-    return read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
-
-
-def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """The JSON objects of ``path``, one a line, each holding ``keys``. A line that is not one (a partial
-    last line left by a process killed while appending, a damaged byte) is skipped with a
-    :class:`SwarmctlWarning`."""
+    """A run's metrics.jsonl (none: []): the JSON objects holding :data:`METRICS_KEYS`, one a line; a line
+    that is not one (cut short by a kill, damaged) is skipped with a :class:`SwarmctlWarning`."""
+    if not Path(path).exists():
+        return []
     records, bad = [], []
     for number, line in enumerate(read_bytes(path).splitlines(), start=1):
         if not line.strip():
@@ -600,7 +583,7 @@ def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError:  # UnicodeDecodeError is one
             record = None
-        if isinstance(record, dict) and all(k in record for k in keys):
+        if isinstance(record, dict) and all(k in record for k in METRICS_KEYS):
             records.append(record)
         else:
             bad.append(number)

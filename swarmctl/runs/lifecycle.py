@@ -34,14 +34,14 @@ from swarmctl.errors import (
 from swarmctl.files import atomic_write_text, check_output_folder
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
-from swarmctl.runs.lock import agree, writing
+from swarmctl.runs.lock import writing
 from swarmctl.runs.naming import LOWER_SIZES, check_training_memory, parameter_count, run_name
 from swarmctl.runs.read import check_belongs, check_run_files, read_run_config, resolve_run
 from swarmctl.signals import StopSignals
 from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
-from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, fit
+from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, any_rank, fit
 from swarmctl.training.modes import resolve_step, resumed_step
 
 
@@ -157,7 +157,8 @@ def _checked(check: Callable[[], Any], ctx: DistContext, device: torch.device) -
         value = check()
     except SwarmctlError as exc:
         error = exc
-    agree(error, ctx, device)
+    if any_rank((error is not None,), ctx, device)[0]:
+        raise error or CheckpointError("rank 0 could not open the run for writing; see its message")
     return value
 
 
@@ -170,14 +171,10 @@ def start_run(
     progress: Progress | None = None,
     announce: Callable[[str], None] | None = None,
 ) -> FitResult:
-    """Start a new run ``runs_dir/name`` (default name from model, paper code and seed) and train it.
-    ``announce`` is told, before anything is written, where it trains and its step mode (one line).
-
-    Everything is validated before the run folder is created, so a bad option leaves nothing behind.
-    Under torchrun, rank 0 makes missing default data before any rank reads it. The run's lock is held
-    and SIGINT/SIGTERM only stop training cleanly from before the first file is written; a folder holding
-    a run that never saved a checkpoint (killed in its first epoch) is started again from scratch.
-    """
+    """Start a new run ``runs_dir/name`` (default: :func:`run_name`) and train it, everything validated
+    before the folder is created; ``announce`` is told where it trains and its step mode (one line). Under
+    torchrun, rank 0 makes missing default data before any rank reads it. A folder holding a run that never
+    saved a checkpoint is started again from scratch."""
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
@@ -304,12 +301,10 @@ class Finished:
 
 def finish_runs(results: Sequence[FitResult | None], continue_with: str, finished: Sequence[Path] = (),
                 draw: DrawCurves | None = None) -> Finished:
-    """What follows training (`train` and `sweep`): draw the curves of every run in ``results`` that was
-    not interrupted (None: a run not trained now), and of the ``finished`` runs not trained now that lack
-    them (a signal stopped the drawing the last time); say how to continue (``continue_with``, a command)
-    when the last result was interrupted. ``draw`` draws one run's curves (the plotting layer sits above
-    this one, so the caller passes it; None draws nothing). A figure that cannot be written is one
-    ResourceError saying that the training itself is saved and how to draw the curves again."""
+    """What follows training (`train` and `sweep`): ``draw`` (from the plotting layer above this one) the
+    curves of every run in ``results`` not interrupted (None: not trained now) and of the ``finished`` runs
+    that lack them; say how to continue (``continue_with``) when the last result was interrupted. A figure
+    that cannot be written is a ResourceError saying that the training is saved."""
     to_draw = [r.run_dir for r in results if r is not None and not r.interrupted]
     to_draw += [Path(d) for d in finished if not RunDir(d).curves.exists()]
     drawn = []

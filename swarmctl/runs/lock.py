@@ -9,13 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
-from swarmctl.errors import CheckpointError, SwarmctlError
+from swarmctl.errors import CheckpointError
 from swarmctl.files import holding, make_folders, open_lock_file, remove_folders, remove_orphan_temps
 from swarmctl.rundir import RunDir
 from swarmctl.training.device import DistContext
-from swarmctl.training.loop import any_rank
 
 
 @contextmanager
@@ -59,9 +56,3 @@ def writing(run: RunDir, ctx: DistContext) -> Iterator[None]:
     """Rank 0 holds the run's lock (the other ranks write nothing)."""
     with run_lock(run.path) if ctx.is_main else contextlib.nullcontext():
         yield
-
-
-def agree(error: SwarmctlError | None, ctx: DistContext, device: torch.device) -> None:
-    """Raise ``error`` on rank 0 and an error on every other rank, when rank 0 has one."""
-    if any_rank((error is not None,), ctx, device)[0]:
-        raise error or CheckpointError("rank 0 could not open the run for writing; see its message")

@@ -16,10 +16,6 @@ from swarmctl.files import read_json, shipped_folder
 from swarmctl.tasks import Task, tasks_for
 
 
-def is_shipped(checkpoint: Path) -> bool:
-    return Path(checkpoint).resolve().parent == shipped_folder().resolve()
-
-
 @dataclass(frozen=True)
 class ShippedModel:
     """A shipped model's record (the JSON beside its checkpoint): what is looked up without reading weights."""
