@@ -150,8 +150,9 @@ def _resolved(path: Path) -> Path:
 # ---- atomic writes --------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
-class _Staging:
-    """The writes of one :func:`staged_writes` block."""
+class Outputs:
+    """The writes of one :func:`staged_writes` block, and the outputs and inputs the command names to it
+    as it learns them: each output is checked when named, before any work."""
 
     inputs: list[Path]
     replace: bool
@@ -159,23 +160,14 @@ class _Staging:
     # None: remove, target, may replace a file)
     created: list[Path] = dataclasses.field(default_factory=list)  # folders, outermost first
     replaceable: set[Path] = dataclasses.field(default_factory=set)  # may replace a file whatever ``replace`` says
-
-
-_staging: contextvars.ContextVar[_Staging | None] = contextvars.ContextVar("swarmctl_staging", default=None)
-
-
-class Outputs:
-    """The outputs of one :func:`staged_outputs` block: each is checked when named, before any work."""
-
-    def __init__(self, stage: _Staging) -> None:
-        self._stage = stage
-        self._named: dict[Path, tuple[Path, str | None]] = {}  # resolved path -> (path, the parameter naming it)
+    named: dict[Path, tuple[Path, str | None]] = dataclasses.field(default_factory=dict)  # resolved path ->
+    # (path, the parameter naming it)
 
     def input(self, *paths: Path | None) -> None:
         """Files the command reads, never written; the outputs named so far are checked against them too."""
         new = [Path(p) for p in paths if p is not None]
-        self._stage.inputs.extend(new)
-        for path, _ in self._named.values():
+        self.inputs.extend(new)
+        for path, _ in self.named.values():
             check_output_file(path, new)
 
     def folder(self, folder: Path | str) -> Path:
@@ -187,16 +179,19 @@ class Outputs:
         names for another parameter ``name``, and without ``replace`` (the block's unless given: a command's
         default output in a run's own folder is replaced on each run) an existing file; returns it."""
         path = Path(path)
-        check_output_file(path, self._stage.inputs)
+        check_output_file(path, self.inputs)
         key = _resolved(path)
-        earlier = self._named.setdefault(key, (path, name))[1]
+        earlier = self.named.setdefault(key, (path, name))[1]
         if earlier is not None and name is not None and earlier != name:
             raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path")
-        may_replace = self._stage.replace if replace is None else replace
+        may_replace = self.replace if replace is None else replace
         if may_replace:
-            self._stage.replaceable.add(key)
+            self.replaceable.add(key)
         _check_new_target(path, may_replace)
         return path
+
+
+_staging: contextvars.ContextVar[Outputs | None] = contextvars.ContextVar("swarmctl_staging", default=None)
 
 
 @contextlib.contextmanager
@@ -205,12 +200,12 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
     (docs/design.md, "Files"): every :func:`atomic_write` inside writes its temporary file at once and
     publishes it at the end; on any error every temporary file, published file and created folder goes
     again. No file of ``inputs`` may be written; ``replace`` False (no ``--force``): no file is replaced.
-    Yields the block's :class:`Outputs`, which a command names each output and input to as it learns it."""
-    stage = _Staging([Path(p) for p in inputs if p is not None], replace)
+    Yields the block's :class:`Outputs`."""
+    stage = Outputs([Path(p) for p in inputs if p is not None], replace)
     token = _staging.set(stage)
     done = False
     try:
-        yield Outputs(stage)
+        yield stage
         for _, path, _ in stage.pending:
             _check_writable_target(path, stage.inputs)  # nothing was put in its place meanwhile
         _publish(stage.pending)

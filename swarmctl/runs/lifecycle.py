@@ -10,8 +10,8 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -109,7 +109,8 @@ class _Plan:
 def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, signals: StopSignals,
                   progress: Progress | None) -> FitResult:
     """The part start and resume share, run under the lock: clear a run trained from scratch, write its
-    config, train; a file that cannot be written ends training with how to continue."""
+    config, train. A checkpoint or metrics line that cannot be written (a full disk) ends training with one
+    line, the file, the cause and how to continue: the atomic writes keep the previous last checkpoint."""
     if ctx.is_main:
         if plan.restarted:
             warnings.warn(f"run {run.path} never saved a checkpoint (stopped in its first epoch): training it "
@@ -118,14 +119,15 @@ def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, si
             _clear_for_restart(run)
         atomic_write_text(run.config, json.dumps(plan.config, indent=2) + "\n")
     try:
-        with _write_failures_keep_the_run(run, plan.config["model"]["name"], runs_dir):
-            return fit(plan.model, plan.prepared, plan.train_cfg, RunWriter(run.path, plan.config, plan.task.name),
-                       device=plan.device, resume=plan.resume, ctx=ctx, progress=progress, signals=signals)
-    except CheckpointError:  # a file that could not be written: the run stays, with how to continue
-        raise
-    except BaseException:  # out of memory in the first steps, say: a new run without a checkpoint goes
-        if plan.new and ctx.is_main and not run.last.exists():
-            _clear_for_restart(run)
+        return fit(plan.model, plan.prepared, plan.train_cfg, RunWriter(run.path, plan.config, plan.task.name),
+                   device=plan.device, resume=plan.resume, ctx=ctx, progress=progress, signals=signals)
+    except BaseException as exc:
+        if isinstance(exc, OSError) and exc.filename is not None:  # not standard output, which the caller names
+            kept = f"its {run.last.name} from before is kept" if run.last.is_file() else "no epoch was saved yet"
+            raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
+                                  f"{resume_command(plan.config['model']['name'], run.path, runs_dir)}") from None
+        if not isinstance(exc, CheckpointError) and plan.new and ctx.is_main and not run.last.exists():
+            _clear_for_restart(run)  # out of memory in the first steps, say: a new run without a checkpoint goes
             run.config.unlink(missing_ok=True)
         raise
 
@@ -133,21 +135,6 @@ def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, si
 def _clear_for_restart(run: RunDir) -> None:
     for path in run.restartable():
         path.unlink(missing_ok=True)
-
-
-@contextmanager
-def _write_failures_keep_the_run(run: RunDir, model: str, runs_dir: Path) -> Iterator[None]:
-    """A checkpoint or metrics line that cannot be written (a full disk, a file-size limit) ends training
-    with one line: the file and the cause, and how to continue. The atomic writes keep the previous last
-    checkpoint, so the run loses at most the epoch in progress."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None:  # not a file of the run (standard output, say): the caller names it
-            raise
-        kept = f"its {run.last.name} from before is kept" if run.last.is_file() else "no epoch was saved yet"
-        raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
-                              f"{resume_command(model, run.path, runs_dir)}") from None
 
 
 def _checked(check: Callable[[], Any], ctx: DistContext, device: torch.device) -> Any:
