@@ -76,12 +76,15 @@ def check_regular_file(path: Path) -> None:
         raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
 
 
-def check_plain_file(path: Path) -> None:
-    """Refuse a link (never followed), a folder or a special file at ``path``: a run's own file, which only
-    swarmctl writes, and never through a link. A regular file or nothing passes."""
-    what = _existing_kind(path, os.lstat)
-    if what is not None:
-        raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
+def check_plain_files(*paths: Path) -> None:
+    """Refuse a link (never followed), a folder or a special file at any of ``paths``, a run's own files: only
+    swarmctl writes them, never through a link, so one planted or left by another tool is refused before
+    anything in the run is read, removed or written. A regular file or nothing passes."""
+    for path in paths:
+        what = _existing_kind(path, os.lstat)
+        if what is not None:
+            raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try "
+                                "again")
 
 
 def read_bytes(path: Path) -> bytes:

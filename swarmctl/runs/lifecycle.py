@@ -31,12 +31,12 @@ from swarmctl.errors import (
     describe_os_error,
     shell_command,
 )
-from swarmctl.files import atomic_write_text, check_output_folder
+from swarmctl.files import atomic_write_text, check_output_folder, check_plain_files
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import writing
 from swarmctl.runs.naming import LOWER_SIZES, check_training_memory, parameter_count, run_name
-from swarmctl.runs.read import check_belongs, check_run_files, read_run_config, resolve_run
+from swarmctl.runs.read import check_belongs, read_run_config, resolve_run
 from swarmctl.signals import StopSignals
 from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
@@ -186,7 +186,7 @@ def start_run(
 
     def free() -> bool:
         """Whether the folder may take the run; True when it holds one that never saved a checkpoint."""
-        check_run_files(run)
+        check_plain_files(*run.own_files())
         if run.config.exists() and not run.is_dead():
             raise CheckpointError(f"run {run.path} exists; continue it with "
                                   f"{resume_command(model_cfg.name, run.path, runs_dir)} or pick another `name`")
@@ -261,7 +261,7 @@ def _where(device: torch.device) -> str:
 def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:
     """The config a resume continues with, and whether it starts from scratch (no last checkpoint). The
     last and best checkpoints must belong to the run: a checkpoint copied in from another run is refused."""
-    check_run_files(run)
+    check_plain_files(*run.own_files())
     if run.is_dead():
         return read_run_config(run.path), True
     config = load_checkpoint(run.last).config

@@ -17,20 +17,13 @@ from torch import nn
 from swarmctl.config import RESUMABLE, ModelConfig, current_sections
 from swarmctl.devices import resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
-from swarmctl.files import check_plain_file, check_regular_file, read_json, shipped_folder
+from swarmctl.files import check_regular_file, read_json, shipped_folder
 from swarmctl.models import count_parameters, create_model, paper_code
 from swarmctl.rundir import BEST, CONFIG, LAST, RunDir
 from swarmctl.runs.shipped import shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
 from swarmctl.training.device import full_precision, tf32_scope, tf32_trains
-
-
-def check_run_files(run: RunDir) -> None:
-    """Refuse a run whose own files are links, folders, FIFOs or other special files (planted, or left by
-    another tool), before anything in it is read, removed or written."""
-    for path in run.own_files():
-        check_plain_file(path)
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any]:
