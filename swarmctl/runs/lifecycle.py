@@ -160,8 +160,9 @@ def start_run(
 ) -> FitResult:
     """Start a new run ``runs_dir/name`` (default: :func:`run_name`) and train it, everything validated
     before the folder is created; ``announce`` is told where it trains and its step mode (one line). Under
-    torchrun, rank 0 makes missing default data before any rank reads it. A folder holding a run that never
-    saved a checkpoint is started again from scratch."""
+    torchrun, rank 0 makes missing default data before any rank reads it. The lock is held and SIGINT/SIGTERM
+    stop training cleanly from before the first file is written. A folder holding a run that never saved a
+    checkpoint is started again from scratch."""
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
