@@ -7,9 +7,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import dataclasses
 import errno
 import glob
 import io
+import itertools
 import json
 import os
 import re
@@ -35,17 +37,10 @@ def shipped_folder() -> Path:
     return Path(env) if env else Path(__file__).resolve().parent / "pretrained"
 
 
-def _shipped_folders() -> set[Path]:
-    """Every folder of shipped models a command may read (the package's and ``$SWARMCTL_PRETRAINED``):
-    only their writer (``export_weights`` of ``tools/campaigns/shipping.py``) writes in them."""
-    return {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}
-
-
 @contextlib.contextmanager
 def holding(folder: Path) -> Iterator[None]:
-    """Mark ``folder`` as held by this process for the block: only then may a run's own files
-    (:data:`swarmctl.rundir.RUN_FILES`) be written there, or a shipped model when it is a folder of shipped models.
-    runs.run_lock wraps its critical section in this, the shipped models' writer its writes."""
+    """Mark ``folder`` as held by this process for the block (its one writer): only then may a run's own
+    files be written there, or a shipped model when it is a folder of shipped models."""
     folder = Path(folder).resolve()
     _held.add(folder)
     try:
@@ -81,13 +76,15 @@ def check_regular_file(path: Path) -> None:
         raise ResourceError(f"cannot read {path}: it is {what}, not a regular file; replace it with the file")
 
 
-def check_plain_file(path: Path) -> None:
-    """Refuse a link, a folder, a FIFO or another special file at ``path`` (a run's own file, which only
-    swarmctl writes and never through a link); a regular file or nothing passes. The link itself is
-    looked at, never followed."""
-    what = _existing_kind(path, os.lstat)
-    if what is not None:
-        raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try again")
+def check_plain_files(*paths: Path) -> None:
+    """Refuse a link (never followed), a folder or a special file at any of ``paths``, a run's own files: only
+    swarmctl writes them, never through a link, so one planted or left by another tool is refused before
+    anything in the run is read, removed or written. A regular file or nothing passes."""
+    for path in paths:
+        what = _existing_kind(path, os.lstat)
+        if what is not None:
+            raise ResourceError(f"{path} is {what}, not a file swarmctl wrote; remove it (or move it away) and try "
+                                "again")
 
 
 def read_bytes(path: Path) -> bytes:
@@ -103,18 +100,12 @@ def read_bytes(path: Path) -> bytes:
 
 
 def _check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
-    """Refuse a file ``path`` that a command would replace, before any work: a symbolic link (swarmctl
-    never writes through a link), a folder, a FIFO or other special file in its place, one of the
-    command's ``inputs`` (the same resolved path, or the same file under another name), a run's lock
-    (:data:`swarmctl.rundir.LOCK`, anywhere), a run's own file (:data:`swarmctl.rundir.RUN_FILES` in a run's folder)
-    or a file in a folder of shipped models, while this process does not hold that folder. ``--force``
-    changes none of this."""
+    """Refuse a file ``path`` that a command would replace, before any work, whatever ``--force`` says: a
+    link, folder or special file in its place, one of ``inputs`` (the same resolved path, or the same file
+    under another name), a run's lock anywhere, or, while this process does not hold the folder, a run's own
+    file or a file in a folder of shipped models."""
     path = Path(path)
-    try:
-        st: os.stat_result | None = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        st = None
-    what = None if st is None else _kind(st.st_mode)
+    what = _existing_kind(path, os.lstat)
     if what == "a folder":
         raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
     if what is not None:
@@ -122,7 +113,7 @@ def _check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
                           "remove it or choose another path")
     target = _resolved(path)
     for source in inputs:
-        if source is not None and (_resolved(Path(source)) == target or _same_file(st, Path(source))):
+        if source is not None and (_resolved(Path(source)) == target or _same_file(path, Path(source))):
             raise ResourceError(f"cannot write {path}: it is an input of this command ({source}); choose another "
                               "output path")
     if target.name == LOCK:
@@ -133,20 +124,17 @@ def _check_writable_target(path: Path, inputs: Iterable[Path] = ()) -> None:
     if is_run_file(target):
         raise ResourceError(f"cannot write {path}: it is a file of the run in {path.parent}, which only training "
                           "writes; choose another output path")
-    if target.parent in _shipped_folders():
+    if target.parent in {_resolved(Path(__file__).parent / "pretrained"), _resolved(shipped_folder())}:
         raise ResourceError(f"cannot write {path}: it is in the folder of shipped models ({target.parent}), which "
                           "swarmctl never writes over; choose another output path")
 
 
-def _same_file(st: os.stat_result | None, other: Path) -> bool:
-    """Whether the file of ``st`` is ``other`` under another name (a hard link)."""
-    if st is None:
-        return False
+def _same_file(path: Path, other: Path) -> bool:
+    """Whether ``path`` is ``other`` under another name (a hard link); False when either is missing."""
     try:
-        o = os.stat(other)
+        return os.path.samefile(path, other)
     except OSError:
         return False
-    return (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino)
 
 
 def _check_new_target(path: Path, replace: bool) -> None:
@@ -164,35 +152,63 @@ def _resolved(path: Path) -> Path:
 
 # ---- atomic writes --------------------------------------------------------------------------------------
 
-class _Staging:
-    """The writes of one :func:`staged_writes` block: temporary files to publish, folders created."""
+@dataclasses.dataclass
+class Outputs:
+    """The writes of one :func:`staged_writes` block, and the outputs and inputs the command names to it
+    as it learns them: each output is checked when named, before any work."""
 
-    def __init__(self, inputs: tuple[Path, ...], replace: bool) -> None:
-        self.inputs = list(inputs)
-        self.replace = replace
-        self.pending: list[tuple[str | None, Path, bool]] = []  # (temporary file or None: remove, target,
-        # may replace a file)
-        self.created: list[Path] = []
-        self.replaceable: set[Path] = set()  # outputs that may replace a file whatever ``replace`` says
+    inputs: list[Path]
+    replace: bool
+    pending: list[tuple[str | None, Path, bool]] = dataclasses.field(default_factory=list)  # (temporary file or
+    # None: remove, target, may replace a file)
+    created: list[Path] = dataclasses.field(default_factory=list)  # folders, outermost first
+    replaceable: set[Path] = dataclasses.field(default_factory=set)  # may replace a file whatever ``replace`` says
+    named: dict[Path, tuple[Path, str | None]] = dataclasses.field(default_factory=dict)  # resolved path ->
+    # (path, the parameter naming it)
+
+    def input(self, *paths: Path | None) -> None:
+        """Files the command reads, never written; the outputs named so far are checked against them too."""
+        new = [Path(p) for p in paths if p is not None]
+        self.inputs.extend(new)
+        for path, _ in self.named.values():
+            check_output_file(path, new)
+
+    def folder(self, folder: Path | str) -> Path:
+        check_output_folder(Path(folder))
+        return Path(folder)
+
+    def file(self, path: Path | str, name: str | None = None, *, replace: bool | None = None) -> Path:
+        """Refuse an output file that may not be written (:func:`check_output_file`), one this block already
+        names for another parameter ``name``, and without ``replace`` (the block's unless given: a command's
+        default output in a run's own folder is replaced on each run) an existing file; returns it."""
+        path = Path(path)
+        check_output_file(path, self.inputs)
+        key = _resolved(path)
+        earlier = self.named.setdefault(key, (path, name))[1]
+        if earlier is not None and name is not None and earlier != name:
+            raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path")
+        may_replace = self.replace if replace is None else replace
+        if may_replace:
+            self.replaceable.add(key)
+        _check_new_target(path, may_replace)
+        return path
 
 
-_staging: contextvars.ContextVar[_Staging | None] = contextvars.ContextVar("swarmctl_staging", default=None)
+_staging: contextvars.ContextVar[Outputs | None] = contextvars.ContextVar("swarmctl_staging", default=None)
 
 
 @contextlib.contextmanager
-def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[None]:
-    """Make the files a command writes in this block appear together, or not at all: every
-    :func:`atomic_write` inside it writes its temporary file at once (so a full disk is found there)
-    but publishes it only when the block ends without error (anything printed in the block, then, is
-    printed before the files appear). On any error every temporary file, every file already published
-    by the block and every folder it created are removed: a failed command leaves nothing new and
-    changes no file. No file of ``inputs`` may be written. ``replace`` False (no ``--force``): no file
-    that exists, or appears while the command runs, is replaced (see :func:`atomic_write`)."""
-    stage = _Staging(tuple(Path(p) for p in inputs if p is not None), replace)
+def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
+    """Make the files written in this block appear together when it ends without error, or not at all
+    (docs/design.md, "Files"): every :func:`atomic_write` inside writes its temporary file at once and
+    publishes it at the end; on any error every temporary file, published file and created folder goes
+    again. No file of ``inputs`` may be written; ``replace`` False (no ``--force``): no file is replaced.
+    Yields the block's :class:`Outputs`."""
+    stage = Outputs([Path(p) for p in inputs if p is not None], replace)
     token = _staging.set(stage)
     done = False
     try:
-        yield
+        yield stage
         for _, path, _ in stage.pending:
             _check_writable_target(path, stage.inputs)  # nothing was put in its place meanwhile
         _publish(stage.pending)
@@ -204,72 +220,21 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         if not done:
-            _remove_folders(stage.created)
+            remove_folders(stage.created)
+
+
+staged_outputs = staged_writes  # a command's outputs: the name the studies write through
 
 
 @contextlib.contextmanager
 def immediate_writes() -> Iterator[None]:
-    """Inside :func:`staged_writes`, writes in this block publish at once, as outside any stage: for a file
-    the command goes on to read, such as a dataset generated on first use, which is an input of the
-    command, not one of the outputs it publishes at the end."""
+    """Inside :func:`staged_writes`, writes in this block publish at once: for a file the command goes on
+    to read, such as a dataset generated on first use."""
     token = _staging.set(None)
     try:
         yield
     finally:
         _staging.reset(token)
-
-
-class Outputs:
-    """The outputs of one :func:`staged_outputs` block: each is checked when named, before any work."""
-
-    def __init__(self, stage: _Staging) -> None:
-        self._stage = stage
-        self._named: dict[Path, tuple[Path, str | None]] = {}  # resolved path -> (path, the parameter naming it)
-
-    def input(self, *paths: Path | None) -> None:
-        """Files the command reads: none of them is ever written, whatever ``replace`` says. The outputs named
-        so far are checked again against them (an input known only after the outputs, e.g. a checkpoint)."""
-        new = [Path(p) for p in paths if p is not None]
-        self._stage.inputs.extend(new)
-        for path, _ in self._named.values():
-            check_output_file(path, new)
-
-    def folder(self, folder: Path | str) -> Path:
-        """Refuse a folder that cannot be created or written (:func:`check_output_folder`); returns it."""
-        check_output_folder(Path(folder))
-        return Path(folder)
-
-    def file(self, path: Path | str, name: str | None = None, *, replace: bool | None = None) -> Path:
-        """Refuse an output file that may not be written: a link, folder or special file in its place, an
-        input, a run's own file, a folder that cannot be written, a file this block already names for another
-        parameter (``name``: the parameter the path came from; naming a file again for the same one re-checks
-        it), and without ``replace`` (the block's, unless given here: a command's default output in a run's
-        own folder is replaced on each run) an existing file (:func:`_check_writable_target`,
-        :func:`check_output_folder`, :func:`_check_new_target`); returns it."""
-        path = Path(path)
-        check_output_file(path, self._stage.inputs)
-        key = _resolved(path)
-        earlier = self._named.setdefault(key, (path, name))[1]
-        if earlier is not None and name is not None and earlier != name:
-            raise ConfigError(f"`{earlier}` and `{name}` name the same file {path}; give each its own path")
-        may_replace = self._stage.replace if replace is None else replace
-        if may_replace:
-            self._stage.replaceable.add(key)
-        _check_new_target(path, may_replace)
-        return path
-
-
-@contextlib.contextmanager
-def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
-    """A command's outputs, all checked before any work and written all at once or not at all: the one
-    helper the studies write through. The block names each output (``outputs.file(path)``,
-    ``outputs.folder(path)``) as soon as it knows it, which checks it at once, and the inputs it reads
-    (``outputs.input(path)``); every write inside the block is staged (:func:`staged_writes`) and
-    published when the block ends without error. ``replace`` False: no existing file is replaced."""
-    with staged_writes(inputs, replace=replace):
-        stage = _staging.get()
-        assert stage is not None
-        yield Outputs(stage)
 
 
 def check_png(path: Path | None, name: str) -> Path | None:
@@ -281,12 +246,9 @@ def check_png(path: Path | None, name: str) -> Path | None:
 
 
 def _publish(pending: list[tuple[str | None, Path, bool]]) -> None:
-    """Give each temporary file its target's name: first those that may not replace a file, each
-    created exclusively (a hard link, which fails when the name exists: no other process's file is
-    replaced, however late it appeared), then the others (a rename; a temporary file None removes the
-    target, see ``tools.campaigns.files.remove_file``). A file replaced or removed is kept under a second
-    name until the end, so on an error every target is put back as it was: the files this call created are removed,
-    the replaced and removed ones restored. The temporary files are the caller's to remove."""
+    """Give each temporary file its target's name: first those that may not replace a file, each created
+    exclusively, then the others (a rename; a temporary file None removes the target). On an error every target
+    is put back as it was. The temporary files are the caller's to remove."""
     created: list[tuple[Path, os.stat_result]] = []
     replaced: list[tuple[Path, str | None]] = []  # (target, where its old file is kept; None: there was none)
     try:
@@ -348,70 +310,60 @@ def _create_exclusively(tmp: str, path: Path) -> None:
     the name exists); where the file system has no hard links, the name is taken with O_EXCL first and
     then replaced by the temporary file."""
     try:
-        os.link(tmp, path)
-        return
+        try:
+            os.link(tmp, path)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise  # FileExistsError included
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
     except FileExistsError:
         raise OutputExists(f"{path} exists (it appeared while this command ran); pass `force` to overwrite it "
                            "or choose another path") from None
     except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        raise OutputExists(f"{path} exists (it appeared while this command ran); pass `force` to overwrite it "
-                           "or choose another path") from None
-    os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     os.replace(tmp, path)  # the name is ours now: hand it the content at once
 
 
-def _make_folder(folder: Path) -> list[Path]:
+def make_folders(folder: Path) -> list[Path]:
     """``mkdir -p folder``; the folders it created, outermost first."""
-    missing = []
-    for parent in [folder, *folder.parents]:
-        if parent.exists():
-            break
-        missing.append(parent)
+    missing = list(itertools.takewhile(lambda p: not p.exists(), [folder, *folder.parents]))
     folder.mkdir(parents=True, exist_ok=True)
     return missing[::-1]
 
 
-def _remove_folders(created: list[Path]) -> None:
+def remove_folders(created: list[Path]) -> None:
+    """Remove the folders :func:`make_folders` created, while they are empty."""
     for folder in reversed(created):  # innermost first; only when empty
         with contextlib.suppress(OSError):
             folder.rmdir()
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool | None = None) -> None:
-    """Write ``path`` atomically: ``write(buffer)`` fills an in-memory buffer, whose bytes go to a new
-    temporary file beside ``path`` (created exclusively: never a link) that is then published as ``path``.
-
-    The target is checked first (:func:`_check_writable_target`). ``replace`` False: an existing file is
-    refused at once, and the file is published by a hard link, so that one that appears meanwhile (a
-    second command writing the same output) is not replaced either (:class:`OutputExists`); the default
-    replaces (inside :func:`staged_writes`: as the block says). Any error leaves ``path`` as it was
-    and removes the temporary file and the folders this call created; a failed write (a full disk, a
-    file-size limit) is an OSError naming ``path``. Inside :func:`staged_writes` publishing waits for the
-    end of the block.
-    """
+    """Write ``path`` atomically (docs/design.md, "Files"): ``write(buffer)`` fills an in-memory buffer whose
+    bytes go to a temporary file beside ``path``, published as ``path`` (inside :func:`staged_writes`, when
+    the block ends). ``replace`` False: an existing file is refused, and one that appears meanwhile too
+    (:class:`OutputExists`); None: as the block says (outside one: replace). A failed write is an OSError
+    naming ``path`` and leaves it as it was."""
     path = Path(path)
     stage = _staging.get()
     if replace is None:
         replace = stage is None or stage.replace or _resolved(path) in stage.replaceable
-    _check_target(path)
+    check_output_file(path, stage.inputs if stage else ())
     _check_new_target(path, replace)
     buffer = io.BytesIO()
     write(buffer)
+    _write_beside(path, lambda fd, tmp: _write_all(fd, buffer.getbuffer(), path), replace)
 
-    def fill(fd: int, tmp: str) -> None:
-        data = buffer.getbuffer()
-        try:
-            while data:
-                data = data[os.write(fd, data):]
-        except OSError as exc:  # name the file asked for, not the temporary one
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
 
-    _write_beside(path, fill, replace)
+def _write_all(fd: int, data: bytes | memoryview, path: Path) -> None:
+    """Write all of ``data`` to ``fd``; an error names ``path`` (the file asked for, not a temporary one)."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
@@ -419,21 +371,15 @@ def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
     temporary file, created exclusively beside ``path``, which is then renamed to ``path``. Its errors
     are its own; the target is checked as for :func:`atomic_write`."""
     path = Path(path)
-    _check_target(path)
+    stage = _staging.get()
+    check_output_file(path, stage.inputs if stage else ())
     _write_beside(path, lambda fd, tmp: write(tmp), True)
 
 
-def _check_target(path: Path) -> None:
-    stage = _staging.get()
-    _check_writable_target(path, stage.inputs if stage else ())
-    check_output_folder(path.parent, path)
-
-
 def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -> None:
-    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then publish it as ``path`` (or
-    stage that); on any error remove it and the folders made for it."""
+    """Create a temporary file beside ``path``, ``fill(fd, tmp)`` it, then publish it (or stage that)."""
     stage = _staging.get()
-    created = _make_folder(path.parent)
+    created = make_folders(path.parent)
     if stage is not None:
         stage.created.extend(created)
     tmp = None
@@ -444,7 +390,9 @@ def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         try:
             fill(fd, tmp)
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
+            mask = os.umask(0)
+            os.umask(mask)
+            os.fchmod(fd, 0o666 & ~mask)  # mkstemp creates 0600; give the file the usual permissions
         finally:
             os.close(fd)
         if stage is not None:
@@ -458,35 +406,25 @@ def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         if stage is None:
-            _remove_folders(created)
+            remove_folders(created)
         raise
 
 
 def append_line(path: Path, line: str) -> None:
-    """Append ``line`` (a newline is added) to the log ``path`` in one write, without following a link
-    and refusing a special file in its place. A failed write (a full disk) truncates the file back to
-    its old length, so no partial line is left, and is an OSError naming ``path``."""
+    """Append ``line`` and a newline to the log ``path``, never through a link or into a special file. A
+    failed write (a full disk) truncates the file back, so no partial line is left."""
     path = Path(path)
     _check_writable_target(path)
-    data = (line + "\n").encode()
+    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                       lambda what: ResourceError(f"cannot write {path}: it is {what}; remove it"))
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     0o666)
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
-    try:
-        what = _kind(os.fstat(fd).st_mode)
-        if what is not None:
-            raise ResourceError(f"cannot write {path}: it is {what}; remove it")
         size = os.fstat(fd).st_size
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        except OSError as exc:
+            _write_all(fd, (line + "\n").encode(), path)
+        except OSError:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, size)
-            raise OSError(exc.errno, exc.strerror, str(path)) from None
+            raise
     finally:
         os.close(fd)
 
@@ -509,8 +447,7 @@ def _open_regular(path: Path, flags: int, refuse: Callable[[str], Exception]) ->
 
 
 def open_lock_file(path: Path) -> BinaryIO:
-    """Open (create) the lock file ``path`` for reading and writing, never through a link: a link, a
-    folder, a FIFO or another special file in its place is refused (ResourceError)."""
+    """Open (create) the lock file ``path`` for reading and writing, never through a link."""
     path = Path(path)
     fd = _open_regular(path, os.O_RDWR | os.O_CREAT, lambda what: ResourceError(
         f"cannot lock {path}: it is {what}, not a lock file; remove it and try again"))
@@ -533,8 +470,8 @@ def check_output_folder(folder: Path, target: Path | None = None) -> None:
 
 
 def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
-    """Refuse, before any work, an output file path that is a folder, a link or special file, one of
-    ``inputs`` or a run's own file, or whose folder cannot be written."""
+    """Refuse, before any work, an output file that may not be written (:func:`_check_writable_target`) or
+    whose folder cannot be written."""
     path = Path(path)
     _check_writable_target(path, [p for p in inputs if p is not None])
     check_output_folder(path.parent, path)
@@ -562,12 +499,6 @@ def private_temp_folder(name: str) -> Path:
         private = Path(tempfile.mkdtemp(prefix=f"swarmctl-{name}-"))  # planted or foreign: a folder of our own
         atexit.register(shutil.rmtree, private, True)
         return private
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def remove_orphan_temps(folder: Path, prefix: str = ".", *, held: bool = False) -> list[Path]:
@@ -613,10 +544,8 @@ def read_errors(path: Path, what: str) -> Iterator[None]:
 
 
 def read_json(path: Path, what: str, *, finite: bool = True) -> Any:
-    """The JSON value in ``path``, which should be ``what`` (for the message, e.g. "a run's config"). A
-    missing, unreadable or invalid file (see :func:`parse_json`) is a DataError: one line naming the file
-    and the fix. A FIFO or device in its place is refused without blocking (ResourceError, see
-    :func:`read_bytes`)."""
+    """The JSON value in ``path``, which should be ``what`` (e.g. "a run's config"); a missing, unreadable
+    or invalid file (:func:`parse_json`) is a DataError naming it and the fix."""
     with read_errors(path, what):
         data = read_bytes(path)
     return parse_json(data, f"{path} ({what})", finite=finite)
@@ -640,14 +569,10 @@ def parse_json(data: bytes, what: str, *, finite: bool = True) -> Any:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """A run's metrics.jsonl (none: []), damaged lines skipped with a warning (see :func:`read_jsonl`)."""
-    return read_jsonl(path, METRICS_KEYS) if Path(path).exists() else []
-
-
-def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    """The JSON objects of ``path``, one a line, each holding ``keys``. A line that is not one (a partial
-    last line left by a process killed while appending, a damaged byte) is skipped with a
-    :class:`SwarmctlWarning`."""
+    """A run's metrics.jsonl (none: []): the JSON objects holding :data:`METRICS_KEYS`, one a line; a line
+    that is not one (cut short by a kill, damaged) is skipped with a :class:`SwarmctlWarning`."""
+    if not Path(path).exists():
+        return []
     records, bad = [], []
     for number, line in enumerate(read_bytes(path).splitlines(), start=1):
         if not line.strip():
@@ -656,7 +581,7 @@ def read_jsonl(path: Path, keys: tuple[str, ...] = ()) -> list[dict[str, Any]]:
             record = json.loads(line)
         except ValueError:  # UnicodeDecodeError is one
             record = None
-        if isinstance(record, dict) and all(k in record for k in keys):
+        if isinstance(record, dict) and all(k in record for k in METRICS_KEYS):
             records.append(record)
         else:
             bad.append(number)

@@ -1,14 +1,6 @@
-"""A run's folder layout: the one place that names a run's files, and the metrics schema.
-
-A run is a folder ``runs/NAME`` holding its config, a metrics line per epoch, its best and last
-checkpoints, the curves drawn from the metrics, and the lock of the process writing it. Every module
-that touches one of these files asks a :class:`RunDir` for its path; no other module spells a name
-(``tests/test_layout.py`` checks it).
-
-This module sits under everything (standard library only): the trainer writes the files, ``files.py``
-protects them, ``plots/`` (which never imports torch) and ``studies/report.py`` read them, and
-``swarmctl.runs`` (the lifecycle) sits above the trainer.
-"""
+"""A run's folder layout: the one place that names a run's files (``tests/test_layout.py`` checks that no
+other module spells one), and the metrics schema. Standard library only: it sits under everything that
+writes, protects or reads these files (docs/design.md, "A run")."""
 
 from __future__ import annotations
 
@@ -41,29 +33,12 @@ class RunDir:
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
 
-    @property
-    def config(self) -> Path:
-        return self.path / CONFIG
-
-    @property
-    def metrics(self) -> Path:
-        return self.path / METRICS
-
-    @property
-    def best(self) -> Path:
-        return self.path / BEST
-
-    @property
-    def last(self) -> Path:
-        return self.path / LAST
-
-    @property
-    def curves(self) -> Path:
-        return self.path / CURVES
-
-    @property
-    def lock(self) -> Path:
-        return self.path / LOCK
+    config = property(lambda self: self.path / CONFIG)
+    metrics = property(lambda self: self.path / METRICS)
+    best = property(lambda self: self.path / BEST)
+    last = property(lambda self: self.path / LAST)
+    curves = property(lambda self: self.path / CURVES)
+    lock = property(lambda self: self.path / LOCK)
 
     @property
     def name(self) -> str:

@@ -1,17 +1,8 @@
-"""SIGINT and SIGTERM: the one module that handles them, in the three ways a swarmctl process answers them.
-
-- :func:`install` a handler for both signals (the CLI's start-up handler, which ends the process while the
-  commands load, and its last, which ends it with the command's own exit code once the command is over;
-  :func:`ignore` for the interpreter's teardown after that);
-- :class:`Interruption`: raise :class:`Interrupted` (a KeyboardInterrupt), so that every atomic write on the
-  way out removes its temporary file (the CLI, around a command's work and outside it);
-- :class:`StopSignals`: set a flag that the trainer checks between batches (training and validation), so
-  that a stop saves ``last.pt``.
-
-Handlers are installed in the main thread only (elsewhere Python refuses them) and each scope restores the
-handlers it found. :data:`EXIT_CODE` and :func:`interrupted_line` are the exit code and the one line a
-command stopped by a signal ends with; the CLI prints them.
-"""
+"""SIGINT and SIGTERM: the one module that handles them, in the three ways a swarmctl process answers them
+(docs/design.md, "Signals"): :func:`install` a handler that ends the process (:func:`ignore` them during the
+interpreter's teardown), raise :class:`Interrupted` through :class:`Interruption` so that atomic writes remove
+their temporary files on the way out, or set the flag of :class:`StopSignals` that the trainer checks between
+batches. Handlers are installed in the main thread only (elsewhere Python refuses them)."""
 
 from __future__ import annotations
 
@@ -25,7 +16,7 @@ from typing import Any
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_CODE = 130  # the shell's code for a process stopped by SIGINT
 
-Handler = Callable[[int, Any], None]
+Handler = Callable[[int, Any], None] | signal.Handlers
 
 
 def install(handler: Handler) -> None:
@@ -36,11 +27,9 @@ def install(handler: Handler) -> None:
 
 
 def ignore() -> None:
-    """SIGINT and SIGTERM ignored from now on (main thread only): for the interpreter's last teardown, where
-    Python would give them back their default action (an exit 143 with nothing to save)."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
+    """SIGINT and SIGTERM ignored from now on: for the interpreter's last teardown, where Python would give
+    them back their default action (an exit 143 with nothing to save)."""
+    install(signal.SIG_IGN)
 
 
 @contextmanager
@@ -112,10 +101,9 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: str | None = None
-        self._scope: Any = None
+        self._scope = handled(self._handle)
 
     def __enter__(self) -> StopSignals:
-        self._scope = handled(self._handle)
         self._scope.__enter__()
         return self
 

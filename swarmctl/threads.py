@@ -1,21 +1,6 @@
-"""How many CPU threads a command's PyTorch and OpenMP work use: the cores free to this process.
-
-PyTorch starts one thread per core it sees. On a shared workstation or cluster node, where another busy
-process holds a core, those threads wait on a descheduled peer at every small operation, and a step runs
-many times slower than with fewer threads. The rule (docs/design.md, "Threads"):
-
-1. ``swarmctl --threads N`` wins;
-2. else ``SWARMCTL_THREADS``, then the usual ``OMP_NUM_THREADS`` (PyTorch's and OpenMP's own variable):
-   whichever the user set is used as it is;
-3. else the cores this process may run on (its CPU affinity, and a cgroup CPU quota where one is set),
-   less the cores other processes keep busy when the load is high: ``floor(load + 0.25)`` of them, from
-   the one-minute load average, so a single busy process takes one core away; never fewer than one.
-
-The result is written to ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` before PyTorch is imported (PyTorch
-reads them when it starts, and the processes a command starts inherit them). Where PyTorch is already
-loaded (a process that calls the CLI itself), a count the user asked for is set on it directly, at most the
-usable cores; the rule's
-own count leaves the threads that process chose. Plain standard library: the CLI calls it before anything heavy loads.
+"""How many CPU threads a command's PyTorch and OpenMP work use: the cores free to this process, by the rule
+of docs/design.md, "Threads" (``--threads``, else ``SWARMCTL_THREADS`` or ``OMP_NUM_THREADS``, else the usable
+cores less those the load keeps busy). Plain standard library: the CLI calls it before anything heavy loads.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,17 +31,17 @@ from swarmctl.errors import (
     describe_os_error,
     shell_command,
 )
-from swarmctl.files import atomic_write_text, check_output_folder
+from swarmctl.files import atomic_write_text, check_output_folder, check_plain_files
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
-from swarmctl.runs.lock import agree, writing
+from swarmctl.runs.lock import writing
 from swarmctl.runs.naming import LOWER_SIZES, check_training_memory, parameter_count, run_name
-from swarmctl.runs.read import check_belongs, check_run_files, read_run_config, resolve_run
+from swarmctl.runs.read import check_belongs, read_run_config, resolve_run
 from swarmctl.signals import StopSignals
 from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
-from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, fit
+from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, any_rank, fit
 from swarmctl.training.modes import resolve_step, resumed_step
 
 
@@ -109,7 +109,8 @@ class _Plan:
 def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, signals: StopSignals,
                   progress: Progress | None) -> FitResult:
     """The part start and resume share, run under the lock: clear a run trained from scratch, write its
-    config, train; a file that cannot be written ends training with how to continue."""
+    config, train. A checkpoint or metrics line that cannot be written (a full disk) ends training with one
+    line, the file, the cause and how to continue: the atomic writes keep the previous last checkpoint."""
     if ctx.is_main:
         if plan.restarted:
             warnings.warn(f"run {run.path} never saved a checkpoint (stopped in its first epoch): training it "
@@ -118,14 +119,15 @@ def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, si
             _clear_for_restart(run)
         atomic_write_text(run.config, json.dumps(plan.config, indent=2) + "\n")
     try:
-        with _write_failures_keep_the_run(run, plan.config["model"]["name"], runs_dir):
-            return fit(plan.model, plan.prepared, plan.train_cfg, RunWriter(run.path, plan.config, plan.task.name),
-                       device=plan.device, resume=plan.resume, ctx=ctx, progress=progress, signals=signals)
-    except CheckpointError:  # a file that could not be written: the run stays, with how to continue
-        raise
-    except BaseException:  # out of memory in the first steps, say: a new run without a checkpoint goes
-        if plan.new and ctx.is_main and not run.last.exists():
-            _clear_for_restart(run)
+        return fit(plan.model, plan.prepared, plan.train_cfg, RunWriter(run.path, plan.config, plan.task.name),
+                   device=plan.device, resume=plan.resume, ctx=ctx, progress=progress, signals=signals)
+    except BaseException as exc:
+        if isinstance(exc, OSError) and exc.filename is not None:  # not standard output, which the caller names
+            kept = f"its {run.last.name} from before is kept" if run.last.is_file() else "no epoch was saved yet"
+            raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
+                                  f"{resume_command(plan.config['model']['name'], run.path, runs_dir)}") from None
+        if not isinstance(exc, CheckpointError) and plan.new and ctx.is_main and not run.last.exists():
+            _clear_for_restart(run)  # out of memory in the first steps, say: a new run without a checkpoint goes
             run.config.unlink(missing_ok=True)
         raise
 
@@ -135,21 +137,6 @@ def _clear_for_restart(run: RunDir) -> None:
         path.unlink(missing_ok=True)
 
 
-@contextmanager
-def _write_failures_keep_the_run(run: RunDir, model: str, runs_dir: Path) -> Iterator[None]:
-    """A checkpoint or metrics line that cannot be written (a full disk, a file-size limit) ends training
-    with one line: the file and the cause, and how to continue. The atomic writes keep the previous last
-    checkpoint, so the run loses at most the epoch in progress."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is None:  # not a file of the run (standard output, say): the caller names it
-            raise
-        kept = f"its {run.last.name} from before is kept" if run.last.is_file() else "no epoch was saved yet"
-        raise CheckpointError(f"{describe_os_error(exc)}; training stopped ({kept}); continue with: "
-                              f"{resume_command(model, run.path, runs_dir)}") from None
-
-
 def _checked(check: Callable[[], Any], ctx: DistContext, device: torch.device) -> Any:
     """``check()`` on every rank; when it raises on rank 0, every rank raises (rank 0 its own error)."""
     error, value = None, None
@@ -157,7 +144,8 @@ def _checked(check: Callable[[], Any], ctx: DistContext, device: torch.device) -
         value = check()
     except SwarmctlError as exc:
         error = exc
-    agree(error, ctx, device)
+    if any_rank((error is not None,), ctx, device)[0]:
+        raise error or CheckpointError("rank 0 could not open the run for writing; see its message")
     return value
 
 
@@ -170,14 +158,11 @@ def start_run(
     progress: Progress | None = None,
     announce: Callable[[str], None] | None = None,
 ) -> FitResult:
-    """Start a new run ``runs_dir/name`` (default name from model, paper code and seed) and train it.
-    ``announce`` is told, before anything is written, where it trains and its step mode (one line).
-
-    Everything is validated before the run folder is created, so a bad option leaves nothing behind.
-    Under torchrun, rank 0 makes missing default data before any rank reads it. The run's lock is held
-    and SIGINT/SIGTERM only stop training cleanly from before the first file is written; a folder holding
-    a run that never saved a checkpoint (killed in its first epoch) is started again from scratch.
-    """
+    """Start a new run ``runs_dir/name`` (default: :func:`run_name`) and train it, everything validated
+    before the folder is created; ``announce`` is told where it trains and its step mode (one line). Under
+    torchrun, rank 0 makes missing default data before any rank reads it. The lock is held and SIGINT/SIGTERM
+    stop training cleanly from before the first file is written. A folder holding a run that never saved a
+    checkpoint is started again from scratch."""
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
@@ -202,7 +187,7 @@ def start_run(
 
     def free() -> bool:
         """Whether the folder may take the run; True when it holds one that never saved a checkpoint."""
-        check_run_files(run)
+        check_plain_files(*run.own_files())
         if run.config.exists() and not run.is_dead():
             raise CheckpointError(f"run {run.path} exists; continue it with "
                                   f"{resume_command(model_cfg.name, run.path, runs_dir)} or pick another `name`")
@@ -277,7 +262,7 @@ def _where(device: torch.device) -> str:
 def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:
     """The config a resume continues with, and whether it starts from scratch (no last checkpoint). The
     last and best checkpoints must belong to the run: a checkpoint copied in from another run is refused."""
-    check_run_files(run)
+    check_plain_files(*run.own_files())
     if run.is_dead():
         return read_run_config(run.path), True
     config = load_checkpoint(run.last).config
@@ -304,12 +289,10 @@ class Finished:
 
 def finish_runs(results: Sequence[FitResult | None], continue_with: str, finished: Sequence[Path] = (),
                 draw: DrawCurves | None = None) -> Finished:
-    """What follows training (`train` and `sweep`): draw the curves of every run in ``results`` that was
-    not interrupted (None: a run not trained now), and of the ``finished`` runs not trained now that lack
-    them (a signal stopped the drawing the last time); say how to continue (``continue_with``, a command)
-    when the last result was interrupted. ``draw`` draws one run's curves (the plotting layer sits above
-    this one, so the caller passes it; None draws nothing). A figure that cannot be written is one
-    ResourceError saying that the training itself is saved and how to draw the curves again."""
+    """What follows training (`train` and `sweep`): ``draw`` (from the plotting layer above this one) the
+    curves of every run in ``results`` not interrupted (None: not trained now) and of the ``finished`` runs
+    that lack them; say how to continue (``continue_with``) when the last result was interrupted. A figure
+    that cannot be written is a ResourceError saying that the training is saved."""
     to_draw = [r.run_dir for r in results if r is not None and not r.interrupted]
     to_draw += [Path(d) for d in finished if not RunDir(d).curves.exists()]
     drawn = []

@@ -9,13 +9,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
-
-from swarmctl.errors import CheckpointError, SwarmctlError
-from swarmctl.files import holding, open_lock_file, remove_orphan_temps
+from swarmctl.errors import CheckpointError
+from swarmctl.files import holding, make_folders, open_lock_file, remove_folders, remove_orphan_temps
 from swarmctl.rundir import RunDir
 from swarmctl.training.device import DistContext
-from swarmctl.training.loop import any_rank
 
 
 @contextmanager
@@ -26,8 +23,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     the folders this call created are removed again (a failed command leaves nothing new behind)."""
     run_dir = Path(run_dir)
     lock = RunDir(run_dir).lock
-    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first
-    run_dir.mkdir(parents=True, exist_ok=True)
+    made = make_folders(run_dir)
     lock_made = not lock.exists()
     fh = open_lock_file(lock)  # never through a link, never a FIFO or folder
     try:
@@ -47,21 +43,12 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             with holding(run_dir):
                 yield
         except BaseException:
-            _remove_made(lock if lock_made else None, made)
+            if lock_made:
+                lock.unlink(missing_ok=True)
+            remove_folders(made)
             raise
     finally:
         fh.close()  # releases the lock; the file stays, so every writer locks the same file
-
-
-def _remove_made(lock: Path | None, folders: list[Path]) -> None:
-    """Remove a lock file and the (then empty) folders a failed command created, innermost first."""
-    if lock is not None:
-        lock.unlink(missing_ok=True)
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (something else lives there now) or already gone
-            break
 
 
 @contextmanager
@@ -69,9 +56,3 @@ def writing(run: RunDir, ctx: DistContext) -> Iterator[None]:
     """Rank 0 holds the run's lock (the other ranks write nothing)."""
     with run_lock(run.path) if ctx.is_main else contextlib.nullcontext():
         yield
-
-
-def agree(error: SwarmctlError | None, ctx: DistContext, device: torch.device) -> None:
-    """Raise ``error`` on rank 0 and an error on every other rank, when rank 0 has one."""
-    if any_rank((error is not None,), ctx, device)[0]:
-        raise error or CheckpointError("rank 0 could not open the run for writing; see its message")

@@ -17,20 +17,13 @@ from torch import nn
 from swarmctl.config import RESUMABLE, ModelConfig, current_sections
 from swarmctl.devices import resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SwarmctlError, SwarmctlWarning
-from swarmctl.files import check_plain_file, check_regular_file, read_json
+from swarmctl.files import check_regular_file, read_json, shipped_folder
 from swarmctl.models import count_parameters, create_model, paper_code
 from swarmctl.rundir import BEST, CONFIG, LAST, RunDir
-from swarmctl.runs.shipped import is_shipped, shipped_for, shipped_results_dir
+from swarmctl.runs.shipped import shipped_for, shipped_results_dir
 from swarmctl.tasks import DataProgress, Task, get_task, require_study
 from swarmctl.training.checkpoint import Checkpoint, TrainState, load_checkpoint
 from swarmctl.training.device import full_precision, tf32_scope, tf32_trains
-
-
-def check_run_files(run: RunDir) -> None:
-    """Refuse a run whose own files are links, folders, FIFOs or other special files (planted, or left by
-    another tool), before anything in it is read, removed or written."""
-    for path in run.own_files():
-        check_plain_file(path)
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any]:
@@ -188,19 +181,15 @@ class Run:
 def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
              dataset: str | None = None, data: Path | None = None, progress: DataProgress | None = None,
              needs_data: bool = True) -> Run:
-    """Open a run (name or folder: its best checkpoint, else its last) or a checkpoint file, on ``device``,
-    for ``study`` (the command that will use it): a run of a task the study cannot use is refused.
-
-    ``target`` None opens the shipped model of the first task (in registry order) that ``study`` can use
-    and that has one (for ``dataset``, when given); the default dataset it was scored on is generated
-    first when missing (a fresh install has none), unless the caller names its own ``data`` or
-    ``needs_data`` is False (a study that reads none of it, such as `swarmctl cluster`).
-    """
+    """Open a run (:func:`find_checkpoint`) on ``device`` for ``study``, the command that will use it: a run
+    of a task the study cannot use is refused. ``target`` None opens the shipped model for ``study`` (and
+    ``dataset``), whose default dataset is generated first when missing (a fresh install has none), unless
+    the caller names its own ``data`` or ``needs_data`` is False (a study that reads none of it)."""
     dev = resolve_device(device)
     checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
     model, ckpt = load_model(checkpoint, dev)
     require_study(get_task(ckpt.task), study, str(checkpoint))
-    shipped = is_shipped(checkpoint)
+    shipped = checkpoint.resolve().parent == shipped_folder().resolve()
     folder = shipped_results_dir(checkpoint, runs_dir) if shipped else checkpoint.parent
     run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
     if shipped and needs_data and data is None:

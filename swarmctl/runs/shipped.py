@@ -16,16 +16,6 @@ from swarmctl.files import read_json, shipped_folder
 from swarmctl.tasks import Task, tasks_for
 
 
-def pretrained_dir() -> Path:
-    """The folder of shipped models: SWARMCTL_PRETRAINED, else the package's own ``pretrained/`` (package
-    data: present in every install, editable or not). No command writes there (``tools/campaigns/shipping.py`` does)."""
-    return shipped_folder()
-
-
-def is_shipped(checkpoint: Path) -> bool:
-    return Path(checkpoint).resolve().parent == pretrained_dir().resolve()
-
-
 @dataclass(frozen=True)
 class ShippedModel:
     """A shipped model's record (the JSON beside its checkpoint): what is looked up without reading weights."""
@@ -39,7 +29,7 @@ class ShippedModel:
 def shipped_models() -> list[ShippedModel]:
     """The records of the shipped models, by file name. A record that cannot be read, or whose checkpoint
     is missing, and a checkpoint without a record are skipped with a warning naming them."""
-    folder, found, recorded = pretrained_dir(), [], set()
+    folder, found, recorded = shipped_folder(), [], set()
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
         try:
             record = read_json(path, "a shipped model's record")
@@ -77,7 +67,7 @@ def shipped_checkpoint(tasks: Task | list[Task], dataset: str | None = None) -> 
             if model.task == task.name and (dataset is None or model.dataset == dataset):
                 return model.checkpoint
     what = " or ".join(t.name for t in tasks) + (f" ({dataset})" if dataset else "")
-    raise CheckpointError(f"no shipped {what} model in {pretrained_dir()}; name a run, or train one with "
+    raise CheckpointError(f"no shipped {what} model in {shipped_folder()}; name a run, or train one with "
                           "`swarmctl train`")
 
 
