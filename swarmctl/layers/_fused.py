@@ -180,14 +180,10 @@ def iterate(
     for t in range(1, n_iter):
         prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
         h_prev = hs[prev].view(B, N, H)
-        if pooling == "mean":
-            pool = masked_mean(h_prev, weights=weights)  # (B, H): one per set
-            if pooled is not None:
-                pooled[t - 1] = pool
-        else:
-            pool = causal_mean(h_prev).view(R, H)  # one per row
-            if pooled is not None:
-                pooled[t - 1] = pool
+        # (B, H), one per set, or (R, H), one per row
+        pool = masked_mean(h_prev, weights=weights) if pooling == "mean" else causal_mean(h_prev).view(R, H)
+        if pooled is not None:
+            pooled[t - 1] = pool
         _kernel_step(kernels, hs[prev], cs[prev], pool, w_rec, w_pop, terms, gates[t if keep else 0], hs[cur], cs[cur])
     last = n_iter - 1 if keep else (n_iter - 1) % 2
     saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
