@@ -139,8 +139,6 @@ def build_set_transformer_mog(cfg: ModelConfig) -> SetTransformerMog:
 def _single_layer(cfg: ModelConfig) -> None:
     if cfg.n_layers != 1:
         raise ConfigError(f"the MoG SWARM models have one SWARM layer; got layers {cfg.n_layers}")
-    if cfg.pooling not in ("mean", "causal"):
-        raise ConfigError(f"pooling must be mean or causal, got {cfg.pooling!r}")
 
 
 __all__ = ["SetTransformerMog", "SwarmMeanPool", "SwarmPMA", "mixture_parameters"]
