@@ -235,10 +235,9 @@ class FusedIterations(torch.autograd.Function):
         if not mean and n_iter > 1:  # one product gives both gradients of an iteration's h: [Wh | Wp]
             w_both = torch.cat([w_rec, w_pop], dim=1)  # (G, 2H)
             dh_both = gates.new_empty(R, 2 * H)
+            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
         dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
         dpool = None
-        if not mean:
-            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
         for t in range(n_iter - 1, -1, -1):
             first = t == 0
             dc_prev = None if first else dc_bufs[t % 2]

@@ -89,13 +89,6 @@ class SwarmCell(nn.Module):
         """Wx x + b, (..., D_in) -> (..., 4H); constant across iterations, so computed once."""
         return self.input(x)
 
-    def pool(self, h: Tensor, weights: Tensor | None = None) -> Tensor:
-        """The cell's pooling of the states h (B, N, H): (B, 1, H), one mean per set (``weights`` from
-        :func:`mask_weights`, None = all real), or (B, N, H), the causal mean at every position."""
-        if self.pooling == "mean":
-            return masked_mean(h, weights=weights).unsqueeze(1)
-        return causal_mean(h)
-
     def step(
         self, h: Tensor | None, c: Tensor | None, pooled: Tensor | None, x_proj: Tensor | None = None, *,
         x: Tensor | None = None,
@@ -196,8 +189,9 @@ class SwarmLayer(nn.Module):
         self.__dict__["_compiled_step"] = torch.compile(self._iteration, dynamic=None)
 
     def _iteration(self, x_proj: Tensor, h: Tensor, c: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Iterations 2..T: pool the previous h, then step."""
-        return self.cell.step(h, c, self.cell.pool(h, weights), x_proj)
+        """Iterations 2..T: pool the previous h (one mean per set, or the causal mean per entity), then step."""
+        pooled = masked_mean(h, weights=weights).unsqueeze(1) if self.cell.pooling == "mean" else causal_mean(h)
+        return self.cell.step(h, c, pooled, x_proj)
 
     def _drop(self, h: Tensor) -> Tensor:
         if not (self.training and self.dropout > 0):
