@@ -122,20 +122,15 @@ def kernel_step_rows(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, 
     step's element-wise work. Blocks never cut a set whose pooled h is shared, except into blocks of that set
     alone."""
     R = h_out.shape[0]
-    per_row = pooled is None or pooled.shape[0] == R
-    per_set = 1 if per_row else R // pooled.shape[0]  # rows per pooled h
+    per_set = 1 if pooled is None else R // pooled.shape[0]  # rows per pooled h (1: one per row)
     gates = h_out.new_empty(min(R, STEP_ROWS), w_rec.shape[0])
     start = 0
     while start < R:
-        if per_row:
-            end = min(R, start + STEP_ROWS)
-            pool = None if pooled is None else pooled[start:end]
-        elif per_set >= STEP_ROWS:  # a part of one set
+        if per_set >= STEP_ROWS:  # a part of one set
             end = min(start + STEP_ROWS, (start // per_set + 1) * per_set)
-            pool = pooled[start // per_set : start // per_set + 1]
         else:  # whole sets
             end = min(R, start + STEP_ROWS // per_set * per_set)
-            pool = pooled[start // per_set : end // per_set]
+        pool = None if pooled is None else pooled[start // per_set : -(-end // per_set)]  # the sets of these rows
         rows = slice(start, end)
         part = {k: v[rows] if k in ("b", "x") else v for k, v in terms.items()}
         _kernel_step(kernels, None if h is None else h[rows], None if c is None else c[rows], pool, w_rec, w_pop,
