@@ -283,11 +283,8 @@ class SwarmLayer(nn.Module):
         cell = self.cell
         x_proj = cell.project_input(u)  # (B, 4H)
         h, c = cell.step(None, None, None, x_proj)
-        hs = [h]
         for k in range(self.n_iter - 1):
             pooled = torch.add(sums[k], h).mul_(1.0 / (t + 1))  # inclusive running mean of the previous h
+            sums[k] += h
             h, c = cell.step(h, c, pooled, x_proj)
-            hs.append(h)
-        if hs[:-1]:
-            sums += torch.stack(hs[:-1])
         return self.output(torch.cat([h, c], dim=-1))
