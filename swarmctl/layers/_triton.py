@@ -14,8 +14,7 @@ from torch import Tensor
 
 BLOCK_N = 32  # entities per loop step of a program
 BLOCK_H = 64  # hidden units per program (fewer for a smaller H)
-POOL_NONE, POOL_MEAN, POOL_CAUSAL = 0, 1, 2
-_POOL = {None: POOL_NONE, "mean": POOL_MEAN, "causal": POOL_CAUSAL}
+_POOL = {None: 0, "mean": 1, "causal": 2}  # the kernels' POOL
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -210,7 +209,7 @@ class TritonCell(torch.autograd.Function):
         gates, c, c_new, weights = ctx.saved_tensors
         B, N, G = gates.shape
         H = G // 4
-        pool = _POOL[ctx.pooling] if dpool is not None else POOL_NONE
+        pool = _POOL[ctx.pooling if dpool is not None else None]
         da = torch.empty_like(gates)
         dp = gates.new_empty(B, G) if ctx.has_p else None
         dc_prev = torch.empty_like(c_new) if ctx.has_c else None
@@ -238,10 +237,8 @@ def swarm_states(x_proj: Tensor, w_rec: Tensor, w_pop: Tensor, weights: Tensor |
     h, c, pooled = TritonCell.apply(x_proj, None, None, weights, pooling if n_iter > 1 else None)
     for t in range(1, n_iter):
         a = torch.addmm(x_proj.reshape(R, G), h.reshape(R, H), w_rec.t())  # (R, 4H)
-        p = None
-        if pooling == "mean":
-            p = F.linear(pooled, w_pop)  # (B, 4H): once per set
-        else:
+        p = F.linear(pooled, w_pop) if pooling == "mean" else None  # (B, 4H): once per set
+        if p is None:
             a = torch.addmm(a, pooled.reshape(R, H), w_pop.t())
         h, c, pooled = TritonCell.apply(a.view(B, N, G), p, c, weights, pooling if t < n_iter - 1 else None)
     return h, c
