@@ -73,9 +73,7 @@ def usable_kernels(x: Tensor, weight: Tensor) -> _ext.Kernels | None:
     where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
     if torch.compiler.is_compiling() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
         return None
-    if x.shape[:-1].numel() == 0 or weight.dtype != x.dtype:
-        return None
-    return _ext.kernels()
+    return _ext.kernels() if x.shape[:-1].numel() > 0 and weight.dtype == x.dtype else None
 
 
 def input_terms(x_proj: Tensor | None, x: Tensor | None, w_in: Tensor | None, b_in: Tensor | None,

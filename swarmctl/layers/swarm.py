@@ -151,10 +151,8 @@ class SwarmLayer(nn.Module):
 
     Input (B, N, D_in), mask (B, N) bool with True = present (used by mean pooling only); output
     (B, N, D_out). Permutation-equivariant with ``pooling="mean"``; causal with ``pooling="causal"``.
-
-    Departure from the authors' code: the input projection cache is a local of ``forward`` rather than
-    module state (identical results). Dropout, when enabled, zeroes whole hidden units of a set after
-    every iteration with a fresh mask, as in the authors' code.
+    Dropout, when enabled, zeroes whole hidden units of a set after every iteration with a fresh mask, as in
+    the authors' code.
     """
 
     def __init__(
