@@ -1,16 +1,7 @@
-"""Loader of the fused SWARM kernels (``_swarm_kernels.cpp``): compiled at first use, cached, optional.
-
-The source is a plain C-ABI file without torch headers, so one compiler call of about a second builds
-it. The library is cached under ``$SWARMCTL_CACHE/ext`` (default ``~/.cache/swarmctl/ext``; where that
-cannot be written, a private folder under the system's temporary folder) by a hash of the source, the
-compiler, its flags and the CPU, and loaded with ctypes. Nothing is compiled at import time;
-``SWARMCTL_NO_EXT=1`` switches the kernels off.
-
-A build goes to a temporary file, is loaded and must export every kernel at :data:`ABI_VERSION`; only
-then is it renamed into place, so a failed or killed build leaves nothing under the library's name. A
-cached file that does not load so is rebuilt once. The flag sets are tried in order, and where no
-compiler is present or no set builds, :func:`kernels` returns None for the process, one warning says
-why, and the layer uses its PyTorch code.
+"""Loader of the fused SWARM kernels (``_swarm_kernels.cpp``, a plain C ABI without torch headers): compiled
+at first use into a cache keyed by a hash of the source, the compiler, its flags and the CPU, loaded with
+ctypes, checked before use; :func:`kernels` returns None after one warning where they cannot be built.
+docs/design.md, "The fused CPU kernels", describes the cache and its guarantees.
 """
 
 from __future__ import annotations
@@ -247,13 +238,10 @@ def kernels() -> Kernels | None:
 
 
 def _load() -> Kernels | None:
-    cxx = _compiler()
-    if cxx is None:
-        _state["error"] = "no C++ compiler found"
-        log.warning("no C++ compiler found: the SWARM layer uses its PyTorch code on the CPU "
-                    "(install g++ for the fused kernels, or set SWARMCTL_NO_EXT=1 to silence this)")
-        return None
     try:
+        cxx = _compiler()
+        if cxx is None:
+            raise RuntimeError("no C++ compiler found; install g++ or set CXX")
         return _build(cxx)
     except (OSError, RuntimeError, SwarmctlError, subprocess.SubprocessError) as e:
         _state["error"] = str(e)

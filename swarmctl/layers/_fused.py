@@ -73,9 +73,7 @@ def usable_kernels(x: Tensor, weight: Tensor) -> _ext.Kernels | None:
     where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
     if torch.compiler.is_compiling() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
         return None
-    if x.shape[:-1].numel() == 0 or weight.dtype != x.dtype:
-        return None
-    return _ext.kernels()
+    return _ext.kernels() if x.shape[:-1].numel() > 0 and weight.dtype == x.dtype else None
 
 
 def input_terms(x_proj: Tensor | None, x: Tensor | None, w_in: Tensor | None, b_in: Tensor | None,
@@ -122,20 +120,15 @@ def kernel_step_rows(kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, 
     step's element-wise work. Blocks never cut a set whose pooled h is shared, except into blocks of that set
     alone."""
     R = h_out.shape[0]
-    per_row = pooled is None or pooled.shape[0] == R
-    per_set = 1 if per_row else R // pooled.shape[0]  # rows per pooled h
+    per_set = 1 if pooled is None else R // pooled.shape[0]  # rows per pooled h (1: one per row)
     gates = h_out.new_empty(min(R, STEP_ROWS), w_rec.shape[0])
     start = 0
     while start < R:
-        if per_row:
-            end = min(R, start + STEP_ROWS)
-            pool = None if pooled is None else pooled[start:end]
-        elif per_set >= STEP_ROWS:  # a part of one set
+        if per_set >= STEP_ROWS:  # a part of one set
             end = min(start + STEP_ROWS, (start // per_set + 1) * per_set)
-            pool = pooled[start // per_set : start // per_set + 1]
         else:  # whole sets
             end = min(R, start + STEP_ROWS // per_set * per_set)
-            pool = pooled[start // per_set : end // per_set]
+        pool = None if pooled is None else pooled[start // per_set : -(-end // per_set)]  # the sets of these rows
         rows = slice(start, end)
         part = {k: v[rows] if k in ("b", "x") else v for k, v in terms.items()}
         _kernel_step(kernels, None if h is None else h[rows], None if c is None else c[rows], pool, w_rec, w_pop,
@@ -180,14 +173,10 @@ def iterate(
     for t in range(1, n_iter):
         prev, cur = (t - 1, t) if keep else ((t - 1) % 2, t % 2)
         h_prev = hs[prev].view(B, N, H)
-        if pooling == "mean":
-            pool = masked_mean(h_prev, weights=weights)  # (B, H): one per set
-            if pooled is not None:
-                pooled[t - 1] = pool
-        else:
-            pool = causal_mean(h_prev).view(R, H)  # one per row
-            if pooled is not None:
-                pooled[t - 1] = pool
+        # (B, H), one per set, or (R, H), one per row
+        pool = masked_mean(h_prev, weights=weights) if pooling == "mean" else causal_mean(h_prev).view(R, H)
+        if pooled is not None:
+            pooled[t - 1] = pool
         _kernel_step(kernels, hs[prev], cs[prev], pool, w_rec, w_pop, terms, gates[t if keep else 0], hs[cur], cs[cur])
     last = n_iter - 1 if keep else (n_iter - 1) % 2
     saved = (gates, hs, cs) + ((pooled,) if pooled is not None else ())
@@ -239,10 +228,9 @@ class FusedIterations(torch.autograd.Function):
         if not mean and n_iter > 1:  # one product gives both gradients of an iteration's h: [Wh | Wp]
             w_both = torch.cat([w_rec, w_pop], dim=1)  # (G, 2H)
             dh_both = gates.new_empty(R, 2 * H)
+            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
         dc_bufs = (gates.new_empty(R, H), gates.new_empty(R, H)) if n_iter > 1 else ()
         dpool = None
-        if not mean:
-            steps = torch.arange(1, N + 1, dtype=gates.dtype).view(1, N, 1)
         for t in range(n_iter - 1, -1, -1):
             first = t == 0
             dc_prev = None if first else dc_bufs[t % 2]

@@ -1,10 +1,7 @@
 """The SWARM cell fused with Triton for the GPU: one kernel per iteration does the LSTM update of
-:meth:`swarmctl.layers.swarm.SwarmCell.step` and the pooling of the new h (the masked mean per set, or the
-causal mean), one kernel its backward. The matrix products stay with cuBLAS (``torch.addmm``).
-
-Imported only when the Triton cell is switched on (``swarm.triton_cell``): importing Triton takes time.
-Under Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is first imported) the kernels run on CPU
-tensors, which is how the CPU tests check them against the reference recurrence.
+:meth:`swarmctl.layers.swarm.SwarmCell.step` and the pooling of the new h, one kernel its backward; the matrix
+products stay with cuBLAS. Imported only when ``swarm.triton_cell`` is entered (importing Triton takes time);
+under ``TRITON_INTERPRET=1`` the kernels run on CPU tensors (the CPU tests).
 """
 
 from __future__ import annotations
@@ -17,8 +14,7 @@ from torch import Tensor
 
 BLOCK_N = 32  # entities per loop step of a program
 BLOCK_H = 64  # hidden units per program (fewer for a smaller H)
-POOL_NONE, POOL_MEAN, POOL_CAUSAL = 0, 1, 2
-_POOL = {None: POOL_NONE, "mean": POOL_MEAN, "causal": POOL_CAUSAL}
+_POOL = {None: 0, "mean": 1, "causal": 2}  # the kernels' POOL
 DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -213,7 +209,7 @@ class TritonCell(torch.autograd.Function):
         gates, c, c_new, weights = ctx.saved_tensors
         B, N, G = gates.shape
         H = G // 4
-        pool = _POOL[ctx.pooling] if dpool is not None else POOL_NONE
+        pool = _POOL[ctx.pooling if dpool is not None else None]
         da = torch.empty_like(gates)
         dp = gates.new_empty(B, G) if ctx.has_p else None
         dc_prev = torch.empty_like(c_new) if ctx.has_c else None
@@ -232,21 +228,17 @@ def swarm_states(x_proj: Tensor, w_rec: Tensor, w_pop: Tensor, weights: Tensor |
     """All iterations of a SWARM layer from its input projection ``x_proj`` (B, N, 4H): final (h, c), each
     (B, N, H). Per iteration two matrix products (``Wh h``, ``Wp`` of the pooled h; cuBLAS) and one
     :class:`TritonCell`, which also pools the new h for the next iteration. ``weights`` (B, N) from
-    ``mask_weights`` (None: every entity real), used by mean pooling only."""
+    ``mask_weights`` (None: every entity real) for mean pooling, None for causal pooling."""
     B, N, G = x_proj.shape
     H, R = G // 4, B * N
     if pooling == "mean" and weights is None:
         exact = torch.float64 if x_proj.dtype == torch.float64 else torch.float32
         weights = x_proj.new_full((B, N), 1.0 / N, dtype=exact)
-    if pooling != "mean":
-        weights = None
     h, c, pooled = TritonCell.apply(x_proj, None, None, weights, pooling if n_iter > 1 else None)
     for t in range(1, n_iter):
         a = torch.addmm(x_proj.reshape(R, G), h.reshape(R, H), w_rec.t())  # (R, 4H)
-        p = None
-        if pooling == "mean":
-            p = F.linear(pooled, w_pop)  # (B, 4H): once per set
-        else:
+        p = F.linear(pooled, w_pop) if pooling == "mean" else None  # (B, 4H): once per set
+        if p is None:
             a = torch.addmm(a, pooled.reshape(R, H), w_pop.t())
         h, c, pooled = TritonCell.apply(a.view(B, N, G), p, c, weights, pooling if t < n_iter - 1 else None)
     return h, c

@@ -42,13 +42,10 @@ class MultiheadAttention(nn.Module):
     ) -> Tensor:
         """q (B, Nq, d), kv (B, Nk, d), masks (B, Nq) / (B, Nk) bool, True = present -> (B, Nq, d)."""
         B, Nq, d = q.shape
-        Nk, h = kv.shape[1], self.n_heads
-        q, k, v = self.q(q), self.k(kv), self.v(kv)
-        q = q.view(B, Nq, h, d // h).transpose(1, 2)  # (B, h, Nq, d/h)
-        k = k.view(B, Nk, h, d // h).transpose(1, 2)
-        v = v.view(B, Nk, h, d // h).transpose(1, 2)
-        attn_mask = None if kv_mask is None else kv_mask.view(B, 1, 1, Nk)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # scale 1/sqrt(d/h)
+        h = self.n_heads
+        q, k, v = (t.view(B, -1, h, d // h).transpose(1, 2) for t in (self.q(q), self.k(kv), self.v(kv)))
+        attn_mask = None if kv_mask is None else kv_mask[:, None, None, :]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, h, Nq, d/h); scale 1/sqrt(d/h)
         o = o.transpose(1, 2).reshape(B, Nq, d)
         return _zero_padded(self.out(o), q_mask)
 

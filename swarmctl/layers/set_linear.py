@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from swarmctl.layers.pooling import masked_max, masked_mean
@@ -35,4 +34,4 @@ class SetLinear(nn.Module):
             pooled = self.glob(masked_mean(x, mask))  # (B, D_out)
         else:
             pooled = masked_max(self.glob(x), mask)  # (B, D_out)
-        return F.linear(x, self.local.weight, self.local.bias) + pooled.unsqueeze(1)
+        return self.local(x) + pooled.unsqueeze(1)

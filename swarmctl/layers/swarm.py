@@ -1,13 +1,7 @@
 """SWARM cell and SWARM layer (Vollgraf, "Learning Set-equivariant Functions with SWARM Mappings",
-arXiv:1906.09400, Sec. 3). For mean pooling the pooled state is projected once per set (not once per
-entity), and the input projection is computed once per forward pass.
-
-:meth:`SwarmCell.step` defines one iteration. On the CPU the layer runs its iterations through fused C++
-kernels (``_fused.py``, over ``_swarm_kernels.cpp`` loaded by ``_ext.py``): one pass over the gate block per
-iteration forward and one backward, with a hand-written backward over all iterations. Elsewhere (CUDA, half
-precision, dropout, ``torch.compile``, or no compiler) it runs the step's PyTorch code; both give the same
-results to float rounding. On CUDA, inside :func:`triton_cell`, the layer runs its iterations through the
-Triton cell (``_triton.py``: the LSTM update and the pooling of the new h fused, forward and backward).
+arXiv:1906.09400, Sec. 3). :meth:`SwarmCell.step` defines one iteration; the layer runs its iterations
+through the fused CPU kernels (``_fused.py``), the Triton cell (``_triton.py``) or the step's PyTorch code,
+which agree to float rounding (docs/design.md, "The fused CPU kernels").
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from swarmctl.errors import either
-from swarmctl.layers import _ext, _fused
+from swarmctl.layers import _fused
 from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
 
 Pooling = Literal["mean", "causal"]
@@ -32,12 +26,9 @@ _triton_cell = False  # the switch of triton_cell(): off until a GPU job has mea
 
 @contextlib.contextmanager
 def triton_cell(enabled: bool = True) -> Iterator[None]:
-    """Inside, every :class:`SwarmLayer` whose input is on CUDA runs its iterations through the Triton cell
-    (``_triton.swarm_states``: per iteration two cuBLAS products and one fused kernel for the LSTM update and
-    the pooling of the new h, and one for its backward) instead of the step's PyTorch code; the setting found
-    is restored on the way out. Not for a layer compiled by ``compile_step`` or one training with dropout
-    (they keep their path). Off by default. Raises ImportError where Triton cannot be imported.
-    Under Triton's interpreter (``TRITON_INTERPRET=1``) CPU inputs take the Triton cell too (the CPU tests)."""
+    """Inside, every :class:`SwarmLayer` whose input is on CUDA (on the CPU too under ``TRITON_INTERPRET=1``)
+    runs its iterations through the Triton cell, except one compiled by ``compile_step`` or training with
+    dropout; the setting found is restored on the way out. Raises ImportError where Triton cannot be imported."""
     global _triton_cell
     if enabled:
         from swarmctl.layers import _triton  # noqa: F401  (fails here, not inside a forward, without Triton)
@@ -98,13 +89,6 @@ class SwarmCell(nn.Module):
         """Wx x + b, (..., D_in) -> (..., 4H); constant across iterations, so computed once."""
         return self.input(x)
 
-    def pool(self, h: Tensor, weights: Tensor | None = None) -> Tensor:
-        """The cell's pooling of the states h (B, N, H): (B, 1, H), one mean per set (``weights`` from
-        :func:`mask_weights`, None = all real), or (B, N, H), the causal mean at every position."""
-        if self.pooling == "mean":
-            return masked_mean(h, weights=weights).unsqueeze(1)
-        return causal_mean(h)
-
     def step(
         self, h: Tensor | None, c: Tensor | None, pooled: Tensor | None, x_proj: Tensor | None = None, *,
         x: Tensor | None = None,
@@ -134,7 +118,15 @@ class SwarmCell(nn.Module):
         inp = x_proj if x is None else x
         kernels = _fused.usable_kernels(inp, self.recurrent.weight)
         if kernels is not None and not _needs_grad(inp, h, c, pooled, *self.parameters()):
-            return self._kernel_step(kernels, h, c, pooled, x_proj, x)
+            R, H = inp.shape[:-1].numel(), self.dim_hidden
+            terms = _fused.input_terms(x_proj, x, self.input.weight, self.input.bias, R)
+            if h is not None:
+                h, c = h.reshape(R, H), c.reshape(R, H).contiguous()
+                pooled = pooled.reshape(-1, H)
+            h_out, c_out = inp.new_empty(R, H), inp.new_empty(R, H)
+            _fused.kernel_step_rows(kernels, h, c, pooled, self.recurrent.weight, self.population.weight, terms,
+                                    h_out, c_out)
+            return h_out.view(*inp.shape[:-1], H), c_out.view(*inp.shape[:-1], H)
         if x_proj is None:
             x_proj = self.project_input(x)
         if h is None:
@@ -146,27 +138,7 @@ class SwarmCell(nn.Module):
             return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops
         return _fused.FusedLSTMPointwise.apply(a, p, c)
 
-    def forward(
-        self, h: Tensor | None, c: Tensor | None, pooled: Tensor | None, x_proj: Tensor | None = None, *,
-        x: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """:meth:`step` (so that ``torch.func.functional_call`` runs a step with other weights)."""
-        return self.step(h, c, pooled, x_proj, x=x)
-
-    def _kernel_step(self, kernels: _ext.Kernels, h: Tensor | None, c: Tensor | None, pooled: Tensor | None,
-                     x_proj: Tensor | None, x: Tensor | None) -> tuple[Tensor, Tensor]:
-        """:meth:`step` through the C++ kernels (no gradients)."""
-        inp = x_proj if x is None else x
-        shape = (*inp.shape[:-1], self.dim_hidden)
-        R, H = inp.shape[:-1].numel(), self.dim_hidden
-        terms = _fused.input_terms(x_proj, x, self.input.weight, self.input.bias, R)
-        if h is not None:
-            h, c = h.reshape(R, H), c.reshape(R, H).contiguous()
-            pooled = pooled.reshape(-1, H)
-        h_out, c_out = inp.new_empty(R, H), inp.new_empty(R, H)
-        _fused.kernel_step_rows(kernels, h, c, pooled, self.recurrent.weight, self.population.weight, terms,
-                                h_out, c_out)
-        return h_out.view(shape), c_out.view(shape)
+    forward = step  # so that ``torch.func.functional_call`` runs a step with other weights
 
 
 def _needs_grad(*tensors: Tensor | None) -> bool:
@@ -179,10 +151,8 @@ class SwarmLayer(nn.Module):
 
     Input (B, N, D_in), mask (B, N) bool with True = present (used by mean pooling only); output
     (B, N, D_out). Permutation-equivariant with ``pooling="mean"``; causal with ``pooling="causal"``.
-
-    Departure from the authors' code: the input projection cache is a local of ``forward`` rather than
-    module state (identical results). Dropout, when enabled, zeroes whole hidden units of a set after
-    every iteration with a fresh mask, as in the authors' code.
+    Dropout, when enabled, zeroes whole hidden units of a set after every iteration with a fresh mask, as in
+    the authors' code.
     """
 
     def __init__(
@@ -217,14 +187,9 @@ class SwarmLayer(nn.Module):
         self.__dict__["_compiled_step"] = torch.compile(self._iteration, dynamic=None)
 
     def _iteration(self, x_proj: Tensor, h: Tensor, c: Tensor, weights: Tensor | None) -> tuple[Tensor, Tensor]:
-        """Iterations 2..T: pool the previous h, then step."""
-        return self.cell.step(h, c, self.cell.pool(h, weights), x_proj)
-
-    def _kernels(self, x: Tensor) -> _ext.Kernels | None:
-        """The fused CPU kernels where they run all iterations of this call (a backward included), else None."""
-        if self._compiled_step is not None or (self.training and self.dropout > 0):
-            return None
-        return _fused.usable_kernels(x, self.cell.recurrent.weight)
+        """Iterations 2..T: pool the previous h (one mean per set, or the causal mean per entity), then step."""
+        pooled = masked_mean(h, weights=weights).unsqueeze(1) if self.cell.pooling == "mean" else causal_mean(h)
+        return self.cell.step(h, c, pooled, x_proj)
 
     def _drop(self, h: Tensor) -> Tensor:
         if not (self.training and self.dropout > 0):
@@ -232,24 +197,18 @@ class SwarmLayer(nn.Module):
         keep = F.dropout(h.new_ones(h.shape[0], 1, h.shape[2]), self.dropout, True)  # (B, 1, H)
         return h * keep
 
-    def _triton(self, x: Tensor) -> bool:
-        """Whether this call runs the Triton cell (:func:`triton_cell` on, and a device and mode it covers)."""
-        if not _triton_cell or self._compiled_step is not None or (self.training and self.dropout > 0):
-            return False
-        from swarmctl.layers import _triton
-
-        return _triton.usable(x)
-
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
         cell = self.cell
         weights = mask_weights(mask, x.shape[1], x.dtype) if cell.pooling == "mean" else None
-        if self._triton(x):
+        fused = self._compiled_step is None and not (self.training and self.dropout > 0)  # else the step's code
+        if fused and _triton_cell:
             from swarmctl.layers import _triton
 
-            return _triton.swarm_states(cell.project_input(x), cell.recurrent.weight, cell.population.weight,
-                                        weights, self.n_iter, cell.pooling)
-        kernels = self._kernels(x)
+            if _triton.usable(x):
+                return _triton.swarm_states(cell.project_input(x), cell.recurrent.weight, cell.population.weight,
+                                            weights, self.n_iter, cell.pooling)
+        kernels = _fused.usable_kernels(x, cell.recurrent.weight) if fused else None
         if kernels is not None:
             if x.shape[-1] <= _fused.FUSED_INPUT_MAX:  # the kernels add Wx x + b themselves
                 inp, w_in, b_in = x, cell.input.weight, cell.input.bias
@@ -322,11 +281,8 @@ class SwarmLayer(nn.Module):
         cell = self.cell
         x_proj = cell.project_input(u)  # (B, 4H)
         h, c = cell.step(None, None, None, x_proj)
-        hs = [h]
         for k in range(self.n_iter - 1):
             pooled = torch.add(sums[k], h).mul_(1.0 / (t + 1))  # inclusive running mean of the previous h
+            sums[k] += h
             h, c = cell.step(h, c, pooled, x_proj)
-            hs.append(h)
-        if hs[:-1]:
-            sums += torch.stack(hs[:-1])
         return self.output(torch.cat([h, c], dim=-1))

@@ -31,19 +31,12 @@ class BiLSTM(nn.Module):
         self.sort_by_first = sort_by_first
         self.symmetry = "equivariant" if sort_by_first else "order-dependent"
 
-    def _reading_order(self, x: Tensor, mask: Tensor) -> Tensor:
-        """(B, N) indices: real entities first (sorted or in input order), padding last."""
-        if self.sort_by_first:
-            key = x[..., 0].masked_fill(~mask, float("inf"))
-        else:
-            key = (~mask).to(x.dtype)
-        return torch.argsort(key, dim=1, stable=True)
-
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         B, N, D = x.shape
         if mask is None:
             mask = torch.ones(B, N, dtype=torch.bool, device=x.device)
-        order = self._reading_order(x, mask)  # (B, N)
+        key = x[..., 0].masked_fill(~mask, float("inf")) if self.sort_by_first else (~mask).to(x.dtype)
+        order = torch.argsort(key, dim=1, stable=True)  # (B, N): real entities (sorted or in order), padding last
         xs = torch.gather(x, 1, order.unsqueeze(-1).expand(B, N, D))
         lengths = mask.sum(dim=1).cpu()
         packed = pack_padded_sequence(xs, lengths, batch_first=True, enforce_sorted=False)

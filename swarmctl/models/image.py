@@ -67,8 +67,7 @@ class SwarmTransformer(nn.Module):
 
     @property
     def n_positions(self) -> int:
-        C, H, W = self.shape
-        return C * H * W
+        return math.prod(self.shape)
 
     def position_codes(self) -> Tensor:
         """Unshifted per-position codes (T, D): positional features (+ channel embedding)."""

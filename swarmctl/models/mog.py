@@ -24,11 +24,8 @@ N_CLUSTERS = MogParams.n_clusters  # components per mixture
 PARAMS_PER_CLUSTER = 5  # mean (2), std (2), logit
 
 
-# The smallest standard deviation a model predicts. Without a floor, a component's softplus(raw) can shrink
-# below 1e-19 during training (Adam moves a logit by a unit or more per step), where the log-density's
-# ((x - mu) / sigma)^2 overflows float32 and its gradient is inf * 0 = NaN (benchmarks/RESULTS.md, "MoG divergence
-# on the CPU"). It changes a point's log-likelihood by MIN_STD * sum_d |z_d^2 - 1| / sigma_d: about 7e-6 nats on
-# average at the data's sigma of 0.3.
+# The smallest standard deviation a model predicts: without it float32 overflows where a deviation collapses
+# (docs/design.md, "MoG standard deviations"; benchmarks/RESULTS.md, "MoG divergence on the CPU").
 MIN_STD = 1e-6
 
 
@@ -139,8 +136,6 @@ def build_set_transformer_mog(cfg: ModelConfig) -> SetTransformerMog:
 def _single_layer(cfg: ModelConfig) -> None:
     if cfg.n_layers != 1:
         raise ConfigError(f"the MoG SWARM models have one SWARM layer; got layers {cfg.n_layers}")
-    if cfg.pooling not in ("mean", "causal"):
-        raise ConfigError(f"pooling must be mean or causal, got {cfg.pooling!r}")
 
 
 __all__ = ["SetTransformerMog", "SwarmMeanPool", "SwarmPMA", "mixture_parameters"]

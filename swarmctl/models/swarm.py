@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from torch import Tensor, nn
@@ -47,14 +48,8 @@ class SwarmNet(LayerStack):
         a time (mean pooling only: see :meth:`SwarmLayer.forward_chunked`); ``progress(fraction_done)``
         after every chunk. Returns (N, D_out)."""
         total = len(self.layers) * self.layers[0].n_iter * -(-x.shape[0] // chunk_size)
-        done = 0
-
-        def step() -> None:
-            nonlocal done
-            done += 1
-            if progress is not None:
-                progress(done / total)
-
+        done = itertools.count(1)
+        step = None if progress is None else lambda: progress(next(done) / total)
         return self.through_layers(x, lambda k, layer, u: layer.forward_chunked(u, chunk_size, step))
 
 
