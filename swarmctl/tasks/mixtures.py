@@ -20,6 +20,7 @@ from swarmctl.tasks.point_clusters import AffineMap, standardization
 MAX_ITER = 300
 TOL = 1e-4  # stop when the mean log-likelihood per point gains less than this
 SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fitted to TOL
+MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
@@ -178,7 +179,7 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def _fit(x: np.ndarray, resp: np.ndarray, max_iter: int, tol: float, least: float | None = None
+def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None
          ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
     ``least`` points' worth (None: :func:`min_points`)."""
@@ -262,10 +263,11 @@ def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
     return float(((x - _label_means(x, label, k)[0][label]) ** 2).sum())
 
 
-def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], max_iter: int, tol: float,
-                candidates: int) -> tuple[Mixture, np.ndarray, list[float], int, int]:
+def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float]
+                ) -> tuple[Mixture, np.ndarray, list[float], int, int]:
     """While merging a pair of components and refitting lowers the BIC, the best such merge (of the
-    ``candidates`` pairs whose responsibilities overlap most): (mixture, resp, history, merged, dropped)."""
+    :data:`MERGE_CANDIDATES` pairs whose responsibilities overlap most): (mixture, resp, history, merged,
+    dropped)."""
     n = len(x)
     merged = dropped = 0
     while len(mix) > 1:
@@ -276,9 +278,9 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
         overlap = (resp.T @ resp) / np.outer(norms, norms)
         i_up, j_up = np.triu_indices(len(mix), k=1)
         best = None
-        for p in np.argsort(overlap[i_up, j_up])[::-1][:candidates]:
+        for p in np.argsort(overlap[i_up, j_up])[::-1][:MERGE_CANDIDATES]:
             start = e_step(x, _merged(mix, int(i_up[p]), int(j_up[p])))[0]
-            m2, r2, h2, g2 = _fit(x, start, max_iter, tol)
+            m2, r2, h2, g2 = _fit(x, start, SEARCH_TOL)
             if _bic(h2[-1], m2, n) < current and (best is None or h2[-1] > best[2][-1]):
                 best = (m2, r2, h2, g2)
         if best is None:
@@ -340,9 +342,8 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
     return out
 
 
-def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int, max_iter: int,
-                tol: float, rs: np.random.RandomState, step: Callable[[], None]
-                ) -> tuple[Mixture, np.ndarray, list[float], int]:
+def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int,
+                rs: np.random.RandomState, step: Callable[[], None]) -> tuple[Mixture, np.ndarray, list[float], int]:
     """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
     the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
     refitted, up to ``largest`` components: (the result, the number of components before the first split
@@ -365,7 +366,7 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
             cols += [r[:, j] * (near == p) for p in range(parts)]
         if len(cols) == len(mix):
             break
-        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], max_iter, tol)
+        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], SEARCH_TOL)
         if _bic(h2[-1], m2, n) >= _bic(history[-1], mix, n):
             break
         start_k = start_k or len(mix)
@@ -411,8 +412,8 @@ class _SortedPoints:
         # the covariance floor
         unit = standardization(x, 1.0)
         z = unit.apply(x)
-        centre = np.median(z, axis=0) if n else np.zeros(x.shape[1])
-        mad = float(np.median(np.abs(z - centre))) * 1.4826 if n else 0.0
+        centre = np.median(z, axis=0)
+        mad = float(np.median(np.abs(z - centre))) * 1.4826
         robust = 1.0 / mad if mad > 1e-300 else 1.0
         back = np.empty_like(order)
         back[order] = np.arange(n)
@@ -429,12 +430,11 @@ class _SortedPoints:
                            mix.covs * s * s)
 
 
-def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None,
+def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool = True, rows: np.ndarray | None = None,
            progress: Callable[[float], None] | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (rows sum to 1; a column is a component) of the
     points ``x[rows]`` (None: all points, in order), to convergence. With ``merge``, duplicate components are
-    then merged while that lowers the BIC (of the ``candidates`` pairs whose responsibilities overlap most);
+    then merged while that lowers the BIC (:data:`MERGE_CANDIDATES`);
     with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4 compete by BIC and the winner's
     components are split while that lowers it (docs/cluster.md). The merges and the search run on a seeded
     sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is fitted to all points.
@@ -451,12 +451,12 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         pick = np.sort(rs.choice(len(given), SEARCH_POINTS, replace=False))
         given, resp = given[pick], _drop_empty(resp[pick], min_points(D))[0]
     xs = x[given]
-    coarse = max(tol, SEARCH_TOL) if merge else tol
-    mix, r, history, gone = _fit(xs, resp, max_iter, coarse)
+    coarse = SEARCH_TOL if merge else TOL
+    mix, r, history, gone = _fit(xs, resp, coarse)
     dropped += gone
     merged, searched, from_model, largest, split_from = 0, (), True, 0, 0
     if merge:
-        mix, r, history, merged, gone = _merge_path(xs, mix, r, history, max_iter, coarse, candidates)
+        mix, r, history, merged, gone = _merge_path(xs, mix, r, history)
         dropped += gone
     if merge and search:
         largest = max(1, len(xs) // cluster_points(D))
@@ -464,17 +464,16 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         k_model = len(mix)
         searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
         for k in searched:
-            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], max_iter, coarse)
+            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL)
             if (score := _bic(h2[-1], m2, len(xs))) < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
             report.to(0.5 * (k - searched[0] + 1) / len(searched))
-        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, max_iter, coarse, rs,
-                                                  report.half_way)
+        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
-            mix, r, history, more, gone = _merge_path(xs, mix, r, history, max_iter, coarse, candidates)
+            mix, r, history, more, gone = _merge_path(xs, mix, r, history)
             merged, dropped = merged + more, dropped + gone
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
-        mix, r, history, gone = _fit(x, e_step(x, mix)[0], max_iter, tol)
+        mix, r, history, gone = _fit(x, e_step(x, mix)[0], TOL)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
@@ -496,13 +495,13 @@ class _Report:
         self.to(self.done + (0.95 - self.done) / 2)
 
 
-def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
-          rows: np.ndarray | None = None, progress: Callable[[float], None] | None = None) -> EMResult:
+def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = None,
+          progress: Callable[[float], None] | None = None) -> EMResult:
     """EM at exactly ``k`` (>= 1) components on points ``x`` (N, D), seeded by a model's responsibilities
     ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order), as docs/cluster.md describes: the
     centres of the model's ``k`` clusters (:func:`_k_columns`) and a k-means++ start each start k-means (on a
     seeded sample of :data:`K_POINTS` of a larger set), the lower within-cluster sum of squares is EM's first
-    E-step (``from_model`` says which), EM runs to ``tol`` and, on a sample, is taken to all points; no merges
+    E-step (``from_model`` says which), EM runs to :data:`K_TOL` and, on a sample, is taken to all points; no merges
     and no search for K. Scaled, sorted and returned as by :func:`refine`. ``progress(fraction_done)`` after
     each stage (the starts, then each run of EM, of unknown number, half the way left)."""
     report = _Report(progress)
@@ -512,15 +511,14 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER
     rs = np.random.RandomState(SEED)
     search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
     xs = pts.x[search]
-    seeded = _lloyd(xs, centres, max_iter)
+    seeded = _lloyd(xs, centres, K_MAX_ITER)
     report.to(0.1)
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
     from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
     report.to(0.2)
-    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, max_iter, tol,
-                                            report.half_way)
+    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, report.half_way)
     if len(search) < n:  # the fit, taken to all points
-        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol, report.half_way)
+        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, report.half_way)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
@@ -533,14 +531,14 @@ def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
     return np.where(counts[:, None] > 0, means, (resp.T @ x) / resp.sum(axis=0)[:, None])
 
 
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float, step: Callable[[], None]
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None]
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
     that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
     round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
-    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), max_iter, tol, least=1.0)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), K_TOL, K_MAX_ITER, 1.0)
     dropped += gone
     step()
     for _ in range(k):
@@ -550,7 +548,7 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: fl
         if start.shape[1] == len(mix):  # nothing left to split
             break
         held = len(mix)
-        mix, r, history, gone = _fit(x, start, max_iter, tol, least=1.0)
+        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0)
         dropped += gone
         step()
         if len(mix) <= held:  # the split components went empty again: another round would repeat this one
