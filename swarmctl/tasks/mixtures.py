@@ -216,8 +216,8 @@ def _bic(ll: float, mix: Mixture, n: int) -> float:
     return bic(ll * n, mix.n_parameters(), n)
 
 
-def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = KMEANS_ITER) -> np.ndarray:
-    """Hard responsibilities (N, k) of k-means (Lloyd's iterations, at most ``iters``) from a greedy k-means++
+def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState) -> np.ndarray:
+    """Hard responsibilities (N, k) of k-means (Lloyd's iterations, at most :data:`KMEANS_ITER`) from a greedy k-means++
     seeding (each centre the best of 2 + log k candidates drawn in proportion to the squared distance)."""
     n = len(x)
     sq = np.einsum("nd,nd->n", x, x)
@@ -232,7 +232,7 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         best = int(np.argmin(cand.sum(axis=1)))
         centres.append(x[trials[best]])
         d2 = np.maximum(cand[best], 0.0)
-    return np.eye(k)[_lloyd(x, np.array(centres), iters)]
+    return np.eye(k)[_lloyd(x, np.array(centres), KMEANS_ITER)]
 
 
 def _label_means(x: np.ndarray, label: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -434,10 +434,10 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
            progress: Callable[[float], None] | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (rows sum to 1; a column is a component) of the
     points ``x[rows]`` (None: all points, in order), to convergence. With ``merge``, duplicate components are
-    then merged while that lowers the BIC (:data:`MERGE_CANDIDATES`);
-    with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4 compete by BIC and the winner's
-    components are split while that lowers it (docs/cluster.md). The merges and the search run on a seeded
-    sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is fitted to all points.
+    then merged while that lowers the BIC; with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4
+    compete by BIC and the winner's components are split while that lowers it (docs/cluster.md). The merges
+    and the search run on a seeded sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is
+    fitted to all points.
 
     The mixture comes back in the units of ``x``, its log-likelihood in the scaled ones (:class:`_SortedPoints`),
     and the result depends on the set of rows, not on their order. ``progress(fraction_done)`` is called after
@@ -498,12 +498,10 @@ class _Report:
 def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = None,
           progress: Callable[[float], None] | None = None) -> EMResult:
     """EM at exactly ``k`` (>= 1) components on points ``x`` (N, D), seeded by a model's responsibilities
-    ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order), as docs/cluster.md describes: the
-    centres of the model's ``k`` clusters (:func:`_k_columns`) and a k-means++ start each start k-means (on a
-    seeded sample of :data:`K_POINTS` of a larger set), the lower within-cluster sum of squares is EM's first
-    E-step (``from_model`` says which), EM runs to :data:`K_TOL` and, on a sample, is taken to all points; no merges
-    and no search for K. Scaled, sorted and returned as by :func:`refine`. ``progress(fraction_done)`` after
-    each stage (the starts, then each run of EM, of unknown number, half the way left)."""
+    ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order), as docs/cluster.md describes (no
+    merges, no search for K; ``from_model``: whether the model's start beat a fresh k-means++ one). Scaled,
+    sorted and returned as by :func:`refine`. ``progress(fraction_done)`` after each stage (the starts, then
+    each run of EM, of unknown number, half the way left)."""
     report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     n = len(pts.x)
@@ -563,7 +561,6 @@ def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
     columns of most mass (their M-step); with C < k, the widest component split across its major axis
     (the points on either side of its mean) until there are k, or fewer when no component has points on
     both sides."""
-    resp = np.asarray(resp, dtype=np.float64)
     if resp.shape[1] >= k:
         top = np.sort(np.argsort(-resp.sum(axis=0), kind="stable")[:k])
         return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], REG))[0]
