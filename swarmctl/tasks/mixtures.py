@@ -321,7 +321,6 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
     one Gaussian explains the two better than two (a cut finer than the blobs splits some in two); None when
     one part is left."""
     parts = [x[labels == j] for j in range(int(labels.max()) + 1)]
-    groups = [[j] for j in range(len(parts))]
     while len(parts) > 1:
         means = np.stack([p.mean(axis=0) for p in parts])
         gaps = ((means[:, None] - means[None]) ** 2).sum(axis=2) + np.diag(np.full(len(parts), np.inf))
@@ -329,17 +328,13 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
             j = int(np.argmin(gaps[i]))
             if one_gaussian_is_better(parts[i], parts[j]):
                 i, j = min(i, j), max(i, j)
-                parts[i], groups[i] = np.concatenate([parts[i], parts[j]]), groups[i] + groups[j]
-                del parts[j], groups[j]
+                parts[i] = np.concatenate([parts[i], parts[j]])
+                del parts[j]
+                labels = np.where(labels == j, i, labels - (labels > j))
                 break
         else:  # no pair merged
             break
-    if len(parts) == 1:
-        return None
-    out = np.empty_like(labels)
-    for g, members in enumerate(groups):
-        out[np.isin(labels, members)] = g
-    return out
+    return None if len(parts) == 1 else labels
 
 
 def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int,
