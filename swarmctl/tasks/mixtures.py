@@ -91,26 +91,19 @@ class Mixture:
 
 @dataclass(frozen=True)
 class EMResult:
-    """The fitted ``mixture``; per point (N, K) ``resp`` (posterior probabilities); the mean
-    ``log_likelihood`` per point after each iteration of the last fit (``history``: never decreasing, but for
-    rounding and a component dropped as empty); ``merged``: duplicate pairs merged from the model's start
-    (whether or not it won); ``dropped``: empty components removed; ``searched``: the numbers of clusters of
-    the fresh fits tried (empty: no search); ``from_model``: whether the winner grew from the model's start;
-    ``largest``: the most clusters the search could try, set by the number of points it ran on
-    (``search_points``; 0: no search); ``split_from``: the clusters that splitting grew the winner from (0:
-    no split won)."""
+    """What :func:`refine` and :func:`fit_k` found, and how."""
 
     mixture: Mixture
-    resp: np.ndarray
-    log_likelihood: float
-    history: tuple[float, ...]
-    merged: int
-    dropped: int
-    searched: tuple[int, ...] = ()
-    from_model: bool = True
-    largest: int = 0
-    split_from: int = 0
-    search_points: int = 0
+    resp: np.ndarray  # (N, K) each point's posterior probabilities
+    log_likelihood: float  # the mean per point
+    history: tuple[float, ...]  # it after each iteration of the last fit; falls only by rounding or a dropped component
+    merged: int  # duplicate pairs merged from the model's start (whether or not it won)
+    dropped: int  # empty components removed
+    searched: tuple[int, ...] = ()  # the numbers of clusters of the fresh fits tried (empty: no search)
+    from_model: bool = True  # whether the winner grew from the model's start
+    largest: int = 0  # the most clusters the search could try, set by search_points (0: no search)
+    split_from: int = 0  # the clusters that splitting grew the winner from (0: no split won)
+    search_points: int = 0  # the points the search ran on (0: no search)
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -382,15 +375,12 @@ def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _SortedPoints:
-    """Points prepared for EM: ``x`` (N, D) sorted by their coordinates (every choice, the scale included, is
-    made on them), centred on their median and scaled to unit robust spread; ``back`` puts the sorted rows
-    back in the caller's order; ``given`` (M,): the sorted rows of the points a model's responsibilities
-    ``resp`` (M, C) belong to, ascending, and ``resp`` in that order."""
+    """Points prepared for EM, sorted by their coordinates: every choice, the scale included, is made on them."""
 
-    x: np.ndarray
-    back: np.ndarray
-    given: np.ndarray
-    resp: np.ndarray
+    x: np.ndarray  # (N, D) sorted, centred on their median and scaled to unit robust spread
+    back: np.ndarray  # puts the sorted rows back in the caller's order
+    given: np.ndarray  # (M,) the sorted rows of the points a model's responsibilities belong to, ascending
+    resp: np.ndarray  # (M, C) those responsibilities, in that order
     unit: AffineMap
     centre: np.ndarray
     robust: float
