@@ -490,7 +490,12 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
     report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     n = len(pts.x)
-    centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
+    # k-means' first centres: the mean of the points of each of the model's k columns (those it is the most
+    # probable for), or, for a column that no point picks, its responsibility-weighted mean
+    given = pts.x[pts.given]
+    start = _k_columns(given, pts.resp, k)
+    means, counts = _label_means(given, start.argmax(axis=1), start.shape[1])
+    centres = np.where(counts[:, None] > 0, means, (start.T @ given) / start.sum(axis=0)[:, None])
     rs = np.random.RandomState(SEED)
     search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
     xs = pts.x[search]
@@ -505,13 +510,6 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
-
-
-def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
-    """The mean of each column's points (those it is the most probable for), or, for a column that no point
-    picks, its responsibility-weighted mean: (K, D)."""
-    means, counts = _label_means(x, resp.argmax(axis=1), resp.shape[1])
-    return np.where(counts[:, None] > 0, means, (resp.T @ x) / resp.sum(axis=0)[:, None])
 
 
 def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None]
