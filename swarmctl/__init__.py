@@ -4,6 +4,7 @@
 that torch-free parts (figures from saved results) import without torch.
 """
 
+import importlib
 from typing import Any
 
 __version__ = "0.2.0"
@@ -16,7 +17,5 @@ __all__ = ["ModelConfig", "__version__", "count_parameters", "create_model", "li
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'swarmctl' has no attribute {name!r}")

@@ -54,9 +54,7 @@ def _random_permutations(n_sets: int, n: int, generator: torch.Generator | None)
 
 
 def _gather(t: Tensor, perm: Tensor) -> Tensor:
-    if t.dim() == 2:
-        return torch.gather(t, 1, perm)
-    return torch.gather(t, 1, perm.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
+    return torch.take_along_dim(t, perm if t.dim() == 2 else perm.unsqueeze(-1), dim=1)
 
 
 @torch.no_grad()

@@ -11,18 +11,13 @@ from swarmctl.plots.style import literal, new_figure
 PAD = 2  # white pixels between images
 
 
-def class_columns(n_classes: int, per_class: int) -> int:
-    """How many classes side by side in one band (a divisor of ``n_classes``): the one whose grid of
-    (n_classes / columns * per_class) rows by ``columns`` images is nearest a square."""
-    options = [c for c in range(1, n_classes + 1) if n_classes % c == 0]
-    return min(options, key=lambda c: (abs(np.log(n_classes // c * per_class / c)), -c))
-
-
 def sample_canvas(images: np.ndarray) -> tuple[np.ndarray, int]:
     """images (n_classes, per_class, C, H, W) uint8 -> (canvas (rows*(H+PAD), cols*(W+PAD), C), classes per
-    band): class k in column k mod cols of band k // cols, its samples top to bottom."""
+    band): class k in column k mod cols of band k // cols, its samples top to bottom; ``cols``, a divisor of
+    ``n_classes``, the one whose grid of (n_classes / cols * per_class) rows by cols images is nearest a square."""
     n_classes, per_class, C, H, W = images.shape
-    cols = class_columns(n_classes, per_class)
+    cols = min((c for c in range(1, n_classes + 1) if n_classes % c == 0),
+               key=lambda c: (abs(np.log(n_classes // c * per_class / c)), -c))
     rows = n_classes // cols * per_class
     canvas = np.full((rows * (H + PAD), cols * (W + PAD), C), 255, dtype=np.uint8)
     for k in range(n_classes):

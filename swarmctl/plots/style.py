@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import BinaryIO
 
 import matplotlib
 
@@ -37,12 +36,8 @@ def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
     path = Path(path)
     if path.suffix.lower() != ".png":
         path = path.with_suffix(".png")
-
-    def write(fh: BinaryIO) -> None:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
-            warnings.filterwarnings("ignore", message=r"Matplotlib currently does not support", category=UserWarning)
-            fig.savefig(fh, dpi=dpi, format="png")
-
-    atomic_write(path, write)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r"Matplotlib currently does not support", category=UserWarning)
+        atomic_write(path, lambda fh: fig.savefig(fh, dpi=dpi, format="png"))
     return path

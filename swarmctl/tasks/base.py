@@ -11,7 +11,6 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -100,12 +99,6 @@ class Task:
         """Random inputs of the kind this task's models take (``model(*inputs)``), for the generic model
         tests: ``batch`` padded sets of up to ``size`` 2-D points and their mask."""
         return random_sets(batch, size, dtype=dtype, generator=generator)
-
-    def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
-                       chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
-                       per_coordinate: bool = False) -> Any:
-        """Cluster one set of a user's points: tasks whose ``studies`` hold `cluster` implement it."""
-        raise NotImplementedError
 
     def progress_note(self, record: dict[str, Any]) -> str:
         """Text after the validation loss in the per-epoch line (e.g. bits/dim)."""

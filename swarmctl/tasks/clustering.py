@@ -56,21 +56,15 @@ def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]
 
 _GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
 
-
-BROAD_TRAINING = BroadParams(n_max=800)  # the broad prior as benchmarks/train_broad.py draws it (N up to 800)
-
 GRAPH_N_BUCKET = 100  # with CUDA graphs, training sets are padded to a multiple of this many points
 
 
 class ClusteringTask(Task):
     name = "clustering"
     summary = "direct amortized clustering: a class per point, Hungarian-matched loss"
-    defaults = TrainConfig()
     default_data = f"{DATA_DIR}/clustering-seed0.h5"  # the paper's dataset, generated when missing
     proven_modes = ("eager", "amp", "graphs", "compile")  # `--step auto` may pick (training/modes.py)
     train_data_help = f"{default_data}, generated when missing"
-    default_split = "val"
-    eval_data_help = "the run's"
     metric_help = "Hungarian-matched loss and matched accuracy, next to the true mixture's oracle"
     studies = Task.studies | {"shuffle-variance", "plot-entropy", "cluster"}
     data_kind = "clustering"
@@ -169,19 +163,14 @@ class ClusteringTask(Task):
         generator): where :meth:`cluster_points` maps a user's points to."""
         return ClusteringParams().point_std()
 
-    def training_prior(self, model_cfg: ModelConfig) -> ClusteringParams | BroadParams:
-        """The prior a clustering model was trained on: a model with more cluster slots than the paper's
-        generator fills (10) was trained on the broad prior (benchmarks/train_broad.py), any other on the
-        paper's generator."""
-        return BROAD_TRAINING if model_cfg.dim_out > MAX_CLUSTERS else ClusteringParams()
-
     def training_range(self, model_cfg: ModelConfig) -> TrainingRange:
-        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads); the broad
-        prior's model also saw the paper's tasks (a quarter of each epoch), so its range holds both."""
-        prior = self.training_prior(model_cfg)
-        if not isinstance(prior, BroadParams):
-            return _range_of(prior)
-        a, b = _range_of(prior), _range_of(ClusteringParams())
+        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads): a model with
+        more cluster slots than the paper's generator fills (10) was trained on the broad prior as
+        benchmarks/train_broad.py draws it (N up to 800) and on the paper's tasks (a quarter of each epoch), so
+        its range holds both; any other, on the paper's generator."""
+        if model_cfg.dim_out <= MAX_CLUSTERS:
+            return _range_of(ClusteringParams())
+        a, b = _range_of(BroadParams(n_max=800)), _range_of(ClusteringParams())
         return TrainingRange(min(a.n_min, b.n_min), max(a.n_max, b.n_max), min(a.k_min, b.k_min),
                              max(a.k_max, b.k_max), min(a.spread_lo, b.spread_lo), max(a.spread_hi, b.spread_hi))
 

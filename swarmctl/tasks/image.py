@@ -29,18 +29,12 @@ from swarmctl.tasks.base import Task
 from swarmctl.training.checkpoint import Checkpoint
 from swarmctl.training.loop import TrainingData, validation_loss
 
-LN2 = math.log(2.0)
-
 
 def image_loss(model: nn.Module, batch: ImageBatch) -> torch.Tensor:
     """Per image, the mean cross-entropy in nats over its sub-pixels, (B,)."""
     logits = model(batch.x, batch.y)  # (B, T, 256)
     target = scan_order(batch.x)  # (B, T)
     return F.cross_entropy(logits.float().transpose(1, 2), target, reduction="none").mean(dim=1)
-
-
-def bits_per_dim(nats: float) -> float:
-    return nats / LN2
 
 
 def _checksum(*sets: ImageSet) -> str:
@@ -81,7 +75,7 @@ class ImageTask(Task):
         bs, seed = train_cfg.batch_size, train_cfg.seed
         return TrainingData(train=lambda epoch: shuffled_batches(train, bs, seed, epoch),
                             val=ImageBatches(test, bs), loss_fn=image_loss, checksum=_checksum(train, test),
-                            val_metrics_of=lambda v: {"val_bits_per_dim": bits_per_dim(v)})
+                            val_metrics_of=lambda v: {"val_bits_per_dim": v / math.log(2.0)})
 
     @torch.no_grad()
     def score(self, model: nn.Module, ckpt: Checkpoint, data: Path | None, split: str,
@@ -97,7 +91,7 @@ class ImageTask(Task):
             raise DataError(str(exc).replace("`data_dir`", "`data`")) from None
         nats = validation_loss(model, ImageBatches(images, 100), image_loss, device, progress=progress)
         return {"data": f"{dataset} ({root})", "split": split, "tasks": len(images), "loss": nats,
-                "bits_per_dim": bits_per_dim(nats)}
+                "bits_per_dim": nats / math.log(2.0)}
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         return (["", "cross-entropy (nats/sub-pixel)", "bits/dim"],

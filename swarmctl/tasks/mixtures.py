@@ -20,6 +20,7 @@ from swarmctl.tasks.point_clusters import AffineMap, standardization
 MAX_ITER = 300
 TOL = 1e-4  # stop when the mean log-likelihood per point gains less than this
 SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fitted to TOL
+MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
@@ -90,26 +91,19 @@ class Mixture:
 
 @dataclass(frozen=True)
 class EMResult:
-    """The fitted ``mixture``; per point (N, K) ``resp`` (posterior probabilities); the mean
-    ``log_likelihood`` per point after each iteration of the last fit (``history``: never decreasing, but for
-    rounding and a component dropped as empty); ``merged``: duplicate pairs merged from the model's start
-    (whether or not it won); ``dropped``: empty components removed; ``searched``: the numbers of clusters of
-    the fresh fits tried (empty: no search); ``from_model``: whether the winner grew from the model's start;
-    ``largest``: the most clusters the search could try, set by the number of points it ran on
-    (``search_points``; 0: no search); ``split_from``: the clusters that splitting grew the winner from (0:
-    no split won)."""
+    """What :func:`refine` and :func:`fit_k` found, and how."""
 
     mixture: Mixture
-    resp: np.ndarray
-    log_likelihood: float
-    history: tuple[float, ...]
-    merged: int
-    dropped: int
-    searched: tuple[int, ...] = ()
-    from_model: bool = True
-    largest: int = 0
-    split_from: int = 0
-    search_points: int = 0
+    resp: np.ndarray  # (N, K) each point's posterior probabilities
+    log_likelihood: float  # the mean per point
+    history: tuple[float, ...]  # it after each iteration of the last fit; falls only by rounding or a dropped component
+    merged: int  # duplicate pairs merged from the model's start (whether or not it won)
+    dropped: int  # empty components removed
+    searched: tuple[int, ...] = ()  # the numbers of clusters of the fresh fits tried (empty: no search)
+    from_model: bool = True  # whether the winner grew from the model's start
+    largest: int = 0  # the most clusters the search could try, set by search_points (0: no search)
+    split_from: int = 0  # the clusters that splitting grew the winner from (0: no split won)
+    search_points: int = 0  # the points the search ran on (0: no search)
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -178,7 +172,7 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def _fit(x: np.ndarray, resp: np.ndarray, max_iter: int, tol: float, least: float | None = None
+def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None
          ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
     ``least`` points' worth (None: :func:`min_points`)."""
@@ -215,8 +209,8 @@ def _bic(ll: float, mix: Mixture, n: int) -> float:
     return bic(ll * n, mix.n_parameters(), n)
 
 
-def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = KMEANS_ITER) -> np.ndarray:
-    """Hard responsibilities (N, k) of k-means (Lloyd's iterations, at most ``iters``) from a greedy k-means++
+def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState) -> np.ndarray:
+    """Hard responsibilities (N, k) of k-means (Lloyd's iterations, at most :data:`KMEANS_ITER`) from a greedy k-means++
     seeding (each centre the best of 2 + log k candidates drawn in proportion to the squared distance)."""
     n = len(x)
     sq = np.einsum("nd,nd->n", x, x)
@@ -231,7 +225,7 @@ def kmeans_start(x: np.ndarray, k: int, rs: np.random.RandomState, iters: int = 
         best = int(np.argmin(cand.sum(axis=1)))
         centres.append(x[trials[best]])
         d2 = np.maximum(cand[best], 0.0)
-    return np.eye(k)[_lloyd(x, np.array(centres), iters)]
+    return np.eye(k)[_lloyd(x, np.array(centres), KMEANS_ITER)]
 
 
 def _label_means(x: np.ndarray, label: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -262,10 +256,11 @@ def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
     return float(((x - _label_means(x, label, k)[0][label]) ** 2).sum())
 
 
-def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], max_iter: int, tol: float,
-                candidates: int) -> tuple[Mixture, np.ndarray, list[float], int, int]:
+def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float]
+                ) -> tuple[Mixture, np.ndarray, list[float], int, int]:
     """While merging a pair of components and refitting lowers the BIC, the best such merge (of the
-    ``candidates`` pairs whose responsibilities overlap most): (mixture, resp, history, merged, dropped)."""
+    :data:`MERGE_CANDIDATES` pairs whose responsibilities overlap most): (mixture, resp, history, merged,
+    dropped)."""
     n = len(x)
     merged = dropped = 0
     while len(mix) > 1:
@@ -276,9 +271,9 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
         overlap = (resp.T @ resp) / np.outer(norms, norms)
         i_up, j_up = np.triu_indices(len(mix), k=1)
         best = None
-        for p in np.argsort(overlap[i_up, j_up])[::-1][:candidates]:
+        for p in np.argsort(overlap[i_up, j_up])[::-1][:MERGE_CANDIDATES]:
             start = e_step(x, _merged(mix, int(i_up[p]), int(j_up[p])))[0]
-            m2, r2, h2, g2 = _fit(x, start, max_iter, tol)
+            m2, r2, h2, g2 = _fit(x, start, SEARCH_TOL)
             if _bic(h2[-1], m2, n) < current and (best is None or h2[-1] > best[2][-1]):
                 best = (m2, r2, h2, g2)
         if best is None:
@@ -319,7 +314,6 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
     one Gaussian explains the two better than two (a cut finer than the blobs splits some in two); None when
     one part is left."""
     parts = [x[labels == j] for j in range(int(labels.max()) + 1)]
-    groups = [[j] for j in range(len(parts))]
     while len(parts) > 1:
         means = np.stack([p.mean(axis=0) for p in parts])
         gaps = ((means[:, None] - means[None]) ** 2).sum(axis=2) + np.diag(np.full(len(parts), np.inf))
@@ -327,22 +321,17 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
             j = int(np.argmin(gaps[i]))
             if one_gaussian_is_better(parts[i], parts[j]):
                 i, j = min(i, j), max(i, j)
-                parts[i], groups[i] = np.concatenate([parts[i], parts[j]]), groups[i] + groups[j]
-                del parts[j], groups[j]
+                parts[i] = np.concatenate([parts[i], parts[j]])
+                del parts[j]
+                labels = np.where(labels == j, i, labels - (labels > j))
                 break
         else:  # no pair merged
             break
-    if len(parts) == 1:
-        return None
-    out = np.empty_like(labels)
-    for g, members in enumerate(groups):
-        out[np.isin(labels, members)] = g
-    return out
+    return None if len(parts) == 1 else labels
 
 
-def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int, max_iter: int,
-                tol: float, rs: np.random.RandomState, step: Callable[[], None]
-                ) -> tuple[Mixture, np.ndarray, list[float], int]:
+def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int,
+                rs: np.random.RandomState, step: Callable[[], None]) -> tuple[Mixture, np.ndarray, list[float], int]:
     """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
     the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
     refitted, up to ``largest`` components: (the result, the number of components before the first split
@@ -365,7 +354,7 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
             cols += [r[:, j] * (near == p) for p in range(parts)]
         if len(cols) == len(mix):
             break
-        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], max_iter, tol)
+        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], SEARCH_TOL)
         if _bic(h2[-1], m2, n) >= _bic(history[-1], mix, n):
             break
         start_k = start_k or len(mix)
@@ -386,15 +375,12 @@ def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _SortedPoints:
-    """Points prepared for EM: ``x`` (N, D) sorted by their coordinates (every choice, the scale included, is
-    made on them), centred on their median and scaled to unit robust spread; ``back`` puts the sorted rows
-    back in the caller's order; ``given`` (M,): the sorted rows of the points a model's responsibilities
-    ``resp`` (M, C) belong to, ascending, and ``resp`` in that order."""
+    """Points prepared for EM, sorted by their coordinates: every choice, the scale included, is made on them."""
 
-    x: np.ndarray
-    back: np.ndarray
-    given: np.ndarray
-    resp: np.ndarray
+    x: np.ndarray  # (N, D) sorted, centred on their median and scaled to unit robust spread
+    back: np.ndarray  # puts the sorted rows back in the caller's order
+    given: np.ndarray  # (M,) the sorted rows of the points a model's responsibilities belong to, ascending
+    resp: np.ndarray  # (M, C) those responsibilities, in that order
     unit: AffineMap
     centre: np.ndarray
     robust: float
@@ -411,8 +397,8 @@ class _SortedPoints:
         # the covariance floor
         unit = standardization(x, 1.0)
         z = unit.apply(x)
-        centre = np.median(z, axis=0) if n else np.zeros(x.shape[1])
-        mad = float(np.median(np.abs(z - centre))) * 1.4826 if n else 0.0
+        centre = np.median(z, axis=0)
+        mad = float(np.median(np.abs(z - centre))) * 1.4826
         robust = 1.0 / mad if mad > 1e-300 else 1.0
         back = np.empty_like(order)
         back[order] = np.arange(n)
@@ -429,15 +415,14 @@ class _SortedPoints:
                            mix.covs * s * s)
 
 
-def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: float = TOL, merge: bool = True,
-           candidates: int = 2, search: bool = True, rows: np.ndarray | None = None,
+def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool = True, rows: np.ndarray | None = None,
            progress: Callable[[float], None] | None = None) -> EMResult:
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (rows sum to 1; a column is a component) of the
     points ``x[rows]`` (None: all points, in order), to convergence. With ``merge``, duplicate components are
-    then merged while that lowers the BIC (of the ``candidates`` pairs whose responsibilities overlap most);
-    with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4 compete by BIC and the winner's
-    components are split while that lowers it (docs/cluster.md). The merges and the search run on a seeded
-    sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is fitted to all points.
+    then merged while that lowers the BIC; with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4
+    compete by BIC and the winner's components are split while that lowers it (docs/cluster.md). The merges
+    and the search run on a seeded sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is
+    fitted to all points.
 
     The mixture comes back in the units of ``x``, its log-likelihood in the scaled ones (:class:`_SortedPoints`),
     and the result depends on the set of rows, not on their order. ``progress(fraction_done)`` is called after
@@ -451,12 +436,12 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         pick = np.sort(rs.choice(len(given), SEARCH_POINTS, replace=False))
         given, resp = given[pick], _drop_empty(resp[pick], min_points(D))[0]
     xs = x[given]
-    coarse = max(tol, SEARCH_TOL) if merge else tol
-    mix, r, history, gone = _fit(xs, resp, max_iter, coarse)
+    coarse = SEARCH_TOL if merge else TOL
+    mix, r, history, gone = _fit(xs, resp, coarse)
     dropped += gone
     merged, searched, from_model, largest, split_from = 0, (), True, 0, 0
     if merge:
-        mix, r, history, merged, gone = _merge_path(xs, mix, r, history, max_iter, coarse, candidates)
+        mix, r, history, merged, gone = _merge_path(xs, mix, r, history)
         dropped += gone
     if merge and search:
         largest = max(1, len(xs) // cluster_points(D))
@@ -464,17 +449,16 @@ def refine(x: np.ndarray, resp: np.ndarray, *, max_iter: int = MAX_ITER, tol: fl
         k_model = len(mix)
         searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
         for k in searched:
-            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], max_iter, coarse)
+            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL)
             if (score := _bic(h2[-1], m2, len(xs))) < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
             report.to(0.5 * (k - searched[0] + 1) / len(searched))
-        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, max_iter, coarse, rs,
-                                                  report.half_way)
+        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
-            mix, r, history, more, gone = _merge_path(xs, mix, r, history, max_iter, coarse, candidates)
+            mix, r, history, more, gone = _merge_path(xs, mix, r, history)
             merged, dropped = merged + more, dropped + gone
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
-        mix, r, history, gone = _fit(x, e_step(x, mix)[0], max_iter, tol)
+        mix, r, history, gone = _fit(x, e_step(x, mix)[0], TOL)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
@@ -496,51 +480,46 @@ class _Report:
         self.to(self.done + (0.95 - self.done) / 2)
 
 
-def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, max_iter: int = K_MAX_ITER, tol: float = K_TOL,
-          rows: np.ndarray | None = None, progress: Callable[[float], None] | None = None) -> EMResult:
+def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = None,
+          progress: Callable[[float], None] | None = None) -> EMResult:
     """EM at exactly ``k`` (>= 1) components on points ``x`` (N, D), seeded by a model's responsibilities
-    ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order), as docs/cluster.md describes: the
-    centres of the model's ``k`` clusters (:func:`_k_columns`) and a k-means++ start each start k-means (on a
-    seeded sample of :data:`K_POINTS` of a larger set), the lower within-cluster sum of squares is EM's first
-    E-step (``from_model`` says which), EM runs to ``tol`` and, on a sample, is taken to all points; no merges
-    and no search for K. Scaled, sorted and returned as by :func:`refine`. ``progress(fraction_done)`` after
-    each stage (the starts, then each run of EM, of unknown number, half the way left)."""
+    ``resp`` (M, C) of the points ``x[rows]`` (None: all points, in order), as docs/cluster.md describes (no
+    merges, no search for K; ``from_model``: whether the model's start beat a fresh k-means++ one). Scaled,
+    sorted and returned as by :func:`refine`. ``progress(fraction_done)`` after each stage (the starts, then
+    each run of EM, of unknown number, half the way left)."""
     report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
     n = len(pts.x)
-    centres = _centres(pts.x[pts.given], _k_columns(pts.x[pts.given], pts.resp, k))
+    # k-means' first centres: the mean of the points of each of the model's k columns (those it is the most
+    # probable for), or, for a column that no point picks, its responsibility-weighted mean
+    given = pts.x[pts.given]
+    start = _k_columns(given, pts.resp, k)
+    means, counts = _label_means(given, start.argmax(axis=1), start.shape[1])
+    centres = np.where(counts[:, None] > 0, means, (start.T @ given) / start.sum(axis=0)[:, None])
     rs = np.random.RandomState(SEED)
     search = np.arange(n) if n <= K_POINTS else np.sort(rs.choice(n, K_POINTS, replace=False))
     xs = pts.x[search]
-    seeded = _lloyd(xs, centres, max_iter)
+    seeded = _lloyd(xs, centres, K_MAX_ITER)
     report.to(0.1)
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
     from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
     report.to(0.2)
-    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, max_iter, tol,
-                                            report.half_way)
+    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, report.half_way)
     if len(search) < n:  # the fit, taken to all points
-        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, max_iter, tol, report.half_way)
+        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, report.half_way)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
 
 
-def _centres(x: np.ndarray, resp: np.ndarray) -> np.ndarray:
-    """The mean of each column's points (those it is the most probable for), or, for a column that no point
-    picks, its responsibility-weighted mean: (K, D)."""
-    means, counts = _label_means(x, resp.argmax(axis=1), resp.shape[1])
-    return np.where(counts[:, None] > 0, means, (resp.T @ x) / resp.sum(axis=0)[:, None])
-
-
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: float, step: Callable[[], None]
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None]
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
     that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
     round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
-    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), max_iter, tol, least=1.0)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), K_TOL, K_MAX_ITER, 1.0)
     dropped += gone
     step()
     for _ in range(k):
@@ -550,7 +529,7 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, max_iter: int, tol: fl
         if start.shape[1] == len(mix):  # nothing left to split
             break
         held = len(mix)
-        mix, r, history, gone = _fit(x, start, max_iter, tol, least=1.0)
+        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0)
         dropped += gone
         step()
         if len(mix) <= held:  # the split components went empty again: another round would repeat this one
@@ -565,7 +544,6 @@ def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
     columns of most mass (their M-step); with C < k, the widest component split across its major axis
     (the points on either side of its mean) until there are k, or fewer when no component has points on
     both sides."""
-    resp = np.asarray(resp, dtype=np.float64)
     if resp.shape[1] >= k:
         top = np.sort(np.argsort(-resp.sum(axis=0), kind="stable")[:k])
         return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], REG))[0]

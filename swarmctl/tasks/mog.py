@@ -40,11 +40,6 @@ def mixture_log_likelihood(x: Tensor, mask: Tensor, means: Tensor, stds: Tensor,
     return (ll * m).sum(1) / m.sum(1).clamp_min(1)
 
 
-def _model_log_likelihood(model: nn.Module, batch: MogBatch) -> Tensor:
-    means, stds, log_w = mixture_parameters(model(batch.x, batch.mask).float())
-    return mixture_log_likelihood(batch.x.float(), batch.mask, means, stds, log_w)
-
-
 def oracle_log_likelihood(batch: MogBatch) -> Tensor:
     """The same per-point LL with the true means, isotropic sigma and weights (float64)."""
     stds = batch.sigma.view(-1, 1, 1).expand_as(batch.means)
@@ -54,7 +49,8 @@ def oracle_log_likelihood(batch: MogBatch) -> Tensor:
 
 def mog_loss(model: nn.Module, batch: MogBatch) -> Tensor:
     """Per-task negative log-likelihood per point, (B,)."""
-    return -_model_log_likelihood(model, batch)
+    means, stds, log_w = mixture_parameters(model(batch.x, batch.mask).float())
+    return -mixture_log_likelihood(batch.x.float(), batch.mask, means, stds, log_w)
 
 
 def mog_batches(tasks: ClusteringTasks, batch_size: int, n_clusters: int = MogParams.n_clusters) -> list[MogBatch]:
@@ -134,7 +130,7 @@ class MogTask(Task):
         batches = mog_batches(tasks, TEST_BATCH_SIZE)
         for k, batch in enumerate(batches, start=1):
             b = batch.to(device)
-            ll_sum += _model_log_likelihood(model, b).double().sum().item()
+            ll_sum -= mog_loss(model, b).double().sum().item()
             oracle_sum += oracle_log_likelihood(b).sum().item()
             if progress is not None:
                 progress(k, len(batches))
