@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import sys
 import threading
@@ -23,7 +22,7 @@ from swarmctl import signals
 from swarmctl.cli._app import running_context
 from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device
-from swarmctl.errors import ConfigError, OutputExists, SwarmctlError, SwarmctlWarning, describe_os_error
+from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
 
 
 class _Console(Console):
@@ -129,16 +128,6 @@ def seed_option(help: str, **kwargs: Any) -> Any:
 def positive_number(help: str, **kwargs: Any) -> Any:
     """A finite float option > 0."""
     return number(float, help=help, low=0, above=True, **kwargs)
-
-
-def refuse_replacing(out: Path | None, force: bool, names: tuple[str, ...]) -> None:
-    """The one overwrite rule for an output folder the user named with ``--out``: a file of the command's
-    (``names``) already in it is replaced only with ``--force`` (exit 1 otherwise). The default folders in
-    a run's folder are the command's own, replaced on each run; so is a folder that ``--replot`` redraws."""
-    if out is not None and not force:
-        for name in names:
-            if os.path.lexists(Path(out) / name):
-                raise OutputExists(f"{Path(out) / name} exists; pass `force` to overwrite it or choose another `out`")
 
 
 Force = Annotated[bool, option("--force", help="Replace the command's files in an existing --out folder.")]

@@ -137,36 +137,36 @@ class EntropyMaps:
 @contextmanager
 def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
                  index: int | None = None, clusters: int = 7, size: int = 500, grid: int = 150,
-                 method: str | None = None, out: Path | None = None, replot: bool = False,
+                 method: str | None = None, out: Path | None = None, replot: bool = False, force: bool = False,
                  progress: Callable[[int, int], None] | None = None, data_progress: DataProgress | None = None,
                  announce: Callable[[str], None] | None = None) -> Iterator[EntropyMaps]:
     """`swarmctl plot-entropy`'s work: the entropy map of ``run`` (None: the shipped model) on a validation
     task, saved as entropy.npz in ``out`` (default: RUN/entropy), or with ``replot`` the saved one read back.
-    Every output is checked before any work; the caller draws the figures inside the block, and all files
-    appear when it ends without error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told
-    which shipped model is used."""
-    if method is not None and method not in METHODS:
-        raise ConfigError(f"`method` must be {either(METHODS)}, got {method!r}")
-    with staged_outputs([data]) as outputs:
-        if out is not None:
-            outputs.folder(out)
+    Every output is checked before any work (a file of the study's in a named ``out`` is replaced only with
+    ``force``); the caller draws the figures inside the block, and all files appear when it ends without
+    error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told which shipped model is used."""
+    files = ("entropy.npz", *(f"{f}.png" for f in FIGURES))
+    with staged_outputs([data], replace=force or replot or out is None) as outputs:
         if replot:
             run_dir = resolve_run(run, runs_dir, shipped=True) if run is not None else \
                 shipped_results_dir(shipped_for(STUDY), runs_dir)
-            out_dir = Path(out or run_dir / "entropy")
+            out_dir = outputs.folder(out or run_dir / "entropy")
             outputs.input(out_dir / "entropy.npz")
             res = load_result(EntropyMapResult, out_dir / "entropy.npz")
         else:
             check_grid(grid)
-            if out is None and run is None:
-                outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
+            if out is not None:  # checked, as the default folder is, before a shipped model's dataset is generated
+                for name in files:
+                    outputs.file(Path(out) / name)
+            elif run is None:
+                outputs.folder(runs_dir)
             opened = open_run(resolve_run(run, runs_dir, shipped=True) if run is not None else None, runs_dir, device,
                               study=STUDY, data=data, progress=data_progress)
             if opened.shipped and announce is not None:
                 announce(f"using the shipped model {opened.checkpoint}")
             out_dir = outputs.folder(out or opened.dir / "entropy")
             outputs.input(opened.checkpoint)
-            for name in ("entropy.npz", *(f"{f}.png" for f in FIGURES)):
+            for name in files:
                 outputs.file(out_dir / name)
             res = entropy_map_of_run(opened, data, index, clusters, size, grid, method, progress=progress)
             save_result(res, out_dir / "entropy.npz")
