@@ -18,10 +18,10 @@ from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError, either
 from swarmctl.files import staged_outputs
-from swarmctl.runs import Run, open_run, resolve_run, shipped_for, shipped_results_dir
+from swarmctl.runs import open_run, resolve_run, shipped_for, shipped_results_dir
 from swarmctl.studies.probe import DEFAULT_METHOD, METHODS, probe_outputs
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
-from swarmctl.tasks import DataProgress, require_study
+from swarmctl.tasks import DataProgress
 
 MAX_GRID = 2000  # grid locations per axis
 
@@ -39,13 +39,6 @@ def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int =
                           "`index`")
     size = min(max(size, 0), 2**62)  # far beyond any set size: the same choice, and no int64 overflow
     return int(candidates[np.argmin(np.abs(tasks.sizes[candidates] - size))])
-
-
-def _grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
-    """Square-cell axes over the points' bounding box widened by ``margin`` of its size on each side."""
-    lo, hi = points.min(0), points.max(0)
-    pad = margin * (hi - lo).max()
-    return np.linspace(lo[0] - pad, hi[0] + pad, n), np.linspace(lo[1] - pad, hi[1] + pad, n)
 
 
 def check_grid(grid: int) -> None:
@@ -83,7 +76,9 @@ def compute_entropy_map(
     x = torch.from_numpy(pts).to(device)
     n = len(pts)
     assignment = model(x[None], torch.ones(1, n, dtype=torch.bool, device=device))[0].argmax(-1).cpu().numpy()
-    gx, gy = _grid_axes(pts, grid)
+    lo, hi = pts.min(0), pts.max(0)  # square cells over the points' bounding box widened by 15% on each side
+    pad = 0.15 * (hi - lo).max()
+    gx, gy = np.linspace(lo[0] - pad, hi[0] + pad, grid), np.linspace(lo[1] - pad, hi[1] + pad, grid)
     xx, yy = np.meshgrid(gx, gy)  # (G, G): row i is grid_y[i]
     stars = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], 1).astype(np.float32)).to(device)  # (G*G, 2)
     if method == "probe":
@@ -104,18 +99,6 @@ def compute_entropy_map(
                             means=tasks.means[task_index, :K], covs=tasks.covs[task_index, :K],
                             assignment=assignment, grid_x=gx, grid_y=gy, probs=probs_grid,
                             seconds=time.perf_counter() - start, method=method)
-
-
-def entropy_map_of_run(run: Run, data: Path | None = None, index: int | None = None, clusters: int = 7,
-                       size: int = 500, grid: int = 150, method: str | None = None,
-                       progress: Callable[[int, int], None] | None = None) -> EntropyMapResult:
-    """:func:`compute_entropy_map` on one validation task of the data ``run`` was trained on (or ``data``):
-    task ``index``, or one chosen by clusters and size; ``method`` None: ``exact``."""
-    require_study(run.task, "plot-entropy", str(run.checkpoint))
-    split, _ = read_split(run.data_path(data), "val")
-    task_index = choose_task(split, index, clusters, size)
-    return compute_entropy_map(run.model, split, task_index, run.label, grid, device=run.device,
-                               method=method or DEFAULT_METHOD, progress=progress)
 
 
 STUDY = "plot-entropy"
@@ -168,6 +151,9 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
             outputs.input(opened.checkpoint)
             for name in files:
                 outputs.file(out_dir / name)
-            res = entropy_map_of_run(opened, data, index, clusters, size, grid, method, progress=progress)
+            split, _ = read_split(opened.data_path(data), "val")
+            task = choose_task(split, index, clusters, size)
+            res = compute_entropy_map(opened.model, split, task, opened.label, grid, device=opened.device,
+                                      method=method or DEFAULT_METHOD, progress=progress)
             save_result(res, out_dir / "entropy.npz")
         yield EntropyMaps(res, out_dir)

@@ -104,12 +104,6 @@ def probe_outputs(
         raise ConfigError("the probe needs a SWARM model with mean pooling; use `method` exact")
     if model.training:
         raise ValueError("probe_outputs needs the model in eval mode (dropout off)")
-    with _one_thread(stars.device):
-        return _probe(model, x, stars, batch, progress)
-
-
-def _probe(model: LayerStack, x: Tensor, stars: Tensor, batch: int,
-           progress: Callable[[int, int], None] | None) -> Tensor:
     n = x.shape[0]
     set_means: list[Tensor] = []  # per layer
 
@@ -118,11 +112,12 @@ def _probe(model: LayerStack, x: Tensor, stars: Tensor, batch: int,
         set_means.append(means)
         return u
 
-    model.through_layers(x, set_alone)
     out = []
-    for s0 in range(0, len(stars), batch):
-        s = model.through_layers(stars[s0 : s0 + batch], lambda k, layer, s: _probe_layer(layer, s, set_means[k], n))
-        out.append(s)
-        if progress is not None:
-            progress(min(s0 + batch, len(stars)), len(stars))
+    with _one_thread(stars.device):
+        model.through_layers(x, set_alone)
+        for s0 in range(0, len(stars), batch):
+            out.append(model.through_layers(stars[s0 : s0 + batch],
+                                            lambda k, layer, s: _probe_layer(layer, s, set_means[k], n)))
+            if progress is not None:
+                progress(min(s0 + batch, len(stars)), len(stars))
     return torch.cat(out) if out else stars.new_zeros(0, model.layers[-1].output.out_features)
