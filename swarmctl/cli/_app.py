@@ -61,8 +61,6 @@ class _Command(TyperCommand):
             _RUNNING.reset(token)
 
 
-
-
 class _Typer(typer.Typer):
     """The application: its commands are :class:`_Command` unless one names another class."""
 

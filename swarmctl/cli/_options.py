@@ -37,7 +37,6 @@ console = _Console()
 err_console = _Console(stderr=True)
 
 
-
 _PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
 
 
@@ -145,13 +144,18 @@ def flush_output() -> None:
         sys.stdout.flush()
 
 
+def stop_if_interrupted(message: str | None) -> None:
+    """After `train` or `sweep` (:func:`swarmctl.runs.finish_runs`): for an interrupted run, ``message`` (where
+    it was saved and how to continue) on stderr and exit 130."""
+    if message is not None:
+        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(signals.EXIT_CODE)
+
+
 def say(text: str) -> None:
     """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup. A
     terminal gets it wrapped to its width; a pipe or a file gets each line whole (a path never broken)."""
     console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)
-
-
-USAGE_EXIT = 2  # a bad option value or combination (click's code for usage errors)
 
 
 # Library messages name an option by its parameter or config field in backticks (`force`, `dim_hidden`);
@@ -233,7 +237,7 @@ def user_errors() -> Iterator[signals.Interruption]:
             yield state
         except ConfigError as exc:
             _error(" ".join(str(exc).split()))
-            raise typer.Exit(USAGE_EXIT) from None
+            raise typer.Exit(2) from None  # as click's usage errors
         except SwarmctlError as exc:
             _error(" ".join(str(exc).split()))
             raise typer.Exit(1) from None

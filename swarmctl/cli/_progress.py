@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,47 +16,37 @@ from rich.table import Column
 from swarmctl.cli._options import console
 
 if TYPE_CHECKING:
+    from swarmctl.tasks import Task
     from swarmctl.training.loop import TrainingStart
 
 
-class _Task(Protocol):
-    """What a progress display asks of a task (:class:`swarmctl.tasks.Task`)."""
-
-    def progress_note(self, record: dict[str, Any]) -> str: ...
-    def usual_epochs(self, steps_per_epoch: int) -> tuple[int, str]: ...
-
-
-def task_progress(description: str) -> Progress:
+def task_progress() -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TimeRemainingColumn(), console=console, transient=False,
     )
 
 
-@contextmanager
-def generating(message: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A bar for data generation, after ``message`` (when not empty); yields the update function."""
-    if message:
-        console.print(message, markup=False, highlight=False, soft_wrap=True)
-    with task_progress("generating tasks") as progress:
-        bar = progress.add_task("generating tasks", total=total)
-        yield lambda k: progress.update(bar, completed=k)
-
-
 class DataGenerationProgress:
-    """The display `swarmctl gen-data` passes to the library."""
+    """The display `swarmctl gen-data` passes to the library (and, through :class:`EpochProgress`, training)."""
 
-    def generating(self, message: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
-        return generating(message, total)
+    @contextmanager
+    def generating(self, message: str, total: int) -> Iterator[Callable[[int], None]]:
+        """A bar for data generation, after ``message`` (when not empty); yields the update function."""
+        if message:
+            console.print(message, markup=False, highlight=False, soft_wrap=True)
+        with task_progress() as progress:
+            bar = progress.add_task("generating tasks", total=total)
+            yield lambda k: progress.update(bar, completed=k)
 
 
-class EpochProgress:
+class EpochProgress(DataGenerationProgress):
     """A progress bar per epoch (running train loss; the net budget used and left, when the epoch or the
     budget ends, the best validation loss so far, the device) and one summary line per epoch with the same
     facts, in the words of ``task``; once the first steps are timed, one line saying what the budget buys;
     a bar for generating missing data before the first epoch."""
 
-    def __init__(self, task: _Task, out: Console | None = None) -> None:
+    def __init__(self, task: Task, out: Console | None = None) -> None:
         self._task_info = task
         self._console = out or console
         # the facts last, cut at the terminal's edge (the device first) rather than squeezing the counts
@@ -83,9 +73,6 @@ class EpochProgress:
     def __exit__(self, *exc: object) -> None:
         if self._started:
             self._progress.__exit__(*exc)
-
-    def generating(self, message: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
-        return generating(message, total)
 
     def begin(self, start: TrainingStart) -> None:
         self._run, self._best = start, start.best_val
@@ -134,7 +121,7 @@ class EpochProgress:
         val = "nan" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         best = "-" if r["best_val"] is None else f"{r['best_val']:.4f}"
         note = "  [red]backtrack[/]" if r["backtracked"] else ""
-        val += escape(self._note(r))
+        val += escape(self._task_info.progress_note(r))
         self._done, self._epoch = 0, r["epoch"] + 1
         self._progress.console.print(
             f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
@@ -142,9 +129,6 @@ class EpochProgress:
         )
 
     # ---- what the lines say --------------------------------------------------------------------------------
-
-    def _note(self, r: dict[str, Any]) -> str:
-        return self._task_info.progress_note(r)
 
     def _say(self, text: str) -> None:
         self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -304,7 +288,7 @@ class StepBar:
 
     def __call__(self, done: int, total: int) -> None:
         if self._progress is None:
-            self._progress = task_progress(escape(self._description))
+            self._progress = task_progress()
             self._progress.__enter__()
             self._bar = self._progress.add_task(escape(self._description), total=total)
         self._progress.update(self._bar, completed=done, total=total)

@@ -24,6 +24,9 @@ from swarmctl.rundir import CONFIG, RunDir
 
 @dataclass(frozen=True)
 class RunSummary:
+    """A run folder with a config; one with no finished epoch (``why`` says so) is listed by the report and
+    left out of its means, its best_val, epochs and net_minutes 0."""
+
     name: str
     model: str
     code: str
@@ -36,21 +39,7 @@ class RunSummary:
     data: str = ""  # the data it trained on: its checksum (or path; "" for data drawn fresh)
     data_name: str = ""  # that data's file name (an image task: its dataset's name), for the table
     dataset: str | None = None  # an image task's named dataset (the paper's number depends on it)
-
-
-@dataclass(frozen=True)
-class UnfinishedRun:
-    """A run folder with a config and no finished epoch: listed by the report, left out of its means."""
-
-    name: str
-    model: str
-    code: str
-    parameters: int
-    seed: int
-    device: str
-    data_name: str
-    why: str
-    dataset: str | None = None
+    why: str = ""  # why it has no finished epoch
 
 
 @dataclass(frozen=True)
@@ -76,9 +65,9 @@ class ConfigSummary:
         return self.val_std if len(self.seeds) > 1 else None
 
 
-def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[UnfinishedRun]]:
+def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
     """Every run folder under ``runs_dir`` that has a config: those with at least one finished epoch, and
-    those without one (:class:`UnfinishedRun`, with the reason). A damaged run is skipped with a warning."""
+    those without one (with the reason). A damaged run is skipped with a warning."""
     runs_dir = Path(runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise DataError(f"{runs_dir} is a file, not a runs folder; give the folder holding the runs")
@@ -99,7 +88,7 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[UnfinishedRun]
             if not vals:
                 why = ("no finished epoch; its last.pt holds the interrupted one" if run.last.exists()
                        else "no finished epoch and no checkpoint")
-                unfinished.append(UnfinishedRun(**known, data_name=data["data_name"], why=why, dataset=data["dataset"]))
+                unfinished.append(RunSummary(**known, best_val=0.0, epochs=0, net_minutes=0.0, **data, why=why))
                 continue
             summary = RunSummary(
                 **known, best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
@@ -239,7 +228,7 @@ REPORT_COLUMNS = ("model", "code", "data", "parameters", "n", "seed ids", "best 
 NUMBER_COLUMNS = ("parameters", "n", "epochs", "net min")
 
 
-def _record(r: ConfigSummary | UnfinishedRun) -> dict[str, Any]:
+def _record(r: ConfigSummary | RunSummary) -> dict[str, Any]:
     """A row of the report as values (numbers, lists and null): a configuration, or a run with no finished epoch."""
     paper = paper_number(r.model, r.code, r.dataset)
     done = isinstance(r, ConfigSummary)
@@ -261,7 +250,7 @@ def _cells(rec: dict[str, Any]) -> tuple[str, ...]:
             "" if rec["net_minutes"] is None else f"{rec['net_minutes']:.1f}", ",".join(rec["devices"]))
 
 
-def unfinished_line(unfinished: list[UnfinishedRun]) -> str:
+def unfinished_line(unfinished: list[RunSummary]) -> str:
     """The line after the table naming the runs left out of it (empty when there are none)."""
     if not unfinished:
         return ""
@@ -269,7 +258,7 @@ def unfinished_line(unfinished: list[UnfinishedRun]) -> str:
             + "; ".join(f"{u.name} ({u.why})" for u in unfinished))
 
 
-def report_markdown(rows: list[ConfigSummary], unfinished: list[UnfinishedRun] = ()) -> str:
+def report_markdown(rows: list[ConfigSummary], unfinished: list[RunSummary] = ()) -> str:
     lines = ["| " + " | ".join(REPORT_COLUMNS) + " |", "|" + "---|" * len(REPORT_COLUMNS)]
     for r in [*rows, *unfinished]:
         cells = _cells(_record(r))

@@ -14,7 +14,7 @@ from torch import nn
 
 from swarmctl.config import check_memory
 from swarmctl.devices import memory_limit
-from swarmctl.errors import CheckpointError, ConfigError, command_line
+from swarmctl.errors import CheckpointError, command_line
 from swarmctl.files import atomic_write, check_png, staged_outputs
 from swarmctl.models import list_models
 from swarmctl.rundir import RunDir
@@ -41,8 +41,6 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
                 progress: Callable[[int, int], None] | None = None) -> SampleGrid:
     """``per_class`` images for each class, drawn together in one batch; ``progress(done, total)`` after each
     sub-pixel position."""
-    if per_class < 1:
-        raise ConfigError(f"`per_class` must be >= 1, got {per_class}")
     check_memory(_sampling_bytes(model, n_classes * per_class, incremental), memory_limit(torch.device(device)),
                  f"sampling {n_classes * per_class:,} images", "lower `per_class`")
     y = torch.arange(n_classes, device=device).repeat_interleave(per_class)

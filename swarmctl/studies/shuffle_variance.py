@@ -29,9 +29,8 @@ STUDY = "shuffle-variance"
 
 
 def spread_task_indices(sizes: np.ndarray, n_tasks: int) -> np.ndarray:
-    """``n_tasks`` task indices spread evenly over the range of set sizes (sorted by N, evenly spaced)."""
-    if n_tasks < 1:
-        raise ConfigError(f"`tasks` must be >= 1, got {n_tasks}")
+    """``n_tasks`` (at least 1) task indices spread evenly over the range of set sizes (sorted by N, evenly
+    spaced)."""
     order = np.argsort(sizes, kind="stable")
     n_tasks = min(n_tasks, len(order))
     picks = np.unique(np.round(np.linspace(0, len(order) - 1, n_tasks)).astype(int))
@@ -54,9 +53,8 @@ def measure_shuffle_variance(
 
     The orderings of one task are batched (about ``batch_entities`` entities per forward pass); no
     padding is needed since all orderings of a task have the same size. Runs in float32, eval mode.
+    ``n_shuffles``: at least 2 for a spread.
     """
-    if n_shuffles < 2:
-        raise ConfigError(f"`shuffles` must be >= 2, got {n_shuffles}")
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     index = spread_task_indices(tasks.sizes, n_tasks)

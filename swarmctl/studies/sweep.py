@@ -151,21 +151,18 @@ def _grid_configs(g_no: int, grid: dict[str, Any]) -> list[ModelConfig]:
     if bad:
         raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
                           f"(keys: {', '.join(sorted(allowed))})")
-    keys = sorted(set(grid) - {"model"})
-    configs = []
-    for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
-        for k, v in zip(keys, combo, strict=True):
-            if not _is_int(v) or v < 1:
-                raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
-        configs.append(complete_config(ModelConfig(name=model, **{GRID_KEYS[k].field: v for k, v in
-                                                                  zip(keys, combo, strict=True)})))
-    return configs
+    fields = {GRID_KEYS[k].field: _values(g_no, k, v) for k, v in sorted(grid.items()) if k != "model"}
+    return [complete_config(ModelConfig(name=model, **dict(zip(fields, combo, strict=True))))
+            for combo in itertools.product(*fields.values())]
 
 
 def _values(grid_no: int, key: str, value: Any) -> list[Any]:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ConfigError(f"grid {grid_no}: {key} is an empty list; give at least one value")
+    for v in values:
+        if not _is_int(v) or v < 1:
+            raise ConfigError(f"grid {grid_no}: {key} values must be integers >= 1, got {v!r}")
     return values
 
 
