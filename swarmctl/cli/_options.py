@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from swarmctl import signals
-from swarmctl.cli._app import running_context
+from swarmctl.cli._app import RUNNING
 from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device
 from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
@@ -168,7 +168,7 @@ def command_flags() -> dict[str, str]:
     """The running command's parameters by name: an option's longest flag (``--runs-dir``; ``no_NAME``: a
     switch's off side, ``--no-NAME``), an argument's metavar (``RUN``), and each config field whose option
     has another name mapped to that option's flag."""
-    ctx = running_context()
+    ctx = RUNNING.get()
     if ctx is None:
         return {}
     names: dict[str, str] = {}

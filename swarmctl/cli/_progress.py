@@ -48,13 +48,12 @@ class EpochProgress(DataGenerationProgress):
 
     def __init__(self, task: Task, out: Console | None = None) -> None:
         self._task_info = task
-        self._console = out or console
         # the facts last, cut at the terminal's edge (the device first) rather than squeezing the counts
         self._progress = Progress(
             TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(bar_width=12), MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
             TextColumn("{task.fields[facts]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
-            console=self._console, transient=True,
+            console=out or console, transient=True,
         )
         self._started = False
         self._task: Any = None
@@ -254,41 +253,27 @@ class DelayedBar:
             self._progress.__exit__(None, None, None)
         self._progress, self._delay = None, math.inf
 
-    def __call__(self, fraction: float) -> None:
+    def _new_progress(self) -> Progress:
+        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+
+    def __call__(self, done: float, total: float = 1.0) -> None:
         if self._progress is None:
             if time.monotonic() - self._start < self._delay:
                 return
-            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                                      TimeRemainingColumn(), console=console, transient=True)
-            self._progress.__enter__()
-            self._bar = self._progress.add_task(escape(self._description), total=1.0)
-        self._progress.update(self._bar, completed=fraction)
-
-
-class StepBar:
-    """A bar for one library call that reports ``progress(done, total)``: shown from the first report on,
-    until :meth:`close` or the end of the block (a call that reports nothing shows nothing)."""
-
-    def __init__(self, description: str) -> None:
-        self._description = description
-        self._progress: Progress | None = None
-        self._bar: Any = None
-
-    def __enter__(self) -> StepBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(None, None, None)
-            self._progress = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._progress is None:
-            self._progress = task_progress()
+            self._progress = self._new_progress()
             self._progress.__enter__()
             self._bar = self._progress.add_task(escape(self._description), total=total)
         self._progress.update(self._bar, completed=done, total=total)
+
+
+class StepBar(DelayedBar):
+    """A bar for one library call that reports ``progress(done, total)``: shown from the first report on, as
+    done/total, and left on the screen, until :meth:`close` or the end of the block (a call that reports
+    nothing shows nothing)."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description, delay=0.0)
+
+    def _new_progress(self) -> Progress:
+        return task_progress()

@@ -70,7 +70,6 @@ def save_result(result: Any, path: Path) -> Path:
             meta[f.name] = value
     arrays["__meta__"] = np.array(json.dumps(meta))
     path = Path(path).with_suffix(".npz")
-
     atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
     return path
 

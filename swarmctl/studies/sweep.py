@@ -263,15 +263,6 @@ def _check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[s
     return {run.name: _run_status(folder / run.name, spec) for run in runs}
 
 
-def _check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
-    """Refuse, before the first run trains, a configuration of ``runs`` whose weights, gradients and Adam
-    state alone exceed the memory of the spec's device on this machine."""
-    limit = memory_limit(resolve_device(spec.device))
-    params = dict(zip(spec.configs, spec.parameters, strict=True))
-    for cfg in dict.fromkeys(run.model for run in runs):
-        check_training_memory(cfg, params[cfg], limit, "remove it from the spec or use a larger device")
-
-
 @dataclass(frozen=True)
 class SweepPlan:
     """A spec and the runs one shard of it trains."""
@@ -336,14 +327,18 @@ def train_sweep(
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
     one resumed (budget included), one killed before its first checkpoint started again. Everything that
-    can be checked is checked before the first run trains (:func:`_check_runs`, :func:`_check_memory_fits`).
+    can be checked is checked before the first run trains (:func:`_check_runs`, and that no configuration's
+    weights, gradients and Adam state alone exceed the memory of the spec's device on this machine).
     A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
     once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
     interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
     before each run; ``announce`` is told each trained run's device and step mode (the trainer's first line).
     Returns (run, status, FitResult or None) for every run looked at."""
     _check_runs(spec, runs, runs_dir)
-    _check_memory_fits(spec, runs)
+    limit = memory_limit(resolve_device(spec.device))
+    params = dict(zip(spec.configs, spec.parameters, strict=True))
+    for cfg in dict.fromkeys(run.model for run in runs):
+        check_training_memory(cfg, params[cfg], limit, "remove it from the spec or use a larger device")
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
     done = []
