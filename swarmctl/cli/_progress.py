@@ -6,7 +6,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,8 +16,14 @@ from rich.table import Column
 from swarmctl.cli._options import console
 
 if TYPE_CHECKING:
-    from swarmctl.tasks import Task
     from swarmctl.training.loop import TrainingStart
+
+
+class _Task(Protocol):
+    """What a progress display asks of a task (:class:`swarmctl.tasks.Task`)."""
+
+    def progress_note(self, record: dict[str, Any]) -> str: ...
+    def usual_epochs(self, steps_per_epoch: int) -> tuple[int, str]: ...
 
 
 def task_progress() -> Progress:
@@ -46,7 +52,7 @@ class EpochProgress(DataGenerationProgress):
     facts, in the words of ``task``; once the first steps are timed, one line saying what the budget buys;
     a bar for generating missing data before the first epoch."""
 
-    def __init__(self, task: Task, out: Console | None = None) -> None:
+    def __init__(self, task: _Task, out: Console | None = None) -> None:
         self._task_info = task
         # the facts last, cut at the terminal's edge (the device first) rather than squeezing the counts
         self._progress = Progress(
