@@ -18,17 +18,13 @@ from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
-_RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
-
-
-def running_context() -> typer.Context | None:
-    """The context of the command running now (its parameters name the flags in messages), None outside one."""
-    return _RUNNING.get()
+# the context of the command running now (its parameters name the flags in messages), None outside one
+RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
 
 
 class _Command(TyperCommand):
     """Every command: its arguments named in upper case (``RUN``; ``[RUN]`` when optional, ``RUN...`` for
-    several), its context known while it runs (:func:`running_context`)."""
+    several), its context known while it runs (:data:`RUNNING`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -54,13 +50,11 @@ class _Command(TyperCommand):
                     formatter.write_dl(rows)
 
     def invoke(self, ctx: typer.Context) -> Any:
-        token = _RUNNING.set(ctx)
+        token = RUNNING.set(ctx)
         try:
             return super().invoke(ctx)
         finally:
-            _RUNNING.reset(token)
-
-
+            RUNNING.reset(token)
 
 
 class _Typer(typer.Typer):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import sys
 import threading
@@ -20,10 +19,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from swarmctl import signals
-from swarmctl.cli._app import running_context
+from swarmctl.cli._app import RUNNING
 from swarmctl.cli._streams import stdout_failed, stdout_line
 from swarmctl.config import SEED_RANGE, check_device
-from swarmctl.errors import ConfigError, OutputExists, SwarmctlError, SwarmctlWarning, describe_os_error
+from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
 
 
 class _Console(Console):
@@ -36,7 +35,6 @@ class _Console(Console):
 
 console = _Console()
 err_console = _Console(stderr=True)
-
 
 
 _PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
@@ -131,16 +129,6 @@ def positive_number(help: str, **kwargs: Any) -> Any:
     return number(float, help=help, low=0, above=True, **kwargs)
 
 
-def refuse_replacing(out: Path | None, force: bool, names: tuple[str, ...]) -> None:
-    """The one overwrite rule for an output folder the user named with ``--out``: a file of the command's
-    (``names``) already in it is replaced only with ``--force`` (exit 1 otherwise). The default folders in
-    a run's folder are the command's own, replaced on each run; so is a folder that ``--replot`` redraws."""
-    if out is not None and not force:
-        for name in names:
-            if os.path.lexists(Path(out) / name):
-                raise OutputExists(f"{Path(out) / name} exists; pass `force` to overwrite it or choose another `out`")
-
-
 Force = Annotated[bool, option("--force", help="Replace the command's files in an existing --out folder.")]
 
 
@@ -156,13 +144,18 @@ def flush_output() -> None:
         sys.stdout.flush()
 
 
+def stop_if_interrupted(message: str | None) -> None:
+    """After `train` or `sweep` (:func:`swarmctl.runs.finish_runs`): for an interrupted run, ``message`` (where
+    it was saved and how to continue) on stderr and exit 130."""
+    if message is not None:
+        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(signals.EXIT_CODE)
+
+
 def say(text: str) -> None:
     """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup. A
     terminal gets it wrapped to its width; a pipe or a file gets each line whole (a path never broken)."""
     console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)
-
-
-USAGE_EXIT = 2  # a bad option value or combination (click's code for usage errors)
 
 
 # Library messages name an option by its parameter or config field in backticks (`force`, `dim_hidden`);
@@ -175,7 +168,7 @@ def command_flags() -> dict[str, str]:
     """The running command's parameters by name: an option's longest flag (``--runs-dir``; ``no_NAME``: a
     switch's off side, ``--no-NAME``), an argument's metavar (``RUN``), and each config field whose option
     has another name mapped to that option's flag."""
-    ctx = running_context()
+    ctx = RUNNING.get()
     if ctx is None:
         return {}
     names: dict[str, str] = {}
@@ -244,7 +237,7 @@ def user_errors() -> Iterator[signals.Interruption]:
             yield state
         except ConfigError as exc:
             _error(" ".join(str(exc).split()))
-            raise typer.Exit(USAGE_EXIT) from None
+            raise typer.Exit(2) from None  # as click's usage errors
         except SwarmctlError as exc:
             _error(" ".join(str(exc).split()))
             raise typer.Exit(1) from None

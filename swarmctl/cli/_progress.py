@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
@@ -26,31 +26,27 @@ class _Task(Protocol):
     def usual_epochs(self, steps_per_epoch: int) -> tuple[int, str]: ...
 
 
-def task_progress(description: str) -> Progress:
+def task_progress() -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         TimeRemainingColumn(), console=console, transient=False,
     )
 
 
-@contextmanager
-def generating(message: str, total: int) -> Iterator[Callable[[int], None]]:
-    """A bar for data generation, after ``message`` (when not empty); yields the update function."""
-    if message:
-        console.print(message, markup=False, highlight=False, soft_wrap=True)
-    with task_progress("generating tasks") as progress:
-        bar = progress.add_task("generating tasks", total=total)
-        yield lambda k: progress.update(bar, completed=k)
-
-
 class DataGenerationProgress:
-    """The display `swarmctl gen-data` passes to the library."""
+    """The display `swarmctl gen-data` passes to the library (and, through :class:`EpochProgress`, training)."""
 
-    def generating(self, message: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
-        return generating(message, total)
+    @contextmanager
+    def generating(self, message: str, total: int) -> Iterator[Callable[[int], None]]:
+        """A bar for data generation, after ``message`` (when not empty); yields the update function."""
+        if message:
+            console.print(message, markup=False, highlight=False, soft_wrap=True)
+        with task_progress() as progress:
+            bar = progress.add_task("generating tasks", total=total)
+            yield lambda k: progress.update(bar, completed=k)
 
 
-class EpochProgress:
+class EpochProgress(DataGenerationProgress):
     """A progress bar per epoch (running train loss; the net budget used and left, when the epoch or the
     budget ends, the best validation loss so far, the device) and one summary line per epoch with the same
     facts, in the words of ``task``; once the first steps are timed, one line saying what the budget buys;
@@ -58,13 +54,12 @@ class EpochProgress:
 
     def __init__(self, task: _Task, out: Console | None = None) -> None:
         self._task_info = task
-        self._console = out or console
         # the facts last, cut at the terminal's edge (the device first) rather than squeezing the counts
         self._progress = Progress(
             TextColumn("[bold]epoch {task.fields[epoch]}"), BarColumn(bar_width=12), MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]}"),
             TextColumn("{task.fields[facts]}", table_column=Column(no_wrap=True, overflow="ellipsis")),
-            console=self._console, transient=True,
+            console=out or console, transient=True,
         )
         self._started = False
         self._task: Any = None
@@ -83,9 +78,6 @@ class EpochProgress:
     def __exit__(self, *exc: object) -> None:
         if self._started:
             self._progress.__exit__(*exc)
-
-    def generating(self, message: str, total: int) -> AbstractContextManager[Callable[[int], None]]:
-        return generating(message, total)
 
     def begin(self, start: TrainingStart) -> None:
         self._run, self._best = start, start.best_val
@@ -134,7 +126,7 @@ class EpochProgress:
         val = "nan" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         best = "-" if r["best_val"] is None else f"{r['best_val']:.4f}"
         note = "  [red]backtrack[/]" if r["backtracked"] else ""
-        val += escape(self._note(r))
+        val += escape(self._task_info.progress_note(r))
         self._done, self._epoch = 0, r["epoch"] + 1
         self._progress.console.print(
             f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
@@ -142,9 +134,6 @@ class EpochProgress:
         )
 
     # ---- what the lines say --------------------------------------------------------------------------------
-
-    def _note(self, r: dict[str, Any]) -> str:
-        return self._task_info.progress_note(r)
 
     def _say(self, text: str) -> None:
         self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
@@ -270,41 +259,27 @@ class DelayedBar:
             self._progress.__exit__(None, None, None)
         self._progress, self._delay = None, math.inf
 
-    def __call__(self, fraction: float) -> None:
+    def _new_progress(self) -> Progress:
+        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=True)
+
+    def __call__(self, done: float, total: float = 1.0) -> None:
         if self._progress is None:
             if time.monotonic() - self._start < self._delay:
                 return
-            self._progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                                      TimeRemainingColumn(), console=console, transient=True)
-            self._progress.__enter__()
-            self._bar = self._progress.add_task(escape(self._description), total=1.0)
-        self._progress.update(self._bar, completed=fraction)
-
-
-class StepBar:
-    """A bar for one library call that reports ``progress(done, total)``: shown from the first report on,
-    until :meth:`close` or the end of the block (a call that reports nothing shows nothing)."""
-
-    def __init__(self, description: str) -> None:
-        self._description = description
-        self._progress: Progress | None = None
-        self._bar: Any = None
-
-    def __enter__(self) -> StepBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.__exit__(None, None, None)
-            self._progress = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self._progress is None:
-            self._progress = task_progress(escape(self._description))
+            self._progress = self._new_progress()
             self._progress.__enter__()
             self._bar = self._progress.add_task(escape(self._description), total=total)
         self._progress.update(self._bar, completed=done, total=total)
+
+
+class StepBar(DelayedBar):
+    """A bar for one library call that reports ``progress(done, total)``: shown from the first report on, as
+    done/total, and left on the screen, until :meth:`close` or the end of the block (a call that reports
+    nothing shows nothing)."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description, delay=0.0)
+
+    def _new_progress(self) -> Progress:
+        return task_progress()

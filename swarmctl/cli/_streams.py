@@ -87,20 +87,15 @@ def stdout_failed(exc: BaseException) -> OSError | None:
         error = error.__context__
     if not isinstance(error, OSError) or error.filename is not None or error.strerror is None:
         return None
-    _drop_stdout()
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation: no descriptor
+            sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fd = sys.stdout.fileno()
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
     return error
-
-
-def _drop_stdout() -> None:
-    if sys.stdout is None:
-        return
-    with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation: no descriptor
-        sys.stdout.flush()
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        fd = sys.stdout.fileno()
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, fd)
-        os.close(null)
 
 
 def stdout_line(exc: OSError) -> str:

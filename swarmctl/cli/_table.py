@@ -69,21 +69,10 @@ def print_table(columns: Sequence[str], rows: Iterable[Sequence[str]], *, title:
 
 
 def _csv(records: Sequence[Mapping[str, Any]]) -> str:
-    fields: dict[str, None] = {}
-    for record in records:
-        fields.update(dict.fromkeys(record))
+    """The records as CSV: a list as its items joined by spaces, null as an empty cell (csv's own rule)."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(fields), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(dict.fromkeys(k for r in records for k in r)), lineterminator="\n")
     writer.writeheader()
-    for record in records:
-        writer.writerow({k: _cell(v) for k, v in record.items()})
+    writer.writerows({k: " ".join(map(str, v)) if isinstance(v, list | tuple) else v for k, v in r.items()}
+                     for r in records)
     return buffer.getvalue()
-
-
-def _cell(value: Any) -> Any:
-    """A CSV cell: a list as its items joined by spaces, null as an empty cell."""
-    if value is None:
-        return ""
-    if isinstance(value, list | tuple):
-        return " ".join(map(str, value))
-    return value

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from swarmctl.catalog import per_task, tasks
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say, user_errors
 from swarmctl.cli._table import print_table
-
-if TYPE_CHECKING:
-    from swarmctl.studies.evaluation import Evaluation
 
 
 @app.command("eval", help="Evaluate a checkpoint with its task's metric (the paper's).\n\n" + "\n\n".join(
@@ -39,13 +36,9 @@ def eval_cmd(
                 evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(), announce=say,
                            force=force, scoring=lambda k, n: bar(k / n)) as scored:
             bar.close()
-            _print_table(scored)  # the file appears once the table is printed, or never
+            res = scored.result  # the file appears once the table is printed, or never
+            title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"
+            print_table(scored.columns, scored.rows, title=title, right=scored.columns[1:])
+            say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, "
+                f"{res['net_minutes']:.1f} net min) -> {scored.path}")
             flush_output()
-
-
-def _print_table(scored: Evaluation) -> None:
-    res = scored.result
-    title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"
-    print_table(scored.columns, scored.rows, title=title, right=scored.columns[1:])
-    say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, "
-        f"{res['net_minutes']:.1f} net min) -> {scored.path}")

@@ -42,7 +42,6 @@ def plot_entropy_cmd(
     Both figures' titles name the method.
     """
     with user_errors():
-        _options.refuse_replacing(out, force or replot, ("entropy.npz", "entropy.png", "classes.png"))
         from swarmctl.cli._progress import DataGenerationProgress, StepBar
         from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
         from swarmctl.plots.style import save_figure
@@ -50,7 +49,7 @@ def plot_entropy_cmd(
 
         with StepBar(f"x* grid {grid}x{grid}") as bar, \
                 entropy_maps(run, runs_dir, device, data, index, clusters, size, grid, method, out, replot,
-                             progress=bar, data_progress=DataGenerationProgress(), announce=say) as maps:
+                             force, progress=bar, data_progress=DataGenerationProgress(), announce=say) as maps:
             bar.close()
             res = maps.result  # every file, or none (and no new folder): once this is printed
             p1 = save_figure(plot_entropy_map(res), maps.figure("entropy"))

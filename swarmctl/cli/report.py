@@ -29,14 +29,13 @@ def report_cmd(
     """
     fmt = table_format(as_json, as_csv)
     with user_errors():
-        _options.refuse_replacing(out, force, ("report.md", "frontier.png"))
         from swarmctl.plots.frontier import plot_frontier
         from swarmctl.plots.style import save_figure
-        from swarmctl.studies.report import NUMBER_COLUMNS, report
+        from swarmctl.studies.report import NUMBER_COLUMNS, REPORT_COLUMNS, report
 
-        with report(runs_dir, out, RUNS_DIR) as rep:  # both files, or neither; once the table is printed
+        with report(runs_dir, out, RUNS_DIR, force) as rep:  # both files, or neither; once the table is printed
             fig = save_figure(plot_frontier(rep.frontiers, rep.largest, title, paper=rep.paper), rep.figure)
-            print_table(rep.columns, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
+            print_table(REPORT_COLUMNS, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
                         records=rep.records, fmt=fmt)
             written = f"-> {rep.markdown}, {fig}"
             if fmt == "text":

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
-
-from rich.markup import escape
 
 from swarmctl.cli import _options
 from swarmctl.cli._app import app
@@ -52,13 +48,13 @@ def shuffle_variance_cmd(
     up to 300 points); a larger model or larger sets take longer in proportion. A bar shows the time left.
     """
     with user_errors():
-        _options.refuse_replacing(out, force or replot, ("summary.json", "shuffle-variance.png"))
+        from swarmctl.cli._progress import StepBar
         from swarmctl.plots.shuffle import plot_shuffle_variance
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.shuffle_variance import shuffle_variance
 
-        with shuffle_variance(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot,
-                              progress=_progress) as study:  # every file (results, figure, summary), or none
+        with shuffle_variance(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot, force,
+                              progress=StepBar) as study:  # every file (results, figure, summary), or none
             fig_path = save_figure(plot_shuffle_variance(study.results), study.figure)
             for label, s in study.summary.items():
                 say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
@@ -66,12 +62,3 @@ def shuffle_variance_cmd(
             say(f"-> {fig_path}, {study.summary_path}")
             flush_output()  # the files appear once this is printed, or not at all
 
-
-@contextmanager
-def _progress(label: str, total: int) -> Iterator[Callable[[int, int], None]]:
-    """A bar for one run's measurement."""
-    from swarmctl.cli._progress import task_progress
-
-    with task_progress(escape(label)) as progress:
-        bar = progress.add_task(escape(label), total=total)
-        yield lambda k, n: progress.update(bar, completed=k, total=n)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, argument, option, say, stop_if_interrupted, user_errors
 from swarmctl.cli._table import print_table, table_format
 
 if TYPE_CHECKING:
@@ -46,8 +46,9 @@ def sweep_cmd(
                                  param_hint=f"--{fmt}")
     with user_errors() as interruption:
         index, count = parse_shard(shard)  # a ConfigError: exit 2, naming --shard
-        from swarmctl.cli._fit import after_fit
         from swarmctl.cli._progress import EpochProgress
+        from swarmctl.plots.curves import save_run_curves
+        from swarmctl.runs import finish_runs
 
         interruption.hint = shlex.join(["swarmctl", "sweep", str(spec_file)]
                                        + (["--shard", f"{index}/{count}"] if count > 1 else [])
@@ -71,8 +72,9 @@ def sweep_cmd(
 
         with EpochProgress(plan.task) as progress:
             results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress, announce=say)
-        after_fit([result for _, _, result in results], interruption.hint,
-                  finished=[plan.folder / run.name for run, status, _ in results if status == "done"])
+        done = [plan.folder / run.name for run, status, _ in results if status == "done"]  # curves a signal stopped
+        stop_if_interrupted(finish_runs([result for _, _, result in results], interruption.hint, done,
+                                        draw=save_run_curves).message)
     trained = sum(1 for _, status, _ in results if status != "done")
     say(f"sweep {spec.name}: {where}{trained} run(s) trained, {len(results) - trained} already finished "
         f"-> {plan.folder}; summarise with: swarmctl report --runs-dir {plan.folder}")

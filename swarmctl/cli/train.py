@@ -10,7 +10,7 @@ import typer
 from swarmctl.catalog import catalog, models, per_task
 from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, number, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, number, option, say, stop_if_interrupted, user_errors
 from swarmctl.config import RESUMABLE, TRAIN_OPTIONS, ModelConfig
 from swarmctl.errors import ConfigError, either
 
@@ -111,7 +111,6 @@ def train_cmd(
     """
     given = ctx.params  # every option above by its name: the hyper-parameters by option, TrainConfig's by field
     # the library loads when the command runs, not when the CLI starts: `train --help` imports no PyTorch
-    from swarmctl.cli._fit import report_interrupted
     from swarmctl.cli._progress import EpochProgress
     from swarmctl.models import HYPERPARAMETERS
     from swarmctl.plots.curves import save_run_curves
@@ -128,7 +127,7 @@ def train_cmd(
             on_continue=lambda command: setattr(interruption, "hint", command))  # a signal while drawing
         if trained is None:  # not rank 0: rank 0 reports
             return
-        report_interrupted(trained.finished)
+        stop_if_interrupted(trained.finished.message)
     result = trained.result
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "

@@ -18,10 +18,10 @@ from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError, either
 from swarmctl.files import staged_outputs
-from swarmctl.runs import Run, open_run, resolve_run, shipped_for, shipped_results_dir
+from swarmctl.runs import open_run, resolve_run, shipped_for, shipped_results_dir
 from swarmctl.studies.probe import DEFAULT_METHOD, METHODS, probe_outputs
 from swarmctl.studies.results import EntropyMapResult, load_result, save_result
-from swarmctl.tasks import DataProgress, require_study
+from swarmctl.tasks import DataProgress
 
 MAX_GRID = 2000  # grid locations per axis
 
@@ -39,13 +39,6 @@ def choose_task(tasks: ClusteringTasks, task: int | None = None, clusters: int =
                           "`index`")
     size = min(max(size, 0), 2**62)  # far beyond any set size: the same choice, and no int64 overflow
     return int(candidates[np.argmin(np.abs(tasks.sizes[candidates] - size))])
-
-
-def _grid_axes(points: np.ndarray, n: int, margin: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
-    """Square-cell axes over the points' bounding box widened by ``margin`` of its size on each side."""
-    lo, hi = points.min(0), points.max(0)
-    pad = margin * (hi - lo).max()
-    return np.linspace(lo[0] - pad, hi[0] + pad, n), np.linspace(lo[1] - pad, hi[1] + pad, n)
 
 
 def check_grid(grid: int) -> None:
@@ -83,7 +76,9 @@ def compute_entropy_map(
     x = torch.from_numpy(pts).to(device)
     n = len(pts)
     assignment = model(x[None], torch.ones(1, n, dtype=torch.bool, device=device))[0].argmax(-1).cpu().numpy()
-    gx, gy = _grid_axes(pts, grid)
+    lo, hi = pts.min(0), pts.max(0)  # square cells over the points' bounding box widened by 15% on each side
+    pad = 0.15 * (hi - lo).max()
+    gx, gy = np.linspace(lo[0] - pad, hi[0] + pad, grid), np.linspace(lo[1] - pad, hi[1] + pad, grid)
     xx, yy = np.meshgrid(gx, gy)  # (G, G): row i is grid_y[i]
     stars = torch.from_numpy(np.stack([xx.ravel(), yy.ravel()], 1).astype(np.float32)).to(device)  # (G*G, 2)
     if method == "probe":
@@ -106,18 +101,6 @@ def compute_entropy_map(
                             seconds=time.perf_counter() - start, method=method)
 
 
-def entropy_map_of_run(run: Run, data: Path | None = None, index: int | None = None, clusters: int = 7,
-                       size: int = 500, grid: int = 150, method: str | None = None,
-                       progress: Callable[[int, int], None] | None = None) -> EntropyMapResult:
-    """:func:`compute_entropy_map` on one validation task of the data ``run`` was trained on (or ``data``):
-    task ``index``, or one chosen by clusters and size; ``method`` None: ``exact``."""
-    require_study(run.task, "plot-entropy", str(run.checkpoint))
-    split, _ = read_split(run.data_path(data), "val")
-    task_index = choose_task(split, index, clusters, size)
-    return compute_entropy_map(run.model, split, task_index, run.label, grid, device=run.device,
-                               method=method or DEFAULT_METHOD, progress=progress)
-
-
 STUDY = "plot-entropy"
 FIGURES = ("entropy", "classes")  # the figures drawn from a map, as NAME.png in its folder
 
@@ -137,37 +120,40 @@ class EntropyMaps:
 @contextmanager
 def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
                  index: int | None = None, clusters: int = 7, size: int = 500, grid: int = 150,
-                 method: str | None = None, out: Path | None = None, replot: bool = False,
+                 method: str | None = None, out: Path | None = None, replot: bool = False, force: bool = False,
                  progress: Callable[[int, int], None] | None = None, data_progress: DataProgress | None = None,
                  announce: Callable[[str], None] | None = None) -> Iterator[EntropyMaps]:
     """`swarmctl plot-entropy`'s work: the entropy map of ``run`` (None: the shipped model) on a validation
     task, saved as entropy.npz in ``out`` (default: RUN/entropy), or with ``replot`` the saved one read back.
-    Every output is checked before any work; the caller draws the figures inside the block, and all files
-    appear when it ends without error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told
-    which shipped model is used."""
-    if method is not None and method not in METHODS:
-        raise ConfigError(f"`method` must be {either(METHODS)}, got {method!r}")
-    with staged_outputs([data]) as outputs:
-        if out is not None:
-            outputs.folder(out)
+    Every output is checked before any work (a file of the study's in a named ``out`` is replaced only with
+    ``force``); the caller draws the figures inside the block, and all files appear when it ends without
+    error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told which shipped model is used."""
+    files = ("entropy.npz", *(f"{f}.png" for f in FIGURES))
+    with staged_outputs([data], replace=force or replot or out is None) as outputs:
         if replot:
             run_dir = resolve_run(run, runs_dir, shipped=True) if run is not None else \
                 shipped_results_dir(shipped_for(STUDY), runs_dir)
-            out_dir = Path(out or run_dir / "entropy")
+            out_dir = outputs.folder(out or run_dir / "entropy")
             outputs.input(out_dir / "entropy.npz")
             res = load_result(EntropyMapResult, out_dir / "entropy.npz")
         else:
             check_grid(grid)
-            if out is None and run is None:
-                outputs.folder(runs_dir)  # before a fresh checkout's dataset is generated for the shipped model
+            if out is not None:  # checked, as the default folder is, before a shipped model's dataset is generated
+                for name in files:
+                    outputs.file(Path(out) / name)
+            elif run is None:
+                outputs.folder(runs_dir)
             opened = open_run(resolve_run(run, runs_dir, shipped=True) if run is not None else None, runs_dir, device,
                               study=STUDY, data=data, progress=data_progress)
             if opened.shipped and announce is not None:
                 announce(f"using the shipped model {opened.checkpoint}")
             out_dir = outputs.folder(out or opened.dir / "entropy")
             outputs.input(opened.checkpoint)
-            for name in ("entropy.npz", *(f"{f}.png" for f in FIGURES)):
+            for name in files:
                 outputs.file(out_dir / name)
-            res = entropy_map_of_run(opened, data, index, clusters, size, grid, method, progress=progress)
+            split, _ = read_split(opened.data_path(data), "val")
+            task = choose_task(split, index, clusters, size)
+            res = compute_entropy_map(opened.model, split, task, opened.label, grid, device=opened.device,
+                                      method=method or DEFAULT_METHOD, progress=progress)
             save_result(res, out_dir / "entropy.npz")
         yield EntropyMaps(res, out_dir)

@@ -17,8 +17,7 @@ with ``method="exact"``.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -73,22 +72,6 @@ def _probe_layer(layer: SwarmLayer, s: Tensor, means: Tensor, n: int) -> Tensor:
     return layer.output(torch.cat([h, c], dim=-1))
 
 
-@contextlib.contextmanager
-def _one_thread(device: torch.device) -> Iterator[None]:
-    """On the CPU, one intra-op thread while inside. The probe's operations are small (a few MB each), and on a
-    shared CPU its OpenMP threads wait for each other: on the 2-core development machine under load, the
-    README's map took 2.5-4.5 s with one thread and 7-27 s with two (benchmarks/RESULTS.md)."""
-    if device.type != "cpu":
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 @torch.no_grad()
 def probe_outputs(
     model: nn.Module,
@@ -104,12 +87,6 @@ def probe_outputs(
         raise ConfigError("the probe needs a SWARM model with mean pooling; use `method` exact")
     if model.training:
         raise ValueError("probe_outputs needs the model in eval mode (dropout off)")
-    with _one_thread(stars.device):
-        return _probe(model, x, stars, batch, progress)
-
-
-def _probe(model: LayerStack, x: Tensor, stars: Tensor, batch: int,
-           progress: Callable[[int, int], None] | None) -> Tensor:
     n = x.shape[0]
     set_means: list[Tensor] = []  # per layer
 
@@ -118,11 +95,20 @@ def _probe(model: LayerStack, x: Tensor, stars: Tensor, batch: int,
         set_means.append(means)
         return u
 
-    model.through_layers(x, set_alone)
+    # on the CPU, one intra-op thread: the probe's operations are small (a few MB each), and on a shared CPU its
+    # OpenMP threads wait for each other (on the 2-core development machine under load, the README's map took
+    # 2.5-4.5 s with one thread and 7-27 s with two: benchmarks/RESULTS.md)
+    threads = torch.get_num_threads()
+    if stars.device.type == "cpu":
+        torch.set_num_threads(1)
     out = []
-    for s0 in range(0, len(stars), batch):
-        s = model.through_layers(stars[s0 : s0 + batch], lambda k, layer, s: _probe_layer(layer, s, set_means[k], n))
-        out.append(s)
-        if progress is not None:
-            progress(min(s0 + batch, len(stars)), len(stars))
+    try:
+        model.through_layers(x, set_alone)
+        for s0 in range(0, len(stars), batch):
+            out.append(model.through_layers(stars[s0 : s0 + batch],
+                                            lambda k, layer, s: _probe_layer(layer, s, set_means[k], n)))
+            if progress is not None:
+                progress(min(s0 + batch, len(stars)), len(stars))
+    finally:
+        torch.set_num_threads(threads)
     return torch.cat(out) if out else stars.new_zeros(0, model.layers[-1].output.out_features)

@@ -22,17 +22,11 @@ from swarmctl.files import atomic_write_text, read_bytes, read_metrics, staged_o
 from swarmctl.rundir import CONFIG, RunDir
 
 
-def report_folder(runs_dir: Path, default_runs_dir: Path = Path("runs")) -> Path:
-    """The folder a report covers: ``runs_dir``, or a sweep's folder named alone (``sweep-NAME``) and found
-    in ``default_runs_dir`` when there is no such folder here."""
-    runs_dir = Path(runs_dir)
-    if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (default_runs_dir / runs_dir).is_dir():
-        return default_runs_dir / runs_dir
-    return runs_dir
-
-
 @dataclass(frozen=True)
 class RunSummary:
+    """A run folder with a config; one with no finished epoch (``why`` says so) is listed by the report and
+    left out of its means, its best_val, epochs and net_minutes 0."""
+
     name: str
     model: str
     code: str
@@ -45,21 +39,7 @@ class RunSummary:
     data: str = ""  # the data it trained on: its checksum (or path; "" for data drawn fresh)
     data_name: str = ""  # that data's file name (an image task: its dataset's name), for the table
     dataset: str | None = None  # an image task's named dataset (the paper's number depends on it)
-
-
-@dataclass(frozen=True)
-class UnfinishedRun:
-    """A run folder with a config and no finished epoch: listed by the report, left out of its means."""
-
-    name: str
-    model: str
-    code: str
-    parameters: int
-    seed: int
-    device: str
-    data_name: str
-    why: str
-    dataset: str | None = None
+    why: str = ""  # why it has no finished epoch
 
 
 @dataclass(frozen=True)
@@ -85,9 +65,9 @@ class ConfigSummary:
         return self.val_std if len(self.seeds) > 1 else None
 
 
-def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[UnfinishedRun]]:
+def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
     """Every run folder under ``runs_dir`` that has a config: those with at least one finished epoch, and
-    those without one (:class:`UnfinishedRun`, with the reason). A damaged run is skipped with a warning."""
+    those without one (with the reason). A damaged run is skipped with a warning."""
     runs_dir = Path(runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise DataError(f"{runs_dir} is a file, not a runs folder; give the folder holding the runs")
@@ -108,7 +88,7 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[UnfinishedRun]
             if not vals:
                 why = ("no finished epoch; its last.pt holds the interrupted one" if run.last.exists()
                        else "no finished epoch and no checkpoint")
-                unfinished.append(UnfinishedRun(**known, data_name=data["data_name"], why=why, dataset=data["dataset"]))
+                unfinished.append(RunSummary(**known, best_val=0.0, epochs=0, net_minutes=0.0, **data, why=why))
                 continue
             summary = RunSummary(
                 **known, best_val=min(float(r["best_val"]) for r in records if r.get("best_val") is not None),
@@ -177,13 +157,7 @@ def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
 def pareto_front(points: list[tuple[int, float]]) -> list[int]:
     """Indices of the (parameters, loss) points no other point dominates (fewer or equal parameters and
     lower or equal loss, one of them strictly), sorted by parameters."""
-    keep = []
-    for i, (p, v) in enumerate(points):
-        dominated = any(
-            (q <= p and w <= v) and (q < p or w < v) for j, (q, w) in enumerate(points) if j != i
-        )
-        if not dominated:
-            keep.append(i)
+    keep = [i for i, (p, v) in enumerate(points) if not any(q <= p and w <= v and (q, w) != (p, v) for q, w in points)]
     return sorted(keep, key=lambda i: points[i][0])
 
 
@@ -197,10 +171,7 @@ def frontiers(rows: list[ConfigSummary]) -> dict[str, list[ConfigSummary]]:
 
 def largest_explored(rows: list[ConfigSummary]) -> dict[str, int]:
     """Per model family, the parameter count of its largest configuration (the figure's end marker)."""
-    out: dict[str, int] = {}
-    for r in rows:
-        out[r.model] = max(out.get(r.model, 0), r.parameters)
-    return out
+    return {m: max(r.parameters for r in rows if r.model == m) for m in dict.fromkeys(r.model for r in rows)}
 
 
 @functools.cache
@@ -227,11 +198,6 @@ def paper_number(model: str, code: str, dataset: str | None = None) -> PaperNumb
         if (row["model"], row["code"], row.get("dataset")) == (model, code, dataset):
             return PaperNumber(row["loss"], row["std"])
     return None
-
-
-def paper_text(r: ConfigSummary | UnfinishedRun) -> str:
-    number = paper_number(r.model, r.code, r.dataset)
-    return number.text() if number is not None else ""
 
 
 @dataclass(frozen=True)
@@ -262,35 +228,29 @@ REPORT_COLUMNS = ("model", "code", "data", "parameters", "n", "seed ids", "best 
 NUMBER_COLUMNS = ("parameters", "n", "epochs", "net min")
 
 
-def _table_row(r: ConfigSummary) -> tuple[str, ...]:
-    val = f"{r.val_mean:.4f}" + (f" ± {r.error:.4f}" if r.error is not None else "")
-    return (r.model, r.code, r.data, f"{r.parameters:,}", str(len(r.seeds)), ",".join(map(str, r.seeds)), val,
-            paper_text(r), f"{r.epochs:.0f}", f"{r.net_minutes:.1f}", ",".join(r.devices))
-
-
-def _unfinished_row(u: UnfinishedRun) -> tuple[str, ...]:
-    return (u.model, u.code, u.data_name, f"{u.parameters:,}", "0", str(u.seed), "unfinished", paper_text(u), "0",
-            "", u.device)
-
-
-def _record(r: ConfigSummary) -> dict[str, Any]:
+def _record(r: ConfigSummary | RunSummary) -> dict[str, Any]:
+    """A row of the report as values (numbers, lists and null): a configuration, or a run with no finished epoch."""
     paper = paper_number(r.model, r.code, r.dataset)
-    return {"model": r.model, "code": r.code, "data": r.data, "parameters": r.parameters, "n": len(r.seeds),
-            "seeds": list(r.seeds), "val_loss_mean": r.val_mean, "val_loss_std": r.error,
-            "paper": paper.mean if paper else None, "paper_std": paper.std if paper else None,
-            "epochs": r.epochs, "net_minutes": r.net_minutes, "devices": list(r.devices), "status": "finished",
-            "note": ""}
+    done = isinstance(r, ConfigSummary)
+    return {"model": r.model, "code": r.code, "data": r.data if done else r.data_name, "parameters": r.parameters,
+            "n": len(r.seeds) if done else 0, "seeds": list(r.seeds) if done else [r.seed],
+            "val_loss_mean": r.val_mean if done else None, "val_loss_std": r.error if done else None,
+            "paper": paper and paper.mean, "paper_std": paper and paper.std, "epochs": r.epochs if done else 0,
+            "net_minutes": r.net_minutes if done else None, "devices": list(r.devices) if done else [r.device],
+            "status": "finished" if done else "unfinished", "note": "" if done else f"{r.name}: {r.why}"}
 
 
-def _unfinished_record(u: UnfinishedRun) -> dict[str, Any]:
-    paper = paper_number(u.model, u.code, u.dataset)
-    return {"model": u.model, "code": u.code, "data": u.data_name, "parameters": u.parameters, "n": 0,
-            "seeds": [u.seed], "val_loss_mean": None, "val_loss_std": None, "paper": paper.mean if paper else None,
-            "paper_std": paper.std if paper else None, "epochs": 0, "net_minutes": None, "devices": [u.device],
-            "status": "unfinished", "note": f"{u.name}: {u.why}"}
+def _cells(rec: dict[str, Any]) -> tuple[str, ...]:
+    """A record as the table's text, one cell per column of :data:`REPORT_COLUMNS`."""
+    val = "unfinished" if rec["status"] == "unfinished" else \
+        f"{rec['val_loss_mean']:.4f}" + (f" ± {rec['val_loss_std']:.4f}" if rec["val_loss_std"] is not None else "")
+    paper = "" if rec["paper"] is None else PaperNumber(rec["paper"], rec["paper_std"]).text()
+    return (rec["model"], rec["code"], rec["data"], f"{rec['parameters']:,}", str(rec["n"]),
+            ",".join(map(str, rec["seeds"])), val, paper, f"{rec['epochs']:.0f}",
+            "" if rec["net_minutes"] is None else f"{rec['net_minutes']:.1f}", ",".join(rec["devices"]))
 
 
-def unfinished_line(unfinished: list[UnfinishedRun]) -> str:
+def unfinished_line(unfinished: list[RunSummary]) -> str:
     """The line after the table naming the runs left out of it (empty when there are none)."""
     if not unfinished:
         return ""
@@ -298,28 +258,27 @@ def unfinished_line(unfinished: list[UnfinishedRun]) -> str:
             + "; ".join(f"{u.name} ({u.why})" for u in unfinished))
 
 
-def report_markdown(rows: list[ConfigSummary], unfinished: list[UnfinishedRun] = ()) -> str:
+def report_markdown(rows: list[ConfigSummary], unfinished: list[RunSummary] = ()) -> str:
     lines = ["| " + " | ".join(REPORT_COLUMNS) + " |", "|" + "---|" * len(REPORT_COLUMNS)]
-    for cells in [_table_row(r) for r in rows] + [_unfinished_row(u) for u in unfinished]:
-        cells = (cells[0], f"({cells[1]})", *cells[2:])
-        lines.append("| " + " | ".join(cells) + " |")
+    for r in [*rows, *unfinished]:
+        cells = _cells(_record(r))
+        lines.append("| " + " | ".join((cells[0], f"({cells[1]})", *cells[2:])) + " |")
     note = unfinished_line(list(unfinished))
     return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
 
 
 @dataclass(frozen=True)
 class Report:
-    """A report: the runs' folder, where the report goes, one row per configuration and dataset (``rows``;
-    as text in ``table`` under ``columns``, then one row per unfinished run; as values in ``records``), the
-    runs with no finished epoch, and what the frontier figure draws (the paper's points in ``paper``)."""
+    """A report: the runs' folder, where the report goes, one row per configuration and dataset and then one
+    per unfinished run (as text under :data:`REPORT_COLUMNS` in ``table``, as values in ``records``), the line
+    naming the unfinished runs ("" when none), and what the frontier figure draws (the paper's points in
+    ``paper``)."""
 
     runs_dir: Path
     out_dir: Path
-    rows: list[ConfigSummary]
-    unfinished: list[UnfinishedRun]
-    columns: tuple[str, ...]
     table: list[tuple[str, ...]]
     records: list[dict[str, Any]]
+    note: str
     frontiers: dict[str, list[ConfigSummary]]
     largest: dict[str, int]
     paper: dict[str, list[PaperPoint]]
@@ -332,24 +291,25 @@ class Report:
     def figure(self) -> Path:
         return self.out_dir / "frontier.png"
 
-    @property
-    def note(self) -> str:
-        """The line after the table: the unfinished runs and why ("" when none)."""
-        return unfinished_line(self.unfinished)
-
 
 @contextmanager
-def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Path("runs")) -> Iterator[Report]:
-    """`swarmctl report`'s work: summarise the runs in ``runs_dir`` (a folder, or a sweep's name looked up in
-    ``default_runs_dir``) and write report.md in ``out`` (default: the runs' folder). The caller draws the
-    frontier figure to ``figure`` inside the block; both files appear when it ends without error, or neither."""
-    runs_dir = report_folder(runs_dir, default_runs_dir)
-    with staged_outputs() as outputs:
+def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Path("runs"),
+           force: bool = False) -> Iterator[Report]:
+    """`swarmctl report`'s work: summarise the runs in ``runs_dir`` (a folder, or a sweep's folder named alone,
+    ``sweep-NAME``, found in ``default_runs_dir`` when there is no such folder here) and write report.md in
+    ``out`` (default: the runs' folder; a named ``out``'s report.md and frontier.png are replaced only with
+    ``force``). The caller draws the frontier figure to ``figure`` inside the block; both files appear when
+    it ends without error, or neither."""
+    runs_dir = Path(runs_dir)
+    if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (default_runs_dir / runs_dir).is_dir():
+        runs_dir = default_runs_dir / runs_dir
+    with staged_outputs(replace=force or out is None) as outputs:
         runs, unfinished = read_all_runs(runs_dir)  # a folder without runs is named as such, not as an output
         out_dir = outputs.folder(out or runs_dir)
+        for name in ("report.md", "frontier.png"):
+            outputs.file(out_dir / name)
         rows = summarise(runs)
+        records = [_record(r) for r in [*rows, *unfinished]]
         atomic_write_text(out_dir / "report.md", report_markdown(rows, unfinished))
-        yield Report(runs_dir, out_dir, rows, unfinished, REPORT_COLUMNS,
-                     [_table_row(r) for r in rows] + [_unfinished_row(u) for u in unfinished],
-                     [_record(r) for r in rows] + [_unfinished_record(u) for u in unfinished],
+        yield Report(runs_dir, out_dir, [_cells(r) for r in records], records, unfinished_line(unfinished),
                      frontiers(rows), largest_explored(rows), paper_points(rows))

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from swarmctl.errors import DataError
-from swarmctl.files import atomic_write, check_regular_file, read_bytes
+from swarmctl.files import atomic_write, read_bytes
 
 R = TypeVar("R")
 
@@ -70,7 +70,6 @@ def save_result(result: Any, path: Path) -> Path:
             meta[f.name] = value
     arrays["__meta__"] = np.array(json.dumps(meta))
     path = Path(path).with_suffix(".npz")
-
     atomic_write(path, lambda fh: np.savez_compressed(fh, **arrays))
     return path
 
@@ -78,16 +77,15 @@ def save_result(result: Any, path: Path) -> Path:
 def load_result(cls: type[R], path: Path) -> R:
     """Read a result saved by :func:`save_result`; a file of another study is an error."""
     path = Path(path)
-    check_regular_file(path)  # a FIFO or folder in its place: said as such, never waited on
-    if not path.is_file():
-        raise DataError(f"{path}: no saved result; run the study without `replot` first")
     damaged = DataError(f"{path} is not a readable swarmctl study result (empty, cut short or damaged); run the "
                         "study again without `replot`")
-    try:
+    try:  # read_bytes refuses a FIFO or folder in its place, never waits on it
         with np.load(io.BytesIO(read_bytes(path)), allow_pickle=False) as data:  # no file left open on errors
             meta = json.loads(str(data["__meta__"]))
             arrays = {k: data[k] for k in data.files if k != "__meta__"}
         kind = meta.pop("type")
+    except (FileNotFoundError, NotADirectoryError):
+        raise DataError(f"{path}: no saved result; run the study without `replot` first") from None
     except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile, AttributeError, TypeError,
             zlib.error):
         raise damaged from None

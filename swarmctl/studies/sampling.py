@@ -14,12 +14,12 @@ from torch import nn
 
 from swarmctl.config import check_memory
 from swarmctl.devices import memory_limit
-from swarmctl.errors import CheckpointError, ConfigError, command_line, either
+from swarmctl.errors import CheckpointError, command_line
 from swarmctl.files import atomic_write, check_png, staged_outputs
 from swarmctl.models import list_models
 from swarmctl.rundir import RunDir
-from swarmctl.runs import Run, list_runs, open_run
-from swarmctl.tasks import require_study, tasks_for
+from swarmctl.runs import list_runs, open_run
+from swarmctl.tasks import tasks_for
 
 STUDY = "sample"
 
@@ -41,8 +41,6 @@ def sample_grid(model: nn.Module, label: str, per_class: int = 2, temperature: f
                 progress: Callable[[int, int], None] | None = None) -> SampleGrid:
     """``per_class`` images for each class, drawn together in one batch; ``progress(done, total)`` after each
     sub-pixel position."""
-    if per_class < 1:
-        raise ConfigError(f"`per_class` must be >= 1, got {per_class}")
     check_memory(_sampling_bytes(model, n_classes * per_class, incremental), memory_limit(torch.device(device)),
                  f"sampling {n_classes * per_class:,} images", "lower `per_class`")
     y = torch.arange(n_classes, device=device).repeat_interleave(per_class)
@@ -84,35 +82,6 @@ def _newest_sample_run(runs_dir: Path, dataset: str) -> Path:
     return max(found)[1]
 
 
-def open_sample_run(run: str | Path | None, runs_dir: Path, dataset: str, device: str = "auto") -> tuple[Run, str]:
-    """The run ``sample`` draws from: ``run`` when named, else the newest finished run for ``dataset``,
-    else the shipped model for it. Returns it and a line saying which was chosen ("" for a named run)."""
-    if run is not None:
-        return open_run(run, runs_dir, device, study=STUDY), ""
-    try:
-        return open_run(_newest_sample_run(runs_dir, dataset), runs_dir, device, study=STUDY), ""
-    except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if any
-        try:
-            opened = open_run(None, runs_dir, device, study=STUDY, dataset=dataset)
-        except CheckpointError:
-            raise no_run from None
-        return opened, f"no {dataset} run in {runs_dir}: using the shipped model {opened.checkpoint}"
-
-
-def sample_run(run: Run, per_class: int = 2, temperature: float = 1.0, seed: int = 0,
-               incremental: bool = True, progress: Callable[[int, int], None] | None = None) -> SampleGrid:
-    """:func:`sample_grid` for an opened run, whose task must be one that can be sampled."""
-    require_study(run.task, STUDY, f"run {run.dir.name}")
-    label = f"{run.label} on {run.model_cfg.dataset}"
-    return sample_grid(run.model, label, per_class, temperature, seed, incremental=incremental, device=run.device,
-                       progress=progress)
-
-
-def datasets() -> list[str]:
-    """The datasets `sample` draws from: those of the tasks whose runs it can use."""
-    return [d for t in tasks_for(STUDY) for d in t.datasets]
-
-
 @dataclass(frozen=True)
 class Samples:
     """A grid of sampled images and the PNG file it is drawn to (the images themselves go beside it, .npy)."""
@@ -139,19 +108,27 @@ def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto",
     is replaced only with ``force`` (the default files in the run folder are sample's own). ``progress(done,
     total)`` is told after each sub-pixel position drawn."""
     check_png(out, "out")
-    if dataset not in datasets():
-        raise ConfigError(f"unknown `dataset` {dataset!r}; choose {either(datasets())}")
     with staged_outputs(replace=force or out is None) as outputs:
         if out is not None:
             outputs.file(out)
             outputs.file(Path(out).with_suffix(".npy"))
-        opened, chosen = open_sample_run(run, runs_dir, dataset, device)
-        if chosen and announce is not None:
-            announce(chosen)
+        if run is not None:
+            opened = open_run(run, runs_dir, device, study=STUDY)
+        else:
+            try:
+                opened = open_run(_newest_sample_run(runs_dir, dataset), runs_dir, device, study=STUDY)
+            except CheckpointError as no_run:  # no local run: the shipped model for the dataset, if any
+                try:
+                    opened = open_run(None, runs_dir, device, study=STUDY, dataset=dataset)
+                except CheckpointError:
+                    raise no_run from None
+                if announce is not None:
+                    announce(f"no {dataset} run in {runs_dir}: using the shipped model {opened.checkpoint}")
         outputs.input(opened.checkpoint)
         path = Path(out or opened.dir / f"samples-s{seed}.png")
         for written in (path, path.with_suffix(".npy")):  # never over the checkpoint it reads
             outputs.file(written)
-        grid = sample_run(opened, per_class, temperature, seed, incremental=incremental, progress=progress)
+        grid = sample_grid(opened.model, f"{opened.label} on {opened.model_cfg.dataset}", per_class, temperature,
+                           seed, incremental=incremental, device=opened.device, progress=progress)
         atomic_write(path.with_suffix(".npy"), lambda fh: np.save(fh, grid.images))
         yield Samples(grid, path)

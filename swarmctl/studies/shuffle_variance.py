@@ -20,19 +20,17 @@ from torch import nn
 from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError
-from swarmctl.files import atomic_write_text, check_output_folder, staged_outputs
+from swarmctl.files import atomic_write_text, staged_outputs
 from swarmctl.runs import Run, open_run, resolve_run
 from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
-from swarmctl.tasks import require_study
 from swarmctl.tasks.hungarian import hungarian_ce
 
 STUDY = "shuffle-variance"
 
 
 def spread_task_indices(sizes: np.ndarray, n_tasks: int) -> np.ndarray:
-    """``n_tasks`` task indices spread evenly over the range of set sizes (sorted by N, evenly spaced)."""
-    if n_tasks < 1:
-        raise ConfigError(f"`tasks` must be >= 1, got {n_tasks}")
+    """``n_tasks`` (at least 1) task indices spread evenly over the range of set sizes (sorted by N, evenly
+    spaced)."""
     order = np.argsort(sizes, kind="stable")
     n_tasks = min(n_tasks, len(order))
     picks = np.unique(np.round(np.linspace(0, len(order) - 1, n_tasks)).astype(int))
@@ -55,9 +53,8 @@ def measure_shuffle_variance(
 
     The orderings of one task are batched (about ``batch_entities`` entities per forward pass); no
     padding is needed since all orderings of a task have the same size. Runs in float32, eval mode.
+    ``n_shuffles``: at least 2 for a spread.
     """
-    if n_shuffles < 2:
-        raise ConfigError(f"`shuffles` must be >= 2, got {n_shuffles}")
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     index = spread_task_indices(tasks.sizes, n_tasks)
@@ -87,17 +84,18 @@ def shuffle_variance_of_run(run: Run, data: Path | None = None, tasks: int = 100
                             progress: Callable[[int, int], None] | None = None) -> ShuffleVarianceResult:
     """:func:`measure_shuffle_variance` on ``tasks`` validation tasks of the data ``run`` was trained on
     (or ``data``); ``progress(done, total)``."""
-    require_study(run.task, STUDY, str(run.checkpoint))
     split, _ = read_split(run.data_path(data), "val")
     total = min(tasks, len(split))
     report = None if progress is None else lambda k: progress(k, total)
+    if progress is not None:
+        progress(0, total)  # the bar from the start
     return measure_shuffle_variance(run.model, split, run.label, tasks, shuffles, seed, device=run.device,
                                     progress=report)
 
 
 @dataclass(frozen=True)
 class ShuffleVarianceStudy:
-    """The results of :func:`shuffle_variance_study`: one per run, their summary, and where they are."""
+    """The results of :func:`shuffle_variance`: one per run, their summary, and where they are."""
 
     out_dir: Path
     results: list[ShuffleVarianceResult]
@@ -110,42 +108,6 @@ class ShuffleVarianceStudy:
     @property
     def figure(self) -> Path:
         return self.out_dir / "shuffle-variance.png"
-
-
-def shuffle_variance_study(
-    runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
-    shuffles: int = 200, seed: int = 0, device: str = "auto", replot: bool = False,
-    progress: Callable[[str, int], AbstractContextManager[Callable[[int, int], None]]] | None = None,
-) -> ShuffleVarianceStudy:
-    """The shuffle-variance of every run in ``runs`` (names or folders), saved as ``RUN.npz`` per run and
-    ``summary.json`` in ``out`` (default: RUN/shuffle-variance for one run, RUNS_DIR/shuffle-variance for
-    several). Every run is opened and checked before any is measured. ``replot``: read the saved results
-    instead of measuring. ``progress(label, tasks)`` gives the update function of one run's measurement."""
-    run_dirs = [resolve_run(r, runs_dir) for r in runs]
-    keys = _result_keys(run_dirs, runs_dir)
-    out_dir = Path(out or (run_dirs[0] / STUDY if len(run_dirs) == 1 else Path(runs_dir) / STUDY))
-    check_output_folder(out_dir)
-    if replot:
-        results = [load_result(ShuffleVarianceResult, out_dir / f"{key}.npz") for key in keys]
-    else:  # every run is opened and measured before anything is written
-        opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
-        results = []
-        for run in opened:
-            if progress is None:
-                results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed))
-            else:
-                with progress(run.label, tasks) as update:
-                    results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed, progress=update))
-        if len({r.label for r in results}) < len(results):  # two runs of one configuration: name each
-            results = [dataclasses.replace(r, label=f"{key}: {r.label}") for key, r in zip(keys, results, strict=True)]
-    summary = {r.label: {"median_rel_std": float(np.median(r.rel_std)), "max_rel_std": float(r.rel_std.max()),
-                         "tasks": len(r.sizes), "shuffles": r.n_shuffles} for r in results}
-    study = ShuffleVarianceStudy(out_dir, results, summary)
-    if not replot:  # staged by the caller's block (:func:`shuffle_variance`): all files appear, or none
-        for key, res in zip(keys, results, strict=True):
-            save_result(res, out_dir / f"{key}.npz")
-        atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
-    return study
 
 
 def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
@@ -169,11 +131,41 @@ def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
 @contextmanager
 def shuffle_variance(
     runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
-    shuffles: int = 200, seed: int = 0, device: str = "auto", replot: bool = False,
-    progress: Callable[[str, int], AbstractContextManager[Callable[[int, int], None]]] | None = None,
+    shuffles: int = 200, seed: int = 0, device: str = "auto", replot: bool = False, force: bool = False,
+    progress: Callable[[str], AbstractContextManager[Callable[[int, int], None]]] | None = None,
 ) -> Iterator[ShuffleVarianceStudy]:
-    """`swarmctl shuffle-variance`'s work: :func:`shuffle_variance_study` with every file staged. The caller
-    draws the figure to ``study.figure`` inside the block; all files (results, summary, figure) appear when
-    it ends without error, or none."""
-    with staged_outputs([data]):
-        yield shuffle_variance_study(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot, progress)
+    """`swarmctl shuffle-variance`'s work: the shuffle-variance of every run in ``runs`` (names or folders),
+    saved as ``RUN.npz`` per run and ``summary.json`` in ``out`` (default: RUN/shuffle-variance for one run,
+    RUNS_DIR/shuffle-variance for several). Every run is opened and checked before any is measured.
+    ``replot``: read the saved results instead of measuring. A file of the study's already in a named ``out``
+    is replaced only with ``force`` (``replot`` redraws the folder it reads). The caller draws the figure to
+    ``study.figure`` inside the block; all files (results, summary, figure) appear when it ends without
+    error, or none. ``progress(label)`` gives the update function of one run's measurement."""
+    with staged_outputs([data], replace=force or replot or out is None) as outputs:
+        run_dirs = [resolve_run(r, runs_dir) for r in runs]
+        keys = _result_keys(run_dirs, runs_dir)
+        out_dir = outputs.folder(out or (run_dirs[0] / STUDY if len(run_dirs) == 1 else Path(runs_dir) / STUDY))
+        if replot:
+            results = [load_result(ShuffleVarianceResult, out_dir / f"{key}.npz") for key in keys]
+        else:  # every output checked and every run opened and measured before anything is written
+            for name in ("summary.json", "shuffle-variance.png", *(f"{key}.npz" for key in keys)):
+                outputs.file(out_dir / name)
+            opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
+            results = []
+            for run in opened:
+                if progress is None:
+                    results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed))
+                else:
+                    with progress(run.label) as update:
+                        results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed, progress=update))
+            if len({r.label for r in results}) < len(results):  # two runs of one configuration: name each
+                results = [dataclasses.replace(r, label=f"{key}: {r.label}")
+                           for key, r in zip(keys, results, strict=True)]
+        summary = {r.label: {"median_rel_std": float(np.median(r.rel_std)), "max_rel_std": float(r.rel_std.max()),
+                             "tasks": len(r.sizes), "shuffles": r.n_shuffles} for r in results}
+        study = ShuffleVarianceStudy(out_dir, results, summary)
+        if not replot:
+            for key, res in zip(keys, results, strict=True):
+                save_result(res, out_dir / f"{key}.npz")
+            atomic_write_text(study.summary_path, json.dumps(summary, indent=2) + "\n")
+        yield study

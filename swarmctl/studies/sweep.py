@@ -1,28 +1,12 @@
-"""Sweeps: a TOML spec of hyper-parameter grids, expanded into deterministic run names, split into shards,
-and trained one run after another with the usual trainer (:func:`swarmctl.runs.start_run` and
-``resume_run``). Not a scheduler: several machines each run their own ``--shard I/N``.
+"""Sweeps: a TOML spec of hyper-parameter grids (its keys: docs/experiments.md; examples: ``sweeps/*.toml``),
+expanded into deterministic run names, split into shards, and trained one run after another with the usual
+trainer (:func:`swarmctl.runs.start_run` and ``resume_run``). Not a scheduler: several machines each run their
+own ``--shard I/N``.
 
-Spec (see ``sweeps/*.toml``)::
-
-    name = "paper"                        # runs go to RUNS_DIR/sweep-NAME/ [default: the file's stem]
-    seeds = [0, 1, 2]
-    minutes = 60                          # net optimisation budget per run
-    data = "data/clustering-seed0.h5"     # [default: the task's default data]
-    device = "auto"
-    max_epochs = 1000                     # optional
-    batch_size = 100                      # optional
-
-    [[grid]]                              # one Cartesian product; scalars count as one value
-    model = "swarm"
-    hidden = [16, 32]
-    iters = [2, 5]
-    layers = [1, 2]
-
-minutes, device, max_epochs and batch_size are the TrainConfig fields marked for sweeps (``config.SWEEP_KEYS``):
-a spec may set each (minutes it must), and the task's defaults give the rest; TrainConfig checks their values.
-Each grid names a model and, for the fields of its paper code only, values (hidden, iters, layers,
-inducing); fields left out take the model's default. Runs are named ``MODEL-CODE-sSEED`` and ordered seed
-by seed, each seed over the grids in file order; shard I of N takes runs I, I + N, I + 2N, ...
+A spec sets the TrainConfig fields marked for sweeps (``config.SWEEP_KEYS``; minutes it must) and the task's
+defaults give the rest; TrainConfig checks their values. A grid takes only the fields of its model's paper
+code; fields left out take the model's default. Runs are named ``MODEL-CODE-sSEED`` and ordered seed by seed,
+each seed over the grids in file order; shard I of N takes runs I, I + N, I + 2N, ...
 """
 
 from __future__ import annotations
@@ -49,9 +33,7 @@ else:  # pragma: no cover
 
 # a grid's keys name hyper-parameters as train's options do; a grid takes those of its model's paper code
 GRID_KEYS = {h.option: h for h in HYPERPARAMETERS}
-# a spec's own keys, beside the TrainConfig fields a sweep may set (config.SWEEP_KEYS: minutes, device, ...)
-SPEC_KEYS = ("name", "seeds", "data", "grid")
-TOP_KEYS = {*SPEC_KEYS, *SWEEP_KEYS}
+TOP_KEYS = {"name", "seeds", "data", "grid", *SWEEP_KEYS}  # a spec's own keys and the TrainConfig fields it may set
 
 
 @dataclass(frozen=True)
@@ -71,10 +53,6 @@ class SweepSpec:
     @property
     def minutes(self) -> float:
         return float(self.train["minutes"])
-
-    @property
-    def max_epochs(self) -> int | None:
-        return self.train.get("max_epochs")
 
     @property
     def device(self) -> str:
@@ -173,21 +151,18 @@ def _grid_configs(g_no: int, grid: dict[str, Any]) -> list[ModelConfig]:
     if bad:
         raise ConfigError(f"grid {g_no}: {model} has no {', '.join(bad)}; its code is {spec.code_format} "
                           f"(keys: {', '.join(sorted(allowed))})")
-    keys = sorted(set(grid) - {"model"})
-    configs = []
-    for combo in itertools.product(*(_values(g_no, k, grid[k]) for k in keys)):
-        for k, v in zip(keys, combo, strict=True):
-            if not _is_int(v) or v < 1:
-                raise ConfigError(f"grid {g_no}: {k} values must be integers >= 1, got {v!r}")
-        configs.append(complete_config(ModelConfig(name=model, **{GRID_KEYS[k].field: v for k, v in
-                                                                  zip(keys, combo, strict=True)})))
-    return configs
+    fields = {GRID_KEYS[k].field: _values(g_no, k, v) for k, v in sorted(grid.items()) if k != "model"}
+    return [complete_config(ModelConfig(name=model, **dict(zip(fields, combo, strict=True))))
+            for combo in itertools.product(*fields.values())]
 
 
 def _values(grid_no: int, key: str, value: Any) -> list[Any]:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise ConfigError(f"grid {grid_no}: {key} is an empty list; give at least one value")
+    for v in values:
+        if not _is_int(v) or v < 1:
+            raise ConfigError(f"grid {grid_no}: {key} values must be integers >= 1, got {v!r}")
     return values
 
 
@@ -262,7 +237,7 @@ def _run_status(run_dir: Path, spec: SweepSpec) -> str:
                         f"{want_data}; give the spec another name or move the run away")
     train = progress.config["train"]
     same_budget = math.isclose(train["minutes"], spec.minutes) and (
-        spec.max_epochs is None or train["max_epochs"] == spec.max_epochs)
+        spec.train.get("max_epochs") is None or train["max_epochs"] == spec.train["max_epochs"])
     return "done" if progress.status == "finished" and same_budget else "partial"
 
 
@@ -275,31 +250,17 @@ def data_path(spec: SweepSpec) -> str | None:
     return spec.data if spec.data is not None else get_task(spec.task).default_data
 
 
-def _check_data(spec: SweepSpec) -> None:
-    """Refuse a spec whose data file is missing, unless it is the task's default (generated when missing)."""
-    data = data_path(spec)
-    if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
-        raise DataError(f"{data}: no such data file; create it with {command_line('gen-data', out=data)} or fix "
-                        "the spec's data")
-
-
 def _check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
     """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
     every value, configuration and TrainConfig): the data file exists (the task's default is generated when
     missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
     Returns each run's :func:`_run_status` by name; a problem raises a one-line error naming the run."""
-    _check_data(spec)
+    data = data_path(spec)
+    if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
+        raise DataError(f"{data}: no such data file; create it with {command_line('gen-data', out=data)} or fix "
+                        "the spec's data")
     folder = Path(runs_dir) / spec.folder
     return {run.name: _run_status(folder / run.name, spec) for run in runs}
-
-
-def _check_memory_fits(spec: SweepSpec, runs: list[SweepRun]) -> None:
-    """Refuse, before the first run trains, a configuration of ``runs`` whose weights, gradients and Adam
-    state alone exceed the memory of the spec's device on this machine."""
-    limit = memory_limit(resolve_device(spec.device))
-    params = dict(zip(spec.configs, spec.parameters, strict=True))
-    for cfg in dict.fromkeys(run.model for run in runs):
-        check_training_memory(cfg, params[cfg], limit, "remove it from the spec or use a larger device")
 
 
 @dataclass(frozen=True)
@@ -366,14 +327,18 @@ def train_sweep(
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
     one resumed (budget included), one killed before its first checkpoint started again. Everything that
-    can be checked is checked before the first run trains (:func:`_check_runs`, :func:`_check_memory_fits`).
+    can be checked is checked before the first run trains (:func:`_check_runs`, and that no configuration's
+    weights, gradients and Adam state alone exceed the memory of the spec's device on this machine).
     A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
     once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
     interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
     before each run; ``announce`` is told each trained run's device and step mode (the trainer's first line).
     Returns (run, status, FitResult or None) for every run looked at."""
     _check_runs(spec, runs, runs_dir)
-    _check_memory_fits(spec, runs)
+    limit = memory_limit(resolve_device(spec.device))
+    params = dict(zip(spec.configs, spec.parameters, strict=True))
+    for cfg in dict.fromkeys(run.model for run in runs):
+        check_training_memory(cfg, params[cfg], limit, "remove it from the spec or use a larger device")
     folder = Path(runs_dir) / spec.folder
     data_cfg = DataConfig(path=data_path(spec))
     done = []

@@ -140,7 +140,7 @@ def _spec(tmp_path, data):
 
 
 def test_a_signal_while_drawing_after_the_last_run_and_the_rerun(tmp_path, tiny_h5, monkeypatch):
-    import swarmctl.cli._fit as fit_cli
+    import swarmctl.plots.curves as fit_cli  # the drawer `sweep` hands to finish_runs
 
     real, drawn = fit_cli.save_run_curves, []
 
