@@ -203,7 +203,7 @@ class EpochProgress(DataGenerationProgress):
             if rest < QUIET_S:  # a short run: what the budget would buy is beside the point
                 return
             text += (f"; its limit of {run.max_epochs} epochs ends it first, after about "
-                     f"{_duration(rest + net_seconds)} net")
+                     f"{_minutes(rest + net_seconds)} net")
         else:
             usual, where = self._task_info.usual_epochs(n)
             if epochs < usual / 3:
@@ -219,10 +219,6 @@ QUIET_S = 60.0  # a run its epoch limit ends within this many net seconds gets n
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 60 else _minutes(seconds)
 
 
 def _clock(seconds: float) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from swarmctl.config import RESUMABLE, SWEEP_KEYS, DataConfig, ModelConfig, TrainConfig, check_types
+from swarmctl.config import RESUMABLE, SWEEP_KEYS, DataConfig, ModelConfig, TrainConfig, check_types, has_type
 from swarmctl.devices import memory_limit, resolve_device
 from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError, SpecError, command_line
 from swarmctl.files import read_bytes
@@ -94,7 +94,7 @@ def _top_level(raw: dict[str, Any], default_name: str) -> tuple[str, tuple[int, 
         raise ConfigError(f"name {name!r}: use letters, digits, '-', '_' and '.' only")
     seeds = raw.get("seeds", [0])
     seeds = seeds if isinstance(seeds, list) else [seeds]
-    if not seeds or not all(_is_int(s) for s in seeds) or len(set(seeds)) != len(seeds):
+    if not seeds or not all(has_type(s, "int") for s in seeds) or len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be distinct integers, got {raw.get('seeds')!r}")
     train = {key: raw[key] for key in SWEEP_KEYS if key in raw}
     if "minutes" not in train:
@@ -161,7 +161,7 @@ def _values(grid_no: int, key: str, value: Any) -> list[Any]:
     if not values:
         raise ConfigError(f"grid {grid_no}: {key} is an empty list; give at least one value")
     for v in values:
-        if not _is_int(v) or v < 1:
+        if not has_type(v, "int") or v < 1:
             raise ConfigError(f"grid {grid_no}: {key} values must be integers >= 1, got {v!r}")
     return values
 
@@ -173,10 +173,6 @@ def _data_file(data: Any, task: str) -> str | None:
     if data is not None and get_task(task).default_data is None:
         raise ConfigError(f"data: {task} models draw their tasks fresh and take no data file; remove data")
     return data
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def train_config(spec: SweepSpec, seed: int) -> TrainConfig:
