@@ -191,7 +191,7 @@ def _read_once(file: Path) -> bytes | None:
     which never ends) is refused without being read. Read in one pass: a pipe (``swarmctl cluster
     <(zcat points.csv.gz)``) gives its bytes only once, so the format is told from the first bytes of the
     same read."""
-    if stat.S_ISCHR(os.stat(file).st_mode) or stat.S_ISBLK(os.stat(file).st_mode):
+    if stat.S_IFMT(os.stat(file).st_mode) in (stat.S_IFCHR, stat.S_IFBLK):
         raise DataError(f"{file} is a device file, not a point file; give a regular file, a pipe, or - for "
                         "standard input")
     with open(file, "rb") as fh:
@@ -414,7 +414,7 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
     values = None
     if all(len(r.fields) == width for r in records):
         cells = np.empty((len(records), width), dtype=object)
-        cells[:] = [r.fields for r in records] if width > 1 else [[r.fields[0]] for r in records]
+        cells[:] = [r.fields for r in records]
         try:
             values = cells[:, use].astype(np.float64)
         except ValueError:
@@ -430,11 +430,12 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
                                 f"{run_on}; every row needs the same number of columns (or skip the others with "
                                 "`skip_bad_rows`)")
             for col in use:
-                if _number(r.fields[col]) is not None and not _is_finite_number(r.fields[col]):
+                value = _number(r.fields[col])
+                if value is not None and not math.isfinite(value):
                     raise DataError(f"{where}, line {r.line}, column {col + 1}: {r.fields[col].strip()} is not a "
                                     "finite number; remove or fill the rows with NaN or inf, or skip them with "
                                     "`skip_bad_rows`")
-                if _number(r.fields[col]) is None:
+                if value is None:
                     shown = repr(r.fields[col][:30]) if r.fields[col] else "an empty value"
                     rule = "; a first line is a header only when none of its fields is a finite number" \
                         if r is first else ""

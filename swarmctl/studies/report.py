@@ -76,7 +76,7 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
     out, unfinished = [], []
     for run in RunDir.all_in(runs_dir):
         try:
-            records = read_metrics(run.metrics) if run.metrics.exists() else []
+            records = read_metrics(run.metrics)
             vals = [r["val_loss"] for r in records if r.get("val_loss") is not None]
             cfg = json.loads(read_bytes(run.config))
             known = dict(
@@ -136,8 +136,8 @@ def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
     for r in runs:
         groups.setdefault((r.model, r.code, r.data), []).append(r)
     datas: dict[tuple[str, str], list[str]] = {}
-    for model, code, _ in groups:
-        datas.setdefault((model, code), []).append(next(r.data_name for r in groups[model, code, _]))
+    for (model, code, _), rs in groups.items():
+        datas.setdefault((model, code), []).append(rs[0].data_name)
     for (model, code), names in datas.items():
         if len(names) > 1:
             warnings.warn(f"runs of {model} ({code}) trained on different data ({', '.join(sorted(names))}): one row "
