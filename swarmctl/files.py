@@ -154,7 +154,7 @@ def _resolved(path: Path) -> Path:
 
 @dataclasses.dataclass
 class Outputs:
-    """The writes of one :func:`staged_writes` block, and the outputs and inputs the command names to it
+    """The writes of one :func:`staged_outputs` block, and the outputs and inputs the command names to it
     as it learns them: each output is checked when named, before any work."""
 
     inputs: list[Path]
@@ -198,7 +198,7 @@ _staging: contextvars.ContextVar[Outputs | None] = contextvars.ContextVar("swarm
 
 
 @contextlib.contextmanager
-def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
+def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
     """Make the files written in this block appear together when it ends without error, or not at all
     (docs/design.md, "Files"): every :func:`atomic_write` inside writes its temporary file at once and
     publishes it at the end; on any error every temporary file, published file and created folder goes
@@ -223,12 +223,11 @@ def staged_writes(inputs: Iterable[Path | None] = (), *, replace: bool = True) -
             remove_folders(stage.created)
 
 
-staged_outputs = staged_writes  # a command's outputs: the name the studies write through
 
 
 @contextlib.contextmanager
 def immediate_writes() -> Iterator[None]:
-    """Inside :func:`staged_writes`, writes in this block publish at once: for a file the command goes on
+    """Inside :func:`staged_outputs`, writes in this block publish at once: for a file the command goes on
     to read, such as a dataset generated on first use."""
     token = _staging.set(None)
     try:
@@ -341,7 +340,7 @@ def remove_folders(created: list[Path]) -> None:
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool | None = None) -> None:
     """Write ``path`` atomically (docs/design.md, "Files"): ``write(buffer)`` fills an in-memory buffer whose
-    bytes go to a temporary file beside ``path``, published as ``path`` (inside :func:`staged_writes`, when
+    bytes go to a temporary file beside ``path``, published as ``path`` (inside :func:`staged_outputs`, when
     the block ends). ``replace`` False: an existing file is refused, and one that appears meanwhile too
     (:class:`OutputExists`); None: as the block says (outside one: replace). A failed write is an OSError
     naming ``path`` and leaves it as it was."""

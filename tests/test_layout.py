@@ -189,7 +189,7 @@ def test_the_run_layout_names_every_run_file():
 _CLI_FORBIDDEN = ("swarmctl.files", "swarmctl.data", "swarmctl.tasks")
 _FILE_CALLS = {"open", "write_text", "write_bytes", "read_text", "read_bytes", "save", "savez", "savez_compressed",
                "savefig", "touch", "mkdir", "unlink", "rename", "replace", "rmdir", "atomic_write",
-               "atomic_write_text", "staged_writes"}
+               "atomic_write_text", "staged_outputs"}
 
 
 def _opens_a_file(node) -> bool:

@@ -71,7 +71,7 @@ def write_dataset(
 ) -> dict[str, Any]:
     """Write ``splits`` to ``path`` through a temporary file in the same folder and an atomic rename;
     returns the root attributes, read back from the bytes written (so that nothing reads the file itself,
-    which inside :func:`swarmctl.files.staged_writes` appears only at the end).
+    which inside :func:`swarmctl.files.staged_outputs` appears only at the end).
 
     Refuses to replace an existing file unless ``force``, one that appears meanwhile included
     (:class:`swarmctl.files.OutputExists`).

@@ -244,17 +244,12 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
                      model_clusters: int | None = None, model_points: int | None = None,
                      given_clusters: int | None = None, largest: int = 0, search_points: int = 0
                      ) -> tuple[str, ...]:
-    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are (docs/cluster.md lists
-    them): a limit reached (the model's cluster slots, or the set's size capping the refinement's search for
-    K), many unsure points, a set or clusters outside what the model was trained on (``training``), and, for
-    points used as given (``as_given_scale``: the training scale), a spread far from the training scale. Pairs
-    of clusters that look like one Gaussian are named only for a result not ``refined`` (the refinement weighs
-    each merge by BIC itself). ``model_clusters``: how many clusters the model found before a refinement
-    merged some (the cap is the model's); ``model_points``: how many of the points the model saw (all when
-    None); ``given_clusters``: the number of clusters the user gave (then neither the cap nor the training
-    range of K applies: EM made that many); ``largest``: the most clusters the refinement's search for K could
-    try, set by the number of points it ran on, ``search_points`` (0: no search; with a search the model's
-    slots limit nothing, and K above its training range was the search's)."""
+    """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are (docs/cluster.md,
+    "Warnings"). ``as_given_scale``: the training scale, for points used as given; ``refined``: pairs that
+    look like one Gaussian are left to the refinement's BIC; ``model_clusters``: the clusters the model found
+    before a refinement merged some; ``model_points``: the points the model saw (None: all);
+    ``given_clusters``: the user's K (no cap or training range of K applies); ``largest``: the most clusters
+    the search for K could try on ``search_points`` points (0: no search)."""
     n, d = values.shape
     seen = n if model_points is None else model_points
     given = given_clusters is not None

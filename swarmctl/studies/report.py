@@ -84,7 +84,10 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
                 parameters=_whole(cfg["run"]["parameters"], "parameters", 1),
                 seed=_whole(cfg["train"]["seed"], "seed", SEED_RANGE[0], SEED_RANGE[1]),
                 device=str(cfg["run"].get("device", "?")))
-            data = _data_of(cfg)
+            given = cfg.get("data") or {}  # a dataset has a checksum; data drawn fresh none
+            path, dataset = given.get("path"), given.get("dataset")
+            data = {"data": str(given.get("checksum") or dataset or path or ""), "dataset": str(dataset) if dataset
+                    else None, "data_name": str(dataset) if dataset else Path(str(path)).name if path else "fresh data"}
             if not vals:
                 why = ("no finished epoch; its last.pt holds the interrupted one" if run.last.exists()
                        else "no finished epoch and no checkpoint")
@@ -110,15 +113,6 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
         raise DataError(f"{runs_dir} holds no runs with a finished epoch{left}; train a model with `swarmctl train` "
                         "first")
     return out, unfinished
-
-
-def _data_of(cfg: dict[str, Any]) -> dict[str, Any]:
-    """What a run's config says of the data it trained on (a dataset has a checksum; data drawn fresh none)."""
-    data = cfg.get("data") or {}
-    path, dataset = data.get("path"), data.get("dataset")
-    name = str(dataset) if dataset else Path(str(path)).name if path else "fresh data"
-    return {"data": str(data.get("checksum") or dataset or path or ""), "data_name": name,
-            "dataset": str(dataset) if dataset else None}
 
 
 def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:

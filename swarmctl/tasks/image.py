@@ -18,7 +18,6 @@ from swarmctl.data.images import (
     DATASETS,
     ImageBatch,
     ImageBatches,
-    ImageSet,
     image_shape,
     load_images,
     shuffled_batches,
@@ -35,14 +34,6 @@ def image_loss(model: nn.Module, batch: ImageBatch) -> torch.Tensor:
     logits = model(batch.x, batch.y)  # (B, T, 256)
     target = scan_order(batch.x)  # (B, T)
     return F.cross_entropy(logits.float().transpose(1, 2), target, reduction="none").mean(dim=1)
-
-
-def _checksum(*sets: ImageSet) -> str:
-    digest = hashlib.sha256()
-    for s in sets:
-        digest.update(s.images.numpy().tobytes())
-        digest.update(s.labels.numpy().tobytes())
-    return digest.hexdigest()
 
 
 class ImageTask(Task):
@@ -73,8 +64,11 @@ class ImageTask(Task):
         train = load_images(data_cfg.dataset, root, train=True)
         test = load_images(data_cfg.dataset, root, train=False)  # the official test split validates (as the paper)
         bs, seed = train_cfg.batch_size, train_cfg.seed
+        digest = hashlib.sha256()
+        for part in (train.images, train.labels, test.images, test.labels):
+            digest.update(part.numpy().tobytes())
         return TrainingData(train=lambda epoch: shuffled_batches(train, bs, seed, epoch),
-                            val=ImageBatches(test, bs), loss_fn=image_loss, checksum=_checksum(train, test),
+                            val=ImageBatches(test, bs), loss_fn=image_loss, checksum=digest.hexdigest(),
                             val_metrics_of=lambda v: {"val_bits_per_dim": v / math.log(2.0)})
 
     @torch.no_grad()

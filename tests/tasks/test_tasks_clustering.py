@@ -93,12 +93,12 @@ def test_the_default_dataset_generated_inside_a_commands_staged_outputs_is_reada
     first use is read by the same command, so it is written at once (it was staged, and `eval` then found
     no dataset file)."""
     from swarmctl.config import DataConfig
-    from swarmctl.files import staged_writes
+    from swarmctl.files import staged_outputs
     from swarmctl.tasks import get_task
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(clustering, "ClusteringParams", lambda: ClusteringParams(n_tasks=20))
     task = get_task("clustering")
-    with staged_writes():
+    with staged_outputs():
         task.ensure_data(DataConfig(path=task.default_data))
         assert (tmp_path / task.default_data).is_file()

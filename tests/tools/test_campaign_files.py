@@ -18,7 +18,7 @@ def test_a_staged_group_replaces_and_removes_files_all_at_once_or_puts_them_back
     old, gone, new = tmp_path / "old.txt", tmp_path / "gone.txt", tmp_path / "sub" / "new.txt"
 
     def group():
-        with swarmctl_files.staged_writes():
+        with swarmctl_files.staged_outputs():
             atomic_write_text(old, "replaced\n")
             remove_file(gone)
             copy_file(old.with_name("source.txt"), new)

@@ -1,5 +1,5 @@
 """The file operations only a campaign needs, on top of :mod:`swarmctl.files` (whose rules they keep: never
-through a link, never over a special file, staged with the other writes of a :func:`swarmctl.files.staged_writes`
+through a link, never over a special file, staged with the other writes of a :func:`swarmctl.files.staged_outputs`
 block): copy a file, remove one, create a member of an unpacked archive, open a child process's log."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from swarmctl.files import _check_writable_target, _open_regular, _staging, atom
 
 def copy_file(source: Path, path: Path) -> None:
     """Copy the regular file ``source`` to ``path`` through :func:`swarmctl.files.atomic_write` (staged inside
-    :func:`swarmctl.files.staged_writes`)."""
+    :func:`swarmctl.files.staged_outputs`)."""
     atomic_write(path, lambda fh: fh.write(read_bytes(source)), replace=None)
 
 
 def remove_file(path: Path) -> None:
-    """Remove the file ``path``: inside :func:`swarmctl.files.staged_writes` when the block ends without
+    """Remove the file ``path``: inside :func:`swarmctl.files.staged_outputs` when the block ends without
     error, with the block's other files (and put back if publishing fails); outside one, at once. The target
     is checked as for a write; a missing file is no error."""
     path = Path(path)

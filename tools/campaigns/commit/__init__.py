@@ -60,7 +60,7 @@ one line saying what to provide; --keep-shipped commits the session without re-e
 shipped model.
 
 All or nothing: the returned files are unpacked into a temporary folder beside campaigns/ and checked
-there; then every file is written beside its target and all are published together (``files.staged_writes``),
+there; then every file is written beside its target and all are published together (``files.staged_outputs``),
 and a failure on the way puts every replaced or removed file back. A refusal is one line on stderr and
 exit 1, and leaves campaigns/ and the shipped models as they were.
 """

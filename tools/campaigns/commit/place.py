@@ -1,5 +1,5 @@
 """The commit's last step: everything checked, the files go into the campaigns folder and the shipped
-models all at once (``files.staged_writes``: written beside their targets, published together at the end,
+models all at once (``files.staged_outputs``: written beside their targets, published together at the end,
 every replaced or removed file put back if publishing fails), under a lock on the campaigns folder, with
 the session recorded last in campaigns/sessions.jsonl."""
 
@@ -22,7 +22,7 @@ from swarmctl.files import (
     atomic_write_text,
     holding,
     shipped_folder,
-    staged_writes,
+    staged_outputs,
 )
 from swarmctl.rundir import LAST
 from tools.campaigns.commit.reevaluate import CommitOptions, Replacement, _shipped_data_path, consider, find_shipped
@@ -214,7 +214,7 @@ def _place(root: Path, pretrained: Path, campaigns: list[Campaign], replacements
     with contextlib.ExitStack() as held:
         for folder in sorted({dest.parent for dest in targets}):
             held.enter_context(holding(folder))  # the commit is the one writer of these folders
-        with staged_writes():
+        with staged_outputs():
             for dest, src in files:
                 if src is None:  # a file that did not come back described the old checkpoint
                     remove_file(dest)
