@@ -115,8 +115,7 @@ def generate_clustering(
     points ~ N(mu, Sigma) as float32; finally one random permutation of the task's points.
     ``progress(k)`` is called after every task with the number of tasks done.
     """
-    # imported here: importing scipy.stats takes over half a second, which every command would pay
-    from scipy.stats import invwishart, multinomial, multivariate_normal
+    from scipy.stats import invwishart, multinomial, multivariate_normal  # here, not at the top: every command would pay its import
 
     rs = np.random.RandomState(seed)
     scale = params.wishart_scale * np.eye(2)
