@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import invwishart, multinomial, multivariate_normal
 
 from swarmctl.errors import ConfigError, DataError
 
@@ -115,8 +116,6 @@ def generate_clustering(
     points ~ N(mu, Sigma) as float32; finally one random permutation of the task's points.
     ``progress(k)`` is called after every task with the number of tasks done.
     """
-    from scipy.stats import invwishart, multinomial, multivariate_normal  # here, not at the top: every command would pay its import
-
     rs = np.random.RandomState(seed)
     scale = params.wishart_scale * np.eye(2)
     n = params.n_tasks
@@ -246,8 +245,6 @@ def relative_spreads(means: np.ndarray, covs: np.ndarray, weights: np.ndarray) -
 
 def training_range(params: ClusteringParams | BroadParams, draws: int = 400, seed: int = 0) -> TrainingRange:
     """The :class:`TrainingRange` of a prior, its spreads from ``draws`` tasks' mixtures (no points drawn)."""
-    from scipy.stats import invwishart
-
     rs = np.random.RandomState(seed)
     spreads = []
     for _ in range(draws):
