@@ -148,9 +148,10 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
             if opened.shipped and announce is not None:
                 announce(f"using the shipped model {opened.checkpoint}")
             out_dir = outputs.folder(out or opened.dir / "entropy")
-            outputs.input(opened.checkpoint)
-            for name in files:
-                outputs.file(out_dir / name)
+            outputs.input(opened.checkpoint)  # checks the files already named against it too
+            if out is None:  # a named out's files were named above
+                for name in files:
+                    outputs.file(out_dir / name)
             split, _ = read_split(opened.data_path(data), "val")
             task = choose_task(split, index, clusters, size)
             res = compute_entropy_map(opened.model, split, task, opened.label, grid, device=opened.device,
