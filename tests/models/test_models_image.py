@@ -8,6 +8,7 @@ import torch
 from swarmctl import ModelConfig, count_parameters, create_model
 from swarmctl.errors import ConfigError
 from swarmctl.models.image import SwarmTransformer, positional_features, scan_order
+from swarmctl.runs import parameter_count
 from swarmctl.testing import assert_causal
 
 
@@ -17,6 +18,7 @@ from swarmctl.testing import assert_causal
 def test_image_model_parameter_counts_match_protocol(dataset, hidden, iters, count):
     cfg = ModelConfig(name="swarm-image", dataset=dataset, dim_hidden=hidden, n_iter=iters)
     assert count_parameters(create_model(cfg)) == count
+    assert parameter_count(cfg) == count  # counted on the meta device, its initialisers skipped
 
 
 def test_positional_features_follow_the_protocol():

@@ -11,6 +11,7 @@ from swarmctl import ModelConfig, count_parameters, create_model, list_models
 from swarmctl.errors import ConfigError
 from swarmctl.models import complete_config, get_spec, paper_code
 from swarmctl.models.registry import SYMMETRIES
+from swarmctl.runs import parameter_count
 from swarmctl.tasks import TASKS, task_of
 from swarmctl.testing import (
     assert_padding_invariant,
@@ -157,6 +158,7 @@ def test_model_state_dict_round_trip(name):
 def test_parameter_counts_match_protocol(name, overrides, count, code):
     cfg = ModelConfig(name=name, **overrides)
     assert count_parameters(create_model(cfg)) == count
+    assert parameter_count(cfg) == count  # counted on the meta device, its initialisers skipped
     assert paper_code(cfg) == code
 
 
@@ -186,3 +188,13 @@ def test_out_of_range_hyper_parameters_are_config_errors(field):
 def test_heads_must_divide_hidden():
     with pytest.raises(ConfigError, match="heads"):
         create_model(ModelConfig(name="set-transformer", dim_hidden=30, n_heads=4))
+
+
+def test_counting_parameters_leaves_the_weights_of_models_built_after_it_as_they_were():
+    torch.manual_seed(0)
+    before = create_model(ModelConfig(name="set-transformer", **TINY)).state_dict()
+    parameter_count(ModelConfig(name="set-transformer", dim_hidden=32))
+    torch.manual_seed(0)
+    after = create_model(ModelConfig(name="set-transformer", **TINY)).state_dict()
+    assert all(v.device.type == "cpu" for v in after.values())
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
