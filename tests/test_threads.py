@@ -87,14 +87,20 @@ def _threads_of(args: list[str], **env: str) -> tuple[str, int]:
     return variable, int(count)
 
 
-def test_threads_command_line_option_reaches_pytorch():
-    assert _threads_of(["--threads", "1", "models"], SWARMCTL_THREADS="2") == ("1", 1)
-    assert _threads_of(["--threads", "2", "models"], SWARMCTL_THREADS="1") == ("2", 2)
+# Each check below is a process of its own (PyTorch takes its thread count once); the default suite runs one
+# of each pair, the slow suite the other.
+@pytest.mark.parametrize(("option", "variable"), [("1", "2"), pytest.param("2", "1", marks=pytest.mark.slow)])
+def test_threads_command_line_option_reaches_pytorch(option, variable):
+    assert _threads_of(["--threads", option, "models"], SWARMCTL_THREADS=variable) == (option, int(option))
 
 
-def test_threads_command_line_default_and_variable_reach_pytorch():
+def test_threads_command_line_default_reaches_pytorch():
     variable, count = _threads_of(["models"])
     assert int(variable) == count >= 1
+
+
+@pytest.mark.slow
+def test_threads_variable_reaches_pytorch():
     assert _threads_of(["models"], SWARMCTL_THREADS="1") == ("1", 1)
 
 
@@ -120,14 +126,14 @@ print(torch.get_num_threads(), file=sys.stderr)
 """
 
 
-def test_threads_default_rule_leaves_a_host_process_threads_alone():
+@pytest.mark.parametrize(("args", "expected"), [(["models"], "1"),
+                                              pytest.param(["--threads", "2", "models"], "2", marks=pytest.mark.slow)])
+def test_threads_default_rule_leaves_a_host_process_threads_alone(args, expected):
     """A process that loaded PyTorch and set one thread before calling the CLI kept two after it (the rule's
-    count on an idle machine): `mog_vs_authors.py --threads 1` measured swarmctl on two threads."""
+    count on an idle machine): `mog_vs_authors.py --threads 1` measured swarmctl on two threads. A count asked
+    for with --threads is applied."""
     clean = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                               "SWARMCTL_THREADS", threads.SET_BY_SWARMCTL)}
-    run = [sys.executable, "-c", _HOST, "models"]
-    proc = subprocess.run(run, capture_output=True, text=True, cwd=REPO, env=clean, timeout=120)
-    assert proc.stderr.strip().splitlines()[-1] == "1"
-    proc = subprocess.run([*run[:3], "--threads", "2", "models"], capture_output=True, text=True, cwd=REPO, env=clean,
+    proc = subprocess.run([sys.executable, "-c", _HOST, *args], capture_output=True, text=True, cwd=REPO, env=clean,
                           timeout=120)
-    assert proc.stderr.strip().splitlines()[-1] == "2"  # asked for: applied
+    assert proc.stderr.strip().splitlines()[-1] == expected
