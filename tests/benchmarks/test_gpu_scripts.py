@@ -18,11 +18,31 @@ def _script(name, *args, cwd=None, timeout=600):
                           timeout=timeout, cwd=cwd)
 
 
-@pytest.mark.parametrize("name", ["clustering.py", "mog.py", "image.py"])
-def test_every_gpu_script_parses_its_options(name):
-    res = _script(name, "--help", timeout=60)
+# Each script's --help, run as its own __main__ in one interpreter (PyTorch loads once, not three times).
+_HELP = """
+import runpy, sys
+folder, names = sys.argv[1], sys.argv[2:]
+sys.path.insert(0, folder)
+for name in names:
+    sys.argv = [name, "--help"]
+    print("=== " + name, flush=True)
+    try:
+        runpy.run_path(folder + "/" + name, run_name="__main__")
+    except SystemExit as exit:
+        print("=== exit " + str(exit.code), flush=True)
+"""
+
+
+def test_every_gpu_script_parses_its_options():
+    names = ["clustering.py", "mog.py", "image.py"]
+    res = subprocess.run([sys.executable, "-c", _HELP, str(SCRIPTS), *names], capture_output=True, text=True,
+                         timeout=120)
     assert res.returncode == 0, res.stderr
-    assert "--smoke" in res.stdout and "--wall" in res.stdout
+    parts = res.stdout.split("=== ")[1:]
+    assert [part.splitlines()[0] for part in parts[::2]] == names, res.stdout
+    for name, helped, ended in zip(names, parts[::2], parts[1::2], strict=True):
+        assert ended.strip() in ("exit 0", "exit None"), (name, res.stderr)
+        assert "--smoke" in helped and "--wall" in helped, name
 
 
 @pytest.mark.slow
