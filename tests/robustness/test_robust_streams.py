@@ -116,16 +116,17 @@ def _swarmctl(args, *, env=None, **kwargs):
         **kwargs)
 
 
-def test_models_and_cluster_on_dev_full(case):
+@pytest.mark.parametrize("command", ["models", pytest.param("cluster", marks=pytest.mark.slow)])
+def test_a_command_on_dev_full(case, command):
+    """A real full device as standard output (every command, in process: test_an_output_that_cannot_be_printed)."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     before = snapshot(case)
-    for args in (["models"], _commands(case)["cluster"]):
-        with open("/dev/full", "w") as full:
-            proc = _swarmctl(args, stdout=full, capture_output=False, stderr=subprocess.PIPE)
-        err = [x for x in proc.stderr.splitlines() if x.strip()]
-        assert proc.returncode == 1 and len(err) == 1 and "standard output" in err[0], proc.stderr
-        assert snapshot(case) == before
+    with open("/dev/full", "w") as full:
+        proc = _swarmctl(_commands(case)[command], stdout=full, capture_output=False, stderr=subprocess.PIPE)
+    err = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert proc.returncode == 1 and len(err) == 1 and "standard output" in err[0], proc.stderr
+    assert snapshot(case) == before
 
 
 _CHECK_FDS = """
@@ -164,20 +165,27 @@ def test_a_closed_standard_input_is_named(case):
     assert not (case / "runs" / "x" / "cluster").exists()
 
 
-@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "ascii"},
-                                 pytest.param({"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0",
-                                               "PYTHONCOERCECLOCALE": "0"}, marks=pytest.mark.slow)],
-                         ids=["PYTHONIOENCODING=ascii", "C locale"])
-def test_non_ascii_names_in_an_ascii_terminal(case, env):
-    pts = case / "pé ☃.csv"
-    shutil.copyfile(case / "p.csv", pts)
-    proc = _swarmctl(["cluster", pts, case / "runs" / "x", "--device", "cpu"], env=env)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert (case / "runs" / "x" / "cluster" / "pé ☃-clusters.csv").is_file()  # the run's folder, as other studies
-    proc = _swarmctl(["train", "swarm", *TINY, "--data", case / "data.h5", "--runs-dir", case / "runs", "--name",
-                      "é"], env=env)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    assert (case / "runs" / "é" / "best.pt").is_file()
+ASCII_TERMINALS = {"PYTHONIOENCODING=ascii": {"PYTHONIOENCODING": "ascii"},
+                   "C locale": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}}
+
+
+# a process each; the default suite runs one (both commands in process: test_an_ascii_output_encoding_in_process)
+@pytest.mark.parametrize(("command", "terminal"), [
+    pytest.param(command, terminal, marks=() if (command, terminal) == ("cluster", "PYTHONIOENCODING=ascii")
+                 else pytest.mark.slow) for command in ("cluster", "train") for terminal in ASCII_TERMINALS])
+def test_non_ascii_names_in_an_ascii_terminal(case, command, terminal):
+    env = ASCII_TERMINALS[terminal]
+    if command == "cluster":
+        pts = case / "pé ☃.csv"
+        shutil.copyfile(case / "p.csv", pts)
+        proc = _swarmctl(["cluster", pts, case / "runs" / "x", "--device", "cpu"], env=env)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert (case / "runs" / "x" / "cluster" / "pé ☃-clusters.csv").is_file()  # the run's folder, as studies
+    else:
+        proc = _swarmctl(["train", "swarm", *TINY, "--data", case / "data.h5", "--runs-dir", case / "runs",
+                          "--name", "é"], env=env)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert (case / "runs" / "é" / "best.pt").is_file()
 
 
 def test_run_names_decoded_in_an_ascii_locale_stay_valid():
@@ -194,6 +202,11 @@ def test_an_ascii_output_encoding_in_process(case):
                                           env={"COLUMNS": "200"})
     assert r.exit_code == 0, (r.output, r.exception)
     assert "p\\xe9.csv" in r.output
+    r = CliRunner(charset="ascii").invoke(app, ["train", "swarm", *map(str, TINY), "--data", str(case / "data.h5"),
+                                                "--runs-dir", str(case / "runs"), "--name", "é"],
+                                          env={"COLUMNS": "200"})
+    assert r.exit_code == 0, (r.output, r.exception)
+    assert (case / "runs" / "é" / "best.pt").is_file() and "\\xe9" in r.output
 
 
 def test_an_unwritable_home_prints_no_matplotlib_warning(case):
