@@ -223,8 +223,6 @@ def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) 
             remove_folders(stage.created)
 
 
-
-
 @contextlib.contextmanager
 def immediate_writes() -> Iterator[None]:
     """Inside :func:`staged_outputs`, writes in this block publish at once: for a file the command goes on
