@@ -136,7 +136,6 @@ def step_parts(mode: str) -> frozenset[str]:
 
 
 def check_step(step: str) -> None:
-    """``step`` is a known mode."""
     if step not in STEP_MODES:
         raise ConfigError(f"unknown `step` {step!r}; choose one of {', '.join(STEP_MODES)}")
 

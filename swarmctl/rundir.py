@@ -57,7 +57,6 @@ class RunDir:
         return tuple(self.path / name for name in RESTARTABLE)
 
     def has_run(self) -> bool:
-        """Whether the folder holds a run (its config)."""
         return self.config.is_file()
 
     def is_dead(self) -> bool:

@@ -60,7 +60,6 @@ def content_checksum(splits: dict[str, ClusteringTasks]) -> str:
 
 
 def ensure_writable(path: Path, force: bool) -> None:
-    """Refuse to replace an existing dataset unless ``force``."""
     if Path(path).exists() and not force:
         raise DataError(f"{path} exists; pass `force` to overwrite it or `out` to write elsewhere")
 

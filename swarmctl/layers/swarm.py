@@ -40,7 +40,6 @@ def triton_cell(enabled: bool = True) -> Iterator[None]:
 
 
 def triton_cell_enabled() -> bool:
-    """Whether :func:`triton_cell` is switched on here."""
     return _triton_cell
 
 

@@ -65,7 +65,6 @@ def register_model(
 
 
 def list_models(task: str | None = None) -> list[str]:
-    """Registered model names, all or those of one task."""
     return sorted(n for n, s in _REGISTRY.items() if task is None or s.task == task)
 
 
@@ -145,5 +144,4 @@ def check_heads_divide_hidden(cfg: ModelConfig) -> None:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
