@@ -91,7 +91,6 @@ SEED_RANGE = (0, 2**32 - 1)  # what NumPy's RandomState accepts
 
 
 def check_device(name: str) -> None:
-    """A device name swarmctl accepts: auto, cpu, cuda or cuda:N."""
     index = name[5:] if name.startswith("cuda:") else None
     if not (name in DEVICES or (index is not None and index.isdigit())):
         raise ConfigError(f"`device` must be auto, cpu, cuda or cuda:N, got {name!r}")

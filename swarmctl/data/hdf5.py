@@ -132,7 +132,6 @@ def _text(value: Any) -> str | None:
 
 
 def _short(value: Any) -> str:
-    """A value's repr for a one-line message, cut to 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

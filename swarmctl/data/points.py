@@ -498,7 +498,6 @@ def _csv_records(lines: list[str], where: str, limit: int | None = None) -> list
 
 
 def _skipped(line: str) -> bool:
-    """Whether ``line`` is blank or a comment (its first character other than a blank is ``#``)."""
     return not line.strip() or line.lstrip().startswith("#")
 
 

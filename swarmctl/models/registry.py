@@ -113,7 +113,6 @@ def check_fields(name: str, given: set[str] | frozenset[str]) -> None:
 
 
 def complete_config(cfg: ModelConfig) -> ModelConfig:
-    """Fill the fields left at None with the model's registered defaults."""
     spec = get_spec(cfg.name)
     missing = {k: v for k, v in spec.defaults.items() if getattr(cfg, k) is None}
     return dataclasses.replace(cfg, **missing)

@@ -126,6 +126,5 @@ def _env_int(name: str, default: int, low: int = 0) -> int:
 
 
 def barrier(ctx: DistContext) -> None:
-    """Wait for every rank (nothing without a process group)."""
     if ctx.enabled:
         dist.barrier()
