@@ -91,7 +91,6 @@ SEED_RANGE = (0, 2**32 - 1)  # what NumPy's RandomState accepts
 
 
 def check_device(name: str) -> None:
-    """A device name swarmctl accepts: auto, cpu, cuda or cuda:N."""
     index = name[5:] if name.startswith("cuda:") else None
     if not (name in DEVICES or (index is not None and index.isdigit())):
         raise ConfigError(f"`device` must be auto, cpu, cuda or cuda:N, got {name!r}")
@@ -136,7 +135,6 @@ def step_parts(mode: str) -> frozenset[str]:
 
 
 def check_step(step: str) -> None:
-    """``step`` is a known mode."""
     if step not in STEP_MODES:
         raise ConfigError(f"unknown `step` {step!r}; choose one of {', '.join(STEP_MODES)}")
 

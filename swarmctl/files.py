@@ -138,7 +138,6 @@ def _same_file(path: Path, other: Path) -> bool:
 
 
 def _check_new_target(path: Path, replace: bool) -> None:
-    """Refuse an existing file at ``path`` unless ``replace``."""
     if not replace and os.path.lexists(path):
         raise OutputExists(f"{path} exists; pass `force` to overwrite it or choose another path")
 
@@ -221,8 +220,6 @@ def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) 
                     os.unlink(tmp)
         if not done:
             remove_folders(stage.created)
-
-
 
 
 @contextlib.contextmanager

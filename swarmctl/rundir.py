@@ -45,7 +45,6 @@ class RunDir:
         return self.path.name
 
     def checkpoints(self) -> tuple[Path, ...]:
-        """best.pt then last.pt: the order in which a reader looks for a checkpoint."""
         return tuple(self.path / name for name in CHECKPOINTS)
 
     def own_files(self) -> tuple[Path, ...]:
@@ -53,11 +52,9 @@ class RunDir:
         return (self.config, *(self.path / name for name in RESTARTABLE))
 
     def restartable(self) -> tuple[Path, ...]:
-        """What a restart from scratch removes (everything but the config and the lock)."""
         return tuple(self.path / name for name in RESTARTABLE)
 
     def has_run(self) -> bool:
-        """Whether the folder holds a run (its config)."""
         return self.config.is_file()
 
     def is_dead(self) -> bool:

@@ -49,8 +49,10 @@ def reference_swarm_states(layer: nn.Module, x: Tensor, mask: Tensor | None = No
     return h, c
 
 
-def _random_permutations(n_sets: int, n: int, generator: torch.Generator | None) -> Tensor:
-    return torch.argsort(torch.rand(n_sets, n, generator=generator), dim=1)
+def _permuted(fn: SetFn, x: Tensor, mask: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """``fn`` of the sets with their entities in a random order, and that order (n_sets, n)."""
+    perm = torch.argsort(torch.rand(x.shape[0], x.shape[1], generator=generator), dim=1)
+    return fn(_gather(x, perm), _gather(mask, perm)), perm
 
 
 def _gather(t: Tensor, perm: Tensor) -> Tensor:
@@ -65,8 +67,7 @@ def assert_permutation_equivariant(
     """Permuting the entities of every set (padding included) permutes ``fn(x, mask)`` the same way."""
     out = fn(x, mask)
     for _ in range(n_perms):
-        perm = _random_permutations(x.shape[0], x.shape[1], generator)
-        got = fn(_gather(x, perm), _gather(mask, perm))
+        got, perm = _permuted(fn, x, mask, generator)
         want = _gather(out, perm)
         m = _gather(mask, perm)
         torch.testing.assert_close(got[m], want[m], atol=atol, rtol=rtol, msg="not permutation-equivariant")
@@ -80,8 +81,7 @@ def assert_permutation_invariant(
     """Permuting the entities of every set leaves ``fn(x, mask)`` (one output per set) unchanged."""
     out = fn(x, mask)
     for _ in range(n_perms):
-        perm = _random_permutations(x.shape[0], x.shape[1], generator)
-        got = fn(_gather(x, perm), _gather(mask, perm))
+        got, _ = _permuted(fn, x, mask, generator)
         torch.testing.assert_close(got, out, atol=atol, rtol=rtol, msg="not permutation-invariant")
 
 
@@ -102,8 +102,7 @@ def assert_padding_invariant(
 def order_dependence(fn: SetFn, x: Tensor, mask: Tensor, generator: torch.Generator | None = None) -> float:
     """Largest change of a real entity's output when the entities are permuted (0 for equivariant fns)."""
     out = fn(x, mask)
-    perm = _random_permutations(x.shape[0], x.shape[1], generator)
-    got = fn(_gather(x, perm), _gather(mask, perm))
+    got, perm = _permuted(fn, x, mask, generator)
     m = _gather(mask, perm)
     return (got[m] - _gather(out, perm)[m]).abs().max().item()
 

@@ -235,12 +235,9 @@ def user_errors() -> Iterator[signals.Interruption]:
         warnings.showwarning = _show_warning
         try:
             yield state
-        except ConfigError as exc:
-            _error(" ".join(str(exc).split()))
-            raise typer.Exit(2) from None  # as click's usage errors
         except SwarmctlError as exc:
             _error(" ".join(str(exc).split()))
-            raise typer.Exit(1) from None
+            raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from None  # 2: as click's usage errors
         except OSError as exc:
             failed = stdout_failed(exc)
             _error(stdout_line(failed) if failed is not None else describe_os_error(exc))

@@ -142,12 +142,11 @@ class EpochProgress(DataGenerationProgress):
         """Net seconds per step from the steps read since the first one this process ran (its warm-up left out
         where there are more)."""
         if self._timed is None:
-            self._timed = (net_seconds, self._steps)
-            if self._steps > 1:  # the first read came after several steps (an accelerator): time from zero
-                start = self._run.net_seconds if self._run is not None else 0.0
-                self._timed = (start, 0)
-            else:
+            if self._steps <= 1:
+                self._timed = (net_seconds, self._steps)
                 return
+            # the first read came after several steps (an accelerator): time from zero
+            self._timed = (self._run.net_seconds if self._run is not None else 0.0, 0)
         seconds, steps = net_seconds - self._timed[0], self._steps - self._timed[1]
         if steps > 0 and seconds > 0:
             self._rate = seconds / steps

@@ -115,15 +115,14 @@ def cluster_cmd(
     plot-entropy) was trained on sets of 100..1,000 points with 3..10 round-ish Gaussian clusters of equal
     weight (means N(0, I), inverse-Wishart covariances of scale 0.05 I: the SWARM paper's generator) and
     returns at most 10 clusters. The default here was fine-tuned from it, on a 2-core CPU, on a broad prior
-    (1..16 clusters of unequal weight, 50..800
-    points, elongated and rotated, tight to overlapping) and on the paper's tasks, and returns at most 16
-    clusters. Sets of few, broad or overlapping clusters look to both like many small ones: --refine (the
-    default) starts EM from the model's answer and settles the number of clusters by BIC near it;
-    --clusters K gives the number instead, and EM fits exactly K from the model's answer. Refined, the
-    number of clusters is not bounded by the model's slots: the search goes on while the BIC falls. A
-    warning on stderr says when a result should not be trusted as it is: a limit reached (the set's size,
-    or without --refine the model's cluster slots), many unsure points, clusters that look like one or
-    hold a few stray points, a set unlike the training sets.
+    (1..16 clusters of unequal weight, 50..800 points, elongated and rotated, tight to overlapping) and on
+    the paper's tasks, and returns at most 16 clusters. Sets of few, broad or overlapping clusters look to
+    both like many small ones: --refine (the default) starts EM from the model's answer and settles the
+    number of clusters by BIC near it; --clusters K gives the number instead, and EM fits exactly K from
+    the model's answer. Refined, the number of clusters is not bounded by the model's slots: the search
+    goes on while the BIC falls. A warning on stderr says when a result should not be trusted as it is: a
+    limit reached (the set's size, or without --refine the model's cluster slots), many unsure points,
+    clusters that look like one or hold a few stray points, a set unlike the training sets.
     """
     from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
 

@@ -60,7 +60,6 @@ def content_checksum(splits: dict[str, ClusteringTasks]) -> str:
 
 
 def ensure_writable(path: Path, force: bool) -> None:
-    """Refuse to replace an existing dataset unless ``force``."""
     if Path(path).exists() and not force:
         raise DataError(f"{path} exists; pass `force` to overwrite it or `out` to write elsewhere")
 
@@ -133,7 +132,6 @@ def _text(value: Any) -> str | None:
 
 
 def _short(value: Any) -> str:
-    """A value's repr for a one-line message, cut to 40 characters."""
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

@@ -415,10 +415,8 @@ def _points_from_records(records: list[_Record], where: str, source: str, column
     if all(len(r.fields) == width for r in records):
         cells = np.empty((len(records), width), dtype=object)
         cells[:] = [r.fields for r in records]
-        try:
+        with contextlib.suppress(ValueError):
             values = cells[:, use].astype(np.float64)
-        except ValueError:
-            pass
         if values is not None and not all(map(_plain_text, cells[:, use].ravel().tolist())):
             values = None  # Python's float also reads 1_000 and digits of other scripts: named below
     if values is None:  # name the first place, in the file's order, that is not right
@@ -500,7 +498,6 @@ def _csv_records(lines: list[str], where: str, limit: int | None = None) -> list
 
 
 def _skipped(line: str) -> bool:
-    """Whether ``line`` is blank or a comment (its first character other than a blank is ``#``)."""
     return not line.strip() or line.lstrip().startswith("#")
 
 

@@ -50,7 +50,6 @@ class BadLibrary(RuntimeError):
 
 
 def disabled() -> bool:
-    """True when ``SWARMCTL_NO_EXT`` is set to anything but '' or '0'."""
     return os.environ.get("SWARMCTL_NO_EXT", "") not in ("", "0")
 
 

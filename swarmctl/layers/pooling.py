@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 
-def mask_weights(mask: Tensor | None, n: int, dtype: torch.dtype) -> Tensor | None:
+def mask_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """Per-entity weights 1/n_real for real entities and 0 for padding, shape (B, N).
 
     Computing them once per forward lets every later masked mean be one batched matrix product.
@@ -29,7 +29,7 @@ def masked_mean(x: Tensor, mask: Tensor | None = None, weights: Tensor | None = 
     A set with no real entity pools to zeros.
     """
     if weights is None:
-        weights = mask_weights(mask, x.shape[1], x.dtype)
+        weights = mask_weights(mask, x.dtype)
     if weights is None:
         return x.mean(dim=1)
     return torch.bmm(weights.unsqueeze(1), x).squeeze(1)  # (B, 1, N) @ (B, N, D) -> (B, D)

@@ -40,7 +40,6 @@ def triton_cell(enabled: bool = True) -> Iterator[None]:
 
 
 def triton_cell_enabled() -> bool:
-    """Whether :func:`triton_cell` is switched on here."""
     return _triton_cell
 
 
@@ -200,7 +199,7 @@ class SwarmLayer(nn.Module):
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
         cell = self.cell
-        weights = mask_weights(mask, x.shape[1], x.dtype) if cell.pooling == "mean" else None
+        weights = mask_weights(mask, x.dtype) if cell.pooling == "mean" else None
         fused = self._compiled_step is None and not (self.training and self.dropout > 0)  # else the step's code
         if fused and _triton_cell:
             from swarmctl.layers import _triton

@@ -65,7 +65,6 @@ def register_model(
 
 
 def list_models(task: str | None = None) -> list[str]:
-    """Registered model names, all or those of one task."""
     return sorted(n for n, s in _REGISTRY.items() if task is None or s.task == task)
 
 
@@ -114,7 +113,6 @@ def check_fields(name: str, given: set[str] | frozenset[str]) -> None:
 
 
 def complete_config(cfg: ModelConfig) -> ModelConfig:
-    """Fill the fields left at None with the model's registered defaults."""
     spec = get_spec(cfg.name)
     missing = {k: v for k, v in spec.defaults.items() if getattr(cfg, k) is None}
     return dataclasses.replace(cfg, **missing)
@@ -145,5 +143,4 @@ def check_heads_divide_hidden(cfg: ModelConfig) -> None:
 
 
 def count_parameters(model: nn.Module) -> int:
-    """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

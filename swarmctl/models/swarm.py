@@ -39,7 +39,6 @@ class SwarmNet(LayerStack):
         self.symmetry = self.layers[0].symmetry  # "equivariant" (mean pooling) or "causal"
 
     def compile_steps(self) -> None:
-        """torch.compile the iteration body of every layer."""
         for layer in self.layers:
             layer.compile_step()
 

@@ -174,7 +174,6 @@ class Run:
         return f"{self.model_cfg.name} ({paper_code(self.model_cfg)})"
 
     def data_path(self, data: Path | None = None) -> Path:
-        """``data`` when given, else the dataset the run was trained on."""
         return Path(data or self.config["data"]["path"])
 
 

@@ -91,7 +91,6 @@ class Samples:
 
     @property
     def array(self) -> Path:
-        """The .npy file holding the images."""
         return self.path.with_suffix(".npy")
 
 

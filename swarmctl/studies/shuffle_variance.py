@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -153,11 +153,8 @@ def shuffle_variance(
             opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
             results = []
             for run in opened:
-                if progress is None:
-                    results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed))
-                else:
-                    with progress(run.label) as update:
-                        results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed, progress=update))
+                with nullcontext() if progress is None else progress(run.label) as update:
+                    results.append(shuffle_variance_of_run(run, data, tasks, shuffles, seed, progress=update))
             if len({r.label for r in results}) < len(results):  # two runs of one configuration: name each
                 results = [dataclasses.replace(r, label=f"{key}: {r.label}")
                            for key, r in zip(keys, results, strict=True)]

@@ -54,7 +54,6 @@ def _article(word: str) -> str:
 
 
 def task_of(model_name: str) -> Task:
-    """The task the registered model ``model_name`` is trained on."""
     return get_task(get_spec(model_name).task)
 
 

@@ -8,7 +8,7 @@ import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,9 @@ class ClusteringTask(Task):
         params = ClusteringParams()
         message = f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first"
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
-            try:
-                with immediate_writes():  # read next by this command, whose own outputs may be staged
-                    generate_dataset(path, params, seed=0, progress=update)
-            except OutputExists:  # another command (a parallel sweep shard) made it meanwhile: read theirs
-                pass
+            # OutputExists: another command (a parallel sweep shard) made it meanwhile: read theirs
+            with suppress(OutputExists), immediate_writes():  # read next by this command, whose outputs may be staged
+                generate_dataset(path, params, seed=0, progress=update)
 
     def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,
                       progress: DataProgress | None = None, **params: Any) -> tuple[Path, dict[str, Any], str]:

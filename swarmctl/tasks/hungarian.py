@@ -92,7 +92,6 @@ class MatchedLoss:
 
     @property
     def loss(self) -> Tensor:
-        """Mean over tasks (each task weighted equally)."""
         return self.per_task.mean()
 
 

@@ -82,10 +82,7 @@ class DistContext:
 
 
 def init_distributed(device_name: str = "auto") -> DistContext:
-    """Join the process group torchrun set up through its environment variables (nothing otherwise).
-
-    Uses NCCL for CUDA devices and gloo for the CPU.
-    """
+    """Join the process group torchrun set up through its environment variables (nothing otherwise)."""
     world = _env_int("WORLD_SIZE", 1, low=1)
     if world <= 1:
         return DistContext()
@@ -129,6 +126,5 @@ def _env_int(name: str, default: int, low: int = 0) -> int:
 
 
 def barrier(ctx: DistContext) -> None:
-    """Wait for every rank (nothing without a process group)."""
     if ctx.enabled:
         dist.barrier()

@@ -27,8 +27,6 @@ UNMEASURED = "eager"  # what `auto` trains in on a CUDA card the timings do not 
 
 @dataclass(frozen=True)
 class StepMode:
-    """The parts of one mode."""
-
     amp: bool = False
     graphs: bool = False
     compile: bool = False
