@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import invwishart, multinomial, multivariate_normal
 
 from swarmctl.errors import ConfigError, DataError
 
@@ -116,6 +115,9 @@ def generate_clustering(
     points ~ N(mu, Sigma) as float32; finally one random permutation of the task's points.
     ``progress(k)`` is called after every task with the number of tasks done.
     """
+    # imported here: importing scipy.stats takes over half a second, which every command would pay
+    from scipy.stats import invwishart, multinomial, multivariate_normal
+
     rs = np.random.RandomState(seed)
     scale = params.wishart_scale * np.eye(2)
     n = params.n_tasks
@@ -245,6 +247,8 @@ def relative_spreads(means: np.ndarray, covs: np.ndarray, weights: np.ndarray) -
 
 def training_range(params: ClusteringParams | BroadParams, draws: int = 400, seed: int = 0) -> TrainingRange:
     """The :class:`TrainingRange` of a prior, its spreads from ``draws`` tasks' mixtures (no points drawn)."""
+    from scipy.stats import invwishart
+
     rs = np.random.RandomState(seed)
     spreads = []
     for _ in range(draws):

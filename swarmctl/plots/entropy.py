@@ -8,7 +8,6 @@ import numpy as np
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Ellipse
-from scipy.optimize import linear_sum_assignment
 
 from swarmctl.plots.style import literal, new_figure
 from swarmctl.studies.results import EntropyMapResult
@@ -20,6 +19,8 @@ def match_clusters(labels: np.ndarray, assignment: np.ndarray, n_classes: int) -
     """The colour index of each of the model's ``n_classes`` classes: the true cluster it shares the most
     points with, one class per cluster (Hungarian matching on the (class, cluster) overlap counts); a class
     matched to no cluster takes a colour no cluster uses. labels, assignment (N,) ints -> (n_classes,)."""
+    from scipy.optimize import linear_sum_assignment  # here: its import takes half a second
+
     size = max(n_classes, int(labels.max(initial=-1)) + 1, int(assignment.max(initial=-1)) + 1)
     overlap = np.zeros((size, size), dtype=np.int64)
     np.add.at(overlap, (assignment, labels), 1)  # overlap[class, cluster]: points in both

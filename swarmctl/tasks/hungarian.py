@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.optimize import linear_sum_assignment
 from torch import Tensor
 
 ABSENT_LOGIT = -1e4  # logit of a class the oracle knows is absent (finite: keeps 0 * logit = 0)
@@ -42,6 +41,8 @@ def optimal_assignments(M: Tensor) -> Tensor:
     """
     if M.device.type != "cpu" and M.shape[-1] <= MAX_DEVICE_CLASSES:
         return device_assignments(M)
+    from scipy.optimize import linear_sum_assignment  # here: its import takes half a second
+
     mats = M.detach().to("cpu", torch.float64).numpy()
     perms = [linear_sum_assignment(mat, maximize=True)[1] for mat in mats]
     return torch.from_numpy(np.array(perms, dtype=np.int64).reshape(mats.shape[:2])).to(M.device)
