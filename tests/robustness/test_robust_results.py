@@ -223,7 +223,12 @@ def test_report_draws_any_title_literally(two_runs, title):
 
 # ---- text that reaches matplotlib -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", NAMES)
+# five figures a name (a second each): one mathtext that does not parse, an escaped dollar and a CJK name in the
+# default suite, every name in the slow one
+FIGURE_NAMES = (r"$\frac{", r"\$5", "运行-名前")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FIGURE_NAMES else pytest.mark.slow) for n in NAMES])
 def test_every_figure_draws_names_literally_and_quietly(tmp_path, name):
     """Mathtext that does not parse used to crash the figure; a CJK name printed a warning per glyph
     (pytest turns warnings into errors)."""

@@ -220,7 +220,8 @@ def test_an_unwritable_home_prints_no_matplotlib_warning(case):
 
 # ---- odd terminals --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("config", ["/proc/no-such", pytest.param("{file}", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default suite has the unwritable home above
+@pytest.mark.parametrize("config", ["/proc/no-such", "{file}"])
 def test_an_unwritable_mplconfigdir_prints_no_matplotlib_warning(case, config):
     """$MPLCONFIGDIR set to a folder that cannot be made or written (or a file): replaced by the private one."""
     (case / "a-file").write_text("not a folder\n")
@@ -284,6 +285,10 @@ def test_a_dumb_terminal_gets_no_escape_sequences(case, columns):
     assert code == 0, shown
     assert "\x1b" not in shown, repr(shown[:500])
     assert "clustered in" in shown
+
+
+@pytest.mark.slow
+def test_a_dumb_terminal_gets_its_error_line_without_escape_sequences(case):
     code, shown = _on_a_terminal(["cluster", case / "missing.csv", case / "runs" / "x"], {"TERM": "dumb"})
     assert code == 1 and "\x1b" not in shown and "does not exist" in shown, repr(shown)
 
@@ -309,8 +314,18 @@ def test_every_integer_option_is_found():
     assert ("cluster", "--chunk-size") in INT_OPTIONS and ("gen-data", "--tasks") in INT_OPTIONS
 
 
-@pytest.mark.parametrize("value", ["8.0", "5.", "1e3", "8_000", "0x10", "eight"])
-@pytest.mark.parametrize(("command", "option"), INT_OPTIONS)
+# every value for two options, one value (which int() itself would take) for every other option in the default
+# suite; every pair in the slow one
+NOT_WHOLE = ["8.0", "5.", "1e3", "8_000", "0x10", "eight"]
+
+
+def _tiered(command, option, value):
+    default = (command, option) in (("train", "--hidden"), ("gen-data", "--tasks")) or value == "8_000"
+    return pytest.param(command, option, value, marks=() if default else pytest.mark.slow)
+
+
+@pytest.mark.parametrize(("command", "option", "value"),
+                         [_tiered(command, option, value) for command, option in INT_OPTIONS for value in NOT_WHOLE])
 def test_an_integer_option_takes_whole_numbers_only(tmp_path, command, option, value):
     before = snapshot(tmp_path)
     r = cli(command, option, value)
