@@ -169,10 +169,10 @@ ASCII_TERMINALS = {"PYTHONIOENCODING=ascii": {"PYTHONIOENCODING": "ascii"},
                    "C locale": {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}}
 
 
-# a process each; the default suite runs one (both commands in process: test_an_ascii_output_encoding_in_process)
-@pytest.mark.parametrize(("command", "terminal"), [
-    pytest.param(command, terminal, marks=() if (command, terminal) == ("cluster", "PYTHONIOENCODING=ascii")
-                 else pytest.mark.slow) for command in ("cluster", "train") for terminal in ASCII_TERMINALS])
+# a process each (both commands in process: test_an_ascii_output_encoding_in_process)
+@pytest.mark.slow  # the default suite: test_cluster_in_a_hostile_terminal
+@pytest.mark.parametrize("terminal", ASCII_TERMINALS)
+@pytest.mark.parametrize("command", ["cluster", "train"])
 def test_non_ascii_names_in_an_ascii_terminal(case, command, terminal):
     env = ASCII_TERMINALS[terminal]
     if command == "cluster":
@@ -209,6 +209,7 @@ def test_an_ascii_output_encoding_in_process(case):
     assert (case / "runs" / "é" / "best.pt").is_file() and "\\xe9" in r.output
 
 
+@pytest.mark.slow  # the default suite: test_cluster_in_a_hostile_terminal
 def test_an_unwritable_home_prints_no_matplotlib_warning(case):
     env = {"HOME": "/dev/null", "MPLCONFIGDIR": "", "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": ""}
     proc = _swarmctl(_commands(case)["cluster"], env=env)
@@ -220,7 +221,7 @@ def test_an_unwritable_home_prints_no_matplotlib_warning(case):
 
 # ---- odd terminals --------------------------------------------------------------------------------------------
 
-@pytest.mark.slow  # the default suite has the unwritable home above
+@pytest.mark.slow  # the default suite: test_cluster_in_a_hostile_terminal
 @pytest.mark.parametrize("config", ["/proc/no-such", "{file}"])
 def test_an_unwritable_mplconfigdir_prints_no_matplotlib_warning(case, config):
     """$MPLCONFIGDIR set to a folder that cannot be made or written (or a file): replaced by the private one."""
@@ -244,7 +245,8 @@ def test_an_odd_columns_value_still_prints_readable_lines(case, command, columns
     assert max(len(x) for x in lines) >= 40  # not folded into a column a few characters wide
 
 
-@pytest.mark.parametrize("columns", ["0", pytest.param("5", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default suite: test_cluster_in_a_hostile_terminal
+@pytest.mark.parametrize("columns", ["0", "5"])
 def test_an_odd_columns_value_in_a_real_process(case, columns):
     """COLUMNS is read when the console is made, at start-up: in a process of its own."""
     for args, words in ((_commands(case)["cluster"], "clustered in"), (["train", "--help"], "--max-epochs")):
@@ -279,7 +281,27 @@ def _on_a_terminal(args, env):
     return proc.wait(timeout=60), shown.decode(errors="replace")
 
 
-@pytest.mark.parametrize("columns", ["0", pytest.param("5", marks=pytest.mark.slow)])
+def test_cluster_in_a_hostile_terminal(case):
+    """One real process under every start-up condition the slow suite tries one at a time: a dumb terminal
+    COLUMNS=0, an ASCII-only output encoding, a home and matplotlib folder that cannot be written, and a file
+    name that is not ASCII. It clusters, draws, says so in readable lines, and prints nothing else."""
+    pts = case / "pé ☃.csv"
+    shutil.copyfile(case / "p.csv", pts)
+    env = {"TERM": "dumb", "COLUMNS": "0", "PYTHONIOENCODING": "ascii", "HOME": "/dev/null", "MPLCONFIGDIR": "",
+           "XDG_CONFIG_HOME": "", "XDG_CACHE_HOME": ""}
+    code, shown = _on_a_terminal(["cluster", pts, case / "runs" / "x", "--device", "cpu", "--plot", case / "o.png"],
+                                 env)
+    lines = [x for x in shown.splitlines() if x.strip()]
+    assert code == 0 and "Traceback" not in shown, shown
+    assert "\x1b" not in shown and "atplotlib" not in shown, repr(shown[:500])
+    assert any("clustered in" in x for x in lines) and max(len(x) for x in lines) >= 40, shown
+    assert all("trained on" in x for x in lines if x.startswith("warning: ")), shown
+    assert (case / "runs" / "x" / "cluster" / "pé ☃-clusters.csv").is_file()
+    assert (case / "o.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow  # the default suite: test_cluster_in_a_hostile_terminal
+@pytest.mark.parametrize("columns", ["0", "5"])
 def test_a_dumb_terminal_gets_no_escape_sequences(case, columns):
     code, shown = _on_a_terminal(_commands(case)["cluster"], {"TERM": "dumb", "COLUMNS": columns})
     assert code == 0, shown
