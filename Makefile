@@ -9,13 +9,14 @@ STAMP  := $(VENV)/.swarmctl-installed
 install: $(STAMP)
 
 # pip compiles what it installs one file at a time; compileall does the same on every core, in half the time.
-# Like pip, it skips the files that do not compile (one of torch's tests is Python 3.12 syntax); swarmctl's
-# own are compiled too, so that each of the suite's processes reads them instead of compiling them.
+# swarmctl's own modules are compiled too, so that each of the suite's processes reads them instead of
+# compiling them. Bytecode only saves time: like pip, this skips what does not compile (one of torch's tests
+# is Python 3.12 syntax), and an install goes on where compiling fails.
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
-	$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true
-	$(PY) -m compileall -q -j 0 swarmctl tools
+	$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+		swarmctl tools || true
 	touch $(STAMP)
 
 # The main job end to end on small defaults (a few minutes on 2 CPU cores): a 2,000-task dataset,
