@@ -197,6 +197,7 @@ class _Child:
         self.proc = subprocess.Popen([sys.executable, str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env=env or _env(), cwd=REPO)
         self.lines: list[str] = []
+        self.started, self.first_measured = time.monotonic(), None  # seconds from the start to the first mode
         self.seen = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -205,6 +206,8 @@ class _Child:
         for line in self.proc.stdout:
             with self.seen:
                 self.lines.append(line)
+                if self.first_measured is None and MEASURED.search(line):
+                    self.first_measured = time.monotonic() - self.started
                 self.seen.notify_all()
 
     def measured(self) -> int:
@@ -243,7 +246,10 @@ def test_a_kill_at_any_moment_leaves_no_json_or_a_valid_one_with_every_finished_
     for sig in (signal.SIGKILL, signal.SIGTERM):
         moments = [("after", rng.randint(1, n_modes - 1), rng.uniform(0, 0.3)) for _ in range(2)]
         moments += [("in-write", rng.randint(1, n_modes - 1), 0.0) for _ in range(2)]
-        moments += [("at", 0, rng.uniform(0.2, duration)) for _ in range(2)]
+        # at a random time: once well before the reference run's first mode (half its time: a faster start
+        # still comes after it), once after it
+        moments += [("at", 0, rng.uniform(0.2, max(0.2, ref.first_measured / 2))),
+                    ("at", 0, rng.uniform(ref.first_measured, duration))]
         for i, (how, k, delay) in enumerate(moments):
             folder = tmp_path / f"{sig.name}-{i}"
             folder.mkdir()
