@@ -112,10 +112,18 @@ def test_every_readme_command_is_listed_here_once():
     assert sorted(set(readme_commands(README))) == sorted(listed)
 
 
+def test_the_readme_help_runs_as_written_in_a_process_of_its_own(tmp_path):
+    r = swarmctl("swarmctl --help", fresh_folder(tmp_path))
+    assert r.returncode == 0 and "Usage" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("line", SHORT)
-def test_short_readme_command_runs_as_written(line, tmp_path):
-    r = swarmctl(line, fresh_folder(tmp_path))
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_short_readme_command_runs_as_written(line, tmp_path, monkeypatch, cli):
+    """In process (PyTorch loads once per worker), from the fresh folder, with the shipped models."""
+    monkeypatch.chdir(fresh_folder(tmp_path))
+    monkeypatch.delenv("SWARMCTL_PRETRAINED", raising=False)
+    r = cli(*shlex.split(line)[1:])
+    assert r.exit_code == 0, r.output
 
 
 @pytest.mark.slow
