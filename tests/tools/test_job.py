@@ -117,6 +117,7 @@ def _session(tmp_path, wall, *extra, images=None, stderr=subprocess.STDOUT):
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
 
 
+@pytest.mark.slow  # the job in a real process; the default suite runs the status and commit tools in process
 def test_without_a_gpu_the_job_stops_after_its_first_phase_and_says_so(tmp_path):
     """A job sent to a machine without CUDA (a wrong partition, a broken driver) ends in seconds, not after
     its wall, with the machine's facts and the inputs checked written down; why it stopped is on its
