@@ -1,6 +1,7 @@
 """Shared fixtures: every test starts from the same seeds and runs single-threaded-deterministic on CPU."""
 
 import dataclasses
+import functools
 import os
 import random
 
@@ -20,18 +21,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # two workers on two cores: one thread each, as swarmctl's rule picks on a busy machine
 
 
-_COMMANDS: dict[int, tuple[object, object]] = {}  # id(app) -> (app, its command): the app kept, so its id stays its
+# A Typer app's click command, built once per app as a process that runs the CLI builds it once: Typer's CliRunner
+# rebuilt it for every invocation, 24 ms each, 40 s of the suite's 1,666 in-process commands. `_get_command` is the
+# name CliRunner.invoke calls (typer 0.29); were it gone, the suite would only be slower.
+typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
-def _command_of(app):
-    """A Typer app's click command, built once per app as a process that runs the CLI builds it once: Typer's
-    CliRunner rebuilt it for every invocation, 24 ms each, 40 s of the suite's 1,666 in-process commands."""
-    if id(app) not in _COMMANDS:
-        _COMMANDS[id(app)] = (app, typer.main.get_command(app))
-    return _COMMANDS[id(app)][1]
-
-
-typer.testing._get_command = _command_of  # the name CliRunner.invoke calls (typer 0.29); gone, it only costs time
+def tiered(*values, default: bool):
+    """One parametrize case, run by the default suite when ``default``, else by the slow one only."""
+    return pytest.param(*values, marks=() if default else pytest.mark.slow)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,6 +11,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import tiered
 from faults import assert_clean_failure, assert_no_traceback, cli, deadline, plant, snapshot
 
 from swarmctl.plots.curves import plot_curves
@@ -228,7 +229,7 @@ def test_report_draws_any_title_literally(two_runs, title):
 FIGURE_NAMES = (r"$\frac{", r"\$5", "运行-名前")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in FIGURE_NAMES else pytest.mark.slow) for n in NAMES])
+@pytest.mark.parametrize("name", [tiered(n, default=n in FIGURE_NAMES) for n in NAMES])
 def test_every_figure_draws_names_literally_and_quietly(tmp_path, name):
     """Mathtext that does not parse used to crash the figure; a CJK name printed a warning per glyph
     (pytest turns warnings into errors)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiered
 from faults import assert_clean_failure, cli, snapshot
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -282,7 +283,7 @@ def _on_a_terminal(args, env):
 
 
 def test_cluster_in_a_hostile_terminal(case):
-    """One real process under every start-up condition the slow suite tries one at a time: a dumb terminal
+    """One real process under every start-up condition the slow suite tries one at a time: a dumb terminal,
     COLUMNS=0, an ASCII-only output encoding, a home and matplotlib folder that cannot be written, and a file
     name that is not ASCII. It clusters, draws, says so in readable lines, and prints nothing else."""
     pts = case / "pé ☃.csv"
@@ -341,13 +342,9 @@ def test_every_integer_option_is_found():
 NOT_WHOLE = ["8.0", "5.", "1e3", "8_000", "0x10", "eight"]
 
 
-def _tiered(command, option, value):
-    default = (command, option) in (("train", "--hidden"), ("gen-data", "--tasks")) or value == "8_000"
-    return pytest.param(command, option, value, marks=() if default else pytest.mark.slow)
-
-
-@pytest.mark.parametrize(("command", "option", "value"),
-                         [_tiered(command, option, value) for command, option in INT_OPTIONS for value in NOT_WHOLE])
+@pytest.mark.parametrize(("command", "option", "value"), [
+    tiered(command, option, value, default=(command, option) in (("train", "--hidden"), ("gen-data", "--tasks"))
+           or value == "8_000") for command, option in INT_OPTIONS for value in NOT_WHOLE])
 def test_an_integer_option_takes_whole_numbers_only(tmp_path, command, option, value):
     before = snapshot(tmp_path)
     r = cli(command, option, value)

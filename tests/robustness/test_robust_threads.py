@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import tiered
 
 from swarmctl import threads
 
@@ -23,7 +24,6 @@ def _swarmctl(tmp_path, *args, **env):
 
 # digits Python's int() reads or refuses but no C library does (a superscript two, an Arabic-Indic three),
 # and counts past the C int PyTorch keeps and the unsigned long OpenMP reads
-DEFAULT_PAIRS = {("OMP_NUM_THREADS", "\u00b2")}
 UNUSABLE = ["\u00b2", "\u0663", "2147483648", "99999999999999999999"]
 
 
@@ -37,7 +37,7 @@ def test_an_unusable_thread_variable_counts_as_none(variable, value):
 # In a real process (OpenMP reads its variable itself, and would complain of a digit it cannot read): that
 # case in the default suite, every other pair in the slow one.
 @pytest.mark.parametrize(("variable", "value"), [
-    pytest.param(variable, value, marks=() if (variable, value) in DEFAULT_PAIRS else pytest.mark.slow)
+    tiered(variable, value, default=(variable, value) == ("OMP_NUM_THREADS", "\u00b2"))
     for variable in (threads.ENV, "OMP_NUM_THREADS") for value in UNUSABLE])
 def test_an_unusable_thread_variable_is_ignored_quietly(tmp_path, variable, value):
     proc = _swarmctl(tmp_path, "models", **{variable: value})
