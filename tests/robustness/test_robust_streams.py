@@ -24,6 +24,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from swarmctl.cli import app
+from swarmctl.cli._options import console
 from swarmctl.runs import run_path
 
 TINY = ["--hidden", 4, "--iters", 2, "--batch-size", 8, "--device", "cpu", "--max-epochs", 1]
@@ -88,8 +89,9 @@ def _invoke_with_stdout(args, err):
     except SystemExit as exc:
         code = exc.code
     finally:
+        raw.failing = False  # what is left in the buffers may go now, into this stream: no error when collected
+        console.print(end="")  # rich keeps what a failed write held: it would open the next command's output
         sys.stdout, sys.stderr = saved
-        raw.failing = False  # what is left in the buffer may go now: no error when it is collected
     return code, stderr.getvalue()
 
 
