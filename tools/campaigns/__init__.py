@@ -12,6 +12,8 @@ NAMES = ("clustering", "mog", *IMAGES)  # every campaign
 # what a job's cold-compile probe may measure: a task's step, or (+amp) its bf16 autocast step
 PROBES = ("mog", "image", "clustering", "mog+amp", "image+amp", "clustering+amp", "none")
 
+DEVICES = ("cuda", "cpu")  # a job on the card (every campaign), or Table 2 on this machine's CPU
+
 NO_CUDA = "cpu (no CUDA)"  # a job's card where it found no CUDA (only a --smoke job trains there)
 
-__all__ = ["IMAGES", "NAMES", "NO_CUDA", "PROBES"]
+__all__ = ["DEVICES", "IMAGES", "NAMES", "NO_CUDA", "PROBES"]

@@ -21,7 +21,7 @@ from swarmctl.cli._app import _OneLineErrors, _Typer
 from swarmctl.cli._options import argument, checked, count, option, positive_number, say, user_errors
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError
-from tools.campaigns import NAMES, PROBES
+from tools.campaigns import DEVICES, NAMES, PROBES
 
 if TYPE_CHECKING:
     from tools.campaigns.status import Status
@@ -72,6 +72,12 @@ def run_cmd(
     data_dir: DataDir = Path(DATA_DIR),
     campaigns: Campaigns = Path("campaigns"),
     work: Annotated[Path, option(help="Scratch folder (emptied first).")] = Path(".gpu-work"),
+    device: Annotated[str, option(help="cuda: every campaign on the card; cpu: Table 2 on this machine's CPU "
+                                       "(campaigns/clustering-cpu/), in place, run after run.",
+                                  callback=_one_of(DEVICES))] = DEVICES[0],
+    threads: Annotated[int, count("Threads each CPU training uses (--device cpu).")] = 1,
+    clustering_data: Annotated[Path, option(help="The seed-0 clustering file the CPU table trains on "
+                                                 "(--device cpu).")] = Path("data/clustering-seed0.h5"),
 ) -> None:
     """Continue every campaign where the campaigns folder left it, within a wall-time limit.
 
@@ -79,13 +85,23 @@ def run_cmd(
     timings (or the committed ones); the campaigns, furthest from the paper first. A SIGTERM (a scheduler's
     notice) stops the running commands the graceful way and packs what finished. Exit 0 when done, 130 when
     stopped by a signal, 1 without CUDA (unless --smoke). The work folder is emptied first: it must be new,
-    empty or an earlier job's."""
-    with user_errors():
-        from tools.campaigns.job import JobOptions, run_job
+    empty or an earlier job's.
 
+    With --device cpu the job trains Table 2's runs on this machine's CPU instead, one after another on
+    --threads threads, 60 net minutes each, in campaigns/clustering-cpu/ (resuming the run the last job
+    stopped); OUT gets its record and logs. Exit 0 when it ended by itself, 130 when stopped by a signal."""
+    with user_errors():
         _log_lines()
-        code = run_job(JobOptions(out, wall, files, file_mib, campaigns, data_dir, work, retime, probe,
-                                    tuple(only or ()), smoke))
+        if device == "cpu":
+            from tools.campaigns.cpu import check_cpu_job, run_cpu_job
+
+            check_cpu_job(campaigns, clustering_data)
+            code = run_cpu_job(campaigns, out, wall, threads, clustering_data)
+        else:
+            from tools.campaigns.job import JobOptions, run_job
+
+            code = run_job(JobOptions(out, wall, files, file_mib, campaigns, data_dir, work, retime, probe,
+                                      tuple(only or ()), smoke))
     raise typer.Exit(code)
 
 
@@ -157,6 +173,7 @@ def _print_status(status: Status) -> None:
     say(f"the clustering table: {t.runs_left} of {t.runs} runs left; {fit}; {t.side} side by side, "
         f"{t.minutes_per_run:g} net min each ({t.group_s:.0f} s a group): {jobs} of {t.wall:.0f} s with the card "
         "to itself")
+    _print_cpu_plan(status)
     say("the paper's tables (GPU minutes: what the row's campaign still needs):")
     for r in status.rows:
         ours = "none yet" if r.ours is None else f"{r.ours:.4f}"
@@ -164,6 +181,25 @@ def _print_status(status: Status) -> None:
         left = "" if r.minutes_left is None else f", {r.minutes_left:.0f} GPU min left"
         name = f"{r.model} ({r.code}){'' if r.dataset is None else ' on ' + r.dataset}"
         say(f"  {r.table}: {name}: paper {r.paper:g}, ours {ours}{step}{left}; {r.note}")
+
+
+def _print_cpu_plan(status: Status) -> None:
+    """The clustering table on a CPU (`run --device cpu`): each row's measured cost and the CPU hours it needs."""
+    measured = f"cost measured on {status.cpu_cost_from}" if status.cpu_cost_from else \
+        "cost not measured yet: benchmarks/table2_cpu_cost.py"
+    say(f"the clustering table on a CPU (campaigns/clustering-cpu; {measured}), rows in the order the CPU job "
+        "runs them:")
+    for r in status.cpu:
+        cost = ", ".join(f"{s:.0f} s an epoch on {t} thread{'s' if t > 1 else ''}"
+                         for t, s in sorted(r.epoch_s.items()))
+        epochs = "" if r.epochs_per_run is None else f" ({r.epochs_per_run:.0f} epochs in 60 net min on 1 thread)"
+        done = f"{r.done} of 3 seeds done" + (f" (val loss {', '.join(f'{v:.4f}' for v in r.losses)}; epochs "
+                                              f"{', '.join(map(str, r.epochs))})" if r.done else "")
+        flat = "" if r.hours_flat is None else f"; to a flat curve: {r.hours_flat:.1f} CPU h for 3 seeds"
+        if r.in_progress:
+            done += f"; in progress: {r.in_progress}"
+        say(f"  {r.model} ({r.code}): {cost or 'cost not measured'}{epochs}; {done}; "
+            f"{r.hours_protocol:.1f} CPU h left at 60 net min a run{flat}; {r.note}")
 
 
 def _ordinal(n: int) -> str:

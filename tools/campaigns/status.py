@@ -14,6 +14,7 @@ from typing import Any
 from swarmctl.errors import ResourceError
 from swarmctl.runs.shipped import shipped_models
 from tools.campaigns import plan as campaign
+from tools.campaigns.cpu import COST, CPU, CpuRow, cpu_plan
 from tools.campaigns.plan import PACK_RESERVE, TIMING
 from tools.campaigns.runners import read_json
 
@@ -44,6 +45,8 @@ class Status:
     table: campaign.TablePlan  # the clustering table on one card: side by side, jobs of ``wall`` seconds
     card: str | None  # the card the plan counts on (the last committed job's)
     waiting: tuple[str, ...] = ()  # campaigns whose files do not fit beside the others' in the next job
+    cpu: tuple[CpuRow, ...] = ()  # the clustering table on a CPU (tools.campaigns.cpu), row by row
+    cpu_cost_from: str | None = None  # the machine and date of its measured cost (None: not measured)
 
 
 TASK_OF = {"clustering": "clustering", "mog": "mog", **{name: "image" for name in campaign.IMAGES}}
@@ -101,9 +104,11 @@ def campaign_status(root: Path, wall: float, files: int, graphs_ok: bool = True)
                                    shares.get(name), None if task_flags is None else tuple(task_flags)))
     card = last_card(root)
     table = campaign.table_plan(campaign.read_progress(root, "clustering"), wall, campaign.card_bytes(card))
+    cost = read_json(root / CPU / COST)
     return Status(tuple(rows), wall, files, str(root / TIMING) if timing else None,
                   paper_rows(root, wall, timing, card=card),
-                  table, card, tuple(waiting))
+                  table, card, tuple(waiting), cpu_plan(root),
+                  f"{cost['machine']}, {cost['date']}" if cost.get("machine") and cost.get("date") else None)
 
 
 # ---- the paper's tables, row by row --------------------------------------------------------------------------

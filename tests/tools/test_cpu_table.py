@@ -1,0 +1,131 @@
+"""The CPU job of the clustering table (`python -m tools.campaigns run OUT --device cpu`): runs trained one after
+another in plan order, each finished run evaluated and recorded with its hardware, a stopped run resumed by the
+next job, and the plan's CPU hours from the measured cost."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY_PARAMS
+
+from tools.campaigns import cpu
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def tiny_runs(linear_seeds=(0, 1)):
+    """Seeds of a tiny set-linear and one of a tiny SWARM, in the shape of plan.table_runs()."""
+    from swarmctl.config import ModelConfig
+
+    out = []
+    for model, opts, code, seeds in (("set-linear", ["--hidden", "8", "--layers", "1"], "8-1", linear_seeds),
+                                     ("swarm", ["--hidden", "8", "--iters", "2", "--layers", "1"], "8-2-1", (0,))):
+        cfg = ModelConfig(name=model, dim_hidden=8, n_layers=1, n_iter=2 if model == "swarm" else None)
+        out += [{"name": f"{model}-{code}-s{s}", "model": model, "code": code, "seed": s, "options": opts,
+                 "config": cfg} for s in seeds]
+    return out
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    from swarmctl.data.clustering_generator import ClusteringParams
+    from swarmctl.data.hdf5 import generate_dataset
+
+    data = tmp_path / "data.h5"
+    generate_dataset(data, ClusteringParams(**{**TINY_PARAMS, "n_tasks": 40}), seed=0)
+    root = tmp_path / "campaigns"
+    (root / cpu.CPU).mkdir(parents=True)
+    monkeypatch.setattr(cpu, "table_runs", tiny_runs)
+    return root, data
+
+
+def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, tmp_path, monkeypatch):
+    root, data = table
+    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [  # SWARM measured cheaper: its row runs first
+        {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 1.0}]},
+        {"model": "set-linear", "code": "8-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 2.0}]}]}))
+    assert [r["name"] for r in cpu.cpu_runs(root)] == ["swarm-8-2-1-s0", "set-linear-8-1-s0", "set-linear-8-1-s1"]
+    monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=())[:1])  # one run: two processes
+    code = cpu.run_cpu_job(root, tmp_path / "out", wall=600, threads=1, data=data, minutes=0.01)
+    assert code == 0
+    progress = json.loads((root / cpu.CPU / "progress.json").read_text())
+    assert list(progress["runs"]) == ["swarm-8-2-1-s0"]
+    for name, rec in progress["runs"].items():
+        run = root / cpu.CPU / "runs" / name
+        ev = json.loads((run / "eval-val.json").read_text())
+        assert rec["eval_loss"] == ev["loss"] and rec["epochs"] >= 1 and "1 thread" in rec["hardware"]
+        assert (run / "weights.pt").is_file() and not (run / "last.pt").exists() and not (run / "best.pt").exists()
+    assert progress["sessions"][-1]["threads"] == 1 and len(progress["sessions"][-1]["runs"]) == 1
+    # a second job finds nothing left and changes nothing
+    before = (root / cpu.CPU / "progress.json").read_text()
+    assert cpu.run_cpu_job(root, tmp_path / "out2", wall=600, threads=1, data=data, minutes=0.01) == 0
+    assert (root / cpu.CPU / "progress.json").read_text() == before
+
+
+def test_the_plan_gives_each_rows_cpu_hours_from_the_measured_cost(table):
+    root, _ = table
+    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
+        {"model": "set-linear", "code": "8-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 20.0},
+                                                           {"threads": 2, "s_per_epoch": 12.0}]}]}))
+    rows = {r.model: r for r in cpu.cpu_plan(root)}
+    assert rows["set-linear"].epoch_s == {1: 20.0, 2: 12.0}
+    assert rows["set-linear"].epochs_per_run == pytest.approx(180)  # 3,600 net seconds at 20 s an epoch
+    assert rows["set-linear"].hours_protocol == pytest.approx(3 * 1.05)  # 3 seeds x 60 min, 5 % evaluation
+    assert rows["swarm"].epoch_s == {} and rows["swarm"].epochs_per_run is None  # not measured: no guess
+    assert rows["set-linear"].flat_minutes is None and "once a seed has finished" in rows["set-linear"].note
+
+
+def test_a_flat_curve_is_read_off_the_finished_runs_metrics(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    losses = [1.0, 0.7, 0.6, 0.505, 0.501, 0.5]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"epoch": i, "train_loss": v, "val_loss": v, "best_val": v,
+                                                                      "lr": 0.01, "net_seconds": 60.0 * (i + 1),
+                                                                      "backtracked": False})
+                                               + "\n" for i, v in enumerate(losses)))
+    assert cpu._flat_minutes(run) == pytest.approx(4.0)  # 0.505 is within 1 % of 0.5: epoch 3, 4 net minutes
+
+
+def test_the_cpu_job_refuses_a_missing_data_file_in_one_line(campaigns_cli, tmp_path):
+    (tmp_path / "campaigns").mkdir()
+    r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--campaigns", tmp_path / "campaigns",
+                      "--clustering-data", tmp_path / "none.h5")
+    assert r.exit_code == 1 and "swarmctl gen-data --seed 0" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cpu_job_refuses_an_unknown_device(campaigns_cli, tmp_path):
+    r = campaigns_cli("run", tmp_path / "out", "--device", "tpu")
+    assert r.exit_code == 2 and "cuda, cpu" in r.output
+
+
+@pytest.mark.slow
+def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_path):
+    """SIGTERM (a wall-time limit's notice) saves the run in progress; the next job resumes it, not restarts it."""
+    root, data = table
+    paths = [str(ROOT), str(Path(__file__).parent), str(Path(__file__).parents[1])]
+    script = (f"import sys, pathlib; sys.path[:0] = {paths!r};"
+              "import test_cpu_table as t; from tools.campaigns import cpu; cpu.table_runs = t.tiny_runs;"
+              f"sys.exit(cpu.run_cpu_job(pathlib.Path({str(root)!r}), pathlib.Path({str(tmp_path / 'out')!r}), "
+              f"600, 1, pathlib.Path({str(data)!r}), minutes=5))")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    metrics = next(iter(sorted((root / cpu.CPU / "runs").glob("*/metrics.jsonl"))), None)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (metrics is None or not metrics.is_file()):
+        time.sleep(0.5)
+        metrics = next(iter(sorted((root / cpu.CPU / "runs").glob("*/metrics.jsonl"))), None)
+    assert metrics is not None, "no run reached its first epoch"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130
+    run = metrics.parent
+    assert (run / "last.pt").is_file() and not json.loads((root / cpu.CPU / "progress.json").read_text())["runs"]
+    epochs = len(metrics.read_text().splitlines())
+    r = next(r for r in tiny_runs() if r["name"] == run.name)
+    assert cpu._train_args(r, root / cpu.CPU / "runs", data, 5)[2] == "--resume"
+    assert cpu.run_cpu_job(root, tmp_path / "out2", wall=600, threads=1, data=data, minutes=0.05) == 0
+    progress = json.loads((root / cpu.CPU / "progress.json").read_text())
+    assert progress["runs"][run.name]["epochs"] >= epochs  # continued: its earlier epochs are still there

@@ -1,0 +1,255 @@
+"""Table 2 on a CPU (`python -m tools.campaigns run OUT --device cpu`): the six configurations of
+sweeps/best.toml x seeds 0, 1, 2, trained one after another on ``threads`` threads of this machine, each for
+the paper's protocol of 60 net minutes, and continued where the last job stopped.
+
+Everything lives in ``campaigns/clustering-cpu/`` (committed after each job): ``progress.json`` (the finished
+runs' evaluations, every job that moved the table), ``cost.json`` (benchmarks/table2_cpu_cost.py: seconds per
+epoch of each configuration on this CPU) and ``runs/NAME/``: a run in progress keeps its ``last.pt`` and
+``best.pt`` (model and Adam state, so the next job resumes it bit for bit); a finished one keeps its config,
+metrics, evaluation, curves and ``weights.pt`` (its best weights without the optimizer's state).
+
+The rows run cheapest first (by the measured cost, else by parameters), all three seeds of a row before the
+next row, so that the table fills row by row. The plan (:func:`cpu_plan`) gives each row's CPU hours for three
+seeds at the protocol, and to a flat validation curve once a seed of the row has finished.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from swarmctl.errors import DataError, ResourceError
+from swarmctl.files import read_metrics
+from swarmctl.rundir import RunDir
+from swarmctl.runs import parameter_count, run_progress
+from tools.campaigns.plan import PROGRESS, table_runs
+from tools.campaigns.processes import Deadline, finish, log, start, stop_on_signals, warn
+from tools.campaigns.runners import WEIGHTS, eval_file, read_json, write_json
+from tools.campaigns.shipping import export_weights
+
+CPU = "clustering-cpu"  # the campaign's folder in campaigns/
+COST = "cost.json"  # benchmarks/table2_cpu_cost.py's measurement, in that folder
+MINUTES = 60.0  # the paper's protocol: 60 net minutes a run
+SEEDS = 3
+FLAT = 0.01  # a curve is flat from the first epoch whose best loss is within 1 % of the run's final best
+EVAL_RESERVE = 120.0  # seconds a job keeps after a training for its evaluation on the validation split
+
+
+def cpu_machine() -> str:
+    """This machine as the records name it: its processor model and cores."""
+    model = platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def read_cost(root: Path) -> dict[tuple[str, str], dict[int, float]]:
+    """Seconds per epoch (training steps only) by (model, code) and threads, from cost.json; empty without it.
+    On one thread the CPU seconds are read (they hold on a shared machine); on more, the wall seconds."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for row in read_json(root / CPU / COST).get("rows", []):
+        for t in row.get("timings", []):
+            value = t.get("cpu_s_per_epoch") if t.get("threads") == 1 else t.get("s_per_epoch")
+            if isinstance(value, (int, float)) and value > 0:
+                out.setdefault((row["model"], row["code"]), {})[t["threads"]] = float(value)
+    return out
+
+
+def cpu_runs(root: Path) -> list[dict]:
+    """Every run of the table, row by row (cheapest row first), seeds 0, 1, 2 within a row."""
+    runs = table_runs()
+    cost = read_cost(root)
+    params = {r["code"] + r["model"]: parameter_count(r["config"]) for r in runs if r["seed"] == 0}
+
+    def price(r: dict) -> tuple[float, int]:
+        per_epoch = cost.get((r["model"], r["code"]), {}).get(1)
+        return (per_epoch if per_epoch is not None else float("inf"), params[r["code"] + r["model"]])
+
+    return sorted(runs, key=lambda r: (*price(r), r["model"], r["seed"]))
+
+
+# ---- the plan ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CpuRow:
+    """One configuration of the table on this CPU: what a run costs, what is done, the hours still needed."""
+
+    model: str
+    code: str
+    epoch_s: dict[int, float]  # measured seconds per epoch by threads (training steps only)
+    epochs_per_run: float | None  # epochs 60 net minutes buy on one thread
+    done: int  # finished seeds
+    losses: tuple[float, ...]  # their validation losses
+    epochs: tuple[int, ...]  # their epochs
+    hours_protocol: float  # CPU hours (one core) for the seeds left at 60 net minutes each, evaluation included
+    flat_minutes: float | None  # net minutes to a flat validation curve (the finished seeds' median)
+    hours_flat: float | None  # CPU hours for three seeds trained to that point
+    note: str
+    in_progress: str | None = None  # the run a job stopped in this row: its epochs and best loss so far
+
+
+def _in_progress(runs_dir: Path, runs: list[dict], finished: dict) -> str | None:
+    for r in runs:
+        path = RunDir(runs_dir / r["name"]).metrics
+        rows = read_metrics(path) if r["name"] not in finished and path.is_file() else []
+        if rows:
+            return (f"{r['name']} at {len(rows)} epochs, {rows[-1]['net_seconds'] / 60:.1f} net min, best val loss "
+                    f"{rows[-1]['best_val']:.4f}")
+    return None
+
+
+def _flat_minutes(run_dir: Path) -> float | None:
+    """Net minutes at the first epoch whose best validation loss is within FLAT of the run's final best."""
+    path = RunDir(run_dir).metrics
+    rows = read_metrics(path) if path.is_file() else []
+    best = [r for r in rows if isinstance(r.get("best_val"), (int, float))]
+    if not best:
+        return None
+    final = best[-1]["best_val"]
+    first = next(r for r in best if r["best_val"] <= final * (1 + FLAT))
+    return first["net_seconds"] / 60
+
+
+def _eval_share(run_dir: Path) -> float:
+    """Wall seconds of evaluation and checkpoints per net second of a run (0.05 before any run is measured)."""
+    path = RunDir(run_dir).metrics
+    rows = read_metrics(path) if path.is_file() else []
+    if not rows or not rows[-1].get("net_seconds"):
+        return 0.05
+    return rows[-1].get("eval_seconds", 0.0) / rows[-1]["net_seconds"]
+
+
+def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
+    """Each row of the table on this CPU (rows in the order the job runs them)."""
+    progress = read_progress(root)
+    cost = read_cost(root)
+    runs_dir = root / CPU / "runs"
+    rows: dict[tuple[str, str], list[dict]] = {}
+    for r in cpu_runs(root):
+        rows.setdefault((r["model"], r["code"]), []).append(r)
+    out = []
+    for (model, code), runs in rows.items():
+        finished = [progress["runs"][r["name"]] for r in runs if r["name"] in progress["runs"]]
+        epoch_s = cost.get((model, code), {})
+        per_run = epoch_s.get(1)
+        share = statistics.fmean([_eval_share(runs_dir / r["name"]) for r in runs]) if finished else 0.05
+        left = SEEDS - len(finished)
+        flats = [m for m in (_flat_minutes(runs_dir / r["name"]) for r in runs if r["name"] in progress["runs"])
+                 if m is not None]
+        flat = statistics.median(flats) if flats else None
+        if flat is None:
+            note = "to a flat curve: known once a seed has finished"
+        elif flat >= 0.9 * MINUTES:
+            note = f"still improving near the end of its {MINUTES:g} net minutes: a flat curve needs more"
+        else:
+            note = f"flat after {flat:.0f} of its {MINUTES:g} net minutes"
+        out.append(CpuRow(model, code, epoch_s, None if per_run is None else MINUTES * 60 / per_run, len(finished),
+                          tuple(f["eval_loss"] for f in finished), tuple(f["epochs"] for f in finished),
+                          left * MINUTES * (1 + share) / 60, flat,
+                          None if flat is None else SEEDS * flat * (1 + share) / 60, note,
+                          _in_progress(runs_dir, runs, progress["runs"])))
+    return tuple(out)
+
+
+# ---- the job ---------------------------------------------------------------------------------------------------
+
+def read_progress(root: Path) -> dict:
+    p = read_json(root / CPU / PROGRESS)
+    p.setdefault("campaign", CPU)
+    p.setdefault("minutes_per_run", MINUTES)
+    p.setdefault("runs", {})
+    p.setdefault("sessions", [])
+    return p
+
+
+def _train_args(r: dict, runs: Path, data: Path, minutes: float) -> list[str]:
+    """`swarmctl train` for run ``r``: resumed where its folder exists (a run stopped before its first checkpoint
+    starts again), else started."""
+    if run_progress(runs / r["name"]).status != "new":
+        return ["train", r["model"], "--resume", str(runs / r["name"]), "--minutes", f"{minutes:g}", "--device", "cpu"]
+    return ["train", r["model"], *r["options"], "--seed", str(r["seed"]), "--minutes", f"{minutes:g}",
+            "--device", "cpu", "--data", str(data), "--runs-dir", str(runs), "--name", r["name"]]
+
+
+def _finish_run(r: dict, run_dir: Path, threads: int) -> dict:
+    """The record of a finished and evaluated run; its checkpoints give way to its best weights."""
+    run = RunDir(run_dir)
+    res = read_json(run_dir / eval_file("val"))
+    rows = read_metrics(run.metrics)
+    export_weights(run.best, run_dir / WEIGHTS)
+    for path in (run.last, run.best):
+        path.unlink(missing_ok=True)
+    return {"model": r["model"], "code": r["code"], "seed": r["seed"], "eval_loss": res["loss"],
+            "accuracy": res.get("accuracy"), "oracle_loss": res.get("oracle_loss"), "epochs": len(rows),
+            "net_minutes": round(rows[-1]["net_seconds"] / 60, 2) if rows else 0.0,
+            "hardware": f"{cpu_machine()}, {threads} thread{'s' if threads > 1 else ''}",
+            "date": datetime.date.today().isoformat()}
+
+
+def check_cpu_job(root: Path, data: Path) -> None:
+    """What the CPU job needs before it starts: the campaigns folder and the seed-0 data (one line each)."""
+    if not root.is_dir():
+        raise ResourceError(f"{root} is not a folder; run from the repository's root or pass `campaigns`")
+    if not Path(data).is_file():
+        raise DataError(f"{data} does not exist; create the paper's data with `swarmctl gen-data --seed 0` or "
+                        "pass `clustering-data`")
+
+
+def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float = MINUTES) -> int:
+    """Train the table's runs in plan order until ``wall`` seconds are spent or every run is done; 0 when the
+    job ended by itself, 130 when a signal stopped it (each run in progress saved, to resume next job)."""
+    from tools.campaigns.processes import STOPPING
+
+    stop_on_signals()
+    deadline, t0 = Deadline(wall), time.monotonic()
+    progress = read_progress(root)
+    runs, logs = root / CPU / "runs", out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    moved: list[dict] = []
+    todo = [r for r in cpu_runs(root) if r["name"] not in progress["runs"]]
+    # a run an earlier job stopped goes first, whatever the order (a cost measured since may have changed it)
+    todo.sort(key=lambda r: run_progress(runs / r["name"]).status == "new")
+    for r in todo:
+        if deadline.left() < EVAL_RESERVE + 60:
+            log(f"cpu table: {deadline.left():.0f} s left, too few for another run")
+            break
+        before = _epochs(runs / r["name"])
+        proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)], logs / f"train-{r['name']}.txt")
+        code = finish(proc, deadline.left() - EVAL_RESERVE)
+        moved.append({"run": r["name"], "epochs": [before, _epochs(runs / r["name"])], "train_exit": code})
+        if code != 0:
+            warn(f"cpu table: {r['name']} stopped (train exit {code}); the next job resumes it")
+            break
+        ev = finish(start(["--threads", str(threads), "eval", str(runs / r["name"]), "--device", "cpu", "--force"],
+                          logs / f"eval-{r['name']}.txt"), max(deadline.left(), 30))
+        if ev != 0 or "loss" not in read_json(runs / r["name"] / eval_file("val")):
+            warn(f"cpu table: {r['name']} trained but its evaluation failed (exit {ev}); the next job evaluates it")
+            break
+        progress["runs"][r["name"]] = _finish_run(r, runs / r["name"], threads)
+        log(f"cpu table: {r['name']} done, val loss {progress['runs'][r['name']]['eval_loss']:.4f}")
+        write_json(root / CPU / PROGRESS, progress)
+        if STOPPING:
+            break
+    if moved:
+        progress["sessions"].append({"date": datetime.date.today().isoformat(), "machine": cpu_machine(),
+                                     "threads": threads, "wall_s": round(time.monotonic() - t0), "runs": moved})
+        write_json(root / CPU / PROGRESS, progress)
+    write_json(out / "session.json", {"device": "cpu", "machine": cpu_machine(), "threads": threads,
+                                      "wall_s": round(time.monotonic() - t0), "runs": moved,
+                                      "stopped_by": STOPPING[0] if STOPPING else None})
+    return 130 if STOPPING else 0
+
+
+def _epochs(run_dir: Path) -> int:
+    path = RunDir(run_dir).metrics
+    return len(read_metrics(path)) if path.is_file() else 0
