@@ -324,6 +324,9 @@ def _initial_state(model: nn.Module, opt: torch.optim.Optimizer, cfg: TrainConfi
         last = writer.load(LAST, map_location=device)
         if last is None:
             raise CheckpointError(f"{writer.dir / LAST}: no checkpoint to resume from")
+        if last.optimizer is None:  # a finished run kept as weights only, or a shipped model's file
+            raise CheckpointError(f"{writer.dir / LAST} holds weights only, no optimizer state, so the run cannot "
+                                  "be continued; start a new run (another `name`)")
         model.load_state_dict(last.model)
         opt.load_state_dict(last.optimizer)
         state = last.state  # validated by load_checkpoint; the trainer advances it in place

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_PARAMS
 
+from swarmctl.training.checkpoint import load_checkpoint
 from tools.campaigns import cpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +44,7 @@ def table(tmp_path, monkeypatch):
     return root, data
 
 
-def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, tmp_path, monkeypatch):
+def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, tmp_path, monkeypatch, cli):
     root, data = table
     (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [  # SWARM measured cheaper: its row runs first
         {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 1.0}]},
@@ -58,8 +59,13 @@ def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, 
         run = root / cpu.CPU / "runs" / name
         ev = json.loads((run / "eval-val.json").read_text())
         assert rec["eval_loss"] == ev["loss"] and rec["epochs"] >= 1 and "1 thread" in rec["hardware"]
-        assert (run / "weights.pt").is_file() and not (run / "last.pt").exists() and not (run / "best.pt").exists()
+        for ckpt in (load_checkpoint(run / "last.pt"), load_checkpoint(run / "best.pt")):  # weights only
+            assert ckpt.optimizer is None and ckpt.model
+        assert load_checkpoint(run / "last.pt").state.finished
     assert progress["sessions"][-1]["threads"] == 1 and len(progress["sessions"][-1]["runs"]) == 1
+    # a finished run is read, not continued: a resume says why it cannot, in one line
+    r = cli("train", "swarm", "--resume", root / cpu.CPU / "runs" / "swarm-8-2-1-s0", "--minutes", "1")
+    assert r.exit_code == 1 and "holds weights only" in r.output and "Traceback" not in r.output
     # a second job finds nothing left and changes nothing
     before = (root / cpu.CPU / "progress.json").read_text()
     assert cpu.run_cpu_job(root, tmp_path / "out2", wall=600, threads=1, data=data, minutes=0.01) == 0

@@ -6,7 +6,8 @@ Everything lives in ``campaigns/clustering-cpu/`` (committed after each job): ``
 runs' evaluations, every job that moved the table), ``cost.json`` (benchmarks/table2_cpu_cost.py: seconds per
 epoch of each configuration on this CPU) and ``runs/NAME/``: a run in progress keeps its ``last.pt`` and
 ``best.pt`` (model and Adam state, so the next job resumes it bit for bit); a finished one keeps its config,
-metrics, evaluation, curves and ``weights.pt`` (its best weights without the optimizer's state).
+metrics, evaluation, curves, and its ``last.pt`` and ``best.pt`` without the optimizer's state (a third of the
+size: what `swarmctl eval` and `report` read).
 
 The rows run cheapest first (by the measured cost, else by parameters), all three seeds of a row before the
 next row, so that the table fills row by row. The plan (:func:`cpu_plan`) gives each row's CPU hours for three
@@ -15,6 +16,7 @@ seeds at the protocol, and to a flat validation curve once a seed of the row has
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import platform
@@ -26,11 +28,11 @@ from pathlib import Path
 from swarmctl.errors import DataError, ResourceError
 from swarmctl.files import read_metrics
 from swarmctl.rundir import RunDir
-from swarmctl.runs import parameter_count, run_progress
+from swarmctl.runs import parameter_count, run_lock, run_progress
+from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from tools.campaigns.plan import PROGRESS, table_runs
 from tools.campaigns.processes import Deadline, finish, log, start, stop_on_signals, warn
-from tools.campaigns.runners import WEIGHTS, eval_file, read_json, write_json
-from tools.campaigns.shipping import export_weights
+from tools.campaigns.runners import eval_file, read_json, write_json
 
 CPU = "clustering-cpu"  # the campaign's folder in campaigns/
 COST = "cost.json"  # benchmarks/table2_cpu_cost.py's measurement, in that folder
@@ -186,9 +188,10 @@ def _finish_run(r: dict, run_dir: Path, threads: int) -> dict:
     run = RunDir(run_dir)
     res = read_json(run_dir / eval_file("val"))
     rows = read_metrics(run.metrics)
-    export_weights(run.best, run_dir / WEIGHTS)
-    for path in (run.last, run.best):
-        path.unlink(missing_ok=True)
+    with run_lock(run_dir):  # the run's one writer, as a training is
+        for path in (run.last, run.best):  # weights only: a finished run is read (eval, report), not continued
+            ckpt = load_checkpoint(path)
+            save_checkpoint(path, dataclasses.replace(ckpt, optimizer=None))
     return {"model": r["model"], "code": r["code"], "seed": r["seed"], "eval_loss": res["loss"],
             "accuracy": res.get("accuracy"), "oracle_loss": res.get("oracle_loss"), "epochs": len(rows),
             "net_minutes": round(rows[-1]["net_seconds"] / 60, 2) if rows else 0.0,
