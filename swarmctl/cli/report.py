@@ -31,12 +31,12 @@ def report_cmd(
     with user_errors():
         from swarmctl.plots.frontier import plot_frontier
         from swarmctl.plots.style import save_figure
-        from swarmctl.studies.report import NUMBER_COLUMNS, REPORT_COLUMNS, report
+        from swarmctl.studies.report import NUMBER_COLUMNS, OPTIONAL_COLUMNS, REPORT_COLUMNS, report
 
         with report(runs_dir, out, RUNS_DIR, force) as rep:  # both files, or neither; once the table is printed
-            fig = save_figure(plot_frontier(rep.frontiers, rep.largest, title, paper=rep.paper), rep.figure)
+            fig = save_figure(plot_frontier(rep.panels, title), rep.figure)
             print_table(REPORT_COLUMNS, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
-                        records=rep.records, fmt=fmt)
+                        records=rep.records, fmt=fmt, optional=OPTIONAL_COLUMNS)
             written = f"-> {rep.markdown}, {fig}"
             if fmt == "text":
                 if rep.note:
