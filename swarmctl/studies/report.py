@@ -301,7 +301,7 @@ def _record(r: ConfigSummary | RunSummary) -> dict[str, Any]:
             "paper": paper and paper.mean, "paper_std": paper and paper.std, "epochs": r.epochs if done else 0,
             "net_minutes": r.net_minutes if done else None, "devices": list(r.devices) if done else [r.device],
             "status": "finished" if done else "unfinished", "note": "" if done else f"{r.name}: {r.why}",
-            "hardware": "; ".join(r.hardware or (r.device,)), "papers_data": ours}
+            "hardware": "; ".join(r.hardware or (r.devices if done else (r.device,))), "papers_data": ours}
 
 
 def _cells(rec: dict[str, Any]) -> tuple[str, ...]:
