@@ -81,9 +81,9 @@ def _print_narrow(columns: Sequence[str], rows: list[tuple[str, ...]], right: se
                        fold_headers=True)
         if _width(table) <= width:
             console.print(table)
-            if left_out:
-                _line(f"not shown at {width} columns: {', '.join(left_out)} (a wider terminal or a pipe shows "
-                      "every column)")
+            if left_out:  # prose: wrapped at the terminal's width
+                console.print(f"not shown at {width} columns: {', '.join(left_out)} (a wider terminal or a pipe "
+                              "shows every column)", markup=False, highlight=False, emoji=False)
             return
     for row in rows:  # one block per row: "column: value" pairs, as many to a line as fit
         pairs = [f"{col}: {cell}" for col, cell in zip(columns, row, strict=True) if cell]
