@@ -148,7 +148,8 @@ def test_the_papers_number_stands_only_beside_runs_on_the_papers_data():
         rows = summarise(runs("demo-seed0.h5", ("cpu, 1 thread",)) + runs("clustering-seed0.h5", ("NVIDIA H200",)))
     md = report_markdown(rows)
     assert "| demo-seed0.h5 | 301,066 | 2 | 0,1 | 0.5500 ± 0.0707 |  | 9 | 60.0 | cpu, 1 thread |" in md
-    assert "| clustering-seed0.h5 | 301,066 | 2 | 0,1 | 0.5500 ± 0.0707 | 0.416 ± 0.004 | 9 | 60.0 | NVIDIA H200 |" in md
+    assert "| clustering-seed0.h5 | 301,066 | 2 | 0,1 | 0.5500 ± 0.0707 | 0.416 ± 0.004 | 9 | 60.0 | NVIDIA H200 |" \
+        in md
 
 
 def test_cli_studies_and_replot(trained_runs, tmp_path, cli):
