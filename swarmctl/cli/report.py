@@ -21,22 +21,24 @@ def report_cmd(
     force: _options.Force = False,
 ) -> None:
     """Summarise all runs: best validation loss (mean ± std over seeds) next to the paper's number (its
-    Table 2 for direct clustering) and the frontier figure.
+    Table 2 for direct clustering) for runs on the paper's data, with epochs, net minutes and hardware, and
+    the frontier figure (a panel per dataset; the paper's points only beside runs on its data).
 
     One row per configuration and dataset (n: how many seeds; ± only for two or more); runs with no
-    finished epoch are listed as unfinished. --runs-dir may be a sweep's folder, e.g. `swarmctl report
+    finished epoch are listed as unfinished. A terminal too narrow for the table cuts no value: it leaves
+    columns out (and names them) or prints one block per row. --runs-dir may be a sweep's folder, e.g. `swarmctl report
     --runs-dir runs/sweep-paper` (or `sweep-paper`, looked up in runs/ when there is no such folder here).
     """
     fmt = table_format(as_json, as_csv)
     with user_errors():
         from swarmctl.plots.frontier import plot_frontier
         from swarmctl.plots.style import save_figure
-        from swarmctl.studies.report import NUMBER_COLUMNS, REPORT_COLUMNS, report
+        from swarmctl.studies.report import NUMBER_COLUMNS, OPTIONAL_COLUMNS, REPORT_COLUMNS, report
 
         with report(runs_dir, out, RUNS_DIR, force) as rep:  # both files, or neither; once the table is printed
-            fig = save_figure(plot_frontier(rep.frontiers, rep.largest, title, paper=rep.paper), rep.figure)
+            fig = save_figure(plot_frontier(rep.panels, title), rep.figure)
             print_table(REPORT_COLUMNS, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
-                        records=rep.records, fmt=fmt)
+                        records=rep.records, fmt=fmt, optional=OPTIONAL_COLUMNS)
             written = f"-> {rep.markdown}, {fig}"
             if fmt == "text":
                 if rep.note:

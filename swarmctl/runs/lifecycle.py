@@ -182,7 +182,8 @@ def start_run(
         "train": to_dict(train_cfg),
         "data": to_dict(dataclasses.replace(data_cfg, checksum=prepared.checksum)),
         "run": {"name": run.name, "task": task.name, "parameters": count_parameters(model),
-                "code": paper_code(model_cfg), "device": str(device), "world_size": ctx.world_size},
+                "code": paper_code(model_cfg), "device": str(device), "world_size": ctx.world_size,
+                "hardware": [hardware(device, ctx.world_size)]},
     }
 
     def free() -> bool:
@@ -233,7 +234,9 @@ def resume_run(
                                   f"use {resume_command(model_cfg.name, folder.path, runs_dir)}")
         task = task_of(model_cfg.name)
         train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
-        config = {**config, "train": to_dict(train_cfg)}
+        seen = list(config.get("run", {}).get("hardware", []))  # every session's hardware, for the report
+        config = {**config, "train": to_dict(train_cfg), "run": {
+            **config.get("run", {}), "hardware": seen + [h for h in [hardware(dev, ctx.world_size)] if h not in seen]}}
         data_cfg = from_dict(DataConfig, config["data"])
         dev = resolve_device(train_cfg.device, ctx.local_rank)
         prepared = task.prepare(train_cfg, data_cfg)
@@ -257,6 +260,15 @@ def _where(device: torch.device) -> str:
         return str(device)
     n = torch.get_num_threads()
     return f"cpu, {n} thread{'s' * (n != 1)}"
+
+
+def hardware(device: torch.device, world_size: int = 1) -> str:
+    """What a run trains on, as the report names it: "cpu, 1 thread", or the card ("NVIDIA H200"; "4 x
+    NVIDIA H200" for four processes under torchrun)."""
+    if device.type != "cuda":
+        return _where(device)
+    name = torch.cuda.get_device_name(device)
+    return name if world_size == 1 else f"{world_size} x {name}"
 
 
 def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:

@@ -40,6 +40,7 @@ class RunSummary:
     data_name: str = ""  # that data's file name (an image task: its dataset's name), for the table
     dataset: str | None = None  # an image task's named dataset (the paper's number depends on it)
     why: str = ""  # why it has no finished epoch
+    hardware: tuple[str, ...] = ()  # what it trained on, each session's ("cpu, 1 thread", "NVIDIA H200")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,13 @@ class ConfigSummary:
     devices: tuple[str, ...]
     data: str = ""
     dataset: str | None = None  # an image task's named dataset
+    hardware: tuple[str, ...] = ()  # what its seeds trained on (a run that records none: its device)
+    data_id: str = ""  # the data's checksum (or named dataset, or path): what tells the paper's data
+
+    @property
+    def paper_data(self) -> bool:
+        """Whether it trained on the data the paper's number for its model was measured on."""
+        return on_papers_data(self.model, self.data, self.data_id)
 
     @property
     def error(self) -> float | None:
@@ -83,7 +91,7 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
                 name=run.name, model=str(cfg["model"]["name"]), code=str(cfg["run"]["code"]),
                 parameters=_whole(cfg["run"]["parameters"], "parameters", 1),
                 seed=_whole(cfg["train"]["seed"], "seed", SEED_RANGE[0], SEED_RANGE[1]),
-                device=str(cfg["run"].get("device", "?")))
+                device=str(cfg["run"].get("device", "?")), hardware=_hardware(cfg["run"]))
             given = cfg.get("data") or {}  # a dataset has a checksum; data drawn fresh none
             path, dataset = given.get("path"), given.get("dataset")
             data = {"data": str(given.get("checksum") or dataset or path or ""), "dataset": str(dataset) if dataset
@@ -115,6 +123,13 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
     return out, unfinished
 
 
+def _hardware(run: dict[str, Any]) -> tuple[str, ...]:
+    """A run config's hardware, each session's (a run from before swarmctl recorded it: its device)."""
+    given = run.get("hardware")
+    given = [given] if isinstance(given, str) else given if isinstance(given, list) else []
+    return tuple(str(h) for h in given) or (str(run.get("device", "?")),)
+
+
 def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
     """A whole number from a run's config (JSON true, 2.5 or "12" are not one) within [least, most]."""
     if isinstance(value, bool) or not isinstance(value, int) or value < least or (most is not None and value > most):
@@ -144,6 +159,7 @@ def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
             val_mean=statistics.fmean(vals), val_std=statistics.stdev(vals) if len(vals) > 1 else 0.0,
             epochs=statistics.fmean(r.epochs for r in rs), net_minutes=statistics.fmean(r.net_minutes for r in rs),
             devices=tuple(sorted({r.device for r in rs})), data=rs[0].data_name, dataset=rs[0].dataset,
+            hardware=tuple(dict.fromkeys(h for r in rs for h in r.hardware)), data_id=rs[0].data,
         ))
     return sorted(rows, key=lambda c: c.val_mean)
 
@@ -184,6 +200,25 @@ class PaperNumber:
         return f"{self.mean:.3f} ± {self.std:.3f}" if self.std is not None else f"{self.mean:.3f}"
 
 
+def papers_data(model: str) -> dict[str, str] | None:
+    """The data the paper measured ``model``'s numbers on, as ``paper_results.json`` describes it: ``name``
+    (the file or data a run names), ``checksum`` (of the file as swarmctl generates it), ``about`` (what it
+    is); ``name`` absent for a task whose number depends on a named dataset. None for a model the paper
+    reports nothing for."""
+    tasks = [row["task"] for row in paper_results()["rows"] if row["model"] == model]
+    return paper_results()["data"][tasks[0]] if tasks else None
+
+
+def on_papers_data(model: str, data_name: str, data_id: str = "") -> bool:
+    """Whether a run of ``model`` on data named ``data_name`` (with checksum ``data_id``) trained on the data
+    the paper's number for it was measured on: the same file name, or the same checksum (the file generated
+    elsewhere under another name); for images, the same named dataset (:func:`paper_number` asks it)."""
+    spec = papers_data(model)
+    if spec is None:
+        return False
+    return "name" not in spec or data_name == spec["name"] or (bool(data_id) and data_id == spec.get("checksum"))
+
+
 def paper_number(model: str, code: str, dataset: str | None = None) -> PaperNumber | None:
     """The paper's result for a configuration as a validation loss (Table 2's loss for direct clustering;
     the negated log-likelihood per point, which swarm-mog trains on). None where the paper reports
@@ -206,9 +241,10 @@ class PaperPoint:
 
 
 def paper_points(rows: list[ConfigSummary]) -> dict[str, list[PaperPoint]]:
-    """Per model family in ``rows``, the paper's results for it (on the datasets the rows trained on, where
-    the number depends on the data), sorted by parameters."""
-    seen = {(r.model, r.dataset) for r in rows}
+    """Per model family in ``rows``, the paper's results for it, where some of its rows trained on the
+    paper's data (on the datasets they trained on, where the number depends on the data), sorted by
+    parameters."""
+    seen = {(r.model, r.dataset) for r in rows if r.paper_data}
     out: dict[str, list[PaperPoint]] = {}
     for row in paper_results()["rows"]:
         if (row["model"], row.get("dataset")) in seen:
@@ -217,21 +253,55 @@ def paper_points(rows: list[ConfigSummary]) -> dict[str, list[PaperPoint]]:
     return {m: sorted(ps, key=lambda p: p.parameters) for m, ps in out.items()}
 
 
+@dataclass(frozen=True)
+class FrontierPanel:
+    """The frontier figure's panel for one dataset: per family its Pareto-optimal configurations trained on
+    it (``frontiers``) and its largest explored size there (``largest``), and the paper's points (``paper``),
+    only when it is the data the paper measured them on. ``title`` names the data and says what it is."""
+
+    title: str
+    frontiers: dict[str, list[ConfigSummary]]
+    largest: dict[str, int]
+    paper: dict[str, list[PaperPoint]]
+    papers_data: bool = False
+
+
+def frontier_panels(rows: list[ConfigSummary]) -> list[FrontierPanel]:
+    """One panel per dataset the rows trained on (two files of one name told apart by their checksums), the
+    paper's data first: the paper's points only beside runs on the data they were measured on."""
+    groups: dict[tuple[str, str], list[ConfigSummary]] = {}
+    for r in rows:
+        groups.setdefault((r.data, r.data_id), []).append(r)
+    names = [name for name, _ in groups]
+    panels = []
+    for (name, data_id), rs in groups.items():
+        shown = f"{name} (checksum {data_id[:12]})" if names.count(name) > 1 else name
+        ours = [r for r in rs if r.paper_data]
+        about = (papers_data(ours[0].model) or {}).get("about", "") if ours else ""
+        title = (f"{shown}: the paper's data ({about})" if about else f"{shown}: the paper's data") if ours \
+            else f"{shown}: not the paper's data (no paper points)"
+        panels.append(FrontierPanel(title, frontiers(rs), largest_explored(rs), paper_points(rs), bool(ours)))
+    return sorted(panels, key=lambda p: (not p.papers_data, p.title))
+
+
 REPORT_COLUMNS = ("model", "code", "data", "parameters", "n", "seed ids", "best val loss", "paper", "epochs",
-                  "net min", "device")
+                  "net min", "hardware")
 NUMBER_COLUMNS = ("parameters", "n", "epochs", "net min")
+OPTIONAL_COLUMNS = ("seed ids", "parameters", "n")  # what a narrow terminal leaves out first
 
 
 def _record(r: ConfigSummary | RunSummary) -> dict[str, Any]:
     """A row of the report as values (numbers, lists and null): a configuration, or a run with no finished epoch."""
-    paper = paper_number(r.model, r.code, r.dataset)
     done = isinstance(r, ConfigSummary)
+    ours = r.paper_data if done else on_papers_data(r.model, r.data_name, r.data)
+    paper = paper_number(r.model, r.code, r.dataset) if ours else None  # beside a run on the paper's data only
     return {"model": r.model, "code": r.code, "data": r.data if done else r.data_name, "parameters": r.parameters,
             "n": len(r.seeds) if done else 0, "seeds": list(r.seeds) if done else [r.seed],
             "val_loss_mean": r.val_mean if done else None, "val_loss_std": r.error if done else None,
             "paper": paper and paper.mean, "paper_std": paper and paper.std, "epochs": r.epochs if done else 0,
             "net_minutes": r.net_minutes if done else None, "devices": list(r.devices) if done else [r.device],
-            "status": "finished" if done else "unfinished", "note": "" if done else f"{r.name}: {r.why}"}
+            "status": "finished" if done else "unfinished", "note": "" if done else f"{r.name}: {r.why}",
+            "hardware": "; ".join(r.hardware or (r.devices if done else (r.device,))), "papers_data": ours}
 
 
 def _cells(rec: dict[str, Any]) -> tuple[str, ...]:
@@ -241,7 +311,7 @@ def _cells(rec: dict[str, Any]) -> tuple[str, ...]:
     paper = "" if rec["paper"] is None else PaperNumber(rec["paper"], rec["paper_std"]).text()
     return (rec["model"], rec["code"], rec["data"], f"{rec['parameters']:,}", str(rec["n"]),
             ",".join(map(str, rec["seeds"])), val, paper, f"{rec['epochs']:.0f}",
-            "" if rec["net_minutes"] is None else f"{rec['net_minutes']:.1f}", ",".join(rec["devices"]))
+            "" if rec["net_minutes"] is None else f"{rec['net_minutes']:.1f}", rec["hardware"])
 
 
 def unfinished_line(unfinished: list[RunSummary]) -> str:
@@ -265,17 +335,14 @@ def report_markdown(rows: list[ConfigSummary], unfinished: list[RunSummary] = ()
 class Report:
     """A report: the runs' folder, where the report goes, one row per configuration and dataset and then one
     per unfinished run (as text under :data:`REPORT_COLUMNS` in ``table``, as values in ``records``), the line
-    naming the unfinished runs ("" when none), and what the frontier figure draws (the paper's points in
-    ``paper``)."""
+    naming the unfinished runs ("" when none), and the frontier figure's panels, one per dataset."""
 
     runs_dir: Path
     out_dir: Path
     table: list[tuple[str, ...]]
     records: list[dict[str, Any]]
     note: str
-    frontiers: dict[str, list[ConfigSummary]]
-    largest: dict[str, int]
-    paper: dict[str, list[PaperPoint]]
+    panels: list[FrontierPanel]
 
     @property
     def markdown(self) -> Path:
@@ -306,4 +373,4 @@ def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Pat
         records = [_record(r) for r in [*rows, *unfinished]]
         atomic_write_text(out_dir / "report.md", report_markdown(rows, unfinished))
         yield Report(runs_dir, out_dir, [_cells(r) for r in records], records, unfinished_line(unfinished),
-                     frontiers(rows), largest_explored(rows), paper_points(rows))
+                     frontier_panels(rows))

@@ -1,24 +1,40 @@
-"""`swarmctl report` as a user reads it: every column whole in a pipe, the data each row trained on, the
-runs with no finished epoch, the paper's number beside a row it covers, and the table as JSON and CSV."""
+"""`swarmctl report` as a user reads it: every column whole in a pipe, every value whole in a terminal of 80,
+120 or 200 columns, the data each row trained on, the runs with no finished epoch, the paper's number beside
+a row on the paper's data, each row's hardware, and the table as JSON and CSV."""
 
 import csv
+import fcntl
 import io
 import json
+import os
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import warnings
+from pathlib import Path
 
 import pytest
+from rich.cells import cell_len
 from typer.testing import CliRunner
 
 from swarmctl.cli import app
+from swarmctl.errors import SwarmctlWarning
 from swarmctl.rundir import RunDir
+from swarmctl.studies.report import REPORT_COLUMNS, report
 
 
 def fake_run(runs, name, model="swarm", code="8-3-1", seed=0, losses=(0.9, 0.8), data="/data/train.h5",
-             parameters=1234, dataset=None, checkpoint=False):
-    """A run folder as the trainer leaves it: its config and one metrics line per finished epoch."""
+             parameters=1234, dataset=None, checkpoint=False, hardware=None):
+    """A run folder as the trainer leaves it: its config and one metrics line per finished epoch (``hardware``
+    None: a run from before the trainer recorded it)."""
     run = RunDir(runs / name)
     run.path.mkdir(parents=True)
     cfg = {"model": {"name": model}, "train": {"seed": seed}, "data": {"path": data, "dataset": dataset},
-           "run": {"code": code, "parameters": parameters, "device": "cpu"}}
+           "run": {"code": code, "parameters": parameters, "device": "cpu",
+                   **({} if hardware is None else {"hardware": hardware})}}
     run.config.write_text(json.dumps(cfg))
     best = float("inf")
     lines = []
@@ -37,14 +53,37 @@ def piped(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+def piped_at(columns, *args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
+
+
+def on_a_terminal(columns, *args):
+    """The command's output in a terminal ``columns`` wide (rich reads COLUMNS and the terminal flag)."""
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns), "TTY_COMPATIBLE": "1"})
+
+
 LONG = "a-run-with-a-rather-long-name-that-no-eighty-column-terminal-holds-whole"
+
+
+def paper_runs(runs):
+    """Runs as a campaign leaves them: three seeds on the paper's data on a CPU, one on a card, one on a
+    reduced set."""
+    for seed, loss in [(0, 0.41), (1, 0.42), (2, 0.415)]:
+        fake_run(runs, f"paper-s{seed}", code="192-10-1", seed=seed, losses=(0.9, loss), parameters=301066,
+                 data="data/clustering-seed0.h5", hardware=["cpu, 1 thread"])
+    fake_run(runs, "set-linear-64-6-s0", model="set-linear", code="64-6", losses=(0.7, 0.65), parameters=34964,
+             data="data/clustering-seed0.h5", hardware=["NVIDIA H200"])
+    fake_run(runs, "demo-s0", code="192-10-1", losses=(0.9, 0.5), parameters=301066, data="data/demo-seed0.h5",
+             hardware=["cpu, 2 threads"])
+    return runs
 
 
 @pytest.fixture
 def runs(tmp_path):
     runs = tmp_path / "runs"
     for seed, loss in [(0, 0.41), (1, 0.42), (2, 0.415)]:
-        fake_run(runs, f"paper-s{seed}", code="192-10-1", seed=seed, losses=(0.9, loss), parameters=301066)
+        fake_run(runs, f"paper-s{seed}", code="192-10-1", seed=seed, losses=(0.9, loss), parameters=301066,
+                 data="/data/clustering-seed0.h5")
     fake_run(runs, "small-s0", code="8-3-1", losses=(0.9, 0.7))
     fake_run(runs, "small-other-data-s0", code="8-3-1", losses=(0.6,), data="/elsewhere/other-data.h5")
     fake_run(runs, LONG, model="set-transformer-with-a-long-family-name", code="64-100-10-1000",
@@ -61,8 +100,10 @@ def test_a_piped_report_shows_every_column_whole(runs, tmp_path):
     lines = r.output.splitlines()
     header = next(line for line in lines if "best val loss" in line)
     for column in ("model", "code", "data", "parameters", "n", "seed ids", "best val loss", "paper", "epochs",
-                   "net min", "device"):
+                   "net min", "hardware"):
         assert column in header
+    assert "not shown" not in r.output  # a pipe leaves out no column, whatever the width
+    assert piped_at(80, "report", "--runs-dir", runs, "--out", tmp_path / "rep", "--force").output == r.output
     long_row = next(line for line in lines if "set-transformer-with-a-long-family-name" in line)
     assert "64-100-10-1000" in long_row and "train-with-a-long-file-name.h5" in long_row
     assert "123,456,789" in long_row and "0.9500" in long_row
@@ -107,3 +148,93 @@ def test_report_as_csv_has_one_line_per_row(runs, tmp_path):
     paper = next(row for row in rows if row["code"] == "192-10-1")
     assert (paper["n"], paper["seeds"], paper["paper"]) == ("3", "0 1 2", "0.416")
     assert piped("report", "--runs-dir", runs, "--json", "--csv").exit_code == 2
+
+
+def test_report_names_each_rows_hardware_and_the_papers_number_only_on_the_papers_data(tmp_path):
+    runs = paper_runs(tmp_path / "runs")
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[2]: line for line in r.output.splitlines() if "192-10-1" in line}
+    assert "0.416 ± 0.004" in rows["clustering-seed0.h5"] and "cpu, 1 thread" in rows["clustering-seed0.h5"]
+    assert "0.416" not in rows["demo-seed0.h5"] and "cpu, 2 threads" in rows["demo-seed0.h5"]
+    records = json.loads(piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--force", "--json").stdout)
+    old = {"model", "code", "data", "parameters", "n", "seeds", "val_loss_mean", "val_loss_std", "paper", "paper_std",
+           "epochs", "net_minutes", "devices", "status", "note"}  # the fields before hardware: all still there
+    assert all(old <= set(rec) for rec in records)
+    mine = {(rec["model"], rec["data"]): rec for rec in records}
+    card = mine["set-linear", "clustering-seed0.h5"]
+    assert (card["hardware"], card["papers_data"], card["paper"], card["epochs"], card["net_minutes"]) == (
+        "NVIDIA H200", True, 0.642, 2, 2.0)
+    assert (mine["swarm", "demo-seed0.h5"]["paper"], mine["swarm", "demo-seed0.h5"]["papers_data"]) == (None, False)
+    header = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--force", "--csv").stdout.splitlines()[0]
+    assert set(header.split(",")) == old | {"hardware", "papers_data"}
+
+
+def table_of(runs, out):
+    """The report's rows as text, as the study makes them (its warning about two datasets aside)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SwarmctlWarning)
+        with report(runs, out) as rep:
+            return rep.table
+
+
+def _assert_every_value_whole(output, rows, columns):
+    """No line of the table wider than the terminal, nothing cut to "…", and every value of every row whole:
+    in a table, a row's values in order on one line (less the columns a line says are not shown); in blocks,
+    each "column: value" pair in its row's block. Returns which of the two it printed."""
+    lines = output.splitlines()
+    table = [line for line in lines if not line.startswith("runs in ")]  # the title: a path, whole on its line
+    assert "…" not in output and max(cell_len(line) for line in table) <= columns, output
+    gone = re.search(rf"not shown at {columns} columns: (.*?) \(", output)
+    left_out = gone.group(1).split(", ") if gone else []
+    if any(line.startswith("model: ") for line in lines):
+        blocks = [b for b in output.split("\n\n") if b.startswith("model: ")]
+        assert len(blocks) == len(rows) and not left_out, output
+        for block, row in zip(blocks, rows, strict=True):
+            for col, cell in zip(REPORT_COLUMNS, row, strict=True):
+                assert not cell or f"{col}: {cell}" in block, (col, cell, block)
+        return "blocks"
+    for row in rows:
+        shown = [c for col, c in zip(REPORT_COLUMNS, row, strict=True) if c and col not in left_out]
+        pattern = r"\s+".join(map(re.escape, shown))
+        assert any(re.search(pattern, line) for line in lines), (row, output)
+    return "table" + (f" without {', '.join(left_out)}" if left_out else "")
+
+
+@pytest.mark.parametrize(("columns", "which", "shown"), [
+    (80, "paper", "blocks"), (120, "paper", "table without seed ids, parameters"), (200, "paper", "table"),
+    (80, "odd", "blocks"), (120, "odd", "blocks"), (200, "odd", "table")])
+def test_a_terminal_of_80_120_or_200_columns_shows_every_value_whole(runs, tmp_path, columns, which, shown):
+    """Narrower than the table, the headers wrap, then the optional columns go (a line names them), then each
+    row becomes a block: never a value cut. "odd": long names, an unfinished run, a file name with markup."""
+    folder = paper_runs(tmp_path / "paper") if which == "paper" else runs
+    rows = table_of(folder, tmp_path / "rows")
+    r = on_a_terminal(columns, "report", "--runs-dir", folder, "--out", tmp_path / "rep")
+    assert r.exit_code == 0, r.output
+    assert _assert_every_value_whole(r.stdout, rows, columns) == shown  # a warning on stderr is a line of its own
+
+
+def test_a_real_80_column_terminal_gets_one_block_per_row(tmp_path):
+    """A process on a pseudo-terminal 80 columns wide, as a user's shell runs it (no COLUMNS set)."""
+    runs = paper_runs(tmp_path / "runs")
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TTY_COMPATIBLE")}
+    env.update(PYTHONPATH=str(Path(__file__).resolve().parents[2]), TERM="xterm")
+    proc = subprocess.Popen([sys.executable, "-m", "swarmctl", "report", "--runs-dir", str(runs), "--out",
+                             str(tmp_path / "rep")], stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=subprocess.DEVNULL, env=env)  # its warning about two datasets aside
+    os.close(slave)
+    shown = b""
+    while select.select([master], [], [], 120)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the process closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(master)
+    assert proc.wait(timeout=60) == 0, shown
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.decode()).replace("\r\n", "\n")
+    assert _assert_every_value_whole(text, table_of(runs, tmp_path / "rows"), 80) == "blocks"

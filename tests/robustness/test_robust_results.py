@@ -19,7 +19,7 @@ from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
 from swarmctl.plots.frontier import plot_frontier
 from swarmctl.plots.shuffle import plot_shuffle_variance
 from swarmctl.plots.style import save_figure
-from swarmctl.studies.report import ConfigSummary
+from swarmctl.studies.report import ConfigSummary, FrontierPanel
 from swarmctl.studies.results import EntropyMapResult, ShuffleVarianceResult, save_result
 
 NAMES = [r"$\frac{", r"$\frac{$", "$x$", "a$b$c", r"\$5", "运行-名前", "καλό $\\alpha$"]  # mathtext, CJK, Greek
@@ -239,7 +239,7 @@ def test_every_figure_draws_names_literally_and_quietly(tmp_path, name):
                         net_minutes=0.1, devices=("cpu",))
     figures = [plot_curves(records, title=name), plot_entropy_map(_entropy_result(name)),
                plot_class_maps(_entropy_result(name)), plot_shuffle_variance([_shuffle_result(name)]),
-               plot_frontier({name: [row]}, {name: 10}, name)]
+               plot_frontier([FrontierPanel(name, {name: [row]}, {name: 10}, {})], name)]
     for k, fig in enumerate(figures):
         assert save_figure(fig, tmp_path / f"f{k}").is_file()
     title = figures[0].axes[0].title

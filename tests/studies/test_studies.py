@@ -1,17 +1,19 @@
 import json
 import math
+import re
 
 import numpy as np
 import pytest
 
 from swarmctl.data.hdf5 import read_split
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError, DataError, SwarmctlWarning
 from swarmctl.runs import load_model
 from swarmctl.studies.entropy import choose_task, compute_entropy_map
 from swarmctl.studies.report import (
     ConfigSummary,
     RunSummary,
     frontiers,
+    on_papers_data,
     paper_number,
     paper_results,
     pareto_front,
@@ -123,10 +125,31 @@ def test_the_report_prints_the_papers_table_2_beside_each_configuration():
     for row in paper_results()["rows"]:  # each row's loss is its reported number in the loss's unit
         reported = {"test bits/dim": row["reported"] * math.log(2)}.get(row["metric"], abs(row["reported"]))
         assert row["loss"] == pytest.approx(reported, abs=1e-4), row
-    runs = [RunSummary(f"s{s}", "swarm", "192-10-1", 301066, s, v, 90, 10.0, "cuda:0")
+    runs = [RunSummary(f"s{s}", "swarm", "192-10-1", 301066, s, v, 90, 10.0, "cuda:0", data_name="clustering-seed0.h5")
             for s, v in [(0, 0.41), (1, 0.42), (2, 0.415)]]
     md = report_markdown(summarise(runs))
-    assert "| 0.4150 ± 0.0050 | 0.416 ± 0.004 |" in md
+    assert "| 0.4150 ± 0.0050 | 0.416 ± 0.004 | 90 | 10.0 | cuda:0 |" in md  # a run from before hardware was recorded
+
+
+def test_the_papers_number_stands_only_beside_runs_on_the_papers_data():
+    """The seed-0 data by its name, or by its checksum under another name; a reduced set (demo-seed0.h5) is not
+    it. The MoG task draws its tasks fresh from the paper's generator; image numbers go by the named dataset."""
+    checksum = paper_results()["data"]["clustering"]["checksum"]
+    assert on_papers_data("swarm", "clustering-seed0.h5") and on_papers_data("lstm", "copy.h5", checksum)
+    assert not on_papers_data("swarm", "demo-seed0.h5", "0" * 64) and not on_papers_data("swarm", "copy.h5")
+    assert on_papers_data("swarm-mog", "fresh data") and not on_papers_data("swarm-mog", "mog.h5")
+    assert on_papers_data("swarm-image", "mnist") and not on_papers_data("no-such-model", "clustering-seed0.h5")
+
+    def runs(data_name, hardware):
+        return [RunSummary(f"{data_name}-s{s}", "swarm", "192-10-1", 301066, s, v, 9, 60.0, "cpu", data=data_name,
+                           data_name=data_name, hardware=hardware) for s, v in [(0, 0.5), (1, 0.6)]]
+
+    with pytest.warns(SwarmctlWarning, match="different data"):
+        rows = summarise(runs("demo-seed0.h5", ("cpu, 1 thread",)) + runs("clustering-seed0.h5", ("NVIDIA H200",)))
+    md = report_markdown(rows)
+    assert "| demo-seed0.h5 | 301,066 | 2 | 0,1 | 0.5500 ± 0.0707 |  | 9 | 60.0 | cpu, 1 thread |" in md
+    assert "| clustering-seed0.h5 | 301,066 | 2 | 0,1 | 0.5500 ± 0.0707 | 0.416 ± 0.004 | 9 | 60.0 | NVIDIA H200 |" \
+        in md
 
 
 def test_cli_studies_and_replot(trained_runs, tmp_path, cli):
@@ -150,4 +173,7 @@ def test_cli_studies_and_replot(trained_runs, tmp_path, cli):
     assert r.exit_code == 0, r.output
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| swarm | (8-3-1) |" in md and (tmp_path / "rep" / "frontier.png").is_file()
+    hardware = json.loads((runs / "swarm" / "config.json").read_text())["run"]["hardware"]  # what train recorded
+    assert re.fullmatch(r"cpu, \d+ threads?", hardware[0]) and len(hardware) == 1, hardware
+    assert f"| {hardware[0]} |" in md
     assert cli("report", "--runs-dir", tmp_path / "empty").exit_code == 1

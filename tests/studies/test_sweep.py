@@ -282,14 +282,14 @@ def test_missing_data_is_one_line_and_nothing_written(tmp_path):
 
 def test_frontier_ends_each_family_at_its_largest_explored_model():
     from swarmctl.plots.frontier import plot_frontier
-    from swarmctl.studies.report import ConfigSummary, frontiers, largest_explored
+    from swarmctl.studies.report import ConfigSummary, frontier_panels, largest_explored
 
     def row(model, params, loss):
         return ConfigSummary(model, str(params), params, (0,), loss, 0.0, 1, 1.0, ("cpu",))
 
     rows = [row("a", 100, 0.5), row("a", 1000, 0.4), row("a", 5000, 0.45), row("b", 200, 0.6)]
     assert largest_explored(rows) == {"a": 5000, "b": 200}
-    ax = plot_frontier(frontiers(rows), largest_explored(rows)).axes[0]
+    ax = plot_frontier(frontier_panels(rows)).axes[0]
     bars = [line for line in ax.get_lines() if line.get_marker() == "|"]
     assert sorted(float(line.get_xdata()[0]) for line in bars) == [200.0, 5000.0]
     assert ax.get_xscale() == "log"
