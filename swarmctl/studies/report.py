@@ -4,6 +4,7 @@ frontier per model family with the paper's own points. Reads run folders only (n
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -110,6 +111,11 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
                    else f"its {run.config.name} or {run.metrics.name} is damaged")
             warnings.warn(f"skipped run {run.path}: {why}", SwarmctlWarning, stacklevel=2)
             continue
+        if not _spent(cfg["train"], records):  # a run still training, or stopped before its budget: no seed yet
+            unfinished.append(dataclasses.replace(summary, why=(
+                f"stopped before its budget: {summary.epochs} epochs, {summary.net_minutes:.1f} of "
+                f"{float(cfg['train']['minutes']):g} net min (resume it to count it)")))
+            continue
         if not math.isfinite(summary.best_val) or not math.isfinite(summary.net_minutes):
             warnings.warn(f"skipped run {run.path}: its best validation loss is {summary.best_val} (not a "
                           f"finite number); its {run.metrics.name} is damaged or the run diverged", SwarmctlWarning,
@@ -121,6 +127,15 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
         raise DataError(f"{runs_dir} holds no runs with a finished epoch{left}; train a model with `swarmctl train` "
                         "first")
     return out, unfinished
+
+
+def _spent(train: dict[str, Any], records: list[dict[str, Any]]) -> bool:
+    """Whether a run's metrics show its training done: its net budget spent or its epoch limit reached (as the
+    trainer decides it; a config without them, from another tool, counts as done)."""
+    minutes, max_epochs = train.get("minutes"), train.get("max_epochs")
+    if not isinstance(minutes, int | float) or not isinstance(max_epochs, int):
+        return True
+    return records[-1]["net_seconds"] >= minutes * 60 or len(records) >= max_epochs
 
 
 def _hardware(run: dict[str, Any]) -> tuple[str, ...]:
