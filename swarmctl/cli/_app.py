@@ -104,6 +104,13 @@ class _OneLineErrors(TyperGroup):
         with _signal_in_one_line():
             return super().make_context(*args, **kwargs)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """No arguments at all: the help on stderr and exit code 2, as click's ``no_args_is_help`` means it."""
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            _say_error(ctx.get_help())
+            raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: Any) -> Any:
         with _signal_in_one_line():
             return super().invoke(ctx)
@@ -111,8 +118,6 @@ class _OneLineErrors(TyperGroup):
     def _one_line(self, exc: typer.TyperException) -> str:
         """The error's message in one line, and where to read more; an option of swarmctl itself given
         after a command (``--threads``) says where it goes."""
-        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed: nothing more to say
-            sys.exit(exc.exit_code)
         ctx = getattr(exc, "ctx", None)
         name = getattr(exc, "option_name", None)
         own = [p for p in self.params if name in getattr(p, "opts", ())] if ctx is not None and ctx.parent else []
@@ -121,7 +126,7 @@ class _OneLineErrors(TyperGroup):
             value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
             command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
             return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
-        if name in RETIRED and type(exc).__name__ == "NoSuchOption":
+        if name in RETIRED:  # no command has such an option: the error says there is no such option
             return f"No such option: {name}; since version 0.2.0 the step mode is one option: {RETIRED[name]}"
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         return " ".join(exc.format_message().split()) + hint
