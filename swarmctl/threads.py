@@ -18,7 +18,7 @@ SET_BY_SWARMCTL = "_SWARMCTL_THREADS_CHOSEN"  # marks an OMP_NUM_THREADS that th
 BUSY_SLACK = 0.5  # other processes that took half a core or more over the window take a core away: one busy
 # process beside our two threads on two cores gets only two thirds of a core, and must still count as one
 LOAD_SLACK = 0.25  # without /proc/stat, a one-minute load of 0.75 takes a core away
-WINDOW = 0.15  # seconds: the shortest window the cores' time is measured over at start
+WINDOW = 0.1  # seconds: the shortest window the cores' time is measured over at start
 RECHECK = 5.0  # seconds between the re-checks of a long run (:func:`adjust`)
 MAX_COUNT = 2**31 - 1  # PyTorch keeps the count in a C int (torch.set_num_threads refuses more)
 STAT = Path("/proc/stat")
