@@ -116,14 +116,17 @@ def cpu_times(stat: str | None = None, own: float | None = None, cpus: set[int] 
     return CpuTimes(found, busy, idle, own, time.monotonic() if at is None else at)
 
 
-def busy_elsewhere(before: CpuTimes, after: CpuTimes) -> float | None:
+def busy_elsewhere(before: CpuTimes, after: CpuTimes, cores: int | None = None) -> float | None:
     """How many of the usable cores other processes kept busy between two readings (0.0 to the cores): their
-    busy time less this process's own, per tick that passed on one core. None when no tick passed."""
+    busy time less this process's own, per tick that passed on one core; with ``cores`` (a CPU quota below
+    the cores read), less the cores beyond the quota, which others may fill without taking ours. None when
+    no tick passed."""
     ticks = (after.busy + after.idle - before.busy - before.idle) / max(after.cpus, 1)
     if ticks <= 0 or after.cpus != before.cpus:
         return None
     others = (after.busy - before.busy) - (after.own - before.own)
-    return min(float(after.cpus), max(0.0, others / ticks))
+    beyond = max(0, after.cpus - cores) if cores is not None else 0
+    return min(float(after.cpus - beyond), max(0.0, others / ticks - beyond))
 
 
 def free_cores(cores: int, busy: float) -> int:
@@ -132,15 +135,16 @@ def free_cores(cores: int, busy: float) -> int:
     return max(1, cores - math.floor(busy + BUSY_SLACK))
 
 
-def measure(since: CpuTimes | None = None) -> float | None:
+def measure(since: CpuTimes | None = None, cores: int | None = None) -> float | None:
     """The cores other processes kept busy since the reading ``since`` (default: one taken now), over at
-    least :data:`WINDOW` seconds (the rest is waited); None where /proc/stat cannot be read."""
+    least :data:`WINDOW` seconds (the rest is waited), as :func:`busy_elsewhere` counts them; None where
+    /proc/stat cannot be read."""
     since = since or cpu_times()
     if since is None:
         return None
     time.sleep(max(0.0, WINDOW - (time.monotonic() - since.at)))
     now = cpu_times()
-    return None if now is None else busy_elsewhere(since, now)
+    return None if now is None else busy_elsewhere(since, now, cores)
 
 
 def choose(requested: int | None = None, environ: dict[str, str] | None = None, cores: int | None = None,
@@ -160,7 +164,7 @@ def choose(requested: int | None = None, environ: dict[str, str] | None = None, 
             return Threads(value, name)
     cores = usable_cores() if cores is None else cores
     if busy is None and load is None:
-        busy = measure(since)
+        busy = measure(since, cores)
     if busy is None:  # no /proc/stat: the load average, which lags a minute behind
         load = load_average() if load is None else load
         taken = math.floor(load + LOAD_SLACK)
@@ -179,7 +183,7 @@ class Recheck:
         self.cores, self.reading = cores, reading
 
     def count(self, now: CpuTimes) -> int | None:
-        busy = busy_elsewhere(self.reading, now)
+        busy = busy_elsewhere(self.reading, now, self.cores)
         self.reading = now
         return None if busy is None else free_cores(self.cores, busy)
 

@@ -68,6 +68,17 @@ def test_threads_this_process_own_time_is_not_another_process():
     assert choose(environ={}, cores=2, busy=_window(before, after, own=20.0)).count == 2
 
 
+def test_threads_under_a_cpu_quota_only_the_cores_beyond_it_are_free_to_others():
+    """4 cores' quota on 8 cores read: others may take 4 of them without taking ours; a fifth takes one."""
+    before = tuple((0, 0, 0) for _ in range(8))
+    four = tuple((20, 0, 0) if n < 4 else (0, 20, 0) for n in range(8))
+    five = tuple((20, 0, 0) if n < 5 else (0, 20, 0) for n in range(8))
+    reading = [threads.cpu_times(_stat(*cpus), own=0.0, cpus=set(range(8)), at=0.0) for cpus in (before, four, five)]
+    assert threads.busy_elsewhere(reading[0], reading[1], cores=4) == 0.0
+    assert threads.busy_elsewhere(reading[0], reading[2], cores=4) == 1.0
+    assert threads.busy_elsewhere(reading[0], reading[2]) == 5.0  # no quota: all eight are ours
+
+
 @pytest.mark.parametrize(("busy", "expected"), [(0.0, 2), (0.49, 2), (0.5, 1), (1.4, 1), (2.0, 1)])
 def test_threads_half_a_core_taken_elsewhere_takes_a_core_away(busy, expected):
     assert choose(environ={}, cores=2, busy=busy).count == expected
