@@ -18,6 +18,7 @@ from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
+_OPTIONAL_MANY = re.compile(r"^\[([^\]]*)\]\.\.\.$")
 # the context of the command running now (its parameters name the flags in messages), None outside one
 RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
 
@@ -33,7 +34,9 @@ class _Command(TyperCommand):
                 param.metavar = param.name.upper() if param.name else None
 
     def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
-        return [_BRACED.sub(r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        """Each argument as a usage line shows it: ``RUN``, ``[RUN]``, ``RUN...``, ``[RUN...]``."""
+        return [_OPTIONAL_MANY.sub(r"[\1...]", _BRACED.sub(r"\1", piece))
+                for piece in super().collect_usage_pieces(ctx)]
 
     def format_options(self, ctx: typer.Context, formatter: Any) -> None:
         """The arguments by their names alone (``RUN...``, not ``RUN <list[str]>``), then the options."""
