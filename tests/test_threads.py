@@ -224,7 +224,7 @@ _HOST = """
 import os, sys, torch
 torch.set_num_threads(1)  # a host process (a benchmark's runner, a notebook) chose its threads
 import swarmctl.threads as rule
-rule.usable_cores, rule.measure = (lambda: 2), (lambda since=None: 0.0)  # the rule's own count: 2, whatever runs
+rule.usable_cores, rule.measure = (lambda: 2), (lambda *reading: 0.0)  # the rule's own count: 2, whatever runs
 sys.argv = ["swarmctl", *sys.argv[1:]]
 from swarmctl.cli import main
 try:
