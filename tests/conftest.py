@@ -8,7 +8,13 @@ import random
 import numpy as np
 import pytest
 import typer.main
-import typer.testing
+
+# A Typer app's click command, built once per app as a process that runs the CLI builds it once: Typer's CliRunner
+# builds it for every invocation (24 ms on a quiet core, 125 ms beside a busy one; the suite runs 1,666 commands in
+# process). typer.testing takes `typer.main.get_command`, a public function, by name when it is first imported:
+# cached here, before that import, every CliRunner of the suite uses the cached one (test_cli_basics checks it).
+typer.main.get_command = functools.cache(typer.main.get_command)
+import typer.testing  # noqa: E402
 
 # PyTorch is imported where it is used: the controller process of `pytest -n` loads this file too, runs no test,
 # and starts the workers after it (about 2.5 s sooner without PyTorch's import).
@@ -19,12 +25,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)  # two workers on two cores: one thread each, as swarmctl's rule picks on a busy machine
-
-
-# A Typer app's click command, built once per app as a process that runs the CLI builds it once: Typer's CliRunner
-# rebuilt it for every invocation, 24 ms each, 40 s of the suite's 1,666 in-process commands. `_get_command` is the
-# name CliRunner.invoke calls (typer 0.29); were it gone, the suite would only be slower.
-typer.testing._get_command = functools.cache(typer.main.get_command)
 
 
 def tiered(*values, default: bool):

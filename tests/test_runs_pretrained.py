@@ -1,4 +1,4 @@
-"""Shipped models: eval, plot-entropy and sample use them when no local run is named, write their
+"""Shipped models: eval, plot-entropy, shuffle-variance and sample use them when no local run is named, write their
 results under the runs folder (never into the shipped folder), and say which model they used."""
 
 import json
@@ -56,10 +56,27 @@ def test_eval_and_plot_entropy_use_the_shipped_model_when_no_run_is_named(shippe
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing written beside the shipped model
 
 
+def test_shuffle_variance_uses_the_shipped_model_when_no_run_is_named(shipped, tmp_path):
+    folder, _ = shipped
+    runs = tmp_path / "runs"
+    before = sorted(p.name for p in folder.iterdir())
+    r = cli("shuffle-variance", "--runs-dir", runs, "--tasks", 2, "--shuffles", 3, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "shipped model" in r.output and "swarm-tiny.pt" in r.output
+    out = runs / "pretrained-swarm-tiny" / "shuffle-variance"
+    assert json.loads((out / "summary.json").read_text())  # one model's spread, under the runs folder
+    assert (out / "shuffle-variance.png").is_file() and (out / "pretrained-swarm-tiny.npz").is_file()
+    r = cli("shuffle-variance", "--runs-dir", runs, "--replot")  # the shipped model's saved numbers, redrawn
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in folder.iterdir()) == before  # nothing written beside the shipped model
+
+
 def test_without_a_shipped_model_the_commands_name_the_fix(tmp_path):
     r = cli("eval", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 1 and "no shipped clustering or" in r.output and "Traceback" not in r.output
     r = cli("plot-entropy", "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
+    r = cli("shuffle-variance", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 1 and "no shipped clustering model" in r.output and "Traceback" not in r.output
     assert list(tmp_path.iterdir()) == []  # no runs folder, no dataset generated for a model that is not there
 

@@ -5,7 +5,7 @@ import errno
 
 import pytest
 
-from swarmctl.errors import ResourceError
+from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.plots.curves import save_run_curves
 from swarmctl.rundir import RunDir
 from swarmctl.runs import FitResult, finish_runs, train
@@ -30,12 +30,28 @@ def test_train_starts_a_run_and_says_what_it_wrote_and_how_to_continue(tiny_h5, 
     assert "--runs-dir" in trained.continue_with  # not the default runs folder
 
 
-def test_train_with_resume_continues_the_run_with_only_its_resumable_options(tiny_h5, tmp_path):
+def test_train_with_resume_continues_the_run_with_its_resumable_options(tiny_h5, tmp_path):
     runs = tmp_path / "runs"
     _train(tiny_h5, runs, name="a")
-    more = _train(tiny_h5, runs, resume="a", train={"max_epochs": 3, "lr": 123.0})  # lr cannot change: ignored
+    more = train("set-linear", {}, {"max_epochs": 3, "device": "cpu"}, runs, resume="a", draw=save_run_curves)
     assert more.run == RunDir(runs / "a") and more.result.epochs == 3
     assert more.finished.curves == (RunDir(runs / "a").curves,)
+
+
+@pytest.mark.parametrize("setting, model_options, train_options, named", [
+    ("lr", {}, {"lr": 123.0}, {}), ("dim_hidden", {"dim_hidden": 8}, {}, {}), ("data", {}, {}, {"data": "other.h5"}),
+    ("name", {}, {}, {"name": "b"})])
+def test_train_with_resume_refuses_a_setting_the_run_cannot_change(tiny_h5, tmp_path, setting, model_options,
+                                                                   train_options, named):
+    """A Python caller who resumes with a new ``lr`` (or model size, data, name) is told, not ignored."""
+    runs = tmp_path / "runs"
+    _train(tiny_h5, runs, name="a")
+    before = RunDir(runs / "a").last.read_bytes()
+    with pytest.raises(ConfigError) as err:
+        train("set-linear", model_options, {"max_epochs": 3, **train_options}, runs, resume="a", **named)
+    assert f"`{setting}` cannot change when resuming" in str(err.value)
+    assert "`max_epochs`" in str(err.value) and "may change" in str(err.value)  # what may be given instead
+    assert RunDir(runs / "a").last.read_bytes() == before
 
 
 def _result(run_dir, stop="max epochs", epochs=2):

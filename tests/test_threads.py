@@ -13,17 +13,126 @@ from swarmctl.threads import Threads, choose
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_threads_idle_machine_uses_every_usable_core():
-    assert choose(environ={}, cores=2, load=0.16).count == 2
-    assert choose(environ={}, cores=16, load=0.0).count == 16
+def _stat(*cpus: tuple[int, int, int]) -> str:
+    """A /proc/stat text: one ``cpuN`` line per (user, idle, iowait) ticks given, and the summary line."""
+    lines = [f"cpu{n} {user} 0 0 {idle} {iowait} 0 0 0 0 0" for n, (user, idle, iowait) in enumerate(cpus)]
+    return "\n".join(["cpu  1 2 3 4 5 6 7 8 0 0", *lines, "intr 1 2 3", "procs_running 3"]) + "\n"
 
 
-@pytest.mark.parametrize(("cores", "load", "expected"), [(2, 0.74, 2), (2, 0.75, 1), (2, 1.05, 1), (2, 3.9, 1),
-                                                         (8, 2.0, 6), (1, 5.0, 1)])
-def test_threads_a_busy_process_takes_a_core_away(cores, load, expected):
-    chosen = choose(environ={}, cores=cores, load=load)
-    assert chosen.count == expected
-    assert (f"load {load:.2f}" in chosen.reason) == (expected < cores or load >= 0.75)
+def _window(before: tuple, after: tuple, own: float = 0.0, cpus: set[int] | None = None) -> float | None:
+    """The cores other processes kept busy between two /proc/stat texts, this process having used ``own``
+    ticks between them."""
+    a = threads.cpu_times(_stat(*before), own=100.0, cpus=cpus or {0, 1}, at=0.0)
+    b = threads.cpu_times(_stat(*after), own=100.0 + own, cpus=cpus or {0, 1}, at=0.2)
+    return threads.busy_elsewhere(a, b)
+
+
+# ticks of two cores over a 0.2 s window (20 ticks each): (user, idle, iowait) before and after
+IDLE = ((1000, 5000, 10), (1000, 5000, 10)), ((1000, 5020, 10), (1000, 5018, 12))
+ONE_BUSY = ((1000, 5000, 10), (2000, 4000, 0)), ((1000, 5020, 10), (2020, 4000, 0))
+
+
+def test_threads_read_the_usable_cores_busy_and_idle_time_from_proc_stat():
+    reading = threads.cpu_times(_stat((7, 100, 3), (5, 50, 1), (9, 9, 9)), own=4.0, cpus={0, 2}, at=1.0)
+    assert reading == threads.CpuTimes(cpus=2, busy=16, idle=121, own=4.0, at=1.0)  # cpu1 is not usable
+    assert threads.cpu_times("intr 1 2 3\n", own=0.0) is None  # no core lines: no reading, the load rule decides
+    assert threads.cpu_times(_stat((1, 2, 3)), own=0.0, cpus={5}) is None
+
+
+def test_threads_right_after_another_job_ends_every_core_is_free():
+    """The one-minute load average is still near 2 when a 2-core job has just ended: the window sees idle
+    cores, and the command gets both (the load rule gave 1 thread for the whole run)."""
+    assert _window(*IDLE) == 0.0
+    assert choose(environ={}, cores=2, busy=_window(*IDLE)) == Threads(2, "2 usable cores", cores=2)
+    assert choose(environ={}, cores=2, load=2.0).count == 1  # what the one-minute average said
+
+
+def test_threads_a_busy_process_takes_a_core_away():
+    assert _window(*ONE_BUSY) == 1.0
+    assert choose(environ={}, cores=2, busy=_window(*ONE_BUSY)) == Threads(1, "2 usable cores, 1.00 busy elsewhere", 2)
+    assert choose(environ={}, cores=8, busy=2.0).count == 6
+    assert choose(environ={}, cores=1, busy=1.0).count == 1  # never fewer than one
+
+
+def test_threads_beside_a_busy_process_our_two_threads_would_thrash():
+    """Two threads on two cores beside one busy process leave it two thirds of a core, which still takes a
+    core away (two threads there took 0.79 s a step against 54 ms with one)."""
+    before, after = ((0, 0, 0), (0, 0, 0)), ((14, 0, 0), (26, 0, 0))  # 40 ticks on 2 cores, busy throughout
+    assert abs(_window(before, after, own=26.7) - 0.665) < 0.01  # our threads took the other 26.7 ticks
+    assert choose(environ={}, cores=2, busy=_window(before, after, own=26.7)).count == 1
+
+
+def test_threads_this_process_own_time_is_not_another_process():
+    before, after = ((0, 100, 0), (0, 100, 0)), ((20, 100, 0), (0, 120, 0))  # one core busy: this process
+    assert _window(before, after, own=20.0) == 0.0
+    assert choose(environ={}, cores=2, busy=_window(before, after, own=20.0)).count == 2
+
+
+def test_threads_under_a_cpu_quota_only_the_cores_beyond_it_are_free_to_others():
+    """4 cores' quota on 8 cores read: others may take 4 of them without taking ours; a fifth takes one."""
+    before = tuple((0, 0, 0) for _ in range(8))
+    four = tuple((20, 0, 0) if n < 4 else (0, 20, 0) for n in range(8))
+    five = tuple((20, 0, 0) if n < 5 else (0, 20, 0) for n in range(8))
+    reading = [threads.cpu_times(_stat(*cpus), own=0.0, cpus=set(range(8)), at=0.0) for cpus in (before, four, five)]
+    assert threads.busy_elsewhere(reading[0], reading[1], cores=4) == 0.0
+    assert threads.busy_elsewhere(reading[0], reading[2], cores=4) == 1.0
+    assert threads.busy_elsewhere(reading[0], reading[2]) == 5.0  # no quota: all eight are ours
+
+
+@pytest.mark.parametrize(("busy", "expected"), [(0.0, 2), (0.49, 2), (0.5, 1), (1.4, 1), (2.0, 1)])
+def test_threads_half_a_core_taken_elsewhere_takes_a_core_away(busy, expected):
+    assert choose(environ={}, cores=2, busy=busy).count == expected
+
+
+@pytest.mark.parametrize(("cores", "load", "expected"), [(2, 0.74, 2), (2, 0.75, 1), (2, 3.9, 1), (8, 2.0, 6)])
+def test_threads_without_proc_stat_the_load_average_decides(cores, load, expected):
+    assert choose(environ={}, cores=cores, load=load).count == expected
+
+
+def test_threads_a_long_run_takes_the_cores_freed_or_taken_since_its_last_reading():
+    """The re-check of a run (threads.adjust between steps) on the readings of three windows: another job
+    busy (1 thread), then ended (2), then back (1)."""
+    readings = [threads.cpu_times(_stat(*cores), own=own, cpus={0, 1}, at=t) for t, own, cores in [
+        (0, 0, ((0, 0, 0), (0, 0, 0))),
+        (5, 500, ((500, 0, 0), (500, 0, 0))),  # this process: one core; another: the other one
+        (10, 1500, ((1000, 0, 0), (1000, 0, 0))),  # this process on both cores: the other job has ended
+        (15, 2000, ((1500, 0, 0), (1500, 0, 0)))]]  # this process on one core, another on the other one
+    recheck = threads.Recheck(2, readings[0])
+    assert [recheck.count(r) for r in readings[1:]] == [1, 2, 1]
+
+
+@pytest.fixture
+def torch_threads(monkeypatch):
+    """PyTorch's count and the thread variables restored after the test; PyTorch as not loaded yet while
+    the test applies a count (as the CLI applies it)."""
+    import torch
+
+    before = torch.get_num_threads()
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", threads.SET_BY_SWARMCTL):
+        monkeypatch.setenv(name, "1")
+    monkeypatch.delitem(sys.modules, "torch")
+    yield torch
+    sys.modules["torch"] = torch
+    threads.apply(Threads(1, "--threads"), reading=None)  # no re-check left behind
+    torch.set_num_threads(before)
+
+
+def test_threads_adjust_gives_pytorch_the_count_of_the_rule_only(torch_threads):
+    start = threads.cpu_times(_stat((0, 0, 0), (0, 0, 0)), own=0.0, cpus={0, 1}, at=0.0)
+    freed = threads.cpu_times(_stat((500, 0, 0), (500, 0, 0)), own=1000.0, cpus={0, 1}, at=5.0)
+    busy = threads.cpu_times(_stat((1000, 0, 0), (1000, 0, 0)), own=1500.0, cpus={0, 1}, at=10.0)
+    threads.apply(Threads(1, "2 usable cores, 1.00 busy elsewhere", cores=2), reading=start)
+    sys.modules["torch"] = torch_threads
+    torch_threads.set_num_threads(1)
+    assert threads.adjust(freed) == 2 and torch_threads.get_num_threads() == 2
+    assert threads.adjust(busy) == 1 and torch_threads.get_num_threads() == 1
+    for reason in ("--threads", threads.ENV, "OMP_NUM_THREADS"):  # a count the user gave is never changed
+        del sys.modules["torch"]
+        threads.apply(Threads(1, reason), reading=start)
+        sys.modules["torch"] = torch_threads
+        assert threads.adjust(freed) is None and torch_threads.get_num_threads() == 1
+    threads.apply(Threads(1, "2 usable cores", cores=2), reading=start)  # PyTorch loaded: a host process's own count
+    assert threads.adjust(freed) is None and torch_threads.get_num_threads() == 1
 
 
 def test_threads_option_wins_over_variables_and_load():
@@ -115,7 +224,7 @@ _HOST = """
 import os, sys, torch
 torch.set_num_threads(1)  # a host process (a benchmark's runner, a notebook) chose its threads
 import swarmctl.threads as rule
-rule.usable_cores, rule.load_average = (lambda: 2), (lambda: 0.0)  # the rule's own count: 2, whatever the load
+rule.usable_cores, rule.measure = (lambda: 2), (lambda *reading: 0.0)  # the rule's own count: 2, whatever runs
 sys.argv = ["swarmctl", *sys.argv[1:]]
 from swarmctl.cli import main
 try:

@@ -56,9 +56,10 @@ def main() -> None:
     atexit.register(signals.ignore)  # registered first, so run last: the teardown after it saves nothing
     from swarmctl import threads
 
-    threads.apply(threads.choose())  # the cores free to this process, before PyTorch reads its variables
+    start = threads.cpu_times()  # the window over which the other processes' CPU time is measured begins
     signals.install(_stopped_while_loading)
-    app = _load_app()
+    app = _load_app()  # loads no PyTorch: the count below is set before it reads its variables
+    threads.apply(threads.choose(since=start))  # the cores free to this process now
     signals.install(signals.Interruption().handle)  # parsing the options, printing a result: nothing half-written
     try:
         app()

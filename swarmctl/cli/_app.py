@@ -18,6 +18,7 @@ from swarmctl import signals
 from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
 
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
+_OPTIONAL_MANY = re.compile(r"^\[([^\]]*)\]\.\.\.$")
 # the context of the command running now (its parameters name the flags in messages), None outside one
 RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
 
@@ -33,7 +34,9 @@ class _Command(TyperCommand):
                 param.metavar = param.name.upper() if param.name else None
 
     def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
-        return [_BRACED.sub(r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+        """Each argument as a usage line shows it: ``RUN``, ``[RUN]``, ``RUN...``, ``[RUN...]``."""
+        return [_OPTIONAL_MANY.sub(r"[\1...]", _BRACED.sub(r"\1", piece))
+                for piece in super().collect_usage_pieces(ctx)]
 
     def format_options(self, ctx: typer.Context, formatter: Any) -> None:
         """The arguments by their names alone (``RUN...``, not ``RUN <list[str]>``), then the options."""
@@ -104,6 +107,13 @@ class _OneLineErrors(TyperGroup):
         with _signal_in_one_line():
             return super().make_context(*args, **kwargs)
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """No arguments at all: the help on stderr and exit code 2, as click's ``no_args_is_help`` means it."""
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            _say_error(ctx.get_help())
+            raise typer.Exit(2)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: Any) -> Any:
         with _signal_in_one_line():
             return super().invoke(ctx)
@@ -111,8 +121,6 @@ class _OneLineErrors(TyperGroup):
     def _one_line(self, exc: typer.TyperException) -> str:
         """The error's message in one line, and where to read more; an option of swarmctl itself given
         after a command (``--threads``) says where it goes."""
-        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed: nothing more to say
-            sys.exit(exc.exit_code)
         ctx = getattr(exc, "ctx", None)
         name = getattr(exc, "option_name", None)
         own = [p for p in self.params if name in getattr(p, "opts", ())] if ctx is not None and ctx.parent else []
@@ -121,7 +129,7 @@ class _OneLineErrors(TyperGroup):
             value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
             command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
             return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
-        if name in RETIRED and type(exc).__name__ == "NoSuchOption":
+        if name in RETIRED:  # no command has such an option: the error says there is no such option
             return f"No such option: {name}; since version 0.2.0 the step mode is one option: {RETIRED[name]}"
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
         return " ".join(exc.format_message().split()) + hint

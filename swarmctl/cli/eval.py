@@ -20,6 +20,8 @@ def eval_cmd(
                                                 f"({', '.join(t['name'] for t in tasks())})].")] = None,
     data: Annotated[Path | None, option(help=f"Dataset to score on [default: {per_task('eval_data_help')}].")]
     = None,
+    data_dir: Annotated[Path | None, option(help="Image models: the folder holding the files (e.g. DIR/MNIST/raw/) "
+                                                 "[default: the run's].")] = None,
     split: Annotated[str | None, option(help=f"Split to score [default: {per_task('default_split')}].")] = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
@@ -34,7 +36,7 @@ def eval_cmd(
 
         with DelayedBar("scoring") as bar, \
                 evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(), announce=say,
-                           force=force, scoring=lambda k, n: bar(k / n)) as scored:
+                           force=force, scoring=lambda k, n: bar(k / n), data_dir=data_dir) as scored:
             bar.close()
             res = scored.result  # the file appears once the table is printed, or never
             title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"

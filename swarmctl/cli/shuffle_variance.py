@@ -23,7 +23,9 @@ from swarmctl.cli._options import (
 
 @app.command("shuffle-variance")
 def shuffle_variance_cmd(
-    runs: Annotated[list[str], argument(metavar="RUN", help="One or more runs (names or folders).")],
+    runs: Annotated[list[str] | None, argument(metavar="RUN", help="One or more runs (names or folders) "
+                                                                  "[default: the shipped SWARM clustering model].")]
+    = None,
     data: Annotated[Path | None, option(help="HDF5 dataset every run is measured on [default: each run's own].")]
     = None,
     tasks: Annotated[int, count(help="Validation tasks, spread evenly over the set size.")] = 100,
@@ -32,7 +34,9 @@ def shuffle_variance_cmd(
     = 200,
     seed: Annotated[int, seed_option(help="Seed of the orderings.")] = 0,
     out: Annotated[Path | None, option(help="Output folder [default: RUN/shuffle-variance for one run, "
-                                                  "RUNS_DIR/shuffle-variance for several].")] = None,
+                                                  "RUNS_DIR/shuffle-variance for several; "
+                                                  "runs/pretrained-NAME/shuffle-variance for the shipped model].")]
+    = None,
     runs_dir: RunsDir = RUNS_DIR,
     device: Device = "auto",
     replot: Annotated[bool, option("--replot", help="Redraw from saved numbers; no model is run.")] = False,
@@ -48,13 +52,14 @@ def shuffle_variance_cmd(
     up to 300 points); a larger model or larger sets take longer in proportion. A bar shows the time left.
     """
     with user_errors():
-        from swarmctl.cli._progress import StepBar
+        from swarmctl.cli._progress import DataGenerationProgress, StepBar
         from swarmctl.plots.shuffle import plot_shuffle_variance
         from swarmctl.plots.style import save_figure
         from swarmctl.studies.shuffle_variance import shuffle_variance
 
         with shuffle_variance(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot, force,
-                              progress=StepBar) as study:  # every file (results, figure, summary), or none
+                              progress=StepBar, data_progress=DataGenerationProgress(),
+                              announce=say) as study:  # every file (results, figure, summary), or none
             fig_path = save_figure(plot_shuffle_variance(study.results), study.figure)
             for label, s in study.summary.items():
                 say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "

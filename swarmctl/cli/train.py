@@ -12,7 +12,7 @@ from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
 from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, number, option, say, stop_if_interrupted, user_errors
 from swarmctl.config import RESUMABLE, TRAIN_OPTIONS, ModelConfig
-from swarmctl.errors import ConfigError, either
+from swarmctl.errors import either
 
 _TASKS = catalog_tasks()
 _NAMED_DATA = [t for t in _TASKS if t["datasets"]]  # tasks whose data is a named dataset in a folder
@@ -23,19 +23,7 @@ _DATA_DIR_HELP = "; ".join(f"{t['name']} models: the folder holding the files [d
                            for t in _NAMED_DATA) or "not used by any task"
 
 
-_ALWAYS_ALLOWED = {"model", "resume", "runs_dir"}
 _RESUMABLE_FLAGS = either(("--" + n.replace("_", "-") for n in RESUMABLE), "and")  # what a resume may change
-
-
-def _refuse_fixed_options(ctx: typer.Context) -> None:
-    """A resumed run keeps its own settings: an option it cannot change is a ConfigError (exit 2)."""
-    given = [name for name in ctx.params if name not in _ALWAYS_ALLOWED and name not in RESUMABLE
-             and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")]
-    if given:
-        flags = either(("--" + name.replace("_", "-") for name in given), "and")
-        raise ConfigError(f"{flags} cannot change when resuming (the run keeps its own); drop "
-                          f"{'it' if len(given) == 1 else 'them'}, or start a new run with --name. Only "
-                          f"{_RESUMABLE_FLAGS} may change.")
 
 
 _HYPER = {h["option"]: h for h in catalog()["hyperparameters"]}  # the models' hyper-parameter table
@@ -117,8 +105,6 @@ def train_cmd(
     from swarmctl.runs import train
 
     with user_errors() as interruption:
-        if resume is not None:
-            _refuse_fixed_options(ctx)
         trained = train(
             model, {h.field: given[h.option] for h in HYPERPARAMETERS},
             {field: given[field] for field in _ROWS if field in given}, runs_dir, data=data, dataset=dataset,

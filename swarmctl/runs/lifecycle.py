@@ -29,6 +29,7 @@ from swarmctl.errors import (
     SwarmctlError,
     SwarmctlWarning,
     describe_os_error,
+    either,
     shell_command,
 )
 from swarmctl.files import atomic_write_text, check_output_folder, check_plain_files
@@ -204,6 +205,16 @@ def start_run(
         return _train_locked(run, runs_dir, plan, ctx, signals, progress)
 
 
+def check_resumable(given: Sequence[str]) -> None:
+    """The one rule of what a resume may change: a ConfigError naming each of the settings ``given`` (by
+    parameter or config field) that is not one of :data:`RESUMABLE`, as the run keeps its own settings."""
+    fixed = [name for name in dict.fromkeys(given) if name not in RESUMABLE]
+    if fixed:
+        raise ConfigError(f"{either((f'`{k}`' for k in fixed), 'and')} cannot change when resuming (the run keeps "
+                          f"its own); drop {'it' if len(fixed) == 1 else 'them'}, or start a new run with `name`. "
+                          f"Only {either((f'`{k}`' for k in RESUMABLE), 'and')} may change.")
+
+
 def resume_run(
     run: str | Path,
     runs_dir: Path,
@@ -216,10 +227,7 @@ def resume_run(
     train options by name, only those of :data:`RESUMABLE` (None: keep the run's); ``minutes=`` and
     ``max_epochs=`` replace the totals, e.g. to extend a finished run. A run that never saved a checkpoint
     (killed in its first epoch) starts again from scratch with its config."""
-    fixed = sorted(set(changes) - set(RESUMABLE))
-    if fixed:
-        raise ConfigError(f"{', '.join(f'`{k}`' for k in fixed)} cannot change when resuming (the run keeps its "
-                          f"own); only {', '.join(f'`{k}`' for k in RESUMABLE)} may change")
+    check_resumable(list(changes))
     changes = {k: v for k, v in changes.items() if v is not None}
     device = changes.get("device")
     ctx = init_distributed(device or "auto")
@@ -366,17 +374,20 @@ def train(model: str, model_options: dict[str, Any], train_options: dict[str, An
           draw: DrawCurves | None = None, on_continue: Callable[[str], None] | None = None,
           announce: Callable[[str], None] | None = None, default_runs_dir: Path = Path("runs")) -> Trained | None:
     """`swarmctl train`: start a run of ``model`` from the options (:func:`configs_from_options`,
-    :func:`start_run`), or continue run ``resume`` (:func:`resume_run`: only the options of
-    :data:`RESUMABLE` apply), then :func:`finish_runs`. ``display(task)`` makes the progress display
-    (rank 0 only); ``on_continue`` is told the command that continues the run as soon as training returns
-    (a caller stopped while the curves are drawn can print it). None on every rank but rank 0, which
-    alone writes and reports."""
+    :func:`start_run`), or continue run ``resume`` (:func:`resume_run`: a given option that is not one of
+    :data:`RESUMABLE` is a ConfigError, :func:`check_resumable`), then :func:`finish_runs`. ``display(task)``
+    makes the progress display (rank 0 only); ``on_continue`` is told the command that continues the run as
+    soon as training returns (a caller stopped while the curves are drawn can print it). None on every rank
+    but rank 0, which alone writes and reports."""
+    if resume is not None:  # before anything loads: a setting the run cannot take is refused, never dropped
+        named = {"data": data, "dataset": dataset, "data_dir": data_dir, "name": name}
+        check_resumable([k for k, v in {**model_options, **train_options, **named}.items() if v is not None])
     main = is_main_process()
     task = task_of(model)
     show = display(task) if display is not None and main else contextlib.nullcontext()
     with show as progress:
         if resume is not None:
-            changes = {k: train_options.get(k) for k in RESUMABLE}
+            changes = {k: v for k, v in train_options.items() if v is not None}
             result = resume_run(resume, runs_dir, model_name=model, progress=progress, announce=announce, **changes)
         else:
             configs = configs_from_options(model, model_options, train_options, data, dataset, data_dir)

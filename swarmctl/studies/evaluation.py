@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from swarmctl.errors import ConfigError
 from swarmctl.files import atomic_write_text, staged_outputs
 from swarmctl.runs import evaluate_run, open_run
-from swarmctl.tasks import DataProgress, get_task
+from swarmctl.tasks import DataProgress, Task, get_task
 
 
 @dataclass(frozen=True)
@@ -29,32 +30,47 @@ class Evaluation:
 def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: Path | None = None,
                split: str | None = None, out: Path | None = None, progress: DataProgress | None = None,
                announce: Callable[[str], None] | None = None, force: bool = False,
-               scoring: Callable[[int, int], None] | None = None) -> Iterator[Evaluation]:
+               scoring: Callable[[int, int], None] | None = None,
+               data_dir: Path | None = None) -> Iterator[Evaluation]:
     """Score ``target`` (a run, a checkpoint; None: the shipped model of the first task that has one) on
-    ``split`` of ``data`` and save the scores as ``out`` (default: eval-SPLIT.json beside the checkpoint).
+    ``split`` of ``data`` (a file; for a task whose data is a named dataset in a folder, the image models,
+    ``data_dir`` names the folder instead, as `train` takes it) and save the scores as ``out`` (default:
+    eval-SPLIT.json beside the checkpoint).
     Every output is checked before any work (before a shipped model's dataset is generated); the file
     appears when the block ends without error, so what the caller prints inside it comes first.
     ``announce`` is told which shipped model is scored; ``scoring(done, total)`` after each batch scored. An
     existing ``out`` is replaced only with ``force`` (the default file beside the checkpoint is eval's own,
     replaced by each run of it); the dataset scored on and the run's own dataset are never written."""
-    with staged_outputs([data], replace=force or out is None) as outputs:
+    given = data if data is not None else data_dir  # the files scored on, whichever option named them
+    with staged_outputs([given], replace=force or out is None) as outputs:
         if target is None and out is None:  # before a fresh checkout's dataset is generated for the shipped model
             outputs.folder(runs_dir)
         elif target is None:
             outputs.file(out)  # a run's output is checked once its dataset, an input, is known
-        opened = open_run(target, runs_dir, device, data=data, progress=progress)
+        opened = open_run(target, runs_dir, device, data=given, progress=progress)
+        _check_data_options(opened.task, data, data_dir)
         if opened.shipped and announce is not None:
             announce(f"scoring the shipped model {opened.checkpoint}")
         # the run's own dataset is never written, also when --data scores another (a resume or a later eval
         # of the run reads it)
-        outputs.input(opened.checkpoint, data, opened.config.get("data", {}).get("path"))
+        outputs.input(opened.checkpoint, given, opened.config.get("data", {}).get("path"))
         if out is None:
             outputs.folder(opened.dir)
         else:
             outputs.file(out)  # never over the checkpoint it reads, nor a run's own files
-        res = evaluate_run(opened, data, split, progress=scoring)
+        res = evaluate_run(opened, given, split, progress=scoring)
         path = Path(out or opened.dir / f"eval-{res['split']}.json")
         task = get_task(res["task"])
         columns, rows = task.eval_table(res)
         atomic_write_text(path, json.dumps(res, indent=2) + "\n")
         yield Evaluation(res, path, columns, rows, task.unit)
+
+
+def _check_data_options(task: Task, data: Path | None, data_dir: Path | None) -> None:
+    """A file for the tasks that read one (`data`), a folder for those whose data is a named dataset in one
+    (`data_dir`): the same names as `train`'s."""
+    if task.datasets and data is not None:
+        raise ConfigError(f"{task.name} models read their files from a folder: name it with `data_dir`, not `data`")
+    if not task.datasets and data_dir is not None:
+        raise ConfigError(f"`data_dir` names the folder of a named dataset's files, which {task.name} models do "
+                          "not read; score them on a file with `data`")

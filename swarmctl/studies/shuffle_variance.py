@@ -21,8 +21,9 @@ from swarmctl.data.clustering_generator import ClusteringTasks
 from swarmctl.data.hdf5 import read_split
 from swarmctl.errors import ConfigError
 from swarmctl.files import atomic_write_text, staged_outputs
-from swarmctl.runs import Run, open_run, resolve_run
+from swarmctl.runs import Run, open_run, resolve_run, shipped_for, shipped_results_dir
 from swarmctl.studies.results import ShuffleVarianceResult, load_result, save_result
+from swarmctl.tasks import DataProgress
 from swarmctl.tasks.hungarian import hungarian_ce
 
 STUDY = "shuffle-variance"
@@ -130,19 +131,23 @@ def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
 
 @contextmanager
 def shuffle_variance(
-    runs: list[str], runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
+    runs: list[str] | None, runs_dir: Path, out: Path | None = None, data: Path | None = None, tasks: int = 100,
     shuffles: int = 200, seed: int = 0, device: str = "auto", replot: bool = False, force: bool = False,
     progress: Callable[[str], AbstractContextManager[Callable[[int, int], None]]] | None = None,
+    data_progress: DataProgress | None = None, announce: Callable[[str], None] | None = None,
 ) -> Iterator[ShuffleVarianceStudy]:
-    """`swarmctl shuffle-variance`'s work: the shuffle-variance of every run in ``runs`` (names or folders),
-    saved as ``RUN.npz`` per run and ``summary.json`` in ``out`` (default: RUN/shuffle-variance for one run,
+    """`swarmctl shuffle-variance`'s work: the shuffle-variance of every run in ``runs`` (names or folders;
+    none: the shipped clustering model, as `plot-entropy` takes it, its results in ``runs_dir/pretrained-NAME``
+    and its dataset generated when missing, ``data_progress``; ``announce`` is told it is used), saved as
+    ``RUN.npz`` per run and ``summary.json`` in ``out`` (default: RUN/shuffle-variance for one run,
     RUNS_DIR/shuffle-variance for several). Every run is opened and checked before any is measured.
     ``replot``: read the saved results instead of measuring. A file of the study's already in a named ``out``
     is replaced only with ``force`` (``replot`` redraws the folder it reads). The caller draws the figure to
     ``study.figure`` inside the block; all files (results, summary, figure) appear when it ends without
     error, or none. ``progress(label)`` gives the update function of one run's measurement."""
     with staged_outputs([data], replace=force or replot or out is None) as outputs:
-        run_dirs = [resolve_run(r, runs_dir) for r in runs]
+        run_dirs = [resolve_run(r, runs_dir, shipped=True) for r in runs] if runs else \
+            [shipped_results_dir(shipped_for(STUDY), runs_dir)]
         keys = _result_keys(run_dirs, runs_dir)
         out_dir = outputs.folder(out or (run_dirs[0] / STUDY if len(run_dirs) == 1 else Path(runs_dir) / STUDY))
         if replot:
@@ -150,7 +155,10 @@ def shuffle_variance(
         else:  # every output checked and every run opened and measured before anything is written
             for name in ("summary.json", "shuffle-variance.png", *(f"{key}.npz" for key in keys)):
                 outputs.file(out_dir / name)
-            opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs]
+            opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs] if runs else \
+                [open_run(None, runs_dir, device, study=STUDY, data=data, progress=data_progress)]
+            if opened[0].shipped and announce is not None:
+                announce(f"using the shipped model {opened[0].checkpoint}")
             results = []
             for run in opened:
                 with nullcontext() if progress is None else progress(run.label) as update:

@@ -22,7 +22,7 @@ from swarmctl.data.images import (
     load_images,
     shuffled_batches,
 )
-from swarmctl.errors import ConfigError, DataError
+from swarmctl.errors import ConfigError
 from swarmctl.models.image import DEFAULT_DATASET, scan_order
 from swarmctl.tasks.base import Task
 from swarmctl.training.checkpoint import Checkpoint
@@ -46,7 +46,7 @@ class ImageTask(Task):
     default_data = DATA_DIR  # torchvision root
     proven_modes = ("eager", "amp", "graphs", "amp+graphs", "compile")  # `--step auto` may pick (training/modes.py)
     train_data_help = "none: `dataset` and `data_dir` name their images"
-    eval_data_help = "the run's `data_dir`"
+    eval_data_help = "not read: `data_dir` names the folder"
     metric_help = "cross-entropy per sub-pixel and bits per dimension"
     studies = Task.studies | {"sample"}
     datasets = tuple(DATASETS)
@@ -79,10 +79,7 @@ class ImageTask(Task):
         root = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
         if split not in ("test", "train"):
             raise ConfigError(f"`split` must be test or train for image models, got {split!r}")
-        try:
-            images = load_images(dataset, root, train=split == "train")
-        except DataError as exc:  # its fix names train's option; eval's is `data`
-            raise DataError(str(exc).replace("`data_dir`", "`data`")) from None
+        images = load_images(dataset, root, train=split == "train")  # its message names `data_dir`, as eval's option
         nats = validation_loss(model, ImageBatches(images, 100), image_loss, device, progress=progress)
         return {"data": f"{dataset} ({root})", "split": split, "tasks": len(images), "loss": nats,
                 "bits_per_dim": nats / math.log(2.0)}

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from swarmctl import threads
 from swarmctl.config import TrainConfig
 from swarmctl.data.dataset import epoch_order
 from swarmctl.errors import CheckpointError
@@ -406,6 +407,8 @@ def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batc
             return signals.received or "signal on another rank", time_up
         if time_up:
             break
+        if device.type == "cpu":
+            threads.adjust()  # the cores free now, every few seconds, where swarmctl's rule chose the count
         t0 = clock()  # drawing the batch and copying it count: on a GPU the copy waits for the queued steps
         unread += step(batches[order[state.cursor]].to(device)).detach()  # forward, loss, backward, Adam
         state.cursor += 1

@@ -20,6 +20,13 @@ def test_train_eval_and_sample_an_image_model(fake_mnist, tmp_path, cli):
     res = json.loads((run / "eval-test.json").read_text())
     assert res["tasks"] == 20 and res["bits_per_dim"] == pytest.approx(res["loss"] / math.log(2))
     assert res["bits_per_dim"] == pytest.approx(min(x["val_bits_per_dim"] for x in records), rel=1e-5)
+    # the image folder has train's name in eval, in its option and its messages
+    r = cli("eval", "swarm-image-8-2-1-s0", "--runs-dir", runs, "--data-dir", fake_mnist, "--out", tmp_path / "e.json")
+    assert r.exit_code == 0 and json.loads((tmp_path / "e.json").read_text())["tasks"] == 20, r.output
+    r = cli("eval", "swarm-image-8-2-1-s0", "--runs-dir", runs, "--data-dir", tmp_path / "nowhere")
+    assert r.exit_code == 1 and "name their folder with --data-dir" in r.output, r.output
+    r = cli("eval", "swarm-image-8-2-1-s0", "--runs-dir", runs, "--data", fake_mnist)
+    assert r.exit_code == 2 and "name it with --data-dir, not --data" in r.output, r.output
 
     r = cli("sample", "--dataset", "mnist", "--runs-dir", runs, "--per-class", 1, "--seed", 3)
     assert r.exit_code == 0, r.output

@@ -174,6 +174,8 @@ def test_eval_rejects_foreign_and_other_version_checkpoints(tiny_h5, tmp_path, c
         before = {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
         assert_user_error(cli("eval", *args), message)
         assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before, args
+    r = cli("eval", best, "--data-dir", tmp_path)  # a clustering run reads a file: the folder option is refused
+    assert r.exit_code == 2 and "score them on a file with --data" in r.output, r.output
 
 
 @pytest.mark.parametrize("model", ["swarm-mog", "swarm-image"])

@@ -210,7 +210,7 @@ def test_image_faults_fail_in_one_line_many(originals, image_run, tmp_path, fami
     def commands(images, root):
         run = root / "img"
         shutil.copytree(image_run, run)
-        return [_train(images, root), ["eval", run, "--data", images, "--device", "cpu"]]
+        return [_train(images, root), ["eval", run, "--data-dir", images, "--device", "cpu"]]
     _check(originals, tmp_path, family, seed, commands)
 
 
