@@ -238,3 +238,19 @@ def test_a_real_80_column_terminal_gets_one_block_per_row(tmp_path):
     assert proc.wait(timeout=60) == 0, shown
     text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.decode()).replace("\r\n", "\n")
     assert _assert_every_value_whole(text, table_of(runs, tmp_path / "rows"), 80) == "blocks"
+
+
+def test_report_leaves_a_run_stopped_before_its_budget_out_of_the_means(tmp_path):
+    """A seed still training (or interrupted before its net budget and epoch limit) is no seed yet: the row's
+    mean is over the runs that spent their budget, and the stopped one is named with how far it got."""
+    runs = tmp_path / "runs"
+    for seed, losses in ((0, (0.9, 0.5)), (1, (0.9, 0.7)), (2, (0.9,))):
+        run = fake_run(runs, f"swarm-8-3-1-s{seed}", seed=seed, losses=losses)
+        cfg = json.loads(run.config.read_text())
+        cfg["train"].update(minutes=2.0, max_epochs=1000)  # 60 net seconds an epoch: two epochs spend it
+        run.config.write_text(json.dumps(cfg))
+    rows = json.loads(piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--json").stdout)
+    (done,) = [row for row in rows if row["status"] == "finished"]
+    assert done["n"] == 2 and done["val_loss_mean"] == pytest.approx(0.6)
+    (stopped,) = [row for row in rows if row["status"] == "unfinished"]
+    assert "swarm-8-3-1-s2" in stopped["note"] and "1.0 of 2 net min" in stopped["note"]
