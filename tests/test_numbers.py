@@ -245,7 +245,8 @@ def test_swarm_epoch_times_on_the_h200_are_the_timing_records():
     for page in _docs():  # no page states another number for the compiled step
         text = _words(page)
         for found in re.finditer(r"(\d+\.\d+) s? ?(?:with `--step compile`|per epoch \(compiled\))", text):
-            before = re.findall(r"SWARM|MNIST|MoG|swarm-image|swarm-mog", text[max(found.start() - 300, 0):found.start()])
+            before = re.findall(r"SWARM|MNIST|MoG|swarm-image|swarm-mog",
+                                text[max(found.start() - 300, 0):found.start()])
             if before and before[-1] == "SWARM":  # the last model named before the number
                 assert found.group(1) == f"{compiled:.2f}", (page, found.group(0))
                 checked += 1

@@ -42,5 +42,6 @@ def backtracking(beta: float, alpha: float) -> str:
     when more than max(5, beta * e) of the latest epochs were at least as good, and there are at most e of them,
     so from beta 1 on only a non-finite validation loss backtracks (docs/experiments.md says the same)."""
     if beta >= 1:
-        return f"backtracking only on a non-finite validation loss (lr x {alpha:g}; with beta {beta:g} the authors' rule never fires)"
+        return (f"backtracking only on a non-finite validation loss (lr x {alpha:g}; with beta {beta:g} the authors' "
+                "rule never fires)")
     return f"backtracking beta {beta:g} alpha {alpha:g}"
