@@ -46,8 +46,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/layer_throughput.py
 
 # Every figure in docs/ drawn again from the shipped models and the committed runs (tools/figures.py lists each
-# figure's source; `$(PY) -m tools.figures --list`), on the CPU with fixed seeds: about 10 minutes on 2 cores,
-# most of it the exact entropy map.
+# figure's source; `$(PY) -m tools.figures --list`), on the CPU with fixed seeds: about 3 CPU minutes, most of
+# them the exact entropy map.
 figures: $(STAMP)
 	$(PY) -m tools.figures
 
