@@ -64,8 +64,9 @@ def _mnist_curves(repo: Path, work: Path) -> None:
     from swarmctl.files import read_metrics
     from swarmctl.plots.curves import plot_curves
     from swarmctl.plots.style import save_figure
+    from swarmctl.rundir import RunDir
 
-    records = read_metrics(repo / MNIST_CAMPAIGN / "metrics.jsonl")
+    records = read_metrics(RunDir(repo / MNIST_CAMPAIGN).metrics)
     save_figure(plot_curves(records, title="swarm-image (256-10-1), MNIST: the mnist campaign on an H200"),
                 work / "curves-mnist.png")
 
