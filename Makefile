@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.swarmctl-installed
 
-.PHONY: demo test test-all lint bench install clean campaign-commit
+.PHONY: demo test test-all lint bench install clean campaign-commit figures
 
 install: $(STAMP)
 
@@ -44,6 +44,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/layer_throughput.py
+
+# Every figure in docs/ drawn again from the shipped models and the committed runs (tools/figures.py lists each
+# figure's source; `$(PY) -m tools.figures --list`), on the CPU with fixed seeds: about 3 CPU minutes, most of
+# them the exact entropy map.
+figures: $(STAMP)
+	$(PY) -m tools.figures
 
 # After a GPU job (the maintainers' campaigns, tools/campaigns): FROM is the folder its output files were copied back to (the job's $OUT);
 # COMMIT_OPTS passes options on (e.g. COMMIT_OPTS="--data-dir DIR", or "--keep-shipped").

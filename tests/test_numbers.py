@@ -3,6 +3,7 @@
 The paper rows' numbers come from `python -m tools.campaigns status` (the campaigns' records, the shipped
 models' records, campaigns/earlier.json); the shipped models' table and counts from their records."""
 
+import json
 import re
 from pathlib import Path
 
@@ -87,3 +88,199 @@ def test_cluster_help_counts_the_shipped_clustering_models(monkeypatch, cli):
     text = " ".join(cli("cluster", "--help").output.split())
     assert f"{WORDS[clustering].capitalize()} clustering models ship (of the {WORDS[len(models)]} shipped models)" \
         in text, text
+
+
+# ---- numbers stated in several places: each derived here from its record ---------------------------------------
+
+def _words(path: str) -> str:
+    """A page's text with its line breaks and runs of spaces as single spaces, Unicode minus as '-'."""
+    return " ".join((REPO / path).read_text().split()).replace("−", "-")
+
+
+def _docs() -> list[str]:
+    return ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
+            "swarmctl/pretrained/README.md"]
+
+
+def _json(path: str) -> dict:
+    return json.loads((REPO / path).read_text())
+
+
+def _shipped_records() -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in sorted((REPO / "swarmctl/pretrained").glob("*.json"))}
+
+
+def test_net_minutes_and_epochs_of_a_shipped_model_read_as_its_record_says():
+    """Wherever a page states a shipped model's net minutes next to its epochs, they are its record's, rounded
+    as every command rounds them (2.43 reads 2.4)."""
+    from swarmctl.studies.evaluation import net_minutes
+
+    stated = 0
+    for name, record in _shipped_records().items():
+        for page in _docs():
+            for minutes, epochs in re.findall(r"(\d+(?:\.\d+)?) net min(?:utes)?, (\d+) epochs", _words(page)):
+                if int(epochs) == record["epochs"]:
+                    assert minutes == net_minutes(record["net_minutes"]), (page, name, minutes, record["net_minutes"])
+                    stated += 1
+    assert stated >= 4  # the clustering and MNIST models, each in two pages at least
+
+
+def test_the_readme_states_each_shipped_models_net_minutes_as_its_record():
+    from swarmctl.studies.evaluation import net_minutes
+
+    for record in _shipped_records().values():
+        row = next(cells for cells in _table("Shipped models") if cells[0].strip("`") == record["file"])
+        assert row[2].startswith(f"{net_minutes(record['net_minutes'])} net min"), (row, record["net_minutes"])
+
+
+def test_eval_of_a_shipped_model_states_its_checkpoints_minutes_and_its_records(monkeypatch, cli, tiny_h5, tmp_path):
+    """`eval` states the net minutes at which the checkpoint was saved (its best epoch) and, for a shipped model,
+    the whole run's as its record says: two numbers, each named, never one for the other."""
+    monkeypatch.delenv("SWARMCTL_PRETRAINED")
+    import torch
+
+    from swarmctl.studies.evaluation import net_minutes
+
+    record = _json("swarmctl/pretrained/swarm-192-10-1-clustering.json")
+    state = torch.load(REPO / "swarmctl/pretrained" / record["file"], weights_only=True)["state"]
+    r = cli("eval", "--data", tiny_h5, "--device", "cpu", "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert f"saved at {net_minutes(state['net_seconds'] / 60)} net min of its run's " \
+           f"{net_minutes(record['net_minutes'])} net min and {record['epochs']} epochs" in text, text
+
+
+def test_campaign_notes_state_only_their_own_start_and_no_other_number_for_a_shipped_model():
+    """A campaign's note states its start number as its record holds it, that number as the dated benchmark
+    run that made it (benchmarks/RESULTS.md), and never another number beside a shipped model's file."""
+    shipped = {r["file"]: r["eval"] for r in _shipped_records().values()}
+    results = _words("benchmarks/RESULTS.md")
+    for path in sorted((REPO / "campaigns").glob("*/progress.json")):
+        p = json.loads(path.read_text())
+        note = " ".join(p.get("start_note", "").split())
+        for file, evaluation in shipped.items():
+            for beside in re.findall(re.escape(file) + r"([^)]*)\)", note):  # what the note says of that model
+                for value in re.findall(r"(\d+\.\d+) test bits/dim", beside):
+                    assert float(value) == round(evaluation["bits_per_dim"], 3), (path, file, value)
+        if "start_bits_per_dim" in p:
+            start = f"{p['start_bits_per_dim']:.3f}"
+            found = re.findall(r"(\d+\.\d+) test bits/dim after (\d+\.\d+) net", note)
+            assert found and all(v == start for v, _ in found), (path, note)
+            for value, minutes in found:  # the benchmark's row: minutes, epochs, **bits**
+                assert re.search(rf"\| {re.escape(minutes)} \| \d+ \| \*\*{re.escape(value)}\*\* test bits/dim",
+                                 results), (path, value, minutes)
+
+
+def _mog_oracles() -> tuple[float, float]:
+    """(the fixed 10,000-task test set's oracle as the MoG campaign's evaluations recorded it, the CPU
+    benchmark's on its 1,000 tasks as benchmarks/RESULTS.md's mog_cpu table holds it)."""
+    sessions = _json("campaigns/mog/progress.json")["sessions"]
+    fixed = {round(s["oracle_log_likelihood"], 9) for s in sessions if "oracle_log_likelihood" in s}
+    assert len(fixed) == 1, fixed  # one test set, one oracle
+    text = (REPO / "benchmarks/RESULTS.md").read_text()
+    section = text[text.index("## Parametrized amortized clustering, CPU (`benchmarks/mog_cpu.py`)"):]
+    section = section[:section.index("\n## ", 1)]
+    header = next(line for line in section.splitlines() if line.startswith("| model |"))
+    column = [c.strip() for c in header.strip("|").split("|")].index("oracle LL")
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith(("| model", "|---"))]
+    bench = {float(r.strip("|").split("|")[column]) for r in rows}
+    assert len(bench) == 1, bench
+    return fixed.pop(), bench.pop()
+
+
+def test_every_stated_mog_oracle_is_one_of_its_records_at_four_decimals():
+    """The fixed test set's oracle (what `eval` prints) and the CPU benchmark's, at four decimals as both print
+    them; the expected value over all tasks (about -1.4755) only where the page says it is a Monte-Carlo estimate."""
+    fixed, bench = _mog_oracles()
+    allowed = {f"{fixed:.4f}", f"{bench:.4f}"}
+    seen = set()
+    for page in [*_docs(), "benchmarks/RESULTS.md"]:
+        text = _words(page)
+        for found in re.finditer(r"oracle\b[^.|;]{0,40}?(-\d\.\d+)", text):
+            value = found.group(1)
+            if value == "-1.4755":
+                assert "Monte" in text[found.end():found.end() + 40], (page, text[found.start():found.end() + 40])
+                continue
+            assert value in allowed, f"{page}: {text[found.start():found.end()]!r}; records: {sorted(allowed)}"
+            seen.add(value)
+    assert seen == allowed
+
+
+@pytest.mark.slow
+def test_the_mog_oracle_records_are_what_the_seeded_test_sets_give(tmp_path):
+    """Both oracles computed again from their seeded tasks: the fixed test set `eval` scores and the CPU
+    benchmark's 1,000 tasks (benchmarks/mog_cpu.py's file)."""
+    from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
+    from swarmctl.data.mog import generate_mog_tasks
+    from swarmctl.tasks.mog import TEST_BATCH_SIZE, TEST_BATCHES, TEST_SEED, mog_batches, oracle_log_likelihood
+
+    def oracle(tasks):
+        return sum(oracle_log_likelihood(b).sum().item() for b in mog_batches(tasks, TEST_BATCH_SIZE)) / len(tasks)
+
+    fixed, bench = _mog_oracles()
+    assert oracle(generate_mog_tasks(TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED)) == pytest.approx(fixed, abs=1e-9)
+    generate_mog_dataset(tmp_path / "test.h5", 1000, seed=0)
+    assert round(oracle(read_dataset(tmp_path / "test.h5")[0]["test"]), 4) == bench
+
+
+def test_swarm_epoch_times_on_the_h200_are_the_timing_records():
+    """SWARM (192-10-1) per 9,000-task epoch on the H200: campaigns/timing.json (the compiled step: its cold-compile
+    probe's steady state), the same as swarmctl/training/step_timings.json's step times x 90 steps; every page
+    that states one states these, at two decimals."""
+    timing = _json("campaigns/timing.json")
+    per_epoch = timing["clustering_s_per_epoch"]
+    compiled = timing["compile_probes"]["clustering"]["steady_s_per_epoch"]
+    card = next(c for c in _json("swarmctl/training/step_timings.json")["cards"] if c["card"] == "NVIDIA H200")
+    step = card["tasks"]["clustering"]["compile"]["step_seconds"]
+    assert step * 90 == pytest.approx(compiled, rel=1e-4)  # the step as step_timings.json rounds it
+    experiments, benchmarks = _words("docs/experiments.md"), _words("docs/benchmarks.md")
+    for text in (experiments, benchmarks):
+        assert f"{per_epoch['fp32']:.2f}" in text and f"{per_epoch['tf32']:.2f}" in text
+    assert (f"{per_epoch['fp32']:.2f} s per 9,000-task epoch in strict float32, {per_epoch['tf32']:.2f} s with TF32 "
+            f"(the default), {per_epoch['bf16-autocast']:.2f} s with `--step amp` and {compiled:.2f} s with "
+            "`--step compile`") in experiments
+    assert f"{compiled:.2f} with `--step compile` (steady state: {step * 1000:.1f} ms × 90 steps" in benchmarks
+    assert f"SWARM {compiled:.2f} s per epoch (compiled)" in benchmarks
+    checked = 0
+    for page in _docs():  # no page states another number for the compiled step
+        text = _words(page)
+        for found in re.finditer(r"(\d+\.\d+) s? ?(?:with `--step compile`|per epoch \(compiled\))", text):
+            before = re.findall(r"SWARM|MNIST|MoG|swarm-image|swarm-mog",
+                                text[max(found.start() - 300, 0):found.start()])
+            if before and before[-1] == "SWARM":  # the last model named before the number
+                assert found.group(1) == f"{compiled:.2f}", (page, found.group(0))
+                checked += 1
+    assert checked >= 3
+
+
+def test_mog_backtracking_reads_the_same_in_models_and_the_docs_and_is_what_the_trainer_does(cli):
+    """With the MoG task's beta the authors' rule cannot fire on any finite history (checked on the trainer's own
+    rule), so `models` and docs/experiments.md both say it backtracks only on a non-finite loss, with its alpha."""
+    import math
+    import random
+
+    from swarmctl.cli.models import backtracking
+    from swarmctl.tasks import get_task
+    from swarmctl.training.loop import should_backtrack
+
+    def fires(beta: float) -> bool:
+        rng = random.Random(0)
+        for _ in range(300):
+            history = [math.inf]
+            for epoch in range(60):
+                v = rng.choice([history[-1] if epoch else 2.0, 1.0 + rng.random(), 9.0])  # ties, noise, bad plateaus
+                if should_backtrack(history, v, epoch, beta):
+                    return True
+                history.append(v)
+        return False
+
+    for task in ("clustering", "mog"):
+        d = get_task(task).defaults
+        said = backtracking(d.beta, d.alpha)
+        assert ("only on a non-finite validation loss" in said) == (not fires(d.beta)), (task, said)
+        assert said in " ".join(cli("models").output.split())
+    mog = get_task("mog").defaults
+    experiments = _words("docs/experiments.md")
+    section = experiments[experiments.index("swarmctl train swarm-mog"):experiments.index("## SWARM Transformer")]
+    assert backtracking(mog.beta, mog.alpha).rstrip(")") in section
+    assert "no backtracking" not in section

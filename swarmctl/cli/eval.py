@@ -32,7 +32,7 @@ def eval_cmd(
 ) -> None:
     with user_errors():
         from swarmctl.cli._progress import DataGenerationProgress, DelayedBar
-        from swarmctl.studies.evaluation import evaluation
+        from swarmctl.studies.evaluation import evaluation, net_minutes
 
         with DelayedBar("scoring") as bar, \
                 evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(), announce=say,
@@ -41,6 +41,9 @@ def eval_cmd(
             res = scored.result  # the file appears once the table is printed, or never
             title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"
             print_table(scored.columns, scored.rows, title=title, right=scored.columns[1:])
-            say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, "
-                f"{res['net_minutes']:.1f} net min) -> {scored.path}")
+            whole = scored.whole_run
+            of_run = "" if whole is None else \
+                f" of its run's {net_minutes(whole['net_minutes'])} net min and {whole['epochs']} epochs"
+            say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, saved at "
+                f"{net_minutes(res['net_minutes'])} net min{of_run}) -> {scored.path}")
             flush_output()

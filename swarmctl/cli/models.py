@@ -30,8 +30,18 @@ def models_cmd(as_json: AsJson = False, as_csv: AsCsv = False) -> None:
                     title=f"{task.name} models", right=("parameters",))
         d = task.defaults
         say(f"{task.summary}. Trains with lr {d.lr:g}, batch {d.batch_size}, {d.minutes:g} min, at most "
-            f"{d.max_epochs} epochs, backtracking beta {d.beta:g} alpha {d.alpha:g}.\n")
+            f"{d.max_epochs} epochs, {backtracking(d.beta, d.alpha)}.\n")
     say("code: H hidden units, T iterations, L layers, m inducing points; default: the paper's best.")
     for task in overview:
         for m in task.models:
             say(f"{m.name}: {m.summary}")
+
+
+def backtracking(beta: float, alpha: float) -> str:
+    """What the trainer's backtracking does with ``beta`` and ``alpha``: the authors' rule backtracks after epoch e
+    when more than max(5, beta * e) of the latest epochs were at least as good, and there are at most e of them,
+    so from beta 1 on only a non-finite validation loss backtracks (docs/experiments.md says the same)."""
+    if beta >= 1:
+        return (f"backtracking only on a non-finite validation loss (lr x {alpha:g}; with beta {beta:g} the authors' "
+                "rule never fires)")
+    return f"backtracking beta {beta:g} alpha {alpha:g}"

@@ -11,8 +11,14 @@ from typing import Any
 
 from swarmctl.errors import ConfigError
 from swarmctl.files import atomic_write_text, staged_outputs
-from swarmctl.runs import evaluate_run, open_run
+from swarmctl.runs import evaluate_run, open_run, shipped_models
 from swarmctl.tasks import DataProgress, Task, get_task
+
+
+def net_minutes(minutes: float) -> str:
+    """Net minutes as commands and docs state them: one decimal (a record's 2.43 reads 2.4 everywhere;
+    tests/test_numbers.py holds the docs to the same rule)."""
+    return f"{minutes:.1f}"
 
 
 @dataclass(frozen=True)
@@ -24,6 +30,7 @@ class Evaluation:
     columns: list[str]
     rows: list[list[str]]
     unit: str  # what the task counts (tasks, images)
+    whole_run: dict[str, Any] | None = None  # a shipped model: its record's net minutes and epochs of the whole run
 
 
 @contextmanager
@@ -63,7 +70,7 @@ def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: P
         task = get_task(res["task"])
         columns, rows = task.eval_table(res)
         atomic_write_text(path, json.dumps(res, indent=2) + "\n")
-        yield Evaluation(res, path, columns, rows, task.unit)
+        yield Evaluation(res, path, columns, rows, task.unit, _whole_run(opened.checkpoint) if opened.shipped else None)
 
 
 def _check_data_options(task: Task, data: Path | None, data_dir: Path | None) -> None:
@@ -74,3 +81,11 @@ def _check_data_options(task: Task, data: Path | None, data_dir: Path | None) ->
     if not task.datasets and data_dir is not None:
         raise ConfigError(f"`data_dir` names the folder of a named dataset's files, which {task.name} models do "
                           "not read; score them on a file with `data`")
+
+
+def _whole_run(checkpoint: Path) -> dict[str, Any] | None:
+    """The net minutes and epochs of the run a shipped checkpoint was taken from, as its record states them
+    (the checkpoint itself holds the minutes when it was saved, at its best epoch)."""
+    record = next((m.record for m in shipped_models() if m.checkpoint.resolve() == checkpoint.resolve()), {})
+    whole = {key: record.get(key) for key in ("net_minutes", "epochs")}
+    return whole if all(isinstance(v, (int, float)) for v in whole.values()) else None

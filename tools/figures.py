@@ -1,0 +1,146 @@
+"""`python -m tools.figures` (`make figures`): every figure in docs/ drawn again by swarmctl's own commands from
+the shipped models (swarmctl/pretrained/) and the committed runs (campaigns/), on the CPU with fixed seeds, so
+that no figure in docs/ is older than the code that draws it.
+
+Each figure names what it is drawn from; a figure whose source is not in the repository is not in docs/ either
+(tests/tools/test_figures.py holds docs/*.png to :func:`figures`). The commands write into a scratch folder and
+the figures replace docs/'s only once every one of them is drawn, so a failure leaves docs/ as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = "docs"
+PRETRAINED = "swarmctl/pretrained"
+MNIST_CAMPAIGN = "campaigns/mnist"  # the mnist campaign's run: config.json, metrics.jsonl, best.pt
+TABLE_RUNS = "campaigns/clustering-cpu/runs"  # the committed runs of the paper's Table 2 (report's frontier)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command (or library call) and the figures it draws: docs name -> the file it writes in ``work``."""
+
+    source: str  # what it reads, relative to the repository
+    outputs: dict[str, str]
+    draw: Callable[[Path, Path], None]  # (repository, scratch folder) -> None
+
+
+def _swarmctl(repo: Path, *args: str) -> None:
+    """`python -m swarmctl ARGS` from the repository, on the CPU, the shipped models of its checkout."""
+    env = {k: v for k, v in os.environ.items() if k != "SWARMCTL_PRETRAINED"}
+    env.update(PYTHONPATH=str(repo), SWARMCTL_NO_DOWNLOAD="1", COLUMNS="120")
+    subprocess.run([sys.executable, "-m", "swarmctl", *args], cwd=repo, env=env, check=True)
+
+
+def _entropy(repo: Path, work: Path) -> None:
+    # the shipped SWARM (192-10-1) on the seed-0 validation task with 7 clusters and 499 points (the dataset is
+    # generated from its seed where it is missing); `exact`, the paper's definition
+    _swarmctl(repo, "plot-entropy", "--clusters", "7", "--size", "500", "--grid", "75", "--method", "exact",
+              "--device", "cpu", "--runs-dir", str(work / "runs"), "--out", str(work / "entropy"))
+
+
+def _iris(repo: Path, work: Path) -> None:
+    _swarmctl(repo, "cluster", "docs/iris.csv", "--columns", "petal_length,petal_width", "--device", "cpu",
+              "--runs-dir", str(work / "runs"), "--plot", str(work / "iris.png"), "--out", str(work / "iris.csv"))
+
+
+def _mnist_samples(repo: Path, work: Path) -> None:
+    _swarmctl(repo, "sample", "--dataset", "mnist", "--run", f"{PRETRAINED}/swarm-image-256-10-1-mnist.pt",
+              "--per-class", "2", "--seed", "0", "--device", "cpu", "--runs-dir", str(work / "runs"),
+              "--out", str(work / "samples-mnist.png"))
+
+
+def _mnist_curves(repo: Path, work: Path) -> None:
+    from swarmctl.files import read_metrics
+    from swarmctl.plots.curves import plot_curves
+    from swarmctl.plots.style import save_figure
+    from swarmctl.rundir import RunDir
+
+    records = read_metrics(RunDir(repo / MNIST_CAMPAIGN).metrics)
+    save_figure(plot_curves(records, title="swarm-image (256-10-1), MNIST: the mnist campaign on an H200"),
+                work / "curves-mnist.png")
+
+
+def _frontier(repo: Path, work: Path) -> None:
+    _swarmctl(repo, "report", "--runs-dir", TABLE_RUNS, "--out", str(work / "report"))
+
+
+def figures(repo: Path = REPO) -> list[Step]:
+    """What `make figures` draws from ``repo``, in order: the shipped models' figures, then those of committed
+    runs that are there (the report's frontier once the Table 2 runs are committed)."""
+    steps = [
+        Step(f"{PRETRAINED}/swarm-192-10-1-clustering.pt",
+             {"entropy.png": "entropy/entropy.png", "classes.png": "entropy/classes.png"}, _entropy),
+        Step(f"{PRETRAINED}/swarm-192-10-1-clustering-broad-16slots.pt and docs/iris.csv",
+             {"cluster-iris.png": "iris.png"}, _iris),
+        Step(f"{PRETRAINED}/swarm-image-256-10-1-mnist.pt", {"samples-mnist-gpu.png": "samples-mnist.png"},
+             _mnist_samples),
+        Step(f"{MNIST_CAMPAIGN}/metrics.jsonl",
+             {"curves-swarm-image-256-10-1-mnist-gpu.png": "curves-mnist.png"}, _mnist_curves),
+    ]
+    if (repo / TABLE_RUNS).is_dir() and any((repo / TABLE_RUNS).iterdir()):
+        steps.append(Step(TABLE_RUNS, {"frontier.png": "report/frontier.png"}, _frontier))
+    return steps
+
+
+def figure_names(repo: Path = REPO) -> list[str]:
+    return [name for step in figures(repo) for name in step.outputs]
+
+
+def make_figures(repo: Path = REPO, out: Path | None = None, only: list[str] | None = None) -> list[Path]:
+    """Draw every figure (``only``: those named) and put them in ``out`` (default: repo/docs) once all are drawn."""
+    out = repo / DOCS if out is None else out
+    steps = figures(repo)
+    unknown = sorted(set(only or ()) - set(figure_names(repo)))
+    if unknown:
+        raise SystemExit(f"no figure named {', '.join(unknown)}; the figures: {', '.join(figure_names(repo))}")
+    steps = [s for s in steps if not only or set(s.outputs) & set(only)]
+    with tempfile.TemporaryDirectory(prefix="figures-") as tmp:
+        work = Path(tmp)
+        for step in steps:
+            print(f"drawing {', '.join(step.outputs)} from {step.source}", flush=True)
+            step.draw(repo, work)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for step in steps:
+            for name, made in step.outputs.items():
+                shutil.copyfile(work / made, out / f".{name}.tmp")
+                os.replace(out / f".{name}.tmp", out / name)
+                written.append(out / name)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.figures", description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="figures to draw (default: all)")
+    ap.add_argument("--out", type=Path, help="folder to put them in [default: docs/]")
+    ap.add_argument("--list", action="store_true", help="print the figures' names and sources, draw nothing")
+    args = ap.parse_args(argv)
+    if args.list:
+        for step in figures():
+            for name in step.outputs:
+                print(f"{name}\t{step.source}")
+        return 0
+    written = make_figures(out=args.out, only=args.names or None)
+    if args.out is None and not args.names:
+        stray = sorted(p.name for p in (REPO / DOCS).glob("*.png") if p.name not in figure_names())
+        if stray:
+            print(f"docs/ holds figures no step draws: {', '.join(stray)}; delete them or add their step",
+                  file=sys.stderr)
+            return 1
+    print(f"{len(written)} figures -> {args.out or DOCS}/")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
