@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import platform
 import statistics
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarmctl.errors import DataError, ResourceError
-from swarmctl.files import read_metrics
+from swarmctl.files import atomic_write_text, read_metrics
 from swarmctl.rundir import RunDir
 from swarmctl.runs import parameter_count, run_lock, run_progress
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
@@ -189,6 +190,10 @@ def _finish_run(r: dict, run_dir: Path, threads: int) -> dict:
     res = read_json(run_dir / eval_file("val"))
     rows = read_metrics(run.metrics)
     with run_lock(run_dir):  # the run's one writer, as a training is
+        config = read_json(run.config)
+        if config and not config.get("run", {}).get("hardware"):  # a run started before training recorded it
+            config["run"]["hardware"] = [hardware(threads)]
+            atomic_write_text(run.config, json.dumps(config, indent=2) + "\n")
         for path in (run.last, run.best):  # weights only: a finished run is read (eval, report), not continued
             ckpt = load_checkpoint(path)
             save_checkpoint(path, dataclasses.replace(ckpt, optimizer=None))
@@ -197,6 +202,11 @@ def _finish_run(r: dict, run_dir: Path, threads: int) -> dict:
             "net_minutes": round(rows[-1]["net_seconds"] / 60, 2) if rows else 0.0,
             "hardware": f"{cpu_machine()}, {threads} thread{'s' if threads > 1 else ''}",
             "date": datetime.date.today().isoformat()}
+
+
+def hardware(threads: int) -> str:
+    """A CPU run's hardware as training records it (``run.hardware`` in its config.json)."""
+    return f"cpu, {threads} thread{'s' if threads > 1 else ''}"
 
 
 def check_cpu_job(root: Path, data: Path) -> None:
