@@ -52,15 +52,27 @@ def plain_iterations(inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_re
     return h, c
 
 
-def _grads_of(outputs: tuple[Tensor, ...], inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
+def _grads_of(fn, inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
               grad_outputs: tuple[Tensor | None, ...]) -> list[Tensor | None]:
-    """The gradients of ``outputs`` with respect to the ``inputs`` that ``needs`` marks, with a graph of their
-    own (the double backward of the Functions here: ``create_graph=True``); None for the others."""
-    wanted = [t for t, need in zip(inputs, needs) if need and t is not None]
-    pairs = [(o, g) for o, g in zip(outputs, grad_outputs) if g is not None]
-    got = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], create_graph=True,
-                                   allow_unused=True) if wanted and pairs else [None] * len(wanted))
-    return [next(got) if need and t is not None else None for t, need in zip(inputs, needs)]
+    """The vector-Jacobian product of ``fn(*inputs)`` (a tuple of tensors) with ``grad_outputs``, for the
+    ``inputs`` that ``needs`` marks (None for the others), as differentiable tensors: the double backward of
+    the Functions here (``create_graph=True``). ``torch.func.vjp`` differentiates with respect to these inputs
+    alone, even where one of them depends on another (an iteration's gate input depends on the cell state it
+    is given with)."""
+    wanted = [k for k, (t, need) in enumerate(zip(inputs, needs)) if need and t is not None]
+
+    def at(*values: Tensor) -> tuple[Tensor, ...]:
+        args = list(inputs)
+        for k, v in zip(wanted, values):
+            args[k] = v
+        return fn(*args)
+
+    out, vjp = torch.func.vjp(at, *(inputs[k] for k in wanted))
+    grads = vjp(tuple(torch.zeros_like(o) if g is None else g for o, g in zip(out, grad_outputs)))
+    result: list[Tensor | None] = [None] * len(inputs)
+    for k, g in zip(wanted, grads):
+        result[k] = g
+    return result
 
 
 class FusedLSTMPointwise(torch.autograd.Function):
@@ -89,9 +101,8 @@ class FusedLSTMPointwise(torch.autograd.Function):
     def backward(ctx, dh: Tensor | None, dc: Tensor | None) -> tuple[Tensor | None, ...]:
         a, p, c, c_new = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
-            with torch.enable_grad():
-                out = lstm_pointwise(a + p, c)
-            return tuple(_grads_of(out, (a, p, c), ctx.needs_input_grad, (dh, dc)))
+            return tuple(_grads_of(lambda a, p, c: lstm_pointwise(a + p, c), (a, p, c), ctx.needs_input_grad,
+                                   (dh, dc)))
         gates, tc = _activated(a, p), torch.tanh(c_new)
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
@@ -266,9 +277,10 @@ class FusedIterations(torch.autograd.Function):
     def backward(ctx, dh_out, dc_out):
         if torch.is_grad_enabled():  # create_graph=True
             inp, w_in, b_in, w_rec, w_pop, weights = ctx.saved_tensors[:6]
-            with torch.enable_grad():
-                out = plain_iterations(inp, w_in, b_in, w_rec, w_pop, weights, ctx.n_iter, ctx.pooling)
-            return (*_grads_of(out, (inp, w_in, b_in, w_rec, w_pop), ctx.needs_input_grad[:5], (dh_out, dc_out)),
+            def run(inp, w_in, b_in, w_rec, w_pop):
+                return plain_iterations(inp, w_in, b_in, w_rec, w_pop, weights, ctx.n_iter, ctx.pooling)
+
+            return (*_grads_of(run, (inp, w_in, b_in, w_rec, w_pop), ctx.needs_input_grad[:5], (dh_out, dc_out)),
                     None, None, None, None)
         with torch.no_grad():
             return FusedIterations._backward(ctx, dh_out, dc_out)

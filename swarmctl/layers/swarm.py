@@ -212,7 +212,10 @@ class SwarmLayer(nn.Module):
         return h * keep
 
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
+        """Final (h, c) after ``n_iter`` iterations, each (B, N, H), of sets ``x`` (B, N, D_in) (checked)."""
+        check_set_input(x, mask, self.dim_in, "SwarmLayer")
+        if mask is not None:  # what padding holds (NaN, inf) must reach nothing, and 0 * NaN is NaN
+            x = torch.where(mask.unsqueeze(-1), x, 0.0)
         cell = self.cell
         weights = mask_weights(mask, x.dtype) if cell.pooling == "mean" else None
         fused = (self._compiled_step is None and not (self.training and self.dropout > 0)
@@ -250,8 +253,6 @@ class SwarmLayer(nn.Module):
         check_set_input(x, mask, self.dim_in, "SwarmLayer", unbatched=True)
         if x.dim() == 2:  # one unbatched set, as nn.LSTM takes it
             return self.forward(x[None], None if mask is None else mask[None])[0]
-        if mask is not None:  # what padding holds (NaN, inf) must not reach anything: 0 * NaN is NaN
-            x = torch.where(mask.unsqueeze(-1), x, 0.0)
         h, c = self.states(x, mask)
         return self.output(torch.cat([h, c], dim=-1))
 
