@@ -171,7 +171,8 @@ def test_pickle_deepcopy_state_dict_empty_and_non_contiguous_inputs_keep_working
     assert layer(torch.randn(2, 0, 2), torch.ones(2, 0, dtype=torch.bool)).shape == (2, 0, 3)
     wide = torch.randn(4, 2, 2).transpose(0, 1)  # (2, 4, 2), not contiguous
     torch.testing.assert_close(layer(wide), layer(wide.contiguous()))
-    torch.testing.assert_close(layer(x.to(torch.bfloat16), mask).float(), want, atol=0.05, rtol=0.05)
+    half = copy.deepcopy(layer).to(torch.bfloat16)
+    torch.testing.assert_close(half(x.to(torch.bfloat16), mask).float(), want, atol=0.05, rtol=0.05)
 
 
 @pytest.mark.slow  # compiles
