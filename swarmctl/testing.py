@@ -6,10 +6,9 @@ the SWARM layer's reference formulation. For tests (the suite's and users'): the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import copy
 import re
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -171,9 +170,9 @@ def assert_twice_differentiable(module: nn.Module, *inputs: Tensor | None, param
 
     def run(*args: Tensor) -> Tensor:
         values = list(inputs)
-        for i, t in zip(floating, args[: len(floating)]):
+        for i, t in zip(floating, args[: len(floating)], strict=True):
             values[i] = t
-        return functional_call(model, dict(zip(names, args[len(floating):])), tuple(values))
+        return functional_call(model, dict(zip(names, args[len(floating):], strict=True)), tuple(values))
 
     checked = (*given, *weights)
     if not checked:
@@ -184,7 +183,7 @@ def assert_twice_differentiable(module: nn.Module, *inputs: Tensor | None, param
     probe = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(0))
     plain = torch.autograd.grad(out, checked, probe, retain_graph=True, allow_unused=True)
     graphed = torch.autograd.grad(out, checked, probe, create_graph=True, allow_unused=True)
-    for a, b in zip(graphed, plain):
+    for a, b in zip(graphed, plain, strict=True):
         if (a is None) != (b is None) or (a is not None and not torch.allclose(a, b, rtol=1e-7, atol=1e-10)):
             raise AssertionError("the first derivative differs with create_graph=True: its double backward is wrong")
     torch.autograd.gradgradcheck(run, checked, **gradcheck_kwargs)

@@ -59,18 +59,18 @@ def _grads_of(fn, inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
     the Functions here (``create_graph=True``). ``torch.func.vjp`` differentiates with respect to these inputs
     alone, even where one of them depends on another (an iteration's gate input depends on the cell state it
     is given with)."""
-    wanted = [k for k, (t, need) in enumerate(zip(inputs, needs)) if need and t is not None]
+    wanted = [k for k, (t, need) in enumerate(zip(inputs, needs, strict=True)) if need and t is not None]
 
     def at(*values: Tensor) -> tuple[Tensor, ...]:
         args = list(inputs)
-        for k, v in zip(wanted, values):
+        for k, v in zip(wanted, values, strict=True):
             args[k] = v
         return fn(*args)
 
     out, vjp = torch.func.vjp(at, *(inputs[k] for k in wanted))
-    grads = vjp(tuple(torch.zeros_like(o) if g is None else g for o, g in zip(out, grad_outputs)))
+    grads = vjp(tuple(torch.zeros_like(o) if g is None else g for o, g in zip(out, grad_outputs, strict=True)))
     result: list[Tensor | None] = [None] * len(inputs)
-    for k, g in zip(wanted, grads):
+    for k, g in zip(wanted, grads, strict=True):
         result[k] = g
     return result
 
@@ -140,8 +140,8 @@ def _activated(a: Tensor, p: Tensor) -> Tensor:
 
 def usable_kernels(x: Tensor, weight: Tensor) -> _ext.Kernels | None:
     """The C++ kernels where they can run a call on ``x`` with weights like ``weight``: a non-empty CPU
-    float32 or float64 input of the weights' dtype, outside ``torch.compile``, ``torch.func`` and autocast. None elsewhere, and
-    where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
+    float32 or float64 input of the weights' dtype, outside ``torch.compile``, ``torch.func`` and autocast. None
+    elsewhere, and where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
     if plain_ops_only() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
         return None
     return _ext.kernels() if x.shape[:-1].numel() > 0 and weight.dtype == x.dtype else None
