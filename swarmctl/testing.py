@@ -1,19 +1,24 @@
 """Contract checks for set models, shipped so that users can test their own models the same way:
-permutation equivariance, padding invariance, order dependence, causality; random padded sets to check
-them on, and the SWARM layer's reference formulation. For tests (the suite's and users'): the library
-never imports it."""
+permutation equivariance, padding invariance, order dependence, causality; the module contracts PyTorch
+checks on its own modules (first and second derivatives, ``torch.func``, factory keyword arguments, masked
+entities without influence, input shapes refused with a message); random padded sets to check them on, and
+the SWARM layer's reference formulation. For tests (the suite's and users'): the library never imports it."""
 
 from __future__ import annotations
 
+import copy
+import re
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from swarmctl.data.dataset import random_sets
 
-__all__ = ["assert_causal", "assert_padding_invariant", "assert_permutation_equivariant",
-           "assert_permutation_invariant", "order_dependence", "random_sets", "reference_swarm_states"]
+__all__ = ["assert_causal", "assert_factory_kwargs", "assert_masked_no_influence", "assert_padding_invariant",
+           "assert_permutation_equivariant", "assert_permutation_invariant", "assert_rejects_bad_shapes",
+           "assert_twice_differentiable", "order_dependence", "random_sets", "reference_swarm_states"]
 
 SetFn = Callable[[Tensor, Tensor], Tensor]
 
@@ -125,3 +130,92 @@ def assert_causal(
             raise AssertionError(f"output {t} depends on a later input (max grad {leak:.3g})")
         if t > 0 and grad[:t].max().item() == 0.0:
             raise AssertionError(f"output {t} depends on no earlier input")
+
+
+def _real_part(out: Tensor, mask: Tensor) -> Tensor:
+    """The outputs of real entities (per-entity outputs (B, N, ...)), or all of them (one output per set)."""
+    return out[mask] if out.shape[:2] == mask.shape else out
+
+
+@torch.no_grad()
+def assert_masked_no_influence(
+    fn: SetFn, x: Tensor, mask: Tensor, fills: tuple[float, ...] = (float("nan"), float("inf"), -float("inf"), 1e6),
+    atol: float = 1e-6, rtol: float = 1e-5,
+) -> None:
+    """A mask's promise: whatever the masked entities of ``x`` hold (each of ``fills``, NaN and inf included),
+    the real entities' outputs of ``fn(x, mask)`` (or the per-set outputs) stay what they are with zeros
+    there, and finite where they were. ``mask`` (B, N) bool, True = present, should hide some entity."""
+    if bool(mask.all()):
+        raise ValueError("the mask hides no entity: give one with some False, or nothing is checked")
+    pad = ~mask.unsqueeze(-1)
+    want = _real_part(fn(x.masked_fill(pad, 0.0), mask), mask)
+    for fill in fills:
+        got = _real_part(fn(x.masked_fill(pad, fill), mask), mask)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=False,
+                                   msg=lambda m, fill=fill: f"masked entities holding {fill} changed real outputs: {m}")
+
+
+def assert_twice_differentiable(module: nn.Module, *inputs: Tensor | None, params: bool = True,
+                                **gradcheck_kwargs) -> None:
+    """First and second derivatives of ``module(*inputs)`` are right: ``torch.autograd.gradcheck`` and
+    ``gradgradcheck`` in float64 (the module is copied and cast; floating inputs too) with respect to the
+    floating inputs and, with ``params``, every parameter (through ``torch.func.functional_call``). Keep
+    the module and the inputs tiny: the checks take one forward per input number. Non-floating inputs (a
+    mask) pass through as they are; None too."""
+    model = copy.deepcopy(module).double()
+    floating = [i for i, t in enumerate(inputs) if t is not None and t.is_floating_point()]
+    names = [n for n, p in model.named_parameters() if p.requires_grad] if params else []
+    given = [inputs[i].detach().double().requires_grad_() for i in floating]
+    weights = [dict(model.named_parameters())[n].detach().clone().requires_grad_() for n in names]
+
+    def run(*args: Tensor) -> Tensor:
+        values = list(inputs)
+        for i, t in zip(floating, args[: len(floating)], strict=True):
+            values[i] = t
+        return functional_call(model, dict(zip(names, args[len(floating):], strict=True)), tuple(values))
+
+    checked = (*given, *weights)
+    if not checked:
+        raise ValueError("nothing to differentiate: no floating input and no parameter")
+    torch.autograd.gradcheck(run, checked, **gradcheck_kwargs)
+    # gradgradcheck differentiates the backward that create_graph=True runs: it must be the right one first
+    out = run(*checked)
+    probe = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(0))
+    plain = torch.autograd.grad(out, checked, probe, retain_graph=True, allow_unused=True)
+    graphed = torch.autograd.grad(out, checked, probe, create_graph=True, allow_unused=True)
+    for a, b in zip(graphed, plain, strict=True):
+        if (a is None) != (b is None) or (a is not None and not torch.allclose(a, b, rtol=1e-7, atol=1e-10)):
+            raise AssertionError("the first derivative differs with create_graph=True: its double backward is wrong")
+    torch.autograd.gradgradcheck(run, checked, **gradcheck_kwargs)
+
+
+def assert_factory_kwargs(cls: Callable[..., nn.Module], *args, **kwargs) -> None:
+    """``cls(*args, **kwargs)`` takes the factory keyword arguments of ``torch.nn`` modules: built with
+    ``device="meta"`` and ``dtype=torch.float64``, every floating parameter and buffer is on that device in
+    that dtype (as PyTorch's own module tests check)."""
+    module = cls(*args, device="meta", dtype=torch.float64, **kwargs)
+    tensors = dict(module.named_parameters()) | dict(module.named_buffers())
+    if not tensors:
+        raise ValueError(f"{cls.__name__} has no parameter or buffer: the factory arguments make no difference")
+    wrong = [f"{n} ({t.device}, {t.dtype})" for n, t in tensors.items()
+             if t.device.type != "meta" or (t.is_floating_point() and t.dtype != torch.float64)]
+    if wrong:
+        raise AssertionError(f"{cls.__name__} ignores device=/dtype= for: {', '.join(wrong)}")
+
+
+def assert_rejects_bad_shapes(fn: SetFn, x: Tensor, mask: Tensor, match: str = r"expects") -> None:
+    """``fn(x, mask)`` runs, and refuses with a ValueError whose message matches ``match`` an input with one
+    feature too many, one with one feature too few, and a mask one entity short: a wrong shape must never
+    give a number."""
+    fn(x, mask)
+    wider = torch.cat([x, x[..., :1]], dim=-1)
+    cases = {"one feature too many": (wider, mask), "one feature too few": (x[..., 1:], mask),
+             "a mask one entity short": (x, mask[:, 1:])}
+    for what, (bad_x, bad_mask) in cases.items():
+        try:
+            fn(bad_x, bad_mask)
+        except ValueError as e:
+            if not re.search(match, str(e)):
+                raise AssertionError(f"{what}: refused, but the message does not match {match!r}: {e}") from None
+        else:
+            raise AssertionError(f"{what}: gave a result instead of a ValueError")

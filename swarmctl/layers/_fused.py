@@ -7,6 +7,7 @@ of a layer with a hand-written backward. Tests hold each equal to the plain PyTo
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from swarmctl.layers import _ext
@@ -15,33 +16,94 @@ from swarmctl.layers.pooling import causal_mean, masked_mean
 FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the kernels (never materialised)
 
 
+def plain_ops_only() -> bool:
+    """True under ``torch.compile`` and inside a ``torch.func`` transform (vmap, grad, jacrev, ...): there the
+    SWARM iteration runs plain PyTorch ops only (:func:`lstm_pointwise`), which the compiler fuses and the
+    transforms see through, instead of the autograd Functions and kernels of this module."""
+    return torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+
+
+def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
+    """LSTM gate non-linearities and state update in plain PyTorch ops (what ``torch.compile`` fuses).
+
+    Args:
+        a: gate pre-activations (..., 4H) in the block order (in, f, o, g).
+        c: previous cell state (..., H), or None for the zero state.
+    Returns:
+        (h, c), each (..., H).
+    """
+    H = a.shape[-1] // 4
+    sig = torch.sigmoid(a[..., : 3 * H])  # in, f, o in one call
+    g = torch.tanh(a[..., 3 * H :])
+    i, f, o = sig[..., :H], sig[..., H : 2 * H], sig[..., 2 * H :]
+    c_new = i * g if c is None else torch.addcmul(f * c, i, g)
+    return o * torch.tanh(c_new), c_new
+
+
+def plain_iterations(inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_rec: Tensor, w_pop: Tensor,
+                     weights: Tensor | None, n_iter: int, pooling: str) -> tuple[Tensor, Tensor]:
+    """What :func:`iterate` computes (same arguments), in plain differentiable PyTorch ops: the double
+    backward of :class:`FusedIterations` differentiates it."""
+    x_proj = inp if w_in is None else F.linear(inp, w_in, b_in)
+    h, c = lstm_pointwise(x_proj, None)
+    for _ in range(n_iter - 1):
+        pooled = masked_mean(h, weights=weights).unsqueeze(1) if pooling == "mean" else causal_mean(h)
+        h, c = lstm_pointwise(x_proj + F.linear(h, w_rec) + F.linear(pooled, w_pop), c)
+    return h, c
+
+
+def _grads_of(fn, inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
+              grad_outputs: tuple[Tensor | None, ...]) -> list[Tensor | None]:
+    """The vector-Jacobian product of ``fn(*inputs)`` (a tuple of tensors) with ``grad_outputs``, for the
+    ``inputs`` that ``needs`` marks (None for the others), as differentiable tensors: the double backward of
+    the Functions here (``create_graph=True``). ``torch.func.vjp`` differentiates with respect to these inputs
+    alone, even where one of them depends on another (an iteration's gate input depends on the cell state it
+    is given with)."""
+    wanted = [k for k, (t, need) in enumerate(zip(inputs, needs, strict=True)) if need and t is not None]
+
+    def at(*values: Tensor) -> tuple[Tensor, ...]:
+        args = list(inputs)
+        for k, v in zip(wanted, values, strict=True):
+            args[k] = v
+        return fn(*args)
+
+    out, vjp = torch.func.vjp(at, *(inputs[k] for k in wanted))
+    grads = vjp(tuple(torch.zeros_like(o) if g is None else g for o, g in zip(out, grad_outputs, strict=True)))
+    result: list[Tensor | None] = [None] * len(inputs)
+    for k, g in zip(wanted, grads, strict=True):
+        result[k] = g
+    return result
+
+
 class FusedLSTMPointwise(torch.autograd.Function):
     """(a + p, c) -> (h, c') with a hand-written backward.
 
     Autograd of the reference slices the 4H gate block into four views, and each slice's backward
-    materialises a zero-filled (B, N, 4H) tensor; here the gate gradient is written into one tensor,
-    and only the activated gates, the previous cell state and tanh(c') are kept for backward.
-    ``p`` broadcasts against ``a`` (one population term per set for mean pooling).
+    materialises a zero-filled (B, N, 4H) tensor; here the gate gradient is written into one tensor. Kept
+    for backward: the inputs and c' (the activated gates are computed again there, in place, which costs one
+    pass over them and no memory beyond what the reference keeps). ``p`` broadcasts against ``a`` (one
+    population term per set for mean pooling). With ``create_graph=True`` the backward differentiates
+    :func:`lstm_pointwise` instead, so second derivatives are exact.
     """
 
     @staticmethod
     def forward(ctx, a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
         H = a.shape[-1] // 4
-        gates = a + p  # (B, N, 4H), activated in place below
-        gates[..., : 3 * H].sigmoid_()
-        gates[..., 3 * H :].tanh_()
+        gates = _activated(a, p)
         i, f, o, g = gates.split(H, dim=-1)
         c_new = i * g
         c_new.addcmul_(f, c)
-        tc = torch.tanh(c_new)
-        h = o * tc
-        ctx.save_for_backward(gates, c, tc)
-        ctx.p_shape = p.shape
+        h = o * torch.tanh(c_new)
+        ctx.save_for_backward(a, p, c, c_new)
         return h, c_new
 
     @staticmethod
-    def backward(ctx, dh: Tensor | None, dc: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
-        gates, c, tc = ctx.saved_tensors
+    def backward(ctx, dh: Tensor | None, dc: Tensor | None) -> tuple[Tensor | None, ...]:
+        a, p, c, c_new = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
+            return tuple(_grads_of(lambda a, p, c: lstm_pointwise(a + p, c), (a, p, c), ctx.needs_input_grad,
+                                   (dh, dc)))
+        gates, tc = _activated(a, p), torch.tanh(c_new)
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
         da = torch.empty_like(gates)
@@ -63,15 +125,24 @@ class FusedLSTMPointwise(torch.autograd.Function):
         dsig = da[..., : 3 * H].mul_(sig)
         dsig.addcmul_(dsig, sig, value=-1)  # sigmoid' = s (1 - s), without a (1 - s) temporary
         dg.addcmul_(dg.mul(g), g, value=-1)  # tanh' = 1 - g^2
-        dp = da if ctx.p_shape == da.shape else da.sum_to_size(ctx.p_shape)
+        dp = da if p.shape == da.shape else da.sum_to_size(p.shape)
         return da, dp, dct.mul_(f)
+
+
+def _activated(a: Tensor, p: Tensor) -> Tensor:
+    """The activated gates (sigmoid of the in, f, o blocks, tanh of g) of a + p, in a new tensor."""
+    H = a.shape[-1] // 4
+    gates = a + p
+    gates[..., : 3 * H].sigmoid_()
+    gates[..., 3 * H :].tanh_()
+    return gates
 
 
 def usable_kernels(x: Tensor, weight: Tensor) -> _ext.Kernels | None:
     """The C++ kernels where they can run a call on ``x`` with weights like ``weight``: a non-empty CPU
-    float32 or float64 input of the weights' dtype, outside ``torch.compile`` and autocast. None elsewhere, and
-    where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
-    if torch.compiler.is_compiling() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
+    float32 or float64 input of the weights' dtype, outside ``torch.compile``, ``torch.func`` and autocast. None
+    elsewhere, and where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
+    if plain_ops_only() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
         return None
     return _ext.kernels() if x.shape[:-1].numel() > 0 and weight.dtype == x.dtype else None
 
@@ -190,21 +261,34 @@ class FusedIterations(torch.autograd.Function):
     kept gates (and, for mean pooling, sums it per set; for a narrow input, accumulates the input
     projection's gradients); da_t Wh (plus the pooling's backward) gives the gradient of h_{t-1}, and
     da_t h_{t-1} is added to the recurrent weight's gradient. The saved tensors are only read, so the
-    backward may run more than once (retain_graph, gradcheck).
+    backward may run more than once (retain_graph, gradcheck). With ``create_graph=True`` the backward
+    differentiates :func:`plain_iterations` from the saved inputs instead (the kernels' backward is not itself
+    differentiable), so second derivatives are exact.
     """
 
     @staticmethod
     def forward(ctx, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
         h, c, saved = iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
-        ctx.kernels, ctx.pooling, ctx.n_rows = kernels, pooling, inp.shape[:2]
-        ctx.save_for_backward(inp, w_in, w_rec, w_pop, weights, *saved)
+        ctx.kernels, ctx.pooling, ctx.n_rows, ctx.n_iter = kernels, pooling, inp.shape[:2], n_iter
+        ctx.save_for_backward(inp, w_in, b_in, w_rec, w_pop, weights, *saved)
         return h, c
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dh_out, dc_out):
+        if torch.is_grad_enabled():  # create_graph=True
+            inp, w_in, b_in, w_rec, w_pop, weights = ctx.saved_tensors[:6]
+            def run(inp, w_in, b_in, w_rec, w_pop):
+                return plain_iterations(inp, w_in, b_in, w_rec, w_pop, weights, ctx.n_iter, ctx.pooling)
+
+            return (*_grads_of(run, (inp, w_in, b_in, w_rec, w_pop), ctx.needs_input_grad[:5], (dh_out, dc_out)),
+                    None, None, None, None)
+        with torch.no_grad():
+            return FusedIterations._backward(ctx, dh_out, dc_out)
+
+    @staticmethod
+    def _backward(ctx, dh_out, dc_out):
         kernels, pooling = ctx.kernels, ctx.pooling
-        inp, w_in, w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
+        inp, w_in, _, w_rec, w_pop, weights, gates, hs, cs, *rest = ctx.saved_tensors
         B, N = ctx.n_rows
         G = w_rec.shape[0]
         H, R, n_iter = G // 4, B * N, gates.shape[0]

@@ -12,6 +12,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from swarmctl.layers._fused import plain_ops_only
+
 BLOCK_N = 32  # entities per loop step of a program
 BLOCK_H = 64  # hidden units per program (fewer for a smaller H)
 _POOL = {None: 0, "mean": 1, "causal": 2}  # the kernels' POOL
@@ -25,9 +27,9 @@ def interpreting() -> bool:
 
 def usable(x: Tensor) -> bool:
     """Whether the fused cell can run on ``x``: a non-empty CUDA tensor (a CPU one under the interpreter) of
-    a floating dtype the kernels take, outside ``torch.compile``."""
+    a floating dtype the kernels take, outside ``torch.compile`` and ``torch.func`` transforms."""
     on_device = x.is_cuda or (x.device.type == "cpu" and interpreting())
-    return on_device and x.dtype in DTYPES and x.numel() > 0 and not torch.compiler.is_compiling()
+    return on_device and x.dtype in DTYPES and x.numel() > 0 and not plain_ops_only()
 
 
 @triton.jit
@@ -204,8 +206,15 @@ class TritonCell(torch.autograd.Function):
         return h, c_new, pooled
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, dh: Tensor | None, dc: Tensor | None, dpool: Tensor | None):
+        if torch.is_grad_enabled():  # create_graph=True: the kernel's backward is not differentiable itself
+            raise RuntimeError("the Triton SWARM cell has no second derivatives (create_graph=True, "
+                               "gradgradcheck): run the layer outside swarmctl.layers.swarm.triton_cell(), whose "
+                               "PyTorch path has them")
+        return TritonCell._backward(ctx, dh, dc, dpool)
+
+    @staticmethod
+    def _backward(ctx, dh: Tensor | None, dc: Tensor | None, dpool: Tensor | None):
         gates, c, c_new, weights = ctx.saved_tensors
         B, N, G = gates.shape
         H = G // 4

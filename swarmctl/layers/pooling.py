@@ -9,6 +9,20 @@ import torch
 from torch import Tensor
 
 
+def check_set_input(x: Tensor, mask: Tensor | None, dim_in: int, who: str, unbatched: bool = False) -> None:
+    """Refuse, as cheaply as ``nn.Linear`` checks its input (shapes only, no data read), an input ``x`` that
+    is not (B, N, dim_in) sets (or one (N, dim_in) set with ``unbatched``) and a ``mask`` that is not bool of
+    x's leading shape; the ValueError names ``who``, the expected and the given shape."""
+    ok = x.dim() == 3 or (unbatched and x.dim() == 2)
+    if not ok or x.shape[-1] != dim_in:
+        want = f"(B, N, {dim_in})" + (f" or one unbatched set (N, {dim_in})" if unbatched else "")
+        raise ValueError(f"{who} expects input of shape {want}, got {tuple(x.shape)}")
+    if mask is not None and (mask.dtype != torch.bool or mask.shape != x.shape[:-1]):
+        raise ValueError(f"{who} expects a bool mask of shape {tuple(x.shape[:-1])} (True = present) for its "
+                         f"input {tuple(x.shape)}, got a {str(mask.dtype).removeprefix('torch.')} mask of shape "
+                         f"{tuple(mask.shape)}")
+
+
 def mask_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """Per-entity weights 1/n_real for real entities and 0 for padding, shape (B, N).
 

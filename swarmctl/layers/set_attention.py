@@ -11,7 +11,8 @@ from torch import Tensor, nn
 
 
 def _zero_padded(x: Tensor, mask: Tensor | None) -> Tensor:
-    return x if mask is None else x * mask.unsqueeze(-1).to(x.dtype)
+    """Zeros at padded entities, whatever they held (NaN and inf too: a product with 0 would keep a NaN)."""
+    return x if mask is None else torch.where(mask.unsqueeze(-1), x, 0.0)
 
 
 class MultiheadAttention(nn.Module):
@@ -19,9 +20,9 @@ class MultiheadAttention(nn.Module):
 
     Padded keys are excluded from every softmax (a boolean mask to ``scaled_dot_product_attention``,
     which runs its fused kernel with it); padded queries produce zeros. The authors' port also zeroes
-    Q, K and V at padded positions before and after their projections: with the key mask and the
-    zeroed outputs those products change no output and no gradient (inputs are finite), so they are
-    left out.
+    Q, K and V at padded positions before and after their projections; here the padded rows of the keys'
+    and values' input are zeroed once (a key's softmax weight of 0 times a NaN value would still be NaN),
+    so what padding holds reaches no output.
     """
 
     def __init__(self, dim: int, n_heads: int) -> None:
@@ -43,6 +44,7 @@ class MultiheadAttention(nn.Module):
         """q (B, Nq, d), kv (B, Nk, d), masks (B, Nq) / (B, Nk) bool, True = present -> (B, Nq, d)."""
         B, Nq, d = q.shape
         h = self.n_heads
+        kv = _zero_padded(kv, kv_mask)  # a masked key's weight is 0, and 0 times a NaN value is NaN
         q, k, v = (t.view(B, -1, h, d // h).transpose(1, 2) for t in (self.q(q), self.k(kv), self.v(kv)))
         attn_mask = None if kv_mask is None else kv_mask[:, None, None, :]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, h, Nq, d/h); scale 1/sqrt(d/h)

@@ -16,7 +16,8 @@ from torch import Tensor, nn
 
 from swarmctl.errors import either
 from swarmctl.layers import _fused
-from swarmctl.layers.pooling import causal_mean, mask_weights, masked_mean
+from swarmctl.layers._fused import lstm_pointwise
+from swarmctl.layers.pooling import causal_mean, check_set_input, mask_weights, masked_mean
 
 Pooling = Literal["mean", "causal"]
 POOLINGS: tuple[str, ...] = ("mean", "causal")
@@ -43,23 +44,6 @@ def triton_cell_enabled() -> bool:
     return _triton_cell
 
 
-def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
-    """LSTM gate non-linearities and state update in plain PyTorch ops (what ``torch.compile`` fuses).
-
-    Args:
-        a: gate pre-activations (..., 4H) in the block order (in, f, o, g).
-        c: previous cell state (..., H), or None for the zero state.
-    Returns:
-        (h, c), each (..., H).
-    """
-    H = a.shape[-1] // 4
-    sig = torch.sigmoid(a[..., : 3 * H])  # in, f, o in one call
-    g = torch.tanh(a[..., 3 * H :])
-    i, f, o = sig[..., :H], sig[..., H : 2 * H], sig[..., 2 * H :]
-    c_new = i * g if c is None else torch.addcmul(f * c, i, g)
-    return o * torch.tanh(c_new), c_new
-
-
 class SwarmCell(nn.Module):
     """SWARM cell: an LSTM cell whose gates also see a pooled state of the whole population.
 
@@ -74,15 +58,20 @@ class SwarmCell(nn.Module):
     probe all run it.
     """
 
-    def __init__(self, dim_in: int, dim_hidden: int, pooling: Pooling = "mean") -> None:
+    def __init__(self, dim_in: int, dim_hidden: int, pooling: Pooling = "mean", *,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be {either(POOLINGS)}, got {pooling!r}")
         self.dim_hidden = dim_hidden
         self.pooling = pooling
-        self.input = nn.Linear(dim_in, 4 * dim_hidden)  # Wx, b
-        self.recurrent = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False)  # Wh
-        self.population = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False)  # Wp
+        factory = {"device": device, "dtype": dtype}
+        self.input = nn.Linear(dim_in, 4 * dim_hidden, **factory)  # Wx, b
+        self.recurrent = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False, **factory)  # Wh
+        self.population = nn.Linear(dim_hidden, 4 * dim_hidden, bias=False, **factory)  # Wp
+
+    def extra_repr(self) -> str:
+        return f"dim_in={self.input.in_features}, dim_hidden={self.dim_hidden}, pooling={self.pooling!r}"
 
     def project_input(self, x: Tensor) -> Tensor:
         """Wx x + b, (..., D_in) -> (..., 4H); constant across iterations, so computed once."""
@@ -109,8 +98,9 @@ class SwarmCell(nn.Module):
             (h', c'), each (..., N, H).
 
         On the CPU without gradients this runs the fused C++ kernels; with gradients the LSTM update is one
-        autograd Function with a hand-written backward; under ``torch.compile`` it is plain PyTorch ops
-        (:func:`lstm_pointwise`), for the compiler to fuse. All three are equal to float rounding.
+        autograd Function with a hand-written backward (differentiable again with ``create_graph=True``); under
+        ``torch.compile`` and ``torch.func`` transforms it is plain PyTorch ops (:func:`lstm_pointwise`), for the
+        compiler to fuse and the transforms to see through. All three are equal to float rounding.
         """
         if (x_proj is None) == (x is None):
             raise ValueError("give the input projection x_proj or the input x, not both")
@@ -133,8 +123,8 @@ class SwarmCell(nn.Module):
         H, G = self.dim_hidden, 4 * self.dim_hidden
         a = torch.addmm(x_proj.reshape(-1, G), h.reshape(-1, H), self.recurrent.weight.t()).view(x_proj.shape)
         p = F.linear(pooled, self.population.weight)  # (..., 1, 4H) for a pooled h per set
-        if torch.compiler.is_compiling():
-            return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops
+        if _fused.plain_ops_only():
+            return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops, the transforms see them
         return _fused.FusedLSTMPointwise.apply(a, p, c)
 
     forward = step  # so that ``torch.func.functional_call`` runs a step with other weights
@@ -148,10 +138,20 @@ class SwarmLayer(nn.Module):
     """SWARM layer: ``n_iter`` iterations of a :class:`SwarmCell` from zero state, then one linear map
     of the concatenated final states [h; c] (size 2H) to ``dim_out`` features per entity.
 
-    Input (B, N, D_in), mask (B, N) bool with True = present (used by mean pooling only); output
-    (B, N, D_out). Permutation-equivariant with ``pooling="mean"``; causal with ``pooling="causal"``.
-    Dropout, when enabled, zeroes whole hidden units of a set after every iteration with a fresh mask, as in
-    the authors' code.
+    Input (B, N, D_in), or one unbatched set (N, D_in) as ``nn.LSTM`` takes it; mask (B, N) bool (or (N,)
+    unbatched) with True = present; output (B, N, D_out) (or (N, D_out)). Permutation-equivariant with
+    ``pooling="mean"``; causal with ``pooling="causal"``. Dropout, when enabled, zeroes whole hidden units of
+    a set after every iteration with a fresh mask, as in the authors' code.
+
+    Masked entities have no influence on the real entities' outputs whatever they hold (NaN and inf
+    included): their inputs are replaced by zeros at the entry, and mean pooling leaves them out. Causal
+    pooling counts positions, not real entities (as in the authors' code), so with it padding belongs at
+    the end of a sequence, where no real entity sees it. A wrong input width or mask shape raises
+    ValueError naming the expected and the given shape. ``device``/``dtype`` are the usual factory keyword
+    arguments. Second derivatives (``create_graph=True``) are exact on every path but the Triton cell,
+    which refuses them; ``torch.func`` transforms run the plain PyTorch ops. ``torch.jit.trace`` is refused
+    (the path taken depends on the input's device, dtype and gradients): use ``torch.export`` or
+    ``torch.compile``.
     """
 
     def __init__(
@@ -162,15 +162,30 @@ class SwarmLayer(nn.Module):
         n_iter: int,
         pooling: Pooling = "mean",
         dropout: float = 0.0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if n_iter < 1:
             raise ValueError(f"`n_iter` must be >= 1, got {n_iter}")
         self.n_iter = n_iter
         self.dropout = dropout
-        self.cell = SwarmCell(dim_in, dim_hidden, pooling)
-        self.output = nn.Linear(2 * dim_hidden, dim_out)
+        self.cell = SwarmCell(dim_in, dim_hidden, pooling, device=device, dtype=dtype)
+        self.output = nn.Linear(2 * dim_hidden, dim_out, device=device, dtype=dtype)
         self._compiled_step = None
+
+    @property
+    def dim_in(self) -> int:
+        return self.cell.input.in_features
+
+    @property
+    def dim_out(self) -> int:
+        return self.output.out_features
+
+    def extra_repr(self) -> str:
+        return (f"dim_in={self.dim_in}, dim_hidden={self.cell.dim_hidden}, dim_out={self.dim_out}, "
+                f"n_iter={self.n_iter}, pooling={self.pooling!r}, dropout={self.dropout}")
 
     @property
     def pooling(self) -> str:
@@ -197,10 +212,14 @@ class SwarmLayer(nn.Module):
         return h * keep
 
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """Final (h, c) after ``n_iter`` iterations, each (B, N, H)."""
+        """Final (h, c) after ``n_iter`` iterations, each (B, N, H), of sets ``x`` (B, N, D_in) (checked)."""
+        check_set_input(x, mask, self.dim_in, "SwarmLayer")
+        if mask is not None:  # what padding holds (NaN, inf) must reach nothing, and 0 * NaN is NaN
+            x = torch.where(mask.unsqueeze(-1), x, 0.0)
         cell = self.cell
         weights = mask_weights(mask, x.dtype) if cell.pooling == "mean" else None
-        fused = self._compiled_step is None and not (self.training and self.dropout > 0)  # else the step's code
+        fused = (self._compiled_step is None and not (self.training and self.dropout > 0)
+                 and not _fused.plain_ops_only())  # else the step's code
         if fused and _triton_cell:
             from swarmctl.layers import _triton
 
@@ -227,6 +246,13 @@ class SwarmLayer(nn.Module):
         return h, c
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if torch.jit.is_tracing():
+            raise RuntimeError("SwarmLayer cannot be traced with torch.jit.trace: which code runs depends on the "
+                               "input's device, dtype and gradients, and a trace would keep one; use torch.export "
+                               "or torch.compile")
+        check_set_input(x, mask, self.dim_in, "SwarmLayer", unbatched=True)
+        if x.dim() == 2:  # one unbatched set, as nn.LSTM takes it
+            return self.forward(x[None], None if mask is None else mask[None])[0]
         h, c = self.states(x, mask)
         return self.output(torch.cat([h, c], dim=-1))
 

@@ -8,6 +8,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from swarmctl.config import ModelConfig
+from swarmctl.layers.pooling import check_set_input
 from swarmctl.models.registry import register_model
 
 
@@ -32,6 +33,7 @@ class BiLSTM(nn.Module):
         self.symmetry = "equivariant" if sort_by_first else "order-dependent"
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        check_set_input(x, mask, self.lstm.input_size, "BiLSTM")
         B, N, D = x.shape
         if mask is None:
             mask = torch.ones(B, N, dtype=torch.bool, device=x.device)

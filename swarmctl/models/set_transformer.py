@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from swarmctl.config import ModelConfig
+from swarmctl.layers.pooling import check_set_input
 from swarmctl.layers.set_attention import ISAB
 from swarmctl.models.registry import check_heads_divide_hidden, register_model
 
@@ -26,6 +27,7 @@ class SetTransformer(nn.Module):
         self.head = nn.Linear(dim_hidden, dim_out)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        check_set_input(x, mask, self.embed.in_features, "SetTransformer")
         x = self.embed(x)
         for block in self.blocks:
             x = block(x, mask)

@@ -45,7 +45,9 @@ def test_fused_layer_matches_reference_in_values_and_gradients(kernels, pooling,
     mask = mask if pooling == "mean" else None
     w_h, w_c = torch.randn(4, 9, 8, dtype=torch.float64), torch.randn(4, 9, 8, dtype=torch.float64)
     got = outputs_and_grads(layer, x, mask, layer.states, w_h, w_c)
-    want = outputs_and_grads(layer, x, mask, lambda v, m: reference_swarm_states(layer, v, m), w_h, w_c)
+    # the layer holds padded entities' inputs at zero (what padding holds reaches nothing): so does the reference
+    padded = (lambda v, m: v) if mask is None else (lambda v, m: torch.where(m[..., None], v, 0))
+    want = outputs_and_grads(layer, x, mask, lambda v, m: reference_swarm_states(layer, padded(v, m), m), w_h, w_c)
     assert len(got) == len(want) == 3 + 4  # h, c, x; Wx, b, Wh, Wp
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10)

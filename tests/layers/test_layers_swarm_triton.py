@@ -19,7 +19,7 @@ import pytest
 import torch
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-N_CHECKS = 19  # the checks the child must run, all passed: fewer means some were lost, not that they passed
+N_CHECKS = 22  # the checks the child must run, all passed: fewer means some were lost, not that they passed
 
 if not INTERPRETED:
 
@@ -39,7 +39,12 @@ if not INTERPRETED:
 else:
     from swarmctl.layers import _triton, swarm
     from swarmctl.layers.swarm import SwarmLayer, triton_cell
-    from swarmctl.testing import assert_padding_invariant, random_sets, reference_swarm_states
+    from swarmctl.testing import (
+        assert_masked_no_influence,
+        assert_padding_invariant,
+        random_sets,
+        reference_swarm_states,
+    )
 
     @pytest.fixture
     def cell_calls(monkeypatch):
@@ -149,6 +154,29 @@ else:
             grads.append([xp.grad[:, :8][mask]] + [p.grad.clone() for p in layer.parameters()])
         for g, w in zip(*grads, strict=True):
             torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-10)
+
+    @pytest.mark.parametrize("pooling", ["mean", "causal"])
+    def test_gradcheck_passes_and_second_derivatives_are_refused_with_a_message(pooling, cell_calls):
+        """First derivatives are right (gradcheck); the cell's backward is not differentiable, so
+        create_graph=True raises, naming the way out, instead of giving a silent wrong number."""
+        torch.manual_seed(0)
+        layer = SwarmLayer(2, 3, 2, 2, pooling=pooling).double()
+        x = torch.randn(2, 3, 2, dtype=torch.float64, requires_grad=True)
+        with triton_cell():
+            assert torch.autograd.gradcheck(layer, (x,))
+            out = layer(x).sin().sum()
+        assert cell_calls
+        with pytest.raises(RuntimeError, match=r"no second derivatives.*outside .*triton_cell\(\)"):
+            torch.autograd.grad(out, x, create_graph=True)
+
+    def test_masked_entities_holding_nan_change_no_real_output(cell_calls):
+        torch.manual_seed(0)
+        layer = SwarmLayer(2, 5, 3, 3)
+        x, _ = random_sets(3, 6, 2)
+        mask = torch.arange(6).expand(3, 6) < torch.tensor([[6], [4], [1]])
+        with triton_cell():
+            assert_masked_no_influence(layer, x, mask)
+        assert cell_calls
 
     def test_the_backward_can_run_twice():
         torch.manual_seed(0)

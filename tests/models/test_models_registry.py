@@ -14,9 +14,11 @@ from swarmctl.models.registry import SYMMETRIES
 from swarmctl.runs import parameter_count
 from swarmctl.tasks import TASKS, task_of
 from swarmctl.testing import (
+    assert_masked_no_influence,
     assert_padding_invariant,
     assert_permutation_equivariant,
     assert_permutation_invariant,
+    assert_rejects_bad_shapes,
     order_dependence,
 )
 
@@ -198,3 +200,21 @@ def test_counting_parameters_leaves_the_weights_of_models_built_after_it_as_they
     after = create_model(ModelConfig(name="set-transformer", **TINY)).state_dict()
     assert all(v.device.type == "cpu" for v in after.values())
     torch.testing.assert_close(after, before, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", SET_MODELS)
+def test_set_model_refuses_a_wrong_input_width_or_mask_shape_naming_the_shapes(name):
+    model = tiny(name).eval()
+    x, mask = inputs(name, 2, 6)
+    assert_rejects_bad_shapes(model, x, mask)
+
+
+@pytest.mark.parametrize("name", SET_MODELS)
+def test_masked_entities_holding_nan_or_inf_change_no_real_output(name):
+    """Whatever padding holds, NaN and inf included, the real outputs stay those of zero padding (trailing
+    padding: causal pooling counts positions)."""
+    torch.manual_seed(0)
+    model = tiny(name).eval()
+    x, mask = inputs(name, 3, 8)
+    mask = torch.arange(8).expand(3, 8) < torch.tensor([[8], [5], [2]])  # one full, two padded sets
+    assert_masked_no_influence(model, x, mask)

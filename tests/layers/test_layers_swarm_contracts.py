@@ -1,0 +1,200 @@
+"""SwarmLayer as a torch.nn module, checked with PyTorch's own tools on every path it has on the CPU (the
+fused kernels, the PyTorch code without them, the compiled step): first and second derivatives
+(gradcheck, gradgradcheck), torch.func transforms, input and mask shapes refused with a message, masked
+entities without influence, factory keyword arguments, repr, torch.jit.trace refused, and what already
+worked (pickle, deepcopy, state_dict, empty sets, zero batch, non-contiguous inputs, unbatched sets)."""
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+from conftest import tiered
+
+from swarmctl.layers import _ext
+from swarmctl.layers.set_linear import SetLinear
+from swarmctl.layers.swarm import SwarmCell, SwarmLayer
+from swarmctl.testing import (
+    assert_factory_kwargs,
+    assert_masked_no_influence,
+    assert_rejects_bad_shapes,
+    assert_twice_differentiable,
+    random_sets,
+)
+
+POOLINGS = ["mean", "causal"]
+
+
+@pytest.fixture(params=["fused", "torch"])
+def path(request, monkeypatch):
+    """Each CPU path of the layer: the fused C++ kernels, and the PyTorch code (kernels switched off)."""
+    if request.param == "fused":
+        if _ext.disabled() or _ext.kernels() is None:
+            pytest.skip("the fused kernels are switched off or cannot be built here")
+    else:
+        monkeypatch.setenv("SWARMCTL_NO_EXT", "1")
+    return request.param
+
+
+def sets(dim_in=2, dtype=torch.float64):
+    x, mask = random_sets(2, 4, dim_in, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    mask[0, 3] = mask[1, 2:] = False  # two padded sets
+    return x, mask
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize(("dim_in", "params"), [  # projected inside the kernels / beforehand; the parameters too
+    tiered(2, False, default=True), tiered(10, False, default=False), tiered(2, True, default=False)])
+def test_first_and_second_derivatives_are_right(path, pooling, dim_in, params):
+    """gradcheck and gradgradcheck in float64, with respect to the input (and every parameter: slow tier)."""
+    torch.manual_seed(0)
+    layer = SwarmLayer(dim_in, 2, 2, 2, pooling=pooling)
+    x, mask = sets(dim_in)
+    assert_twice_differentiable(layer, x[:, :3], mask[:, :3], params=params)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_hessian_vector_product_through_create_graph_equals_the_plain_ops(path, pooling):
+    """grad(create_graph=True) then grad again, as gradient penalties do: equal to the same on the reference."""
+    from swarmctl.testing import reference_swarm_states
+
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 3, 2, 3, pooling=pooling).double()
+    x, mask = sets()
+    mask = mask if pooling == "mean" else None
+
+    def hvp(states):
+        xg = x.clone().requires_grad_()
+        h, c = states(xg, mask)
+        g, = torch.autograd.grad((h.sin().sum() + c.square().sum()), xg, create_graph=True)
+        return torch.autograd.grad(g.square().sum(), [xg, *layer.parameters()], allow_unused=True)
+
+    got = hvp(layer.states)
+    # the layer zeroes padded inputs at its entry: padding holds nothing, so its own states do not depend on it
+    want = hvp(lambda v, m: reference_swarm_states(layer, v if m is None else torch.where(m[..., None], v, 0), m))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(torch.zeros(()) if g is None else g, torch.zeros(()) if w is None else w)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_torch_func_vmap_grad_and_jacrev_work(path, pooling):
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 3, 2, 2, pooling=pooling).double()
+    x, _ = sets()
+    per_set = torch.func.vmap(layer)(x)  # each call sees one unbatched set
+    torch.testing.assert_close(per_set, layer(x))
+    jac = torch.func.jacrev(layer)(x[0])  # (N, D_out, N, D_in)
+    xg = x[0].clone().requires_grad_()
+    want = torch.stack([torch.autograd.grad(layer(xg)[1, 0], xg, retain_graph=True)[0]])
+    torch.testing.assert_close(jac[1, 0], want[0])
+    params = dict(layer.named_parameters())
+    per_sample = torch.func.vmap(torch.func.grad(lambda p, xi: torch.func.functional_call(layer, p, (xi,)).sum()),
+                                 in_dims=(None, 0))(params, x)
+    layer.zero_grad()
+    layer(x[1:]).sum().backward()
+    torch.testing.assert_close(per_sample["cell.recurrent.weight"][1], layer.cell.recurrent.weight.grad)
+
+
+def test_a_wrong_input_width_or_mask_shape_is_refused_naming_both_shapes(path):
+    layer = SwarmLayer(2, 4, 3, 2)
+    x, mask = sets(dtype=torch.float32)
+    assert_rejects_bad_shapes(layer, x, mask)
+    with pytest.raises(ValueError, match=r"\(B, N, 2\).*got \(2, 4, 3\)"):
+        layer(torch.randn(2, 4, 3))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 4\).*got a bool mask of shape \(2, 3\)"):
+        layer(x, mask[:, :3])
+    with pytest.raises(ValueError, match="bool mask"):
+        layer(x, mask.float())
+    with pytest.raises(ValueError, match=r"got \(4,\)"):
+        layer(torch.randn(4))
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_an_unbatched_set_equals_a_batch_of_one(path, pooling):
+    layer = SwarmLayer(2, 4, 3, 2, pooling=pooling)
+    x, mask = sets(dtype=torch.float32)
+    torch.testing.assert_close(layer(x[1], mask[1]), layer(x[1:], mask[1:])[0])
+    torch.testing.assert_close(layer(x[1]), layer(x[1:])[0])
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("grad", [False, True])
+def test_masked_entities_have_no_influence_whatever_they_hold(path, pooling, grad):
+    """Causal pooling counts positions: padding at the end, where no real entity sees it."""
+    layer = SwarmLayer(2, 4, 3, 3, pooling=pooling)
+    x, mask = sets(dtype=torch.float32)
+    mask = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    with torch.enable_grad():
+        params_need_grad = grad
+        for p in layer.parameters():
+            p.requires_grad_(params_need_grad)
+        assert_masked_no_influence(layer, x, mask)
+    xn = x.masked_fill(~mask.unsqueeze(-1), float("nan")).requires_grad_()
+    layer.requires_grad_(True)
+    layer(xn, mask)[mask].sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters()), "a NaN in padding reached a gradient"
+    assert torch.isfinite(xn.grad).all() and (xn.grad[~mask] == 0).all()
+
+
+def test_factory_kwargs_and_repr():
+    assert_factory_kwargs(SwarmLayer, 2, 4, 3, 2)
+    assert_factory_kwargs(SwarmCell, 2, 4)
+    assert_factory_kwargs(SetLinear, 2, 4)
+    layer = SwarmLayer(2, 4, 3, 5, pooling="causal", dropout=0.25, dtype=torch.float64)
+    assert layer(torch.randn(1, 3, 2, dtype=torch.float64)).dtype == torch.float64
+    assert "dim_in=2, dim_hidden=4, dim_out=3, n_iter=5, pooling='causal', dropout=0.25" in repr(layer)
+    assert "dim_in=2, dim_out=4, pooling='max'" in repr(SetLinear(2, 4, "max"))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:FutureWarning")
+def test_jit_trace_is_refused_with_a_message(path):
+    layer = SwarmLayer(2, 4, 3, 2)
+    with pytest.raises(RuntimeError, match="torch.jit.trace.*torch.export"):
+        torch.jit.trace(layer, (torch.randn(2, 4, 2),))
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_pickle_deepcopy_state_dict_empty_and_non_contiguous_inputs_keep_working(path, pooling):
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 4, 3, 2, pooling=pooling)
+    x, mask = sets(dtype=torch.float32)
+    want = layer(x, mask)
+    for other in (pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)):
+        torch.testing.assert_close(other(x, mask), want)
+    buf = io.BytesIO()
+    torch.save(layer.state_dict(), buf)
+    fresh = SwarmLayer(2, 4, 3, 2, pooling=pooling)
+    fresh.load_state_dict(torch.load(io.BytesIO(buf.getvalue())))
+    torch.testing.assert_close(fresh(x, mask), want)
+    assert layer(torch.randn(0, 4, 2)).shape == (0, 4, 3)
+    assert layer(torch.randn(2, 0, 2), torch.ones(2, 0, dtype=torch.bool)).shape == (2, 0, 3)
+    wide = torch.randn(4, 2, 2).transpose(0, 1)  # (2, 4, 2), not contiguous
+    torch.testing.assert_close(layer(wide), layer(wide.contiguous()))
+    half = copy.deepcopy(layer).to(torch.bfloat16)
+    torch.testing.assert_close(half(x.to(torch.bfloat16), mask).float(), want, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.slow  # compiles
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_the_compiled_step_has_first_derivatives_and_refuses_second_ones(pooling):
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 3, 2, 3, pooling=pooling).double()
+    layer.compile_step()
+    x, mask = sets()
+    xg = x.clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda v: layer(v, mask), (xg,))
+    with pytest.raises(RuntimeError):  # PyTorch's AOT autograd refuses create_graph (in its own words)
+        torch.autograd.grad(layer(xg, mask).sum(), xg, create_graph=True)
+
+
+@pytest.mark.slow  # compiles and exports
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_compile_fullgraph_and_export_keep_working(pooling):
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 4, 3, 2, pooling=pooling)
+    x, mask = sets(dtype=torch.float32)
+    want = layer(x, mask)
+    torch.testing.assert_close(torch.compile(layer, fullgraph=True)(x, mask), want)
+    exported = torch.export.export(layer, (x, mask))
+    torch.testing.assert_close(exported.module()(x, mask), want)
