@@ -284,3 +284,24 @@ def test_mog_backtracking_reads_the_same_in_models_and_the_docs_and_is_what_the_
     section = experiments[experiments.index("swarmctl train swarm-mog"):experiments.index("## SWARM Transformer")]
     assert backtracking(mog.beta, mog.alpha).rstrip(")") in section
     assert "no backtracking" not in section
+
+
+def test_the_cpu_table_states_what_report_prints_over_the_committed_runs(cli, tmp_path):
+    """README's Table 2 on a CPU is `swarmctl report --runs-dir campaigns/clustering-cpu/runs`, rounded as report
+    rounds: every finished configuration there is a row here with the same mean (± std over its seeds), seeds,
+    hardware, net minutes and epochs; a configuration with no finished seed states no loss."""
+    r = cli("report", "--runs-dir", REPO / "campaigns" / "clustering-cpu" / "runs", "--out", tmp_path / "rep", "--json")
+    assert r.exit_code == 0, r.output
+    finished = {(row["model"], row["code"]): row for row in json.loads(r.stdout) if row["status"] == "finished"}
+    table = {(cells[0].strip("`"), cells[1]): cells for cells in _table("Table 2 on a CPU")}
+    assert len(table) == 6 and set(finished) <= set(table), (sorted(table), sorted(finished))
+    paper = {(r["model"], r["code"]): r for r in _json("swarmctl/studies/paper_results.json")["rows"]}
+    for key, cells in table.items():
+        assert cells[2] == f"{paper[key]['reported']:g} ± {paper[key]['std']:g}", (cells, paper[key])
+        row = finished.get(key)
+        if row is None:
+            assert _number(cells[3]) is None, f"README states a loss for {key}, which has no finished seed: {cells}"
+            continue
+        loss = f"{row['val_loss_mean']:.4f}" + ("" if row["val_loss_std"] is None else f" ± {row['val_loss_std']:.4f}")
+        assert cells[3] == loss and cells[4].startswith(f"{row['n']} of 3"), (cells, row)
+        assert (cells[5], cells[6], cells[7]) == (row["hardware"], f"{row['net_minutes']:.1f}", f"{row['epochs']:.0f}")
