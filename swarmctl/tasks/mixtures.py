@@ -23,6 +23,13 @@ SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fi
 MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
+SCAN_PATIENCE = 3  # the scan for K goes on upward until this many K in a row did not beat its best
+SCAN_AROUND = 1  # fresh fits at the scan's K and this many either side of it
+WEAK_EVIDENCE = 10.0  # a BIC margin below this between the K chosen and another is weak evidence (Kass-Raftery)
+SHARED = 0.02  # two components touch when they share more than this share of the smaller's probability mass
+SHAPE_POINTS = 4000  # the shapes of a fit are judged on an even sample of this many points at most
+FLAT_Z = 1.5  # standard errors of the kurtosis below a Gaussian's: flat (a ring's or a curve's pieces)
+NESTED = 4.0  # a component whose covariance's determinant is this many times another's, about the same centre
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
 K_TOL, K_MAX_ITER = 1e-3, 100  # EM at a K given: scikit-learn's GaussianMixture defaults
@@ -104,6 +111,32 @@ class EMResult:
     largest: int = 0  # the most clusters the search could try, set by search_points (0: no search)
     split_from: int = 0  # the clusters that splitting grew the winner from (0: no split won)
     search_points: int = 0  # the points the search ran on (0: no search)
+    scores: tuple[tuple[int, float], ...] = ()  # (K, BIC) of every fit compared on the search's points, best first
+    scanned: int = 0  # the K where the scan of k-means partitions put the best BIC (0: no scan)
+    shapes: Shapes | None = None  # how the winner's components sit: chains, cores in halos, a flat one
+
+    def runner_up(self) -> tuple[int, float] | None:
+        """The best other number of clusters the search fitted, and by how much its BIC is higher than the
+        winner's (None: no other was fitted)."""
+        k = len(self.mixture)
+        won = dict(self.scores).get(k)
+        others = [(j, score) for j, score in self.scores if j != k]
+        if won is None or not others:
+            return None
+        return others[0][0], others[0][1] - won
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Signs in a fitted mixture that the points are not a mixture of Gaussians, or that its K is uncertain."""
+
+    groups: tuple[int, ...]  # per component, its group: components joined by no dip in density between them
+    nested: int  # pairs of components about one centre, one much wider (a dense core in a wide halo)
+    flat: bool  # one component whose points are flatter along its major axis than a Gaussian's (two overlapping?)
+    pieces: int = 0  # components in flat groups of three or more: pieces of a shape that is not Gaussian
+
+    def n_groups(self) -> int:
+        return len(set(self.groups))
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -363,6 +396,76 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
     return mix, r, history, start_k
 
 
+def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState) -> int:
+    """The K whose k-means++ partition of the points ``x`` scores the lowest BIC of hard-assigned Gaussians (the
+    classification likelihood, weights included), K = 1, 2, ... upward until :data:`SCAN_PATIENCE` K in a row
+    did not beat the best, or ``largest``; a partition with a part of fewer than :func:`cluster_points` points
+    does not count. Cheap (k-means, no EM): it tells the search where to fit, whatever K the model proposed."""
+    n, D = x.shape
+    least = cluster_points(D)
+    best_k, best, k = 1, bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n), 2
+    while k <= largest and k - best_k <= SCAN_PATIENCE:
+        cut = kmeans_start(x, k, rs).argmax(axis=1)
+        counts = np.bincount(cut, minlength=k)
+        if counts.min() >= least:
+            ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+            if np.isfinite(ll) and (score := bic(ll, mixture_parameters(k, D), n)) < best:
+                best_k, best = k, score
+        k += 1
+    return best_k
+
+
+def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
+    """How the components of ``mix``, fitted to the points ``x`` (N, D) with responsibilities ``resp`` (N, K),
+    sit. Two components touch when the probability they share, sum_n min(r_ni, r_nj), is more than
+    :data:`SHARED` of the smaller one's mass; the groups are the connected sets of touching components
+    (separate blobs are groups of one; a ring or a curve cut into Gaussians is one chain of many). A group of
+    three or more is flat when its points are flatter than Gaussians (Mardia's kurtosis, weighted by the
+    responsibilities, more than :data:`FLAT_Z` standard errors below a Gaussian's D(D + 2)): pieces of a
+    shape that is not a Gaussian, not overlapping Gaussians. A touching pair is nested when each mean lies
+    within one standard deviation of the other component (Mahalanobis) and one covariance's determinant is
+    :data:`NESTED` times the other's (a dense core in a wide halo). ``flat``: one component whose points
+    are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
+    errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
+    K, D = mix.means.shape
+    if len(x) > SHAPE_POINTS:  # an even sample of the points (sorted by their coordinates: the same in any order)
+        take = np.linspace(0, len(x) - 1, SHAPE_POINTS).astype(np.int64)
+        x, resp = x[take], resp[take]
+    mass = resp.sum(axis=0)
+    shared = np.minimum(resp[:, :, None], resp[:, None, :]).sum(axis=0)  # (K, K)
+    parent = list(range(K))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    nested = 0
+    logdet = np.linalg.slogdet(mix.covs)[1]
+    for i, j in zip(*np.triu_indices(K, k=1), strict=True):
+        if shared[i, j] > SHARED * min(mass[i], mass[j]):
+            parent[root(int(i))] = root(int(j))
+            diff = mix.means[i] - mix.means[j]
+            inside = all(diff @ np.linalg.solve(mix.covs[c], diff) <= 1.0 for c in (i, j))
+            nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
+    groups = np.array([root(k) for k in range(K)])
+    diff = x[:, None, :] - mix.means[None]  # (N, K, D)
+    d2 = np.einsum("nkd,kde,nke->nk", diff, np.linalg.inv(mix.covs), diff)  # squared Mahalanobis distances
+    pieces = 0
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        w = resp[:, members]
+        if len(members) >= 3 and w.sum() > 0:
+            mardia = float((w * d2[:, members] ** 2).sum() / w.sum())
+            pieces += len(members) * int(mardia < D * (D + 2) - FLAT_Z * np.sqrt(8 * D * (D + 2) / w.sum()))
+    flat = False
+    if K == 1 and len(x) > 8:
+        z = (x - mix.means[0]) @ np.linalg.eigh(mix.covs[0])[1][:, -1]
+        flat = float(np.mean(z**4) / max(np.mean(z**2) ** 2, 1e-300)) < 3.0 - FLAT_Z * np.sqrt(24.0 / len(x))
+    return Shapes(tuple(int(g) for g in groups), nested, flat, pieces)
+
+
 def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
     """Row indices of a seeded sample of ``m`` of the points ``x`` (N, D) (all rows when N <= m), drawn from the
     points sorted by their coordinates: the same points whatever the order of the rows."""
@@ -443,26 +546,37 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     if merge:
         mix, r, history, merged, gone = _merge_path(xs, mix, r, history)
         dropped += gone
+    scores: dict[int, float] = {}
+    scanned = 0
     if merge and search:
         largest = max(1, len(xs) // cluster_points(D))
         best = _bic(history[-1], mix, len(xs))
+        scores[len(mix)] = best
         k_model = len(mix)
-        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
-        for k in searched:
+        # where to fit: around the model's K and around the K of the best k-means partition by BIC, which a
+        # scan finds whatever the model proposed (the model's K does not cap the search)
+        scanned = _scan_k(xs, largest, rs)
+        searched = tuple(sorted(set(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
+                                | set(range(max(1, scanned - SCAN_AROUND), min(scanned + SCAN_AROUND, largest) + 1))))
+        for done, k in enumerate(searched, 1):
             m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL)
-            if (score := _bic(h2[-1], m2, len(xs))) < best:
+            score = _bic(h2[-1], m2, len(xs))
+            scores[len(m2)] = min(score, scores.get(len(m2), np.inf))
+            if score < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
-            report.to(0.5 * (k - searched[0] + 1) / len(searched))
+            report.to(0.5 * done / len(searched))
         mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
             mix, r, history, more, gone = _merge_path(xs, mix, r, history)
             merged, dropped = merged + more, dropped + gone
+            scores[len(mix)] = min(_bic(history[-1], mix, len(xs)), scores.get(len(mix), np.inf))
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], TOL)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
-                    from_model, largest, split_from, len(xs) if largest else 0)
+                    from_model, largest, split_from, len(xs) if largest else 0,
+                    tuple(sorted(scores.items(), key=lambda ks: ks[1])), scanned, shapes(x, mix, r))
 
 
 class _Report:
@@ -509,7 +623,8 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
         mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, report.half_way)
         dropped += gone
     report.to(1.0)
-    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
+    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model,
+                    shapes=shapes(pts.x, mix, r))
 
 
 def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None]

@@ -274,14 +274,16 @@ def _every_blob_whole(resp: np.ndarray, labels: np.ndarray) -> bool:
 
 def test_the_search_goes_past_the_models_slots_while_the_bic_falls():
     """20 tight blobs of 12 points, a start of 10 clusters (a model with fewer slots than blobs): the search
-    for K goes on upward, past the start's K + 4, and finds all 20; it says where it started and its cap."""
+    for K goes on upward, past the start's K + 4 (the scan of k-means partitions finds where the BIC is
+    lowest, whatever the start's K), and finds all 20; it says where it searched and its cap."""
     rs = np.random.RandomState(11)
     centres = np.array([[i * 3.0, j * 3.0] for i in range(5) for j in range(4)])
     x, labels = _row_of_blobs(rs, centres, 12, 0.1)
     start = np.eye(10)[labels // 2]  # pairs of blobs lumped together
     res = refine(x, start)
     assert _every_blob_whole(res.resp, labels), len(res.mixture)
-    assert max(res.searched) < 20 and res.split_from and res.largest == len(x) // 7
+    assert len(res.mixture) == 20 and max(res.searched) >= 20 > 10 + 4 and res.largest == len(x) // 7
+    assert res.scanned == 20 and not res.from_model
 
 
 @pytest.mark.parametrize("shape", ["line", "grid"])
