@@ -31,9 +31,9 @@ from swarmctl.studies.clusters import (
     made_by,
     start_of,
 )
-from swarmctl.tasks.mixtures import REG, Mixture, e_step, m_step
+from swarmctl.tasks.mixtures import REG, EMResult, Mixture, e_step, m_step
 
-__all__ = ["ClusterResult", "SwarmClustering", "cluster_file"]
+__all__ = ["ClusterResult", "EMResult", "SwarmClustering", "cluster_file"]
 
 
 @functools.lru_cache(maxsize=4)

@@ -28,8 +28,7 @@ from swarmctl.cli._table import print_table
 from swarmctl.errors import ConfigError, SwarmctlWarning, plural
 
 if TYPE_CHECKING:
-    from swarmctl.cluster import ClusterResult
-    from swarmctl.tasks.mixtures import EMResult
+    from swarmctl.cluster import ClusterResult, EMResult
 
 
 def _columns(value: str | None) -> tuple[str, ...] | None:

@@ -33,6 +33,7 @@ from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardiza
 __all__ = ["CHUNK_SIZE", "ClusterResult", "cluster_file", "cluster_values", "cluster_warnings",
            "made_by", "mergeable_pairs", "parse_columns", "shape_warnings", "start_of"]
 
+CHAIN_MIN = 5  # this many clusters or more, over twice as many as the groups of touching ones: a shape cut up?
 LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
 UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
 SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
@@ -331,11 +332,12 @@ def shape_warnings(fit: EMResult, K: int, given: bool = False) -> list[str]:
     ``given``: K was the user's, so only the shapes are judged."""
     lines = []
     shapes = fit.shapes
-    if shapes is not None and shapes.pieces:
-        lines.append(f"{shapes.pieces} of the {plural(K, 'cluster')} are pieces of shapes flatter than Gaussians "
-                     f"that touch each other ({plural(shapes.n_groups(), 'connected group')} in all): the points "
-                     "are not a mixture of Gaussians (a ring, a curve, a warped cluster?) and the clusters cut each "
-                     "shape into pieces; look at the figure (`plot`)")
+    groups = shapes.n_groups() if shapes is not None else K
+    if shapes is not None and (shapes.pieces or (K >= CHAIN_MIN and K > 2 * groups)):
+        flat = f", {shapes.pieces} of them flatter than Gaussians" if shapes.pieces else ""
+        lines.append(f"the {plural(K, 'cluster')} lie in {plural(groups, 'group')} of clusters that touch{flat}: the "
+                     "points may not be a mixture of Gaussians (a ring, a curve, a warped cluster?), and the "
+                     "clusters then cut each shape into pieces; look at the figure (`plot`)")
     if shapes is not None and shapes.nested:
         lines.append(f"{plural(shapes.nested, 'cluster')} lie{'s' if shapes.nested == 1 else ''} inside a much wider "
                      "one about the same centre (a dense core in a wide halo?): the points may be one cluster that "

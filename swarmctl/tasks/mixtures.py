@@ -23,7 +23,8 @@ SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fi
 MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
-SCAN_PATIENCE = 3  # the scan for K goes on upward until this many K in a row did not beat its best
+SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
+SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
 SCAN_AROUND = 1  # fresh fits at the scan's K and this many either side of it
 WEAK_EVIDENCE = 10.0  # a BIC margin below this between the K chosen and another is weak evidence (Kass-Raftery)
 SHARED = 0.02  # two components touch when they share more than this share of the smaller's probability mass
@@ -398,21 +399,40 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
 
 def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState) -> int:
     """The K whose k-means++ partition of the points ``x`` scores the lowest BIC of hard-assigned Gaussians (the
-    classification likelihood, weights included), K = 1, 2, ... upward until :data:`SCAN_PATIENCE` K in a row
-    did not beat the best, or ``largest``; a partition with a part of fewer than :func:`cluster_points` points
-    does not count. Cheap (k-means, no EM): it tells the search where to fit, whatever K the model proposed."""
+    classification likelihood, weights included): every K from 1 to :data:`SCAN_ALL`, then upward by factors
+    of :data:`SCAN_STEP` until :data:`SCAN_PATIENCE` steps in a row did not beat the best (or ``largest``),
+    then every K between the best step's neighbours. Steps, not every K: a grid of blobs cut into a few
+    parts looks like one uniform stretch (no gain), and shows its blobs only at a fine cut. A partition
+    with a part of fewer than :func:`cluster_points` points does not count. Cheap (k-means, no EM): it
+    tells the search where to fit, whatever K the model proposed."""
     n, D = x.shape
     least = cluster_points(D)
-    best_k, best, k = 1, bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n), 2
-    while k <= largest and k - best_k <= SCAN_PATIENCE:
+
+    def score(k: int) -> float:
+        if k == 1:
+            return bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n)
         cut = kmeans_start(x, k, rs).argmax(axis=1)
         counts = np.bincount(cut, minlength=k)
-        if counts.min() >= least:
-            ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
-            if np.isfinite(ll) and (score := bic(ll, mixture_parameters(k, D), n)) < best:
-                best_k, best = k, score
-        k += 1
-    return best_k
+        if counts.min() < least:
+            return np.inf
+        ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+        return bic(ll, mixture_parameters(k, D), n) if np.isfinite(ll) else np.inf
+
+    steps = list(range(1, min(SCAN_ALL, largest) + 1))
+    while steps[-1] < largest:
+        steps.append(min(largest, max(steps[-1] + 1, int(steps[-1] * SCAN_STEP))))
+    scores: dict[int, float] = {}
+    best = 0  # the index in steps of the best so far
+    for i, k in enumerate(steps):
+        if k > SCAN_ALL and i - max(best, SCAN_ALL - 1) > SCAN_PATIENCE:
+            break
+        scores[k] = score(k)
+        if scores[k] < scores[steps[best]]:
+            best = i
+    if steps[best] > SCAN_ALL:  # every K between the best step's neighbours
+        for k in range(steps[best - 1] + 1, steps[min(best + 1, len(steps) - 1)]):
+            scores.setdefault(k, score(k))
+    return min(scores, key=lambda k: (scores[k], k))
 
 
 def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
