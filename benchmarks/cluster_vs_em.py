@@ -24,7 +24,8 @@ first, one factor for all coordinates):
 
 Per group: mean ARI, mean matched accuracy, mean K found against the true K, the sets whose K is exactly
 right, the sets over-split (more than twice their true number of clusters) and of those the ones without a
-warning (swarmctl.studies.clusters.cluster_warnings; the baselines never warn), and seconds per set.
+warning (swarmctl.studies.clusters.cluster_warnings; the baselines never warn), and CPU seconds per set
+(this process's, one thread: on a shared machine the wall time would count the others' load).
 ``--methods`` picks the columns (default: all). Matched accuracy: the share of points whose cluster maps to
 their true class under the best one-to-one matching (Hungarian).
 """
@@ -102,8 +103,9 @@ def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> 
 
 
 def score(sets, models: dict, methods: list[str], k_max: int, repeat: int = 1) -> dict[str, dict[str, float]]:
-    """Per method: mean ARI, matched accuracy, K found, true K, seconds per set (the median of ``repeat``
-    runs of each set), sets with K exact, sets over 2x K and of those the unwarned."""
+    """Per method: mean ARI, matched accuracy, K found, true K, CPU seconds per set (the median of ``repeat``
+    runs of each set; one thread, so other processes on a shared machine do not inflate it), sets with K
+    exact, sets over 2x K and of those the unwarned."""
     from sklearn.metrics import adjusted_rand_score
 
     res = {m: {"ari": [], "acc": [], "k": [], "true_k": [], "secs": [], "over": 0, "split": 0, "exact": 0}
@@ -114,9 +116,9 @@ def score(sets, models: dict, methods: list[str], k_max: int, repeat: int = 1) -
         for m in methods:
             times = []
             for _ in range(repeat):
-                start = time.perf_counter()
+                start = time.process_time()  # this process's CPU time: one thread, so the load of others is left out
                 pred, warned = run_method(m, models, x, k, k_max)
-                times.append(time.perf_counter() - start)
+                times.append(time.process_time() - start)
             res[m]["secs"].append(float(np.median(times)))
             res[m]["ari"].append(adjusted_rand_score(labels, pred))
             res[m]["acc"].append(matched_accuracy(pred, labels))
@@ -169,7 +171,8 @@ def blob_sets(kind: str, count: int):
 
 def many_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Sets of more well-separated clusters than the models have slots (20..60 blobs of 40 points, sd 0.3):
-    25 blobs on a line 8 apart, a 5 x 5 grid 10 apart, 40 and 60 blobs at random places at least 3 apart."""
+    20, 40 and 60 blobs at random places at least 3 apart, 25 blobs on a line 8 apart, a 5 x 5 grid 10 apart,
+    and 50 neighbouring blobs of 20 points (sd 0.25) on a 10 x 5 grid 2 apart."""
     rs = np.random.RandomState(25)
 
     def blobs(centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -186,6 +189,9 @@ def many_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
     return {
         "20 blobs in 2-D, 3 or more apart": blobs(scattered(20)),
+        "50 neighbouring blobs, a 10 x 5 grid 2 apart (sd 0.25)": (
+            np.array([[i * 2.0, j * 2.0] for i in range(10) for j in range(5)])[np.repeat(np.arange(50), 20)]
+            + 0.25 * rs.randn(1000, 2), np.repeat(np.arange(50), 20)),
         "25 blobs on a line, 8 apart": blobs(np.stack([np.arange(25) * 8.0, np.zeros(25)], axis=1)),
         "5 x 5 grid of blobs, 10 apart": blobs(np.array([[i * 10.0, j * 10.0] for i in range(5) for j in range(5)])),
         "40 blobs in 2-D, 3 or more apart": blobs(scattered(40)),
