@@ -442,9 +442,9 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     (separate blobs are groups of one; a ring or a curve cut into Gaussians is one chain of many). A group of
     three or more is flat when its points are flatter than Gaussians (Mardia's kurtosis, weighted by the
     responsibilities, more than :data:`FLAT_Z` standard errors below a Gaussian's D(D + 2)): pieces of a
-    shape that is not a Gaussian, not overlapping Gaussians. A touching pair is nested when each mean lies
-    within one standard deviation of the other component (Mahalanobis) and one covariance's determinant is
-    :data:`NESTED` times the other's (a dense core in a wide halo). ``flat``: one component whose points
+    shape that is not a Gaussian, not overlapping Gaussians. A touching pair is nested when one covariance's
+    determinant is :data:`NESTED` times the other's and the narrow one's mean lies within one standard
+    deviation (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
     are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
     errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
     K, D = mix.means.shape
@@ -467,7 +467,8 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
         if shared[i, j] > SHARED * min(mass[i], mass[j]):
             parent[root(int(i))] = root(int(j))
             diff = mix.means[i] - mix.means[j]
-            inside = all(diff @ np.linalg.solve(mix.covs[c], diff) <= 1.0 for c in (i, j))
+            wide = int(i) if logdet[i] > logdet[j] else int(j)
+            inside = diff @ np.linalg.solve(mix.covs[wide], diff) <= 1.0  # the narrow one's mean, in the wide one
             nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
     groups = np.array([root(k) for k in range(K)])
     diff = x[:, None, :] - mix.means[None]  # (N, K, D)
