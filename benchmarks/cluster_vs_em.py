@@ -89,7 +89,8 @@ def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> 
     if method == "hdbscan":
         from sklearn.cluster import HDBSCAN
 
-        return HDBSCAN(min_cluster_size=max(5, len(x) // 20), copy=True).fit_predict(x) + 1, False  # noise: one more cluster
+        labels = HDBSCAN(min_cluster_size=max(5, len(x) // 20), copy=True).fit_predict(x)
+        return labels + 1, False  # its noise (-1): one more cluster
     name, _, refine = method.partition("+")
     model, cfg = models[name]
     given = k if refine == "k" else None

@@ -57,7 +57,8 @@ class SwarmClustering:
 
     After :meth:`fit`: ``labels_`` (N,) the cluster of each point (0 = the largest), ``n_clusters_``,
     ``probabilities_`` (N, n_clusters_) each point's probability of each cluster (None with ``refine=False``),
-    ``model_clusters_`` (the clusters the model proposed before EM), ``weights_``, ``means_``, ``covariances_`` (the Gaussians that :meth:`predict` uses, in your units),
+    ``model_clusters_`` (the clusters the model proposed before EM), ``weights_``, ``means_``,
+    ``covariances_`` (the Gaussians that :meth:`predict` uses, in your units),
     ``made_by_`` (what produced the clusters, the summary line's words), ``start_`` (which start won:
     "the model's start" or "a fresh k-means++ start"; "" unrefined) and ``warnings_`` (each also issued
     as a :class:`~swarmctl.errors.SwarmctlWarning`).

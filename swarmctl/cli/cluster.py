@@ -13,10 +13,10 @@ from swarmctl.catalog import catalog
 from swarmctl.cli._app import app
 from swarmctl.cli._options import (
     RUNS_DIR,
-    console,
     Device,
     RunsDir,
     argument,
+    console,
     count,
     flush_output,
     option,
