@@ -1,6 +1,7 @@
 """Gaussian mixtures with full covariances, in NumPy: parameter counts, BIC, log-densities, EM, merges, and
 the refinement of a model's clustering (`swarmctl cluster`): :func:`refine` (`--refine`, K by BIC around
-the model's and upward while it falls) and :func:`fit_k` (`--clusters K`); docs/cluster.md describes both.
+the model's and a k-means scan's, and upward while it falls) and :func:`fit_k` (`--clusters K`);
+docs/cluster.md describes both; :func:`shapes`, the signs that the points are not a mixture of Gaussians.
 The one place that counts a Gaussian's parameters or scores a fit by BIC.
 
 Float64, vectorized over points and components: no extra dependency, and fast on a CPU (each iteration is a
@@ -544,7 +545,10 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (rows sum to 1; a column is a component) of the
     points ``x[rows]`` (None: all points, in order), to convergence. With ``merge``, duplicate components are
     then merged while that lowers the BIC; with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4
-    compete by BIC and the winner's components are split while that lowers it (docs/cluster.md). The merges
+    and at the K of a scan of k-means partitions and its neighbours (:func:`_scan_k`; the model's K caps
+    nothing) compete by BIC, and the winner's components are split while that lowers it (docs/cluster.md).
+    Every fit's BIC is kept (``scores``, for the evidence for K) and the winner's shapes judged
+    (:func:`shapes`). The merges
     and the search run on a seeded sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is
     fitted to all points.
 
