@@ -90,9 +90,10 @@ def cluster_cmd(
     refine: Annotated[bool, option("--refine/--no-refine",
                                    help="Refine the model's clusters by EM (full-covariance Gaussians) started from "
                                         "its probabilities, the number of clusters settled by BIC against fresh "
-                                        "fits at K-1..K+4 around the model's, then its clusters split while the "
-                                        "BIC falls (past the model's slots); on more than 1,000 points the model "
-                                        "sees a sample of 1,000 and EM fits all.")] = True,
+                                        "fits at K-1..K+4 around the model's and around the K a scan of k-means "
+                                        "partitions puts best, then its clusters split while the BIC falls "
+                                        "(past the model's slots); on more than 1,000 points the model sees a "
+                                        "sample of 1,000 and EM fits all.")] = True,
     clusters: Annotated[int | None, count(metavar="K", help="The number of clusters, if you know it: EM fits "
                                                              "exactly K from the model's answer (its K most "
                                                              "probable clusters, split or absorbed to make K) "
@@ -127,7 +128,9 @@ def cluster_cmd(
     the model's answer. Refined, the number of clusters is not bounded by the model's slots: the search
     goes on while the BIC falls. A warning on stderr says when a result should not be trusted as it is: a
     limit reached (the set's size, or without --refine the model's cluster slots), many unsure points,
-    clusters that look like one or hold a few stray points, a set unlike the training sets.
+    clusters that look like one or hold a few stray points, a set unlike the training sets, points that are
+    not a mixture of Gaussians (a ring, a curve, a core in a halo), weak evidence for the number found. The
+    summary, the CSV's first line, the figure's title and --json say in the same words which start won.
     """
     from swarmctl.cluster import cluster_file  # the library loads when the command runs, not for --help
 
