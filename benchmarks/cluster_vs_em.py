@@ -24,7 +24,7 @@ first, one factor for all coordinates):
 
 Per group: mean ARI, mean matched accuracy, mean K found against the true K, the sets whose K is exactly
 right, the sets over-split (more than twice their true number of clusters) and of those the ones without a
-warning (swarmctl.studies.clusters.cluster_warnings; the baselines never warn), and CPU seconds per set
+warning (swarmctl.studies.clusters.values_warnings; the baselines never warn), and CPU seconds per set
 (this process's, one thread: on a shared machine the wall time would count the others' load).
 ``--methods`` picks the columns (default: all). Matched accuracy: the share of points whose cluster maps to
 their true class under the best one-to-one matching (Hungarian).
@@ -33,7 +33,6 @@ their true class under the best one-to-one matching (Hungarian).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import subprocess
 import time
@@ -47,7 +46,7 @@ from scipy.optimize import linear_sum_assignment
 from swarmctl.data.clustering_generator import BroadParams, ClusteringParams, draw_broad_task
 from swarmctl.data.hdf5 import generate_dataset, read_split
 from swarmctl.runs import load_model
-from swarmctl.studies.clusters import cluster_values, cluster_warnings, default_model
+from swarmctl.studies.clusters import cluster_values, default_model, values_warnings
 from swarmctl.tasks.clustering import ClusteringTask
 
 CPU = torch.device("cpu")
@@ -95,11 +94,7 @@ def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> 
     model, cfg = models[name]
     given = k if refine == "k" else None
     clusters, model_k, fit = cluster_values(TASK, model, x, CPU, refine=bool(refine), clusters=given)
-    extra = {"fit": fit} if "fit" in inspect.signature(cluster_warnings).parameters else {}
-    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg), refined=bool(refine),
-                                   model_clusters=model_k, given_clusters=given,
-                                   largest=fit.largest if fit is not None else 0,
-                                   search_points=fit.search_points if fit is not None else 0, **extra))
+    warned = bool(values_warnings(TASK, cfg, x, clusters, model_k, fit, refine=bool(refine), clusters=given))
     return clusters.cluster, warned
 
 

@@ -26,10 +26,10 @@ from swarmctl.studies.clusters import (
     ClusterResult,
     cluster_file,
     cluster_values,
-    cluster_warnings,
     default_model,
     made_by,
     start_of,
+    values_warnings,
 )
 from swarmctl.tasks.mixtures import REG, EMResult, Mixture, e_step, m_step
 
@@ -118,12 +118,8 @@ class SwarmClustering:
         self.model_clusters_ = model_k
         self.start_ = start_of(self.refine, fit)
         self.made_by_ = made_by(run.label, self.refine, fit, self.n_clusters, K)
-        training = run.task.training_range(run.model_cfg)
-        self.warnings_ = cluster_warnings(
-            x, found, training, as_given_scale=None if self.standardize else float(run.task.point_std()),
-            refined=self.refine, model_clusters=model_k, given_clusters=self.n_clusters,
-            largest=fit.largest if fit is not None else 0, search_points=fit.search_points if fit is not None else 0,
-            fit=fit)
+        self.warnings_ = values_warnings(run.task, run.model_cfg, x, found, model_k, fit,
+                                         standardize=self.standardize, refine=self.refine, clusters=self.n_clusters)
         for line in self.warnings_:
             warnings.warn(line, SwarmctlWarning, stacklevel=2)
         return self

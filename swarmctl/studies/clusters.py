@@ -31,7 +31,7 @@ from swarmctl.tasks.mixtures import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
 __all__ = ["CHUNK_SIZE", "ClusterResult", "cluster_file", "cluster_values", "cluster_warnings",
-           "made_by", "mergeable_pairs", "parse_columns", "shape_warnings", "start_of"]
+           "made_by", "mergeable_pairs", "parse_columns", "shape_warnings", "start_of", "values_warnings"]
 
 CHAIN_MIN = 5  # this many clusters or more, over twice as many as the groups of touching ones: a shape cut up?
 LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
@@ -174,11 +174,8 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
             shipped=opened.shipped, seconds=seconds, model_clusters=model_k, refined=refine,
             given_clusters=clusters, fit=fitted, smallest_component=1.0 if clusters is not None else min_points(D),
             model_points=seen, sorted_for_model=not _order_free(opened.model), training=training,
-            chosen=chosen, warnings=cluster_warnings(pts.values, found, training,
-                                      as_given_scale=None if standardize else float(task.point_std()),
-                                      refined=refine, model_clusters=model_k, model_points=seen,
-                                      given_clusters=clusters, largest=fitted.largest if fitted else 0,
-                                      search_points=fitted.search_points if fitted else 0, fit=fitted))
+            chosen=chosen, warnings=values_warnings(task, opened.model_cfg, pts.values, found, model_k, fitted,
+                                                    standardize=standardize, refine=refine, clusters=clusters))
         write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy,
                           comment=f"clusters by {result.made_by}; model {result.model}")
         written = [out]
@@ -260,6 +257,19 @@ def _check_distinct(pts: PointSet, clusters: int) -> None:
 def _model_points(n: int, refine: bool) -> int:
     """How many of ``n`` points the model sees."""
     return min(n, MODEL_POINTS) if refine else n
+
+
+def values_warnings(task, model_cfg, values: np.ndarray, found: PointClusters, model_k: int, fit: EMResult | None,
+                    *, standardize: bool = True, refine: bool = True, clusters: int | None = None
+                    ) -> tuple[str, ...]:
+    """:func:`cluster_warnings` for what :func:`cluster_values` returned (``found``, ``model_k``, ``fit``) on
+    ``values`` with a model of ``model_cfg`` and these options: the one call that the command, the Python API
+    and the benchmark share."""
+    return cluster_warnings(values, found, task.training_range(model_cfg),
+                            as_given_scale=None if standardize else float(task.point_std()), refined=refine,
+                            model_clusters=model_k, model_points=_model_points(len(values), refine),
+                            given_clusters=clusters, largest=fit.largest if fit is not None else 0,
+                            search_points=fit.search_points if fit is not None else 0, fit=fit)
 
 
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
