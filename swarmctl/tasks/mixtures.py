@@ -453,7 +453,7 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
         take = np.linspace(0, len(x) - 1, SHAPE_POINTS).astype(np.int64)
         x, resp = x[take], resp[take]
     mass = resp.sum(axis=0)
-    shared = np.minimum(resp[:, :, None], resp[:, None, :]).sum(axis=0)  # (K, K)
+    shared = np.stack([np.minimum(resp[:, i:i + 1], resp).sum(axis=0) for i in range(K)])  # (K, K), N x K each
     parent = list(range(K))
 
     def root(i: int) -> int:
@@ -464,16 +464,17 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
 
     nested = 0
     logdet = np.linalg.slogdet(mix.covs)[1]
-    for i, j in zip(*np.triu_indices(K, k=1), strict=True):
-        if shared[i, j] > SHARED * min(mass[i], mass[j]):
-            parent[root(int(i))] = root(int(j))
-            diff = mix.means[i] - mix.means[j]
-            wide = int(i) if logdet[i] > logdet[j] else int(j)
-            inside = diff @ np.linalg.solve(mix.covs[wide], diff) <= 1.0  # the narrow one's mean, in the wide one
-            nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
+    prec = np.linalg.inv(mix.covs)
+    touch = np.triu(shared > SHARED * np.minimum(mass[:, None], mass[None, :]), k=1)
+    for i, j in zip(*np.nonzero(touch), strict=True):
+        parent[root(int(i))] = root(int(j))
+        diff = mix.means[i] - mix.means[j]
+        wide = int(i) if logdet[i] > logdet[j] else int(j)
+        inside = diff @ prec[wide] @ diff <= 1.0  # the narrow one's mean, in the wide one
+        nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
     groups = np.array([root(k) for k in range(K)])
     diff = x[:, None, :] - mix.means[None]  # (N, K, D)
-    d2 = np.einsum("nkd,kde,nke->nk", diff, np.linalg.inv(mix.covs), diff)  # squared Mahalanobis distances
+    d2 = np.einsum("nkd,kde,nke->nk", diff, prec, diff)  # squared Mahalanobis distances
     pieces = 0
     for g in np.unique(groups):
         members = np.flatnonzero(groups == g)
