@@ -67,7 +67,8 @@ def main() -> None:
             np.save(path, points.astype(np.float64))
         wall, rss, text, cpu = run_cluster(path, folder / f"clusters-{fmt}.csv", args.extra)
         forward = re.search(r"clustered in ([\d.]+) s", text)
-        pred = np.loadtxt(folder / f"clusters-{fmt}.csv", delimiter=",", skiprows=1, usecols=2, dtype=np.int64)
+        pred = np.loadtxt(folder / f"clusters-{fmt}.csv", delimiter=",", skiprows=2, usecols=2,  # comment, header
+                          dtype=np.int64)
         agree = _matched(pred, labels)
         print(f"{fmt}: wall {wall:.1f} s (forward pass {forward.group(1) if forward else '?'} s; {cpu:.0f} CPU s), "
               f"peak RSS {rss / 1e9:.2f} GB ({rss / 2**30:.2f} GiB), matched accuracy {agree:.1%}; after: {_uptime()}",

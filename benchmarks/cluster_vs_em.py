@@ -15,11 +15,18 @@ first, one factor for all coordinates):
 - ``paper+k`` / ``broad+k``: refined at the true K given (`swarmctl cluster --clusters K`: EM at exactly K
   from the model's answer, no search for K);
 - ``em-true-k``: scikit-learn's GaussianMixture (full covariances, k-means start) told the true K;
-- ``em-bic``: the same with K chosen by BIC over 1..10 (1..16 on the broad prior, whose K reaches 16).
+- ``em-bic``: the same with K chosen by BIC over 1..10 (1..16 on the broad prior, whose K reaches 16);
+- ``dpgmm``: scikit-learn's BayesianGaussianMixture with a Dirichlet-process prior on the weights
+  (``weight_concentration_prior_type="dirichlet_process"``, 10 components, full covariances); its clusters
+  are the components some point picks;
+- ``hdbscan``: scikit-learn's HDBSCAN with ``min_cluster_size`` n/20 (at least 5); its noise points (-1)
+  count as one more cluster.
 
-Per group: mean ARI, mean matched accuracy, mean K found against the true K, seconds per set, and the sets
-that came back with more than twice their true number of clusters without a warning
-(swarmctl.studies.clusters.cluster_warnings). Matched accuracy: the share of points whose cluster maps to
+Per group: mean ARI, mean matched accuracy, mean K found against the true K, the sets whose K is exactly
+right, the sets over-split (more than twice their true number of clusters) and of those the ones without a
+warning (swarmctl.studies.clusters.values_warnings; the baselines never warn), and CPU seconds per set
+(this process's, one thread: on a shared machine the wall time would count the others' load).
+``--methods`` picks the columns (default: all). Matched accuracy: the share of points whose cluster maps to
 their true class under the best one-to-one matching (Hungarian).
 """
 
@@ -39,7 +46,7 @@ from scipy.optimize import linear_sum_assignment
 from swarmctl.data.clustering_generator import BroadParams, ClusteringParams, draw_broad_task
 from swarmctl.data.hdf5 import generate_dataset, read_split
 from swarmctl.runs import load_model
-from swarmctl.studies.clusters import cluster_values, cluster_warnings, default_model
+from swarmctl.studies.clusters import cluster_values, default_model, values_warnings
 from swarmctl.tasks.clustering import ClusteringTask
 
 CPU = torch.device("cpu")
@@ -69,30 +76,45 @@ def run_method(method: str, models: dict, x: np.ndarray, k: int, k_max: int) -> 
     if method == "em-bic":
         fits = [_gmm(x, j) for j in range(1, min(k_max, len(x) - 1) + 1)]
         return min(fits, key=lambda g: g.bic(x)).predict(x), False
+    if method == "dpgmm":
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.mixture import BayesianGaussianMixture
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            dp = BayesianGaussianMixture(n_components=min(10, len(x)), covariance_type="full", random_state=0,
+                                         weight_concentration_prior_type="dirichlet_process", max_iter=500)
+            return dp.fit_predict(x), False
+    if method == "hdbscan":
+        from sklearn.cluster import HDBSCAN
+
+        labels = HDBSCAN(min_cluster_size=max(5, len(x) // 20), copy=True).fit_predict(x)
+        return labels + 1, False  # its noise (-1): one more cluster
     name, _, refine = method.partition("+")
     model, cfg = models[name]
     given = k if refine == "k" else None
-    clusters, _, _ = cluster_values(TASK, model, x, CPU, refine=bool(refine), clusters=given)
-    warned = bool(cluster_warnings(x, clusters, TASK.training_range(cfg), refined=bool(refine),
-                                   given_clusters=given))
+    clusters, model_k, fit = cluster_values(TASK, model, x, CPU, refine=bool(refine), clusters=given)
+    warned = bool(values_warnings(TASK, cfg, x, clusters, model_k, fit, refine=bool(refine), clusters=given))
     return clusters.cluster, warned
 
 
 def score(sets, models: dict, methods: list[str], k_max: int, repeat: int = 1) -> dict[str, dict[str, float]]:
-    """Per method: mean ARI, matched accuracy, K found, true K, seconds per set (the median of ``repeat``
-    runs of each set), sets over 2x K unwarned."""
+    """Per method: mean ARI, matched accuracy, K found, true K, CPU seconds per set (the median of ``repeat``
+    runs of each set; one thread, so other processes on a shared machine do not inflate it), sets with K
+    exact, sets over 2x K and of those the unwarned."""
     from sklearn.metrics import adjusted_rand_score
 
-    res = {m: {"ari": [], "acc": [], "k": [], "true_k": [], "secs": [], "over": 0} for m in methods}
+    res = {m: {"ari": [], "acc": [], "k": [], "true_k": [], "secs": [], "over": 0, "split": 0, "exact": 0}
+           for m in methods}
     for x, labels in sets:
         x = np.asarray(x, dtype=np.float64)
         k = len(np.unique(labels))
         for m in methods:
             times = []
             for _ in range(repeat):
-                start = time.perf_counter()
+                start = time.process_time()  # this process's CPU time: one thread, so the load of others is left out
                 pred, warned = run_method(m, models, x, k, k_max)
-                times.append(time.perf_counter() - start)
+                times.append(time.process_time() - start)
             res[m]["secs"].append(float(np.median(times)))
             res[m]["ari"].append(adjusted_rand_score(labels, pred))
             res[m]["acc"].append(matched_accuracy(pred, labels))
@@ -100,9 +122,12 @@ def score(sets, models: dict, methods: list[str], k_max: int, repeat: int = 1) -
             res[m]["k"].append(found)
             res[m]["true_k"].append(k)
             res[m]["over"] += int(found > 2 * k and not warned)
+            res[m]["split"] += int(found > 2 * k)
+            res[m]["exact"] += int(found == k)
     return {m: {"ari": float(np.mean(r["ari"])), "accuracy": float(np.mean(r["acc"])), "k": float(np.mean(r["k"])),
                 "true_k": float(np.mean(r["true_k"])), "seconds": float(np.mean(r["secs"])), "over_2k_unwarned":
-                r["over"], "sets": len(r["ari"])} for m, r in res.items()}
+                r["over"], "over_2k": r["split"], "k_exact": r["exact"], "sets": len(r["ari"])}
+            for m, r in res.items()}
 
 
 def validation_sets(path: Path, count: int):
@@ -142,7 +167,8 @@ def blob_sets(kind: str, count: int):
 
 def many_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Sets of more well-separated clusters than the models have slots (20..60 blobs of 40 points, sd 0.3):
-    25 blobs on a line 8 apart, a 5 x 5 grid 10 apart, 40 and 60 blobs at random places at least 3 apart."""
+    20, 40 and 60 blobs at random places at least 3 apart, 25 blobs on a line 8 apart, a 5 x 5 grid 10 apart,
+    and 50 neighbouring blobs of 20 points (sd 0.25) on a 10 x 5 grid 2 apart."""
     rs = np.random.RandomState(25)
 
     def blobs(centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,11 +184,43 @@ def many_sets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return np.array(centres)
 
     return {
+        "20 blobs in 2-D, 3 or more apart": blobs(scattered(20)),
+        "50 neighbouring blobs, a 10 x 5 grid 2 apart (sd 0.25)": (
+            np.array([[i * 2.0, j * 2.0] for i in range(10) for j in range(5)])[np.repeat(np.arange(50), 20)]
+            + 0.25 * rs.randn(1000, 2), np.repeat(np.arange(50), 20)),
         "25 blobs on a line, 8 apart": blobs(np.stack([np.arange(25) * 8.0, np.zeros(25)], axis=1)),
         "5 x 5 grid of blobs, 10 apart": blobs(np.array([[i * 10.0, j * 10.0] for i in range(5) for j in range(5)])),
         "40 blobs in 2-D, 3 or more apart": blobs(scattered(40)),
         "60 blobs in 2-D, 3 or more apart": blobs(scattered(60)),
     }
+
+
+def shape_sets(count: int) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+    """Synthetic sets where EM's Gaussian assumption is strained, ``count`` of each (400..800 points): two
+    heavily overlapping Gaussians (means 1.5 standard deviations apart), 3..5 warped clusters (Gaussians bent
+    into arcs), two concentric rings, two moons, and one cluster of a dense core in a wide halo (true K 1)."""
+    from sklearn.datasets import make_circles, make_moons
+
+    rs = np.random.RandomState(47)
+    sets: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {k: [] for k in (
+        "overlapping pair", "warped clusters", "two rings", "two moons", "core and halo")}
+    for _ in range(count):
+        n = rs.randint(400, 801)
+        y = (rs.rand(n) < 0.5).astype(int)
+        sets["overlapping pair"].append((rs.randn(n, 2) + np.stack([1.5 * y, 0 * y], axis=1), y))
+        k = rs.randint(3, 6)
+        y = rs.randint(k, size=n)
+        angle = rs.uniform(0, 2 * np.pi, size=k)
+        t, r = rs.uniform(-1.2, 1.2, size=n), 4.0 + 0.35 * rs.randn(n)  # an arc of radius 4 around its centre
+        centres = 9.0 * np.stack([np.cos(2 * np.pi * np.arange(k) / k), np.sin(2 * np.pi * np.arange(k) / k)], 1)
+        a = angle[y] + t
+        sets["warped clusters"].append((centres[y] + np.stack([r * np.cos(a), r * np.sin(a)], 1) - 4.0 * np.stack(
+            [np.cos(angle[y]), np.sin(angle[y])], 1), y))
+        sets["two rings"].append(make_circles(n, factor=0.5, noise=0.05, random_state=rs.randint(1 << 30)))
+        sets["two moons"].append(make_moons(n, noise=0.07, random_state=rs.randint(1 << 30)))
+        core = rs.rand(n) < 0.6
+        sets["core and halo"].append((np.where(core[:, None], 0.2, 2.0) * rs.randn(n, 2), np.zeros(n, dtype=int)))
+    return sets
 
 
 def real_sets():
@@ -203,6 +261,8 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=[], metavar="NAME=CHECKPOINT",
                     help="one more model to score beside them, alone and refined (e.g. a candidate to ship)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each real set, timed by their median")
+    ap.add_argument("--shapes", type=int, default=5, help="sets of each synthetic shape (overlap, warps, rings, ...)")
+    ap.add_argument("--methods", default=None, help="comma-separated methods to score [default: all]")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -216,7 +276,10 @@ def main() -> None:
         name, _, path = spec.partition("=")
         models[name] = load_model(Path(path), CPU)
     models = {name: (m, ck.model_config) for name, (m, ck) in models.items()}
-    methods = [f"{name}{suffix}" for name in models for suffix in ("", "+em", "+k")] + ["em-true-k", "em-bic"]
+    methods = [f"{name}{suffix}" for name in models for suffix in ("", "+em", "+k")] + ["em-true-k", "em-bic",
+                                                                                          "dpgmm", "hdbscan"]
+    if args.methods:
+        methods = [m for m in args.methods.split(",") if m]
     data = Path(TASK.default_data)
     if args.val_tasks and not data.exists():
         generate_dataset(data, ClusteringParams(), seed=0)
@@ -236,24 +299,33 @@ def main() -> None:
     for kind in ("isotropic", "sheared", "elongated"):
         if args.blobs:
             run(f"make_blobs {kind}, {args.blobs} sets", blob_sets(kind, args.blobs))
+    for name, sets in shape_sets(args.shapes).items() if args.shapes else ():
+        run(f"{name}, {args.shapes} sets", sets)
     for name, (x, y) in many_sets().items() if args.many else ():
         run(name, [(x, y)], k_max=int(np.ceil(1.25 * len(np.unique(y)))))
     if args.large:
         run(f"broad prior at N = 10,000, {args.large} tasks", broad_sets(args.large, seed=77, n=10_000), k_max=16)
     print()
+    print("ARI / K found / sets with K exact / over 2K (unwarned) / time per set")
     print("| sets | " + " | ".join(methods) + " |")
     print("|---|" + "---|" * len(methods))
     for name, res in groups:
-        print(f"| {name} (K {res[methods[0]]['true_k']:.1f}) | " + " | ".join(
-            f"{res[m]['ari']:.2f} / K {res[m]['k']:.1f} / {_secs(res[m]['seconds'])}"
-            + (f" / {res[m]['over_2k_unwarned']} over 2K unwarned" if res[m]["over_2k_unwarned"] else "")
-            for m in methods) + " |")
-    real_names = [n for n, _ in groups if n.startswith("real: ")]
-    if real_names:
-        print("\nmean ARI over the real sets: " + ", ".join(
-            f"{m} {np.mean([dict(groups)[n][m]['ari'] for n in real_names]):.3f}" for m in methods))
+        print(f"| {name} (K {res[methods[0]]['true_k']:.1f}) | " + " | ".join(_cell(res[m]) for m in methods) + " |")
+    real = [res for n, res in groups if n.startswith("real: ")]
+    if real:
+        print(f"\nthe {len(real)} real sets: mean ARI / K exact / over 2K (unwarned) / mean time per set")
+        print("| method | mean ARI | K exact | over 2K (unwarned) | time per set |\n|---|---|---|---|---|")
+        for m in methods:
+            print(f"| {m} | {np.mean([r[m]['ari'] for r in real]):.3f} | {sum(r[m]['k_exact'] for r in real)} of "
+                  f"{len(real)} | {sum(r[m]['over_2k'] for r in real)} ({sum(r[m]['over_2k_unwarned'] for r in real)})"
+                  f" | {_secs(float(np.mean([r[m]['seconds'] for r in real])))} |")
     if args.json:
         args.json.write_text(json.dumps(dict(groups), indent=2) + "\n")
+
+
+def _cell(r: dict) -> str:
+    over = f"{r['over_2k']} ({r['over_2k_unwarned']})" if r["over_2k"] else "0"
+    return f"{r['ari']:.2f} / K {r['k']:.1f} / {r['k_exact']} of {r['sets']} / {over} / {_secs(r['seconds'])}"
 
 
 def _secs(s: float) -> str:

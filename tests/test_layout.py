@@ -23,9 +23,11 @@ def test_lazy_top_level_names():
 
 # Imports flow one way: a module imports only from its own folder and from folders below it. Within
 # the levels of the house style (cli > studies, runs > tasks, training > models, data > layers) the
-# order is fixed too, so no two folders import each other. The base modules sit under everything; the test
+# order is fixed too, so no two folders import each other. cluster.py, the clustering feature's entry point
+# (its Python API), sits on studies, under plots and cli. The base modules sit under everything; the test
 # helpers (testing.py) sit on top: they may use the library, which never imports them.
-LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "plots", "cli", "__main__", "testing"]
+LEVELS = ["layers", "data", "models", "training", "tasks", "runs", "studies", "cluster", "plots", "cli", "__main__",
+          "testing"]
 BASE = {"__init__", "config", "errors", "files", "devices", "rundir", "catalog", "signals", "threads"}
 
 

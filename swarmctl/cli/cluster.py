@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,7 @@ from swarmctl.cli._options import (
     Device,
     RunsDir,
     argument,
+    console,
     count,
     flush_output,
     option,
@@ -26,7 +28,7 @@ from swarmctl.cli._table import print_table
 from swarmctl.errors import ConfigError, SwarmctlWarning, plural
 
 if TYPE_CHECKING:
-    from swarmctl.studies.clusters import ClusterResult, EMResult
+    from swarmctl.cluster import ClusterResult, EMResult
 
 
 def _columns(value: str | None) -> tuple[str, ...] | None:
@@ -88,9 +90,10 @@ def cluster_cmd(
     refine: Annotated[bool, option("--refine/--no-refine",
                                    help="Refine the model's clusters by EM (full-covariance Gaussians) started from "
                                         "its probabilities, the number of clusters settled by BIC against fresh "
-                                        "fits at K-1..K+4 around the model's, then its clusters split while the "
-                                        "BIC falls (past the model's slots); on more than 1,000 points the model "
-                                        "sees a sample of 1,000 and EM fits all.")] = True,
+                                        "fits at K-1..K+4 around the model's and around the K a scan of k-means "
+                                        "partitions puts best, then its clusters split while the BIC falls "
+                                        "(past the model's slots); on more than 1,000 points the model sees a "
+                                        "sample of 1,000 and EM fits all.")] = True,
     clusters: Annotated[int | None, count(metavar="K", help="The number of clusters, if you know it: EM fits "
                                                              "exactly K from the model's answer (its K most "
                                                              "probable clusters, split or absorbed to make K) "
@@ -100,6 +103,9 @@ def cluster_cmd(
                                           help="Leave out rows with an empty, non-numeric, NaN or missing value in "
                                                "the columns clustered (the count is printed) instead of refusing "
                                                "the file.")] = False,
+    as_json: Annotated[bool, option("--json", help="Print the result as one JSON object (the clusters' sizes, "
+                                                   "which start won, the warnings, the files written) instead of "
+                                                   "the summary; the warnings still go to stderr.")] = False,
     chunk_size: Annotated[int, count(help="Points per chunk when a SWARM model runs a large set "
                                                   "(memory, not the result).")] = catalog()["cluster_chunk_size"],
     runs_dir: RunsDir = RUNS_DIR,
@@ -122,13 +128,18 @@ def cluster_cmd(
     the model's answer. Refined, the number of clusters is not bounded by the model's slots: the search
     goes on while the BIC falls. A warning on stderr says when a result should not be trusted as it is: a
     limit reached (the set's size, or without --refine the model's cluster slots), many unsure points,
-    clusters that look like one or hold a few stray points, a set unlike the training sets.
+    clusters that look like one or hold a few stray points, a set unlike the training sets, points that are
+    not a mixture of Gaussians (a ring, a curve, a core in a halo), weak evidence for the number found. The
+    summary, the CSV's first line, the figure's title and --json say in the same words which start won.
     """
-    from swarmctl.studies.clusters import cluster_file  # the library loads when the command runs, not for --help
+    from swarmctl.cluster import cluster_file  # the library loads when the command runs, not for --help
 
     with user_errors():
         def report(res: ClusterResult) -> None:  # inside the library's writes: no file appears unless printed
-            _print_summary(res, per_coordinate)
+            if as_json:  # whole, never wrapped: a terminal's wrap would break its strings
+                console.print(_json(res), markup=False, highlight=False, soft_wrap=True, emoji=False)
+            else:
+                _print_summary(res, per_coordinate)
             flush_output()
 
         with DelayedBar("clustering the points") as bar:
@@ -183,27 +194,47 @@ def _print_summary(res: ClusterResult, per_coordinate: bool) -> None:
 
 
 def _refinement_line(res: ClusterResult, fit: EMResult, found: int) -> str:
-    """What the refinement ``fit`` started from, what it tried and which fit won."""
-    model = f"the model's {plural(res.model_clusters, 'cluster')}"
+    """Which start won and how K was settled (:attr:`ClusterResult.made_by`, the words the CSV's comment, the
+    figure's title and `--json` use too), then what the model proposed and what the search tried."""
+    model = f"the model proposed {plural(res.model_clusters, 'cluster')}"
     if res.model_points < len(res.points):
         model += f" on a sample of {res.model_points:,} points"
     changes = [f"{plural(fit.merged, 'duplicate pair')} merged"] if fit.merged else []
     if fit.dropped:
         changes.append(f"{plural(fit.dropped, 'component')} under {res.smallest_component:g} points dropped")
-    model += "".join(f", {c}" for c in changes) + ("," if changes and fit.searched else "")
-    if res.given_clusters is not None:
-        return f"refined by EM at the {plural(res.given_clusters, 'cluster')} given (--clusters), from {model}"
-    if not fit.searched:
-        return f"refined by EM from {model}"
-    lo, hi = fit.searched[0], fit.searched[-1]
-    fresh = f"a fresh fit at {plural(lo, 'cluster')}" if lo == hi else f"fresh fits at {lo}..{hi} clusters"
-    best = "the model's start" if fit.from_model else "a fresh fit"
+    details = [model + "".join(f", {c}" for c in changes)]
+    if fit.searched:
+        details.append(f"EM fitted {_ranges(fit.searched)} clusters (around the model's and the k-means scan's "
+                       f"{fit.scanned})")
     if fit.split_from:
-        best += (f", {plural(fit.split_from, 'cluster')} split to {found} while the BIC fell (past the fits' "
-                 "range)")
-    else:
-        best += f", {plural(found, 'cluster')}"
-    return f"refined by EM, K by BIC: {model} against {fresh}; best: {best}"
+        details.append(f"{plural(fit.split_from, 'cluster')} split to {found} while the BIC fell")
+    return f"refined: {res.made_by} ({'; '.join(details)})"
+
+
+def _ranges(ks: tuple[int, ...]) -> str:
+    """1, 2, 3, 7, 8 -> "1..3, 7..8"."""
+    runs: list[list[int]] = []
+    for k in ks:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return ", ".join(f"{r[0]}..{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+def _json(res: ClusterResult) -> str:
+    """The result as one JSON object (`--json`): the wording of the summary line in ``made_by`` and ``start``."""
+    c = res.clusters
+    fit = res.fit
+    return json.dumps(ensure_ascii=False, indent=2, obj={
+        "points": len(res.points), "source": res.points.source, "model": res.model, "checkpoint": str(res.checkpoint),
+        "clusters": len(c.sizes), "sizes": c.sizes.tolist(),
+        "mean_confidence": [round(float(v), 6) for v in c.mean_confidence],
+        "made_by": res.made_by, "start": res.start or None, "refined": res.refined,
+        "given_clusters": res.given_clusters, "model_clusters": res.model_clusters,
+        "searched": list(fit.searched) if fit is not None else [],
+        "warnings": list(res.warnings), "written": [str(p) for p in res.written],
+        "seconds": round(res.seconds, 6)})
 
 
 def _seconds(s: float) -> str:

@@ -547,12 +547,15 @@ def _is_finite_number(text: str) -> bool:
 
 
 def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probability: np.ndarray,
-                      entropy: np.ndarray) -> None:
+                      entropy: np.ndarray, comment: str = "") -> None:
     """Write the points (every column of the file, in its order, each cell as the user wrote it: see
     :class:`PointSet`) with their cluster, its probability and the entropy of the class distribution (nats,
-    6 digits), one row per point, atomically."""
+    6 digits), one row per point, atomically; ``comment``, when given, first as one line starting with ``#``
+    (what made the clusters; swarmctl, and pandas with ``comment="#"``, skip it)."""
     names, cells = (points.names, _as_text(points.values)) if points.cells is None else (points.columns, points.cells)
     head = ",".join(_csv_field(n) for n in (*names, "cluster", "probability", "entropy")) + "\n"
+    if comment:
+        head = "# " + " ".join(comment.split()) + "\n" + head  # one line, whatever the comment holds
     rows = zip(cells.tolist(), cluster.tolist(), probability.tolist(), (entropy + 0.0).tolist(), strict=True)  # no -0
 
     def write(fh: BinaryIO) -> None:

@@ -18,6 +18,7 @@ from swarmctl.errors import ConfigError, DataError, plural
 from swarmctl.files import check_png, staged_outputs
 from swarmctl.runs import open_run, shipped_models
 from swarmctl.tasks.mixtures import (
+    WEAK_EVIDENCE,
     EMResult,
     cluster_points,
     fit_k,
@@ -30,8 +31,9 @@ from swarmctl.tasks.mixtures import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
 __all__ = ["CHUNK_SIZE", "ClusterResult", "cluster_file", "cluster_values", "cluster_warnings",
-           "mergeable_pairs", "parse_columns"]
+           "made_by", "mergeable_pairs", "parse_columns", "shape_warnings", "start_of", "values_warnings"]
 
+CHAIN_MIN = 5  # this many clusters or more, over twice as many as the groups of touching ones: a shape cut up?
 LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
 UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
 SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
@@ -63,15 +65,35 @@ class ClusterResult:
     chosen: str = ""  # why this model, when the user named none ("" when named)
 
     @property
+    def start(self) -> str:
+        """Which start won (:func:`start_of`)."""
+        return start_of(self.refined, self.fit)
+
+    @property
     def made_by(self) -> str:
-        """What produced the clusters, in a few words (a figure's title): the model alone, or EM and what it
-        started from, the model's answer or a fresh k-means++ start."""
-        if not self.refined:
-            return self.model
-        start = f"{self.model}'s clusters" if self.fit is None or self.fit.from_model else "a fresh k-means++ start"
-        if self.given_clusters is not None:
-            return f"EM at {self.given_clusters} clusters from {start}"
-        return f"EM, K by BIC, from {start}"
+        """What produced the clusters (:func:`made_by`)."""
+        return made_by(self.model, self.refined, self.fit, self.given_clusters, len(self.clusters.sizes))
+
+
+def start_of(refined: bool, fit: EMResult | None) -> str:
+    """Which start the clusters grew from, in the words that the summary, the CSV's comment, the figure's title,
+    the JSON and the Python API share: the model's answer, or a fresh k-means++ start that beat it ("" when
+    not refined)."""
+    if not refined:
+        return ""
+    return "the model's start" if fit is None or fit.from_model else "a fresh k-means++ start"
+
+
+def made_by(model: str, refined: bool, fit: EMResult | None, given: int | None, found: int) -> str:
+    """What produced ``found`` clusters, in one wording: the ``model`` alone, or EM, how K was settled (the
+    ``given`` K, or BIC) and which start won (:func:`start_of`)."""
+    if not refined:
+        return f"{model} alone (no EM)"
+    start = start_of(refined, fit)
+    if given is not None:
+        return f"EM at the {plural(given, 'cluster')} given, from {start}"
+    split = ", then split while the BIC fell" if fit is not None and fit.split_from else ""
+    return f"EM, {plural(found, 'cluster')} by BIC, from {start}{split}"
 
 
 def default_model() -> Path | None:
@@ -152,12 +174,10 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
             shipped=opened.shipped, seconds=seconds, model_clusters=model_k, refined=refine,
             given_clusters=clusters, fit=fitted, smallest_component=1.0 if clusters is not None else min_points(D),
             model_points=seen, sorted_for_model=not _order_free(opened.model), training=training,
-            chosen=chosen, warnings=cluster_warnings(pts.values, found, training,
-                                      as_given_scale=None if standardize else float(task.point_std()),
-                                      refined=refine, model_clusters=model_k, model_points=seen,
-                                      given_clusters=clusters, largest=fitted.largest if fitted else 0,
-                                      search_points=fitted.search_points if fitted else 0))
-        write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy)
+            chosen=chosen, warnings=values_warnings(task, opened.model_cfg, pts.values, found, model_k, fitted,
+                                                    standardize=standardize, refine=refine, clusters=clusters))
+        write_cluster_csv(out, pts, found.cluster, found.probability, found.entropy,
+                          comment=f"clusters by {result.made_by}; model {result.model}")
         written = [out]
         if plot is not None:
             written.append(save_plot(result, plot))  # type: ignore[misc]
@@ -239,17 +259,31 @@ def _model_points(n: int, refine: bool) -> int:
     return min(n, MODEL_POINTS) if refine else n
 
 
+def values_warnings(task, model_cfg, values: np.ndarray, found: PointClusters, model_k: int, fit: EMResult | None,
+                    *, standardize: bool = True, refine: bool = True, clusters: int | None = None
+                    ) -> tuple[str, ...]:
+    """:func:`cluster_warnings` for what :func:`cluster_values` returned (``found``, ``model_k``, ``fit``) on
+    ``values`` with a model of ``model_cfg`` and these options: the one call that the command, the Python API
+    and the benchmark share."""
+    return cluster_warnings(values, found, task.training_range(model_cfg),
+                            as_given_scale=None if standardize else float(task.point_std()), refined=refine,
+                            model_clusters=model_k, model_points=_model_points(len(values), refine),
+                            given_clusters=clusters, largest=fit.largest if fit is not None else 0,
+                            search_points=fit.search_points if fit is not None else 0, fit=fit)
+
+
 def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: TrainingRange,
                      as_given_scale: float | None = None, refined: bool = False,
                      model_clusters: int | None = None, model_points: int | None = None,
-                     given_clusters: int | None = None, largest: int = 0, search_points: int = 0
-                     ) -> tuple[str, ...]:
+                     given_clusters: int | None = None, largest: int = 0, search_points: int = 0,
+                     fit: EMResult | None = None) -> tuple[str, ...]:
     """One line per reason not to trust ``clusters`` of ``values`` (N, D) as they are (docs/cluster.md,
     "Warnings"). ``as_given_scale``: the training scale, for points used as given; ``refined``: pairs that
     look like one Gaussian are left to the refinement's BIC; ``model_clusters``: the clusters the model found
     before a refinement merged some; ``model_points``: the points the model saw (None: all);
     ``given_clusters``: the user's K (no cap or training range of K applies); ``largest``: the most clusters
-    the search for K could try on ``search_points`` points (0: no search)."""
+    the search for K could try on ``search_points`` points (0: no search); ``fit``: the refinement, whose
+    shapes and evidence for K are judged (:func:`shape_warnings`)."""
     n, d = values.shape
     seen = n if model_points is None else model_points
     given = given_clusters is not None
@@ -296,7 +330,39 @@ def cluster_warnings(values: np.ndarray, clusters: PointClusters, training: Trai
                      f"({training.spread_lo:.2f}..{training.spread_hi:.2f})")
     if as_given_scale is not None:
         lines.extend(_as_given_warning(values, as_given_scale))
+    if fit is not None:
+        lines.extend(shape_warnings(fit, K, given))
     return tuple(lines)
+
+
+def shape_warnings(fit: EMResult, K: int, given: bool = False) -> list[str]:
+    """Where the refinement ``fit`` (K clusters) should not be taken at its word: the points are not a
+    mixture of Gaussians (pieces of a ring or a curve, a dense core in a wide halo), or the evidence for K is
+    weak (another K fits almost as well by BIC, or one cluster is flat-topped, as two overlapping ones are).
+    ``given``: K was the user's, so only the shapes are judged."""
+    lines = []
+    shapes = fit.shapes
+    groups = shapes.n_groups() if shapes is not None else K
+    if shapes is not None and (shapes.pieces or (K >= CHAIN_MIN and K > 2 * groups)):
+        flat = f", {shapes.pieces} of them flatter than Gaussians" if shapes.pieces else ""
+        lines.append(f"the {plural(K, 'cluster')} lie in {plural(groups, 'group')} of clusters that touch{flat}: the "
+                     "points may not be a mixture of Gaussians (a ring, a curve, a warped cluster?), and the "
+                     "clusters then cut each shape into pieces; look at the figure (`plot`)")
+    if shapes is not None and shapes.nested:
+        lines.append(f"{plural(shapes.nested, 'cluster')} lie{'s' if shapes.nested == 1 else ''} inside a much wider "
+                     "one about the same centre (a dense core in a wide halo?): the points may be one cluster that "
+                     "is not Gaussian; look at the figure (`plot`)")
+    if given:
+        return lines
+    other = fit.runner_up()
+    if other is not None and other[1] < WEAK_EVIDENCE:
+        lines.append(f"the evidence for {plural(K, 'cluster')} is weak: {plural(other[0], 'cluster')} fit almost as "
+                     f"well (BIC only {other[1]:.1f} higher, under {WEAK_EVIDENCE:g}); give `clusters` if you know "
+                     "how many")
+    elif K == 1 and shapes is not None and shapes.flat:
+        lines.append("the evidence for 1 cluster is weak: its points are flatter along their long axis than one "
+                     "Gaussian's, as two or more overlapping clusters are; give `clusters` if you know how many")
+    return lines
 
 
 def _as_given_warning(values: np.ndarray, as_given_scale: float) -> list[str]:

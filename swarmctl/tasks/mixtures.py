@@ -1,6 +1,7 @@
 """Gaussian mixtures with full covariances, in NumPy: parameter counts, BIC, log-densities, EM, merges, and
 the refinement of a model's clustering (`swarmctl cluster`): :func:`refine` (`--refine`, K by BIC around
-the model's and upward while it falls) and :func:`fit_k` (`--clusters K`); docs/cluster.md describes both.
+the model's and a k-means scan's, and upward while it falls) and :func:`fit_k` (`--clusters K`);
+docs/cluster.md describes both; :func:`shapes`, the signs that the points are not a mixture of Gaussians.
 The one place that counts a Gaussian's parameters or scores a fit by BIC.
 
 Float64, vectorized over points and components: no extra dependency, and fast on a CPU (each iteration is a
@@ -23,6 +24,14 @@ SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fi
 MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
+SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
+SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
+SCAN_AROUND = 1  # fresh fits at the scan's K and this many either side of it
+WEAK_EVIDENCE = 10.0  # a BIC margin below this between the K chosen and another is weak evidence (Kass-Raftery)
+SHARED = 0.02  # two components touch when they share more than this share of the smaller's probability mass
+SHAPE_POINTS = 4000  # the shapes of a fit are judged on an even sample of this many points at most
+FLAT_Z = 1.5  # standard errors of the kurtosis below a Gaussian's: flat (a ring's or a curve's pieces)
+NESTED = 4.0  # a component whose covariance's determinant is this many times another's, about the same centre
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
 K_TOL, K_MAX_ITER = 1e-3, 100  # EM at a K given: scikit-learn's GaussianMixture defaults
@@ -104,6 +113,32 @@ class EMResult:
     largest: int = 0  # the most clusters the search could try, set by search_points (0: no search)
     split_from: int = 0  # the clusters that splitting grew the winner from (0: no split won)
     search_points: int = 0  # the points the search ran on (0: no search)
+    scores: tuple[tuple[int, float], ...] = ()  # (K, BIC) of every fit compared on the search's points, best first
+    scanned: int = 0  # the K where the scan of k-means partitions put the best BIC (0: no scan)
+    shapes: Shapes | None = None  # how the winner's components sit: chains, cores in halos, a flat one
+
+    def runner_up(self) -> tuple[int, float] | None:
+        """The best other number of clusters the search fitted, and by how much its BIC is higher than the
+        winner's (None: no other was fitted)."""
+        k = len(self.mixture)
+        won = dict(self.scores).get(k)
+        others = [(j, score) for j, score in self.scores if j != k]
+        if won is None or not others:
+            return None
+        return others[0][0], others[0][1] - won
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Signs in a fitted mixture that the points are not a mixture of Gaussians, or that its K is uncertain."""
+
+    groups: tuple[int, ...]  # per component, its group: components joined by no dip in density between them
+    nested: int  # pairs of components about one centre, one much wider (a dense core in a wide halo)
+    flat: bool  # one component whose points are flatter along its major axis than a Gaussian's (two overlapping?)
+    pieces: int = 0  # components in flat groups of three or more: pieces of a shape that is not Gaussian
+
+    def n_groups(self) -> int:
+        return len(set(self.groups))
 
 
 def component_log_density(x: np.ndarray, means: np.ndarray, covs: np.ndarray) -> np.ndarray:
@@ -363,6 +398,97 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
     return mix, r, history, start_k
 
 
+def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState) -> int:
+    """The K whose k-means++ partition of the points ``x`` scores the lowest BIC of hard-assigned Gaussians (the
+    classification likelihood, weights included): every K from 1 to :data:`SCAN_ALL`, then upward by factors
+    of :data:`SCAN_STEP` until :data:`SCAN_PATIENCE` steps in a row did not beat the best (or ``largest``),
+    then every K between the best step's neighbours. Steps, not every K: a grid of blobs cut into a few
+    parts looks like one uniform stretch (no gain), and shows its blobs only at a fine cut. A partition
+    with a part of fewer than :func:`cluster_points` points does not count. Cheap (k-means, no EM): it
+    tells the search where to fit, whatever K the model proposed."""
+    n, D = x.shape
+    least = cluster_points(D)
+
+    def score(k: int) -> float:
+        if k == 1:
+            return bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n)
+        cut = kmeans_start(x, k, rs).argmax(axis=1)
+        counts = np.bincount(cut, minlength=k)
+        if counts.min() < least:
+            return np.inf
+        ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+        return bic(ll, mixture_parameters(k, D), n) if np.isfinite(ll) else np.inf
+
+    steps = list(range(1, min(SCAN_ALL, largest) + 1))
+    while steps[-1] < largest:
+        steps.append(min(largest, max(steps[-1] + 1, int(steps[-1] * SCAN_STEP))))
+    scores: dict[int, float] = {}
+    best = 0  # the index in steps of the best so far
+    for i, k in enumerate(steps):
+        if k > SCAN_ALL and i - max(best, SCAN_ALL - 1) > SCAN_PATIENCE:
+            break
+        scores[k] = score(k)
+        if scores[k] < scores[steps[best]]:
+            best = i
+    if steps[best] > SCAN_ALL:  # every K between the best step's neighbours
+        for k in range(steps[best - 1] + 1, steps[min(best + 1, len(steps) - 1)]):
+            scores.setdefault(k, score(k))
+    return min(scores, key=lambda k: (scores[k], k))
+
+
+def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
+    """How the components of ``mix``, fitted to the points ``x`` (N, D) with responsibilities ``resp`` (N, K),
+    sit. Two components touch when the probability they share, sum_n min(r_ni, r_nj), is more than
+    :data:`SHARED` of the smaller one's mass; the groups are the connected sets of touching components
+    (separate blobs are groups of one; a ring or a curve cut into Gaussians is one chain of many). A group of
+    three or more is flat when its points are flatter than Gaussians (Mardia's kurtosis, weighted by the
+    responsibilities, more than :data:`FLAT_Z` standard errors below a Gaussian's D(D + 2)): pieces of a
+    shape that is not a Gaussian, not overlapping Gaussians. A touching pair is nested when one covariance's
+    determinant is :data:`NESTED` times the other's and the narrow one's mean lies within one standard
+    deviation (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
+    are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
+    errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
+    K, D = mix.means.shape
+    if len(x) > SHAPE_POINTS:  # an even sample of the points (sorted by their coordinates: the same in any order)
+        take = np.linspace(0, len(x) - 1, SHAPE_POINTS).astype(np.int64)
+        x, resp = x[take], resp[take]
+    mass = resp.sum(axis=0)
+    shared = np.stack([np.minimum(resp[:, i:i + 1], resp).sum(axis=0) for i in range(K)])  # (K, K), N x K each
+    parent = list(range(K))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    nested = 0
+    logdet = np.linalg.slogdet(mix.covs)[1]
+    prec = np.linalg.inv(mix.covs)
+    touch = np.triu(shared > SHARED * np.minimum(mass[:, None], mass[None, :]), k=1)
+    for i, j in zip(*np.nonzero(touch), strict=True):
+        parent[root(int(i))] = root(int(j))
+        diff = mix.means[i] - mix.means[j]
+        wide = int(i) if logdet[i] > logdet[j] else int(j)
+        inside = diff @ prec[wide] @ diff <= 1.0  # the narrow one's mean, in the wide one
+        nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
+    groups = np.array([root(k) for k in range(K)])
+    diff = x[:, None, :] - mix.means[None]  # (N, K, D)
+    d2 = np.einsum("nkd,kde,nke->nk", diff, prec, diff)  # squared Mahalanobis distances
+    pieces = 0
+    for g in np.unique(groups):
+        members = np.flatnonzero(groups == g)
+        w = resp[:, members]
+        if len(members) >= 3 and w.sum() > 0:
+            mardia = float((w * d2[:, members] ** 2).sum() / w.sum())
+            pieces += len(members) * int(mardia < D * (D + 2) - FLAT_Z * np.sqrt(8 * D * (D + 2) / w.sum()))
+    flat = False
+    if K == 1 and len(x) > 8:
+        z = (x - mix.means[0]) @ np.linalg.eigh(mix.covs[0])[1][:, -1]
+        flat = float(np.mean(z**4) / max(np.mean(z**2) ** 2, 1e-300)) < 3.0 - FLAT_Z * np.sqrt(24.0 / len(x))
+    return Shapes(tuple(int(g) for g in groups), nested, flat, pieces)
+
+
 def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
     """Row indices of a seeded sample of ``m`` of the points ``x`` (N, D) (all rows when N <= m), drawn from the
     points sorted by their coordinates: the same points whatever the order of the rows."""
@@ -420,7 +546,10 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     """EM on points ``x`` (N, D) from responsibilities ``resp`` (rows sum to 1; a column is a component) of the
     points ``x[rows]`` (None: all points, in order), to convergence. With ``merge``, duplicate components are
     then merged while that lowers the BIC; with ``search`` (which needs ``merge``), fresh fits at K-1 .. K+4
-    compete by BIC and the winner's components are split while that lowers it (docs/cluster.md). The merges
+    and at the K of a scan of k-means partitions and its neighbours (:func:`_scan_k`; the model's K caps
+    nothing) compete by BIC, and the winner's components are split while that lowers it (docs/cluster.md).
+    Every fit's BIC is kept (``scores``, for the evidence for K) and the winner's shapes judged
+    (:func:`shapes`). The merges
     and the search run on a seeded sample of at most :data:`SEARCH_POINTS` of the given rows; the winner is
     fitted to all points.
 
@@ -443,26 +572,37 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     if merge:
         mix, r, history, merged, gone = _merge_path(xs, mix, r, history)
         dropped += gone
+    scores: dict[int, float] = {}
+    scanned = 0
     if merge and search:
         largest = max(1, len(xs) // cluster_points(D))
         best = _bic(history[-1], mix, len(xs))
+        scores[len(mix)] = best
         k_model = len(mix)
-        searched = tuple(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
-        for k in searched:
+        # where to fit: around the model's K and around the K of the best k-means partition by BIC, which a
+        # scan finds whatever the model proposed (the model's K does not cap the search)
+        scanned = _scan_k(xs, largest, rs)
+        searched = tuple(sorted(set(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
+                                | set(range(max(1, scanned - SCAN_AROUND), min(scanned + SCAN_AROUND, largest) + 1))))
+        for done, k in enumerate(searched, 1):
             m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL)
-            if (score := _bic(h2[-1], m2, len(xs))) < best:
+            score = _bic(h2[-1], m2, len(xs))
+            scores[len(m2)] = min(score, scores.get(len(m2), np.inf))
+            if score < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
-            report.to(0.5 * (k - searched[0] + 1) / len(searched))
+            report.to(0.5 * done / len(searched))
         mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
             mix, r, history, more, gone = _merge_path(xs, mix, r, history)
             merged, dropped = merged + more, dropped + gone
+            scores[len(mix)] = min(_bic(history[-1], mix, len(xs)), scores.get(len(mix), np.inf))
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
         mix, r, history, gone = _fit(x, e_step(x, mix)[0], TOL)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
-                    from_model, largest, split_from, len(xs) if largest else 0)
+                    from_model, largest, split_from, len(xs) if largest else 0,
+                    tuple(sorted(scores.items(), key=lambda ks: ks[1])), scanned, shapes(x, mix, r))
 
 
 class _Report:
@@ -509,7 +649,8 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
         mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, report.half_way)
         dropped += gone
     report.to(1.0)
-    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model)
+    return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model,
+                    shapes=shapes(pts.x, mix, r))
 
 
 def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None]

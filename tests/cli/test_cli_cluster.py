@@ -35,7 +35,9 @@ def _csv(path, values, header=("lon", "lat")):
 
 
 def _read(path):
+    """(header, values) of an output CSV, after its one comment line (what made the clusters)."""
     with open(path) as fh:
+        assert fh.readline().startswith("# clusters by ")
         rows = list(csv.reader(fh))
     return rows[0], np.array(rows[1:], dtype=np.float64)
 
@@ -273,17 +275,19 @@ def test_skip_bad_rows_leaves_them_out_and_says_how_many(cli, trained_runs, valu
             tmp_path / "pts-clusters.csv")
     assert r.exit_code == 0 and "skipped 3 rows" in r.output, r.output
     with open(tmp_path / "pts-clusters.csv") as fh:
-        header, *rows = list(csv.reader(fh))
-    assert header == ["id", "lon", "lat", "cluster", "probability", "entropy"]
+        comment, header, *rows = list(csv.reader(fh))
+    assert comment[0] == "# clusters by EM" and header == ["id", "lon", "lat", "cluster", "probability",
+                                                                       "entropy"]
     assert [row[0] for row in rows] == [f"p{i}" for i in range(len(values))]  # the unpicked column, kept
 
 
 def test_refine_is_on_by_default_and_can_be_turned_off(cli, trained_runs, values, tmp_path):
     points = _csv(tmp_path / "pts.csv", values)
     r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "a.csv")
-    assert r.exit_code == 0 and "refined by EM, K by BIC: the model's" in " ".join(r.output.split()), r.output
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0 and "refined: EM, " in text and " clusters by BIC, from " in text, r.output
     r = cli("cluster", points, *_run_args(trained_runs), "--no-refine", "--out", tmp_path / "b.csv")
-    assert r.exit_code == 0 and "refined by EM" not in r.output, r.output
+    assert r.exit_code == 0 and "refined" not in r.output, r.output
 
 
 def test_the_help_says_what_the_model_was_trained_on_and_its_cap(cli):
@@ -419,7 +423,7 @@ def test_clusters_k_gives_exactly_k_clusters_and_says_they_were_given(cli, train
     assert r.exit_code == 0, r.output
     assert len(np.unique(_read(out)[1][:, 2])) == k
     assert f"{k} cluster{'' if k == 1 else 's'} in 300 points" in text
-    assert f"at the {k} cluster{'' if k == 1 else 's'} given (--clusters)" in text
+    assert f"refined: EM at the {k} cluster{'' if k == 1 else 's'} given, from " in text
 
 
 def test_clusters_k_above_the_distinct_points_counts_repeated_rows_once(cli, trained_runs, values, tmp_path):
@@ -490,21 +494,35 @@ def test_a_set_too_small_to_search_says_its_size_capped_the_search(cli, trained_
     assert f"({n} points; a cluster needs 7 or more in 2 dimensions)" in text and "largest number" not in text
 
 
-def test_the_figure_says_what_made_the_clusters(cli, trained_runs, values, tmp_path, monkeypatch):
-    """A figure titled "swarm (...) on FILE" showed EM's fresh fit: the title names EM and its start."""
+@pytest.mark.parametrize("extra", [["--no-refine"], [], ["--clusters", "3"]])
+def test_one_wording_says_what_made_the_clusters_and_which_start_won(cli, trained_runs, values, tmp_path, monkeypatch,
+                                                                     extra):
+    """With --clusters 3, stdout said "from the model's 4 clusters" while the figure's title said "from a fresh
+    k-means++ start": the summary line, the CSV's comment, the figure's title and --json now say it in the same
+    words, naming the start that won."""
+    import json
+
     import swarmctl.plots.clusters as plots
 
     titles = []
     draw = plots.plot_clusters
     monkeypatch.setattr(plots, "plot_clusters", lambda *a: titles.append(a[-1]) or draw(*a))
     points = _csv(tmp_path / "pts.csv", values)
-    for extra in (["--no-refine"], [], ["--clusters", "3"]):
-        r = cli("cluster", points, *_run_args(trained_runs), *extra, "--out", tmp_path / "o.csv", "--plot",
-                tmp_path / "o.png", "--force")
-        assert r.exit_code == 0, r.output
-    alone, refined, given = titles
-    assert alone.startswith("swarm (") and alone.endswith(" on pts.csv"), alone
-    assert refined.startswith("EM, K by BIC, from ") and given.startswith("EM at 3 clusters from "), titles
+    args = ["cluster", points, *_run_args(trained_runs), *extra, "--out", tmp_path / "o.csv", "--plot",
+            tmp_path / "o.png", "--force"]
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
+    words = json.loads(cli(*args, "--json").stdout)["made_by"]
+    assert titles == [f"{words} on pts.csv"] * 2, (titles, words)
+    assert (tmp_path / "o.csv").read_text().splitlines()[0].startswith(f"# clusters by {words}; model swarm (")
+    if not extra:
+        assert words.startswith("EM, ") and " clusters by BIC, from " in words
+    else:
+        assert words == (f"{words.split(' alone')[0]} alone (no EM)" if extra == ["--no-refine"]
+                         else f"EM at the 3 clusters given, from {words.split('given, from ')[-1]}")
+    if extra != ["--no-refine"]:
+        assert words.endswith(("from the model's start", "from a fresh k-means++ start")), words
+        assert f"refined: {words} (the model proposed " in " ".join(r.output.split()), r.output
 
 
 def test_the_summary_says_why_the_default_model_was_used(cli, trained_runs, values, tmp_path, monkeypatch):
@@ -526,8 +544,8 @@ def test_the_summary_says_why_the_default_model_was_used(cli, trained_runs, valu
 
 @pytest.mark.slow
 def test_more_blobs_than_the_models_slots_come_back_whole_without_a_warning(cli, trained_runs, tmp_path):
-    """20 tight blobs, a model of 10 cluster slots: the refinement's search goes on past them while the BIC
-    falls and finds the 20, saying so (25 blobs came back as 3 with no warning)."""
+    """20 tight blobs, a model of 10 cluster slots: the refinement's search goes on past them (the scan of
+    k-means partitions by BIC reaches 20) and finds the 20 (25 blobs came back as 3 with no warning)."""
     rs = np.random.RandomState(4)
     centres = np.array([[i * 30.0, j * 30.0] for i in range(5) for j in range(4)])
     labels = np.repeat(np.arange(20), 12)
@@ -536,7 +554,7 @@ def test_more_blobs_than_the_models_slots_come_back_whole_without_a_warning(cli,
             *_run_args(trained_runs), "--out", out)
     text = " ".join(r.output.split())
     assert r.exit_code == 0 and "20 clusters in 240 points" in text, r.output
-    assert "split to 20 while the BIC fell" in text, text
+    assert "refined: EM, 20 clusters by BIC" in text, text
     assert not any(w in text for w in ("filled all", "clusters found", "capped", "still falling")), text
     found = _read(out)[1][:, 2].astype(int)
     assert len(set(zip(found.tolist(), labels.tolist(), strict=True))) == 20  # one cluster per blob

@@ -233,7 +233,7 @@ def test_every_reader_gives_one_output_row_per_input_row_in_order(trained_runs, 
     with deadline(60):
         r = CliRunner().invoke(app, args, input=stdin, env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
-    back = np.loadtxt(out, delimiter=",", skiprows=1)
+    back = np.loadtxt(out, delimiter=",", skiprows=2)  # the comment line, the header
     assert back.shape == (len(values), 5)
     assert np.array_equal(back[:, :2], values)  # the same rows, in the same order, to the last bit
 
@@ -331,7 +331,7 @@ def test_large_values_are_clustered_or_refused_never_nan(trained_runs, tmp_path,
     r = cli("cluster", tmp_path / "p.npy", "swarm", "--runs-dir", runs, "--device", "cpu", "--out",
             tmp_path / "o.csv", *([] if standardize else ["--no-standardize"]))
     if r.exit_code == 0:
-        back = np.loadtxt(tmp_path / "o.csv", delimiter=",", skiprows=1)
+        back = np.loadtxt(tmp_path / "o.csv", delimiter=",", skiprows=2)  # comment, header
         assert np.isfinite(back[:, 2:]).all(), back[:5]
         assert np.array_equal(back[:, :2], values)
     else:
@@ -372,7 +372,7 @@ def test_integer_coordinates_near_2_62_cluster_as_the_same_points_shifted(traine
             path.write_text("x,y\n" + "".join(f"{a},{b}\n" for a, b in big.tolist()))
         r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / f"{name}.out.csv")
         assert r.exit_code == 0, r.output
-        lines = (tmp_path / f"{name}.out.csv").read_text().splitlines()[1:]
+        lines = (tmp_path / f"{name}.out.csv").read_text().splitlines()[2:]  # after the comment, the header
         outputs[name] = [line.split(",")[2] for line in lines]
         if name == "huge":  # the output carries the file's numbers exactly
             assert [tuple(map(int, line.split(",")[:2])) for line in lines] == [tuple(p) for p in big.tolist()]
@@ -462,7 +462,7 @@ def test_an_hdf5_file_lists_the_datasets_in_its_groups_and_links_by_path(trained
                 f["dangling"] = h5py.SoftLink("/nowhere")
     r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o.csv")
     assert r.exit_code == 0, r.output
-    assert len((tmp_path / "o.csv").read_text().splitlines()) == 81
+    assert len((tmp_path / "o.csv").read_text().splitlines()) == 82  # the comment line, the header, 80 rows
     with h5py.File(path, "a") as f:
         f["other"] = points
     r = cli("cluster", path, runs / "swarm", "--device", "cpu", "--out", tmp_path / "o2.csv")

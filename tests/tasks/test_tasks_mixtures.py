@@ -274,14 +274,16 @@ def _every_blob_whole(resp: np.ndarray, labels: np.ndarray) -> bool:
 
 def test_the_search_goes_past_the_models_slots_while_the_bic_falls():
     """20 tight blobs of 12 points, a start of 10 clusters (a model with fewer slots than blobs): the search
-    for K goes on upward, past the start's K + 4, and finds all 20; it says where it started and its cap."""
+    for K goes on upward, past the start's K + 4 (the scan of k-means partitions finds where the BIC is
+    lowest, whatever the start's K), and finds all 20; it says where it searched and its cap."""
     rs = np.random.RandomState(11)
     centres = np.array([[i * 3.0, j * 3.0] for i in range(5) for j in range(4)])
     x, labels = _row_of_blobs(rs, centres, 12, 0.1)
     start = np.eye(10)[labels // 2]  # pairs of blobs lumped together
     res = refine(x, start)
     assert _every_blob_whole(res.resp, labels), len(res.mixture)
-    assert max(res.searched) < 20 and res.split_from and res.largest == len(x) // 7
+    assert len(res.mixture) == 20 and max(res.searched) >= 20 > 10 + 4 and res.largest == len(x) // 7
+    assert res.scanned == 20 and not res.from_model
 
 
 @pytest.mark.parametrize("shape", ["line", "grid"])
@@ -322,3 +324,30 @@ def test_the_fits_report_their_progress_to_the_end(given):
     else:
         fit_k(x, start, given, progress=seen.append)
     assert len(seen) > 2 and seen[-1] == 1.0 and all(b >= a for a, b in zip(seen, seen[1:], strict=False))
+
+
+def test_the_search_for_k_is_not_capped_by_the_starts_k():
+    """50 neighbouring blobs (a 10 x 5 grid, 8 standard deviations apart) from a start of one cluster: the
+    scan of k-means partitions by BIC puts K near 50, whatever the start's K (the search ran over the start's
+    K-1..K+4 only, and the ten digits' 2 clusters proposed could never reach 10)."""
+    rs = np.random.RandomState(1)
+    labels = np.repeat(np.arange(50), 20)
+    x = np.array([[i * 2.0, j * 2.0] for i in range(10) for j in range(5)])[labels] + 0.25 * rs.randn(1000, 2)
+    res = refine(x, np.ones((len(x), 1)))
+    assert 45 <= res.scanned <= 55 and len(res.mixture) == 50, (res.scanned, len(res.mixture))
+    assert res.scores[0][0] == 50 and res.runner_up() is not None and res.runner_up()[1] > 0  # the winner's BIC first
+
+
+def test_shapes_tell_pieces_of_a_ring_from_separate_and_nested_gaussians():
+    rs = np.random.RandomState(0)
+    t = rs.uniform(0, 2 * np.pi, 600)
+    r = np.where(rs.rand(600) < 0.5, 1.0, 2.0) + 0.05 * rs.randn(600)
+    ring = refine(np.stack([r * np.cos(t), r * np.sin(t)], axis=1), np.ones((600, 1)))
+    k, shapes = len(ring.mixture), ring.shapes
+    assert k > 4 and (shapes.pieces or k > 2 * shapes.n_groups()), (k, shapes)
+    labels = np.repeat(np.arange(3), 150)
+    blobs = refine(np.array([[0, 0], [6, 0], [0, 6]])[labels] + 0.5 * rs.randn(450, 2), np.eye(3)[labels])
+    assert blobs.shapes.n_groups() == 3 and not blobs.shapes.pieces and not blobs.shapes.nested
+    core = rs.rand(600) < 0.6
+    halo = refine(np.where(core[:, None], 0.2, 2.0) * rs.randn(600, 2), np.ones((600, 1)))
+    assert len(halo.mixture) == 1 or halo.shapes.nested == 1, halo.shapes

@@ -1,0 +1,159 @@
+"""swarmctl.cluster: the Python API in scikit-learn's conventions, with the shipped clustering model, and the
+warnings where the points are not a mixture of Gaussians or the evidence for K is weak (issue 47). Every set
+is made here with NumPy: two rings, two moons, a dense core in a wide halo, two heavily overlapping Gaussians,
+50 neighbouring blobs, and three plain blobs (which must come back without a warning)."""
+
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import tiered
+
+from swarmctl.cluster import SwarmClustering
+from swarmctl.errors import ConfigError, SwarmctlWarning
+
+
+@pytest.fixture(autouse=True)
+def _shipped_models(monkeypatch):
+    """The shipped models (the suite hides them by default): the API's default is the shipped clustering model."""
+    import swarmctl
+
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(Path(swarmctl.__file__).parent / "pretrained"))
+
+
+def _fit(x, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SwarmctlWarning)
+        return SwarmClustering(**params).fit(x)
+
+
+def _rings(rs, n=600):
+    t = rs.uniform(0, 2 * np.pi, n)
+    r = np.where(rs.rand(n) < 0.5, 1.0, 2.0) + 0.05 * rs.randn(n)
+    return np.stack([r * np.cos(t), r * np.sin(t)], axis=1)
+
+
+def _moons(rs, n=600):
+    t = rs.uniform(0, np.pi, n)
+    up = rs.rand(n) < 0.5
+    x = np.stack([np.where(up, np.cos(t), 1 - np.cos(t)), np.where(up, np.sin(t), 0.5 - np.sin(t))], axis=1)
+    return x + 0.07 * rs.randn(n, 2)
+
+
+def _blobs(rs, centres, per, sd):
+    labels = np.repeat(np.arange(len(centres)), per)
+    return np.asarray(centres, dtype=float)[labels] + sd * rs.randn(len(labels), 2), labels
+
+
+SHAPE = "the points may not be a mixture of Gaussians"
+
+
+@pytest.mark.parametrize("make", [_rings, _moons], ids=["two rings", "two moons"])
+@pytest.mark.parametrize("seed", [tiered(s, default=s == 0) for s in (0, 1, 2)])
+def test_a_ring_or_a_curve_cut_into_many_gaussians_says_so(make, seed):
+    """Rings and curves came back as dozens of clusters without a word: splitting while the BIC falls chops a
+    curved shape into Gaussians. Any answer of more than twice the 2 shapes now carries the shape warning."""
+    est = _fit(make(np.random.RandomState(seed)))
+    assert est.n_clusters_ > 4 and any(SHAPE in w for w in est.warnings_), (est.n_clusters_, est.warnings_)
+
+
+@pytest.mark.parametrize("seed", [tiered(s, default=s == 0) for s in (0, 1)])
+def test_a_dense_core_in_a_wide_halo_says_so(seed):
+    """One cluster of a dense core (60 %, sd 0.2) in a wide halo (sd 2) fits two concentric Gaussians best by
+    BIC: the answer of 2 says the one may sit inside the other."""
+    rs = np.random.RandomState(seed)
+    core = rs.rand(600) < 0.6
+    est = _fit(np.where(core[:, None], 0.2, 2.0) * rs.randn(600, 2))
+    assert est.n_clusters_ == 1 or any("a dense core in a wide halo" in w for w in est.warnings_), est.warnings_
+
+
+@pytest.mark.parametrize("seed", [tiered(s, default=s == 0) for s in (0, 1, 2)])
+def test_two_heavily_overlapping_gaussians_say_the_evidence_is_weak(seed):
+    """Two unit Gaussians 2 standard deviations apart came back as one cluster, with no warning: the answer
+    now says that the evidence for its K is weak."""
+    rs = np.random.RandomState(seed)
+    side = rs.rand(800) < 0.5
+    est = _fit(rs.randn(800, 2) + np.stack([2.0 * side, 0 * side], axis=1))
+    assert est.n_clusters_ <= 2
+    assert any(w.startswith(f"the evidence for {est.n_clusters_} cluster") for w in est.warnings_), est.warnings_
+
+
+@pytest.mark.slow
+def test_fifty_neighbouring_blobs_come_back_as_fifty():
+    """50 blobs of 20 points on a 10 x 5 grid, 8 standard deviations apart, came back as 33: the search for K
+    is no longer capped near the model's first guess (16 slots)."""
+    x, labels = _blobs(np.random.RandomState(1), [[i * 2.0, j * 2.0] for i in range(10) for j in range(5)], 20, 0.25)
+    est = _fit(x)
+    assert est.n_clusters_ == 50 and len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) == 50
+
+
+def test_plain_gaussian_blobs_come_back_without_a_warning():
+    """The warnings must be able to stay silent: three separated elongated Gaussians get none."""
+    x, labels = _blobs(np.random.RandomState(0), [[0, 0], [5, 0], [0, 5]], 150, np.array([0.8, 0.4]))
+    est = _fit(x)
+    assert est.n_clusters_ == 3 and est.warnings_ == (), est.warnings_
+    assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) == 3
+
+
+def test_the_api_follows_scikit_learns_conventions():
+    x, _ = _blobs(np.random.RandomState(3), [[0, 0], [6, 0], [0, 6]], 100, 0.5)
+    est = SwarmClustering(n_clusters=3)
+    assert est.get_params() == {"n_clusters": 3, "model": None, "refine": True, "standardize": True,
+                                "per_coordinate": False, "device": "cpu", "runs_dir": "runs"}
+    assert est.set_params(n_clusters=None) is est and est.n_clusters is None
+    with pytest.raises(ValueError, match="invalid parameter 'k'"):
+        est.set_params(k=3)
+    with pytest.raises(ValueError, match="not fitted"):
+        est.predict(x)
+    labels = est.fit_predict(x)
+    assert labels is est.labels_ and labels.shape == (300,) and est.n_clusters_ == 3
+    assert np.bincount(labels).tolist() == sorted(np.bincount(labels).tolist(), reverse=True)  # 0 = the largest
+    proba = est.predict_proba(x)
+    assert proba.shape == (300, 3) and np.allclose(proba.sum(axis=1), 1.0)
+    assert np.array_equal(est.predict(x), labels)  # the Gaussians it predicts with are the fit's
+    assert est.made_by_ == f"EM, 3 clusters by BIC, from {est.start_}"
+    assert est.start_ in ("the model's start", "a fresh k-means++ start")
+    moved = est.predict(est.means_ + 0.01)  # each cluster's own mean is its own
+    assert np.array_equal(moved, np.arange(3))
+    with pytest.raises(ValueError, match=r"shape \(N, 2\)"):
+        est.predict(np.zeros((4, 3)))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        est.predict([[0.0, np.nan]])
+
+
+def test_constructor_arguments_are_stored_as_given_and_checked_by_fit():
+    """scikit-learn's convention: __init__ stores, fit validates."""
+    est = SwarmClustering(n_clusters=0, device="nowhere")
+    assert est.n_clusters == 0 and est.device == "nowhere"
+    x, _ = _blobs(np.random.RandomState(0), [[0, 0], [4, 0]], 50, 0.5)
+    with pytest.raises(ConfigError, match="at least 1"):
+        est.set_params(device="cpu").fit(x)
+
+
+def test_given_k_and_no_refine_are_the_commands_options():
+    x, _ = _blobs(np.random.RandomState(2), [[0, 0], [5, 0], [0, 5], [5, 5]], 80, 0.6)
+    given = _fit(x, n_clusters=2)
+    assert given.n_clusters_ == 2 and given.made_by_.startswith("EM at the 2 clusters given, from ")
+    alone = _fit(x, refine=False)
+    assert alone.probabilities_ is None and alone.made_by_.endswith(" alone (no EM)") and alone.start_ == ""
+    assert np.mean(alone.predict(x) == alone.labels_) > 0.95  # one Gaussian per model cluster
+
+
+def test_scikit_learns_clone_rebuilds_it():
+    base = pytest.importorskip("sklearn.base")
+    est = SwarmClustering(n_clusters=4, refine=False)
+    copy = base.clone(est)
+    assert copy is not est and copy.get_params() == est.get_params()
+
+
+def test_the_docs_python_example_runs():
+    """docs/cluster.md's Python example, run as written (its asserts included)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "cluster.md").read_text()
+    section = text.split("## Python API", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert blocks, "docs/cluster.md has no Python example under ## Python API"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SwarmctlWarning)
+        exec(compile(blocks[0], "docs/cluster.md", "exec"), {})
