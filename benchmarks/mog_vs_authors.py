@@ -136,16 +136,10 @@ def run_side(side: str, command: list[str], minutes: float, clock: str, threads:
 def machine() -> dict:
     import torch
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "numpy": __import__("numpy").__version__}
+    from swarmctl.devices import cpu_model
+
+    return {"platform": platform.platform(), "cpu": cpu_model(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__, "numpy": __import__("numpy").__version__}
 
 
 def main() -> None:

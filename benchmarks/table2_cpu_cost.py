@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -26,22 +25,13 @@ from pathlib import Path
 import torch
 
 from swarmctl.config import DataConfig, TrainConfig
+from swarmctl.devices import cpu_model
 from swarmctl.models import count_parameters, create_model, paper_code
 from swarmctl.studies.sweep import expand, load_spec
 from swarmctl.tasks import get_task
 from swarmctl.training.steps import TrainStep
 
 SPEC = Path("sweeps") / "best.toml"
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def spread(n: int, k: int) -> list[int]:
@@ -106,7 +96,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     result = {"benchmark": "benchmarks/table2_cpu_cost.py", "date": datetime.date.today().isoformat(),
-              "machine": f"{cpu_name()}, {os.cpu_count()} cores", "torch": torch.__version__,
+              "machine": f"{cpu_model()}, {os.cpu_count()} cores", "torch": torch.__version__,
               "data": str(args.data), "note": args.note, "rows": rows}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,9 @@ trainer and the studies, which both ask)."""
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+
 import torch
 
 from swarmctl.config import check_device, host_memory
@@ -31,3 +34,15 @@ def memory_limit(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return host_memory()
+
+
+def cpu_model() -> str:
+    """This machine's processor as the kernel names it ("Intel(R) Xeon(R) Processor"), for records and
+    benchmarks; the architecture where the kernel does not say."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -20,12 +20,12 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmctl.devices import cpu_model
 from swarmctl.errors import DataError, ResourceError
 from swarmctl.files import atomic_write_text, read_metrics
 from swarmctl.rundir import RunDir
@@ -45,15 +45,7 @@ EVAL_RESERVE = 120.0  # seconds a job keeps after a training for its evaluation 
 
 def cpu_machine() -> str:
     """This machine as the records name it: its processor model and cores."""
-    model = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    return f"{cpu_model()}, {os.cpu_count()} cores"
 
 
 def read_cost(root: Path) -> dict[tuple[str, str], dict[int, float]]:
