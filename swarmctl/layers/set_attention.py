@@ -5,6 +5,8 @@ MAB, SAB, ISAB and PMA, in the post-LayerNorm form the SWARM authors used as a b
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -25,15 +27,12 @@ class MultiheadAttention(nn.Module):
     so what padding holds reaches no output.
     """
 
-    def __init__(self, dim: int, n_heads: int) -> None:
+    def __init__(self, dim: int, n_heads: int, device: Any = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         if dim % n_heads != 0:
             raise ValueError(f"`n_heads` ({n_heads}) must divide the width ({dim})")
         self.n_heads = n_heads
-        self.q = nn.Linear(dim, dim)
-        self.k = nn.Linear(dim, dim)
-        self.v = nn.Linear(dim, dim)
-        self.out = nn.Linear(dim, dim)
+        self.q, self.k, self.v, self.out = (nn.Linear(dim, dim, device=device, dtype=dtype) for _ in range(4))
         for lin in (self.q, self.k, self.v, self.out):
             nn.init.xavier_normal_(lin.weight)
             nn.init.zeros_(lin.bias)
@@ -52,11 +51,11 @@ class MultiheadAttention(nn.Module):
         return _zero_padded(self.out(o), q_mask)
 
 
-def _row_ff(dim: int, n_layers: int, activation: bool) -> nn.Sequential:
+def _row_ff(dim: int, n_layers: int, activation: bool, factory: dict[str, Any]) -> nn.Sequential:
     """Row-wise feed-forward: n_layers x [Linear(d, d) (+ ReLU)], Kaiming-normal weights, zero biases."""
     layers: list[nn.Module] = []
     for _ in range(n_layers):
-        lin = nn.Linear(dim, dim)
+        lin = nn.Linear(dim, dim, **factory)
         nn.init.kaiming_normal_(lin.weight)
         nn.init.zeros_(lin.bias)
         layers.append(lin)
@@ -72,12 +71,14 @@ class MAB(nn.Module):
     without activation in the mixture-parameter decoder). Output at padded queries is zero.
     """
 
-    def __init__(self, dim: int, n_heads: int, ff_layers: int = 4, ff_activation: bool = True) -> None:
+    def __init__(self, dim: int, n_heads: int, ff_layers: int = 4, ff_activation: bool = True, device: Any = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.attn = MultiheadAttention(dim, n_heads)
-        self.norm1 = nn.LayerNorm(dim)
-        self.ff = _row_ff(dim, ff_layers, ff_activation)
-        self.norm2 = nn.LayerNorm(dim)
+        factory = {"device": device, "dtype": dtype}
+        self.attn = MultiheadAttention(dim, n_heads, **factory)
+        self.norm1 = nn.LayerNorm(dim, **factory)
+        self.ff = _row_ff(dim, ff_layers, ff_activation, factory)
+        self.norm2 = nn.LayerNorm(dim, **factory)
 
     def forward(
         self, q: Tensor, kv: Tensor, q_mask: Tensor | None = None, kv_mask: Tensor | None = None
@@ -89,9 +90,10 @@ class MAB(nn.Module):
 class SAB(nn.Module):
     """Set Attention Block: MAB(X, X)."""
 
-    def __init__(self, dim: int, n_heads: int, ff_layers: int = 4, ff_activation: bool = True) -> None:
+    def __init__(self, dim: int, n_heads: int, ff_layers: int = 4, ff_activation: bool = True, device: Any = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.mab = MAB(dim, n_heads, ff_layers, ff_activation)
+        self.mab = MAB(dim, n_heads, ff_layers, ff_activation, device=device, dtype=dtype)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         return self.mab(x, x, mask, mask)
@@ -101,11 +103,12 @@ class ISAB(nn.Module):
     """Induced Set Attention Block: H = MAB(I, X); out = MAB(X, H), with m learned inducing points I
     (init N(0, 1)). Cost linear in the set size."""
 
-    def __init__(self, dim: int, n_inducing: int, n_heads: int, ff_layers: int = 4) -> None:
+    def __init__(self, dim: int, n_inducing: int, n_heads: int, ff_layers: int = 4, device: Any = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.inducing = nn.Parameter(torch.randn(1, n_inducing, dim))
-        self.mab_in = MAB(dim, n_heads, ff_layers)
-        self.mab_out = MAB(dim, n_heads, ff_layers)
+        self.inducing = nn.Parameter(torch.randn(1, n_inducing, dim, device=device, dtype=dtype))
+        self.mab_in = MAB(dim, n_heads, ff_layers, device=device, dtype=dtype)
+        self.mab_out = MAB(dim, n_heads, ff_layers, device=device, dtype=dtype)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         ind = self.inducing.to(x.dtype).expand(x.shape[0], -1, -1)  # (B, m, d)
@@ -117,10 +120,11 @@ class PMA(nn.Module):
     """Pooling by Multihead Attention: MAB(S, X) with k learned seed vectors S (init N(0, 1));
     (B, N, d) -> (B, k, d)."""
 
-    def __init__(self, dim: int, n_seeds: int, n_heads: int, ff_layers: int = 1, ff_activation: bool = False):
+    def __init__(self, dim: int, n_seeds: int, n_heads: int, ff_layers: int = 1, ff_activation: bool = False,
+                 device: Any = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
-        self.seeds = nn.Parameter(torch.randn(1, n_seeds, dim))
-        self.mab = MAB(dim, n_heads, ff_layers, ff_activation)
+        self.seeds = nn.Parameter(torch.randn(1, n_seeds, dim, device=device, dtype=dtype))
+        self.mab = MAB(dim, n_heads, ff_layers, ff_activation, device=device, dtype=dtype)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         seeds = self.seeds.to(x.dtype).expand(x.shape[0], -1, -1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -130,6 +130,27 @@ class SwarmCell(nn.Module):
     forward = step  # so that ``torch.func.functional_call`` runs a step with other weights
 
 
+class _FirstOrderOnly(torch.autograd.Function):
+    """The identity, whose backward refuses a graph of the gradient (``create_graph=True``): the compiled step's
+    backward (PyTorch's AOT autograd) has none, and would fail later in words about in-place operations."""
+
+    @staticmethod
+    def forward(h: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+        return h.view_as(h), c.view_as(c)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, gh: Tensor, gc: Tensor) -> tuple[Tensor, Tensor]:
+        if torch.is_grad_enabled():  # in a backward, grad mode is on exactly under create_graph=True
+            raise RuntimeError("SwarmLayer.compile_step() gives first derivatives only: for second derivatives "
+                               "(create_graph=True, gradient penalties, Hessian-vector products) use the layer "
+                               "without compile_step()")
+        return gh, gc
+
+
 def _needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -243,6 +264,8 @@ class SwarmLayer(nn.Module):
         for _ in range(self.n_iter - 1):
             h, c = iteration(x_proj, h, c, weights)
             h = self._drop(h)
+        if self._compiled_step is not None and h.requires_grad:  # its backward is not differentiable: say so
+            h, c = _FirstOrderOnly.apply(h, c)
         return h, c
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:

@@ -88,6 +88,9 @@ class SwarmTransformer(nn.Module):
         return self.net(inputs)
 
     def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        if x.dim() != 4 or tuple(x.shape[1:]) != self.shape or y.shape != x.shape[:1]:  # as cheap as nn.Linear's
+            raise ValueError(f"SwarmTransformer expects images (B, {', '.join(map(str, self.shape))}) and labels (B,); "
+                             f"got images {tuple(x.shape)} and labels {tuple(y.shape)}")
         return self.forward_embedded(self.value_embed(scan_order(x)), y)
 
     @torch.inference_mode()

@@ -13,6 +13,7 @@ import torch
 from conftest import tiered
 
 from swarmctl.layers import _ext
+from swarmctl.layers.set_attention import ISAB, MAB, PMA, SAB
 from swarmctl.layers.set_linear import SetLinear
 from swarmctl.layers.swarm import SwarmCell, SwarmLayer
 from swarmctl.testing import (
@@ -141,6 +142,8 @@ def test_factory_kwargs_and_repr():
     assert_factory_kwargs(SwarmLayer, 2, 4, 3, 2)
     assert_factory_kwargs(SwarmCell, 2, 4)
     assert_factory_kwargs(SetLinear, 2, 4)
+    for block, args in ((MAB, (8, 2)), (SAB, (8, 2)), (ISAB, (8, 3, 2)), (PMA, (8, 1, 2))):  # attention blocks
+        assert_factory_kwargs(block, *args)
     layer = SwarmLayer(2, 4, 3, 5, pooling="causal", dropout=0.25, dtype=torch.float64)
     assert layer(torch.randn(1, 3, 2, dtype=torch.float64)).dtype == torch.float64
     assert "dim_in=2, dim_hidden=4, dim_out=3, n_iter=5, pooling='causal', dropout=0.25" in repr(layer)
@@ -184,7 +187,7 @@ def test_the_compiled_step_has_first_derivatives_and_refuses_second_ones(pooling
     x, mask = sets()
     xg = x.clone().requires_grad_()
     assert torch.autograd.gradcheck(lambda v: layer(v, mask), (xg,))
-    with pytest.raises(RuntimeError):  # PyTorch's AOT autograd refuses create_graph (in its own words)
+    with pytest.raises(RuntimeError, match="first derivatives only"):  # said in the layer's words
         torch.autograd.grad(layer(xg, mask).sum(), xg, create_graph=True)
 
 

@@ -96,3 +96,13 @@ def test_untrained_model_predicts_near_uniform_values():
     logits = model(x, torch.tensor([1, 2]))
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), scan_order(x).reshape(-1))
     assert abs(ce.item() - math.log(256)) < 0.5
+
+
+def test_image_model_refuses_images_and_labels_of_another_shape_naming_both():
+    model = SwarmTransformer(1, 4, 4, dim_hidden=8, n_iter=2)
+    x, y = torch.randint(0, 256, (3, 1, 4, 4)), torch.arange(3)
+    assert model(x, y).shape == (3, 16, 256)
+    for bad_x, bad_y in ((torch.randint(0, 256, (3, 3, 4, 4)), y), (torch.randint(0, 256, (3, 1, 5, 4)), y),
+                         (x[0], y), (x, y[:2])):
+        with pytest.raises(ValueError, match=r"expects images \(B, 1, 4, 4\) and labels \(B,\); got images"):
+            model(bad_x, bad_y)
