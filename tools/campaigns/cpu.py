@@ -32,7 +32,8 @@ from swarmctl.rundir import RunDir
 from swarmctl.runs import parameter_count, run_lock, run_progress
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from tools.campaigns.plan import PROGRESS, table_runs
-from tools.campaigns.processes import Deadline, finish, log, start, stop_on_signals, warn
+from tools.campaigns.plan import read_progress as campaign_progress
+from tools.campaigns.processes import Deadline, finish, log, start, stop_on_signals, summary, warn
 from tools.campaigns.runners import eval_file, read_json, write_json
 
 CPU = "clustering-cpu"  # the campaign's folder in campaigns/
@@ -159,11 +160,11 @@ def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
 # ---- the job ---------------------------------------------------------------------------------------------------
 
 def read_progress(root: Path) -> dict:
-    p = read_json(root / CPU / PROGRESS)
-    p.setdefault("campaign", CPU)
+    """campaigns/clustering-cpu/progress.json as the campaigns read theirs (a damaged one is refused, never
+    overwritten), with the CPU table's fields."""
+    p = campaign_progress(root, CPU)
     p.setdefault("minutes_per_run", MINUTES)
     p.setdefault("runs", {})
-    p.setdefault("sessions", [])
     return p
 
 
@@ -228,10 +229,10 @@ def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, mi
         if deadline.left() < EVAL_RESERVE + 60:
             log(f"cpu table: {deadline.left():.0f} s left, too few for another run")
             break
-        before = _epochs(runs / r["name"])
+        before = summary(runs / r["name"])["epochs"]
         proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)], logs / f"train-{r['name']}.txt")
         code = finish(proc, deadline.left() - EVAL_RESERVE)
-        moved.append({"run": r["name"], "epochs": [before, _epochs(runs / r["name"])], "train_exit": code})
+        moved.append({"run": r["name"], "epochs": [before, summary(runs / r["name"])["epochs"]], "train_exit": code})
         if code != 0:
             warn(f"cpu table: {r['name']} stopped (train exit {code}); the next job resumes it")
             break
@@ -253,8 +254,3 @@ def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, mi
                                       "wall_s": round(time.monotonic() - t0), "runs": moved,
                                       "stopped_by": STOPPING[0] if STOPPING else None})
     return 130 if STOPPING else 0
-
-
-def _epochs(run_dir: Path) -> int:
-    path = RunDir(run_dir).metrics
-    return len(read_metrics(path)) if path.is_file() else 0
