@@ -122,8 +122,8 @@ def after_job(a: argparse.Namespace, work: Path) -> None:
     found: dict[str, list[tuple[int, int]]] = {"quiet machine": [], "right after a job on every core": [],
                                                "right after the job, 1 thread (the load rule's count)": []}
     for r in range(a.repeat):
-        for label, threads in (("quiet machine", None), ("right after a job on every core", None),
-                               ("right after the job, 1 thread (the load rule's count)", "1")):
+        for i, (label, threads) in enumerate((("quiet machine", None), ("right after a job on every core", None),
+                                              ("right after the job, 1 thread (the load rule's count)", "1"))):
             if label == "quiet machine":
                 time.sleep(70)  # the last job's trace gone from the load average as well
             else:
@@ -133,7 +133,7 @@ def after_job(a: argparse.Namespace, work: Path) -> None:
                     hog.kill()
                     hog.wait()
             load = os.getloadavg()[0]
-            found[label].append(train_run(a.data, a.minutes, work, f"r{r}-{len(found[label])}-{threads}", threads))
+            found[label].append(train_run(a.data, a.minutes, work, f"r{r}-{i}", threads))
             print(f"{label}: load {load:.2f} at start, {found[label][-1][0]} threads, {found[label][-1][1]} epochs",
                   file=sys.stderr)
     print(f"{platform.processor() or platform.machine()}, {cores} usable cores, SWARM 64-5-1 on {a.data.name}, "
