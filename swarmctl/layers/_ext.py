@@ -95,10 +95,10 @@ def _open(path: Path | str) -> ctypes.CDLL:
         lib.swarm_abi_version.restype, lib.swarm_abi_version.argtypes = ctypes.c_int, []
         version = lib.swarm_abi_version()
     if missing or version != ABI_VERSION:
-        import _ctypes
-
-        with contextlib.suppress(OSError, AttributeError):  # so that a rebuilt library of that name is loaded
-            _ctypes.dlclose(lib._handle)
+        # unloaded (the C library's dlclose; ``_handle`` is a public attribute of ctypes), else the dynamic
+        # loader would hand this process the same library again for the path the rebuilt one is renamed to
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).dlclose(ctypes.c_void_p(lib._handle))
         what = f"lacks {', '.join(missing)}" if missing else f"has ABI version {version}, not {ABI_VERSION}"
         raise BadLibrary(f"{path} {what}: not a library of these kernels")
     return lib
