@@ -1,8 +1,8 @@
 """`swarmctl cluster` against EM, side by side on one machine: adjusted Rand index (ARI), matched accuracy,
 clusters found and seconds per set, on the paper's seed-0 validation split, on held-out tasks of the broad
-prior, on scikit-learn's `make_blobs` families, on real data sets that scikit-learn ships (two columns or
-two principal components each), on sets of 25..60 well-separated blobs (more than the models' cluster
-slots) and at N = 10,000.
+prior and of the wide prior, on scikit-learn's `make_blobs` families, on real data sets that scikit-learn
+ships (two columns or two principal components each), on sets of 25..60 well-separated blobs (more than the
+models' cluster slots) and at N = 10,000.
 
     pip install -e '.[bench]'          # scikit-learn, for the baselines and the real data sets only
     python benchmarks/cluster_vs_em.py [--val-tasks 1000] [--broad-tasks 200] [--large 10] [--json results.json]
@@ -14,6 +14,8 @@ first, one factor for all coordinates):
 - ``broad`` / ``broad+em``: the model trained on the broad prior (``--broad-model``), alone / refined;
 - ``paper+k`` / ``broad+k``: refined at the true K given (`swarmctl cluster --clusters K`: EM at exactly K
   from the model's answer, no search for K);
+- any model with a count head (``swarm-count``, the shipped default once trained) chooses K without it by its
+  distribution over K and the BIC together (``--bic-weight``: the BIC's weight, swarmctl.studies.clusters);
 - ``em-true-k``: scikit-learn's GaussianMixture (full covariances, k-means start) told the true K;
 - ``em-bic``: the same with K chosen by BIC over 1..10 (1..16 on the broad prior, whose K reaches 16);
 - ``dpgmm``: scikit-learn's BayesianGaussianMixture with a Dirichlet-process prior on the weights
@@ -43,9 +45,10 @@ import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from swarmctl.data.clustering_generator import BroadParams, ClusteringParams, draw_broad_task
+from swarmctl.data.clustering_generator import WIDE_PRIOR, BroadParams, ClusteringParams, draw_broad_task
 from swarmctl.data.hdf5 import generate_dataset, read_split
 from swarmctl.runs import load_model
+from swarmctl.studies import clusters
 from swarmctl.studies.clusters import cluster_values, default_model, values_warnings
 from swarmctl.tasks.clustering import ClusteringTask
 
@@ -137,10 +140,10 @@ def validation_sets(path: Path, count: int):
         yield points, np.searchsorted(np.unique(labels), labels)
 
 
-def broad_sets(count: int, seed: int = 2024, n: int | None = None):
+def broad_sets(count: int, seed: int = 2024, n: int | None = None, prior: BroadParams | None = None):
     rs = np.random.RandomState(seed)
     for _ in range(count):
-        points, labels, *_ = draw_broad_task(BroadParams(), rs, n=n)
+        points, labels, *_ = draw_broad_task(prior or BroadParams(), rs, n=n)
         yield points, np.searchsorted(np.unique(labels), labels)
 
 
@@ -252,6 +255,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--val-tasks", type=int, default=100, help="seed-0 validation tasks scored (the first ones)")
     ap.add_argument("--broad-tasks", type=int, default=60, help="held-out broad-prior tasks (RandomState(2024))")
+    ap.add_argument("--wide-tasks", type=int, default=60, help="held-out tasks of the wide prior (RandomState(2025)): "
+                    "overlap, unequal weights, warped clusters, the count model's training prior")
+    ap.add_argument("--bic-weight", type=float, default=None, help="the BIC's weight against a count head's "
+                    f"log-probability of K when it chooses K [default: {clusters.BIC_WEIGHT}]")
     ap.add_argument("--blobs", type=int, default=10, help="make_blobs sets per family")
     ap.add_argument("--large", type=int, default=3, help="broad-prior tasks at N = 10,000")
     ap.add_argument("--real", action=argparse.BooleanOptionalAction, default=True, help="the real data sets")
@@ -265,6 +272,8 @@ def main() -> None:
     ap.add_argument("--methods", default=None, help="comma-separated methods to score [default: all]")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()
+    if args.bic_weight is not None:
+        clusters.BIC_WEIGHT = args.bic_weight
     torch.set_num_threads(1)
     models = {"paper": load_model(Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained" /
                                   "swarm-192-10-1-clustering.pt", CPU)}
@@ -296,6 +305,9 @@ def main() -> None:
         run(f"seed-0 validation split, first {args.val_tasks} tasks", validation_sets(data, args.val_tasks))
     if args.broad_tasks:
         run(f"broad prior, {args.broad_tasks} held-out tasks", broad_sets(args.broad_tasks), k_max=16)
+    if args.wide_tasks:
+        run(f"wide prior, {args.wide_tasks} held-out tasks", broad_sets(args.wide_tasks, seed=2025, prior=WIDE_PRIOR),
+            k_max=16)
     for kind in ("isotropic", "sheared", "elongated"):
         if args.blobs:
             run(f"make_blobs {kind}, {args.blobs} sets", blob_sets(kind, args.blobs))

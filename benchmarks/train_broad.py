@@ -15,6 +15,15 @@ with `--export`:
 writes swarmctl/pretrained/swarm-192-10-1-clustering-broad-16slots.pt and its record (``default_for: ["cluster"]``:
 `swarmctl cluster` uses it when no run is named; `eval` and `plot-entropy` keep the paper's model), the
 record holding ``numbers.json`` (the benchmark's numbers).
+
+With ``--count`` it trains the model with a count head (``swarm-count``: the same SWARM and a head that
+predicts the number of clusters, issue 47) on the wide prior (``WIDE_PRIOR``: overlap, unequal weights,
+warped clusters, 30..1000 points) and the paper's tasks, starting from the shipped broad model's weights
+(the head new), and ``--count --export`` ships it as swarmctl/pretrained/swarm-count-192-10-1-clustering-wide.pt,
+the default for `swarmctl cluster` in place of the broad model:
+
+    nice -n 10 python benchmarks/train_broad.py --count --minutes 75 --threads 1 --name count-cpu
+    python benchmarks/train_broad.py --count --export runs/count-cpu/best.pt --record numbers.json
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import torch
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, to_dict
 from swarmctl.data.clustering_generator import (
     BROAD_MAX_CLUSTERS,
+    WIDE_PRIOR,
     BroadParams,
     ClusteringParams,
     ClusteringTasks,
@@ -41,12 +51,15 @@ from swarmctl.files import atomic_write_text
 from swarmctl.models.registry import complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
 from swarmctl.runs import load_model, run_lock, shipped_for
-from swarmctl.tasks.clustering import clustering_loss
+from swarmctl.tasks.clustering import COUNT_MODEL, clustering_loss
 from swarmctl.tasks.point_clusters import standardization
 from swarmctl.training.checkpoint import RunWriter
 from swarmctl.training.loop import TrainingData, fit
 
 TARGET_STD = ClusteringParams().point_std()
+PRETRAINED = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained"
+BROAD_MODEL = PRETRAINED / "swarm-192-10-1-clustering-broad-16slots.pt"
+COUNT_FILE = "swarm-count-192-10-1-clustering-wide.pt"
 
 
 def generate_broad(params: BroadParams, seed: int) -> ClusteringTasks:
@@ -114,7 +127,9 @@ def main() -> None:
     ap.add_argument("--runs-dir", type=Path, default=Path("runs"))
     ap.add_argument("--broad", type=int, default=240, help="broad-prior tasks per epoch")
     ap.add_argument("--paper", type=int, default=80, help="paper-generator tasks per epoch")
-    ap.add_argument("--n-max", type=int, default=800)
+    ap.add_argument("--n-max", type=int, default=None, help="the most points of a broad-prior task [default: 800; "
+                    "with --count the wide prior's 1000]")
+    ap.add_argument("--count", action="store_true", help="train the model with a count head on the wide prior")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--init", type=Path, default=None,
@@ -126,20 +141,27 @@ def main() -> None:
     ap.add_argument("--record", type=Path, default=None, help="with --export: a JSON object added to the record")
     args = ap.parse_args()
     if args.export is not None:
-        export(args.export, json.loads(args.record.read_text()) if args.record else {})
+        export(args.export, json.loads(args.record.read_text()) if args.record else {}, args.count)
         return
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    model_cfg = complete_config(ModelConfig(name="swarm", dim_hidden=192, n_iter=10, n_layers=1,
-                                            dim_out=BROAD_MAX_CLUSTERS))
+    model_cfg = complete_config(ModelConfig(name=COUNT_MODEL if args.count else "swarm", dim_hidden=192, n_iter=10,
+                                            n_layers=1, dim_out=BROAD_MAX_CLUSTERS))
     model = create_model(model_cfg)
-    if args.init is not None:
+    if args.count:  # the SWARM's weights from --init or the shipped broad model; the count head starts new
+        start = load_model(args.init if args.init is not None else BROAD_MODEL)[0].state_dict()
+        missing, unexpected = model.load_state_dict(start, strict=False)
+        assert not unexpected and all(k.startswith("count.") for k in missing), (missing, unexpected)
+    elif args.init is not None:
         model.load_state_dict(load_model(args.init)[0].state_dict())
     else:
         model.load_state_dict(widened(load_model(shipped_for("cluster"))[0].state_dict(), model.state_dict()))
 
-    broad = BroadParams(n_max=args.n_max)
+    if args.count:
+        broad = WIDE_PRIOR if args.n_max is None else dataclasses.replace(WIDE_PRIOR, n_max=args.n_max)
+    else:
+        broad = BroadParams(n_max=800 if args.n_max is None else args.n_max)
     slots = BROAD_MAX_CLUSTERS
 
     def draw(epoch: int, n_broad: int, n_paper: int) -> ClusteringTasks:
@@ -174,23 +196,32 @@ def main() -> None:
     print(res)
 
 
-def export(checkpoint: Path, extra: dict) -> None:
+def export(checkpoint: Path, extra: dict, count: bool = False) -> None:
+    """Ship ``checkpoint`` as the default model of `swarmctl cluster` with its record; with ``count`` (the model with a
+    count head) under its own name, the broad model's record then losing its ``default_for``."""
     import platform
 
     from tools.campaigns.shipping import export_weights
 
-    pretrained = Path(__file__).resolve().parent.parent / "swarmctl" / "pretrained"
-    dest = pretrained / "swarm-192-10-1-clustering-broad-16slots.pt"
+    dest = PRETRAINED / (COUNT_FILE if count else BROAD_MODEL.name)
     config = json.loads(RunDir(checkpoint.parent).config.read_text())
     metrics = [json.loads(line) for line in RunDir(checkpoint.parent).metrics.read_text().splitlines()]
-    record = {"dataset": "broad prior (swarmctl.data.clustering_generator.BroadParams, N up to 800) and the paper's "
-                         "generator, drawn fresh every epoch",
+    dataset = ("wide prior (swarmctl.data.clustering_generator.WIDE_PRIOR: overlap, unequal weights, warped "
+               "clusters, 1..16 clusters, 30..1000 points)" if count else
+               "broad prior (swarmctl.data.clustering_generator.BroadParams, N up to 800)")
+    record = {"dataset": f"{dataset} and the paper's generator, drawn fresh every epoch",
               "trained_on": f"2-core {platform.machine()} CPU shared with other jobs, torch {torch.__version__}, "
                             "nice 19 (threads and any earlier checkpoint it continued from: see command)",
               "epochs": len(metrics), "command": config["run"].get("recipe", "benchmarks/train_broad.py"),
               "default_for": ["cluster"], **extra}
     export_weights(checkpoint, dest, data_path=None, record=record)
     print(f"wrote {dest} and {dest.with_suffix('.json')}")
+    if count:  # one default for `cluster`: the new model
+        old = BROAD_MODEL.with_suffix(".json")
+        broad = json.loads(old.read_text())
+        if broad.pop("default_for", None) is not None:
+            atomic_write_text(old, json.dumps(broad, indent=2) + "\n")
+            print(f"{old.name} is no longer the default for cluster")
 
 
 if __name__ == "__main__":

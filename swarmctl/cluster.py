@@ -57,7 +57,8 @@ class SwarmClustering:
 
     After :meth:`fit`: ``labels_`` (N,) the cluster of each point (0 = the largest), ``n_clusters_``,
     ``probabilities_`` (N, n_clusters_) each point's probability of each cluster (None with ``refine=False``),
-    ``model_clusters_`` (the clusters the model proposed before EM), ``weights_``, ``means_``,
+    ``model_clusters_`` (the clusters the model proposed before EM), ``k_probabilities_`` (a model with a count
+    head: its probabilities of 1, 2, ... clusters, the last that many or more; else None), ``weights_``, ``means_``,
     ``covariances_`` (the Gaussians that :meth:`predict` uses, in your units),
     ``made_by_`` (what produced the clusters, the summary line's words), ``start_`` (which start won:
     "the model's start" or "a fresh k-means++ start"; "" unrefined) and ``warnings_`` (each also issued
@@ -116,6 +117,8 @@ class SwarmClustering:
         self.weights_ = mix.weights / mix.weights.sum()
         self.means_, self.covariances_ = mix.means, mix.covs
         self.model_clusters_ = model_k
+        counts = found.counts if found.counts is not None else (np.array(fit.counts) if fit and fit.counts else None)
+        self.k_probabilities_ = counts
         self.start_ = start_of(self.refine, fit)
         self.made_by_ = made_by(run.label, self.refine, fit, self.n_clusters, K)
         self.warnings_ = values_warnings(run.task, run.model_cfg, x, found, model_k, fit,

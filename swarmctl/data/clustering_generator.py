@@ -172,7 +172,15 @@ class BroadParams:
     typical spacing 1 / sqrt(K): a cluster's major standard deviation is r * spacing * exp(0.3 z) (z
     standard normal), so r = 0.05 gives tight, well-separated blobs and r = 0.7 overlapping ones; its minor
     one is that times an axis ratio uniform in ``axis_ratio_min..1`` (elongated), rotated by a uniform
-    angle."""
+    angle. So r controls the overlap between clusters, the concentration the inequality of their weights.
+
+    Beyond Gaussians (both off by default, which keeps the draws of the broad model's training):
+    ``size_spread`` is the standard deviation of the log of the clusters' sizes within a task (0.3 above);
+    ``warp_share`` of the clusters are bent into arcs (bananas): in a cluster's own frame the point at
+    standard coordinates (z0, z1) moves along the minor axis by b * major * (z0^2 - 1) / 2, with b uniform in
+    ``-warp_max..warp_max`` (b = 1 bends the ends of a cluster back by about its length); and each cluster
+    holds at least ``min_cluster_points`` points where the set is large enough (``min(that, N // K)``), so
+    that a cluster counted in K is one the points show."""
 
     n_tasks: int = 10_000
     k_min: int = 1
@@ -183,6 +191,10 @@ class BroadParams:
     spread_max: float = 0.7
     axis_ratio_min: float = 0.1
     weight_concentration: float = 3.0
+    size_spread: float = 0.3
+    warp_share: float = 0.0
+    warp_max: float = 1.0
+    min_cluster_points: int = 0
 
     def __post_init__(self) -> None:
         if self.n_tasks < 1:
@@ -197,6 +209,21 @@ class BroadParams:
             raise ConfigError(f"`axis_ratio_min` must be in (0, 1], got {self.axis_ratio_min}")
         if not 0 < self.weight_concentration < math.inf:
             raise ConfigError(f"`weight_concentration` must be a finite number > 0, got {self.weight_concentration}")
+        if not 0 <= self.size_spread < math.inf:
+            raise ConfigError(f"`size_spread` must be a finite number >= 0, got {self.size_spread}")
+        if not 0 <= self.warp_share <= 1:
+            raise ConfigError(f"`warp_share` must be in [0, 1], got {self.warp_share}")
+        if not 0 <= self.warp_max < math.inf:
+            raise ConfigError(f"`warp_max` must be a finite number >= 0, got {self.warp_max}")
+        if self.min_cluster_points < 0:
+            raise ConfigError(f"`min_cluster_points` must be >= 0, got {self.min_cluster_points}")
+
+
+# The prior of the model with a count head (issue 47): every K the slots hold, from 30 points, clusters from
+# tight to heavily overlapping, very unequal weights, flat and warped clusters, unequal sizes within a set.
+WIDE_PRIOR = BroadParams(k_min=1, k_max=BROAD_MAX_CLUSTERS, n_min=30, n_max=1000, spread_min=0.03, spread_max=1.2,
+                         axis_ratio_min=0.05, weight_concentration=1.0, size_spread=0.5, warp_share=0.3,
+                         warp_max=1.0, min_cluster_points=5)
 
 
 def draw_broad_task(params: BroadParams, rs: np.random.RandomState, n: int | None = None
@@ -208,15 +235,24 @@ def draw_broad_task(params: BroadParams, rs: np.random.RandomState, n: int | Non
     weights = rs.dirichlet(np.full(K, params.weight_concentration))
     means = rs.randn(K, 2)
     r = math.exp(rs.uniform(math.log(params.spread_min), math.log(params.spread_max)))
-    major = r / math.sqrt(K) * np.exp(0.3 * rs.randn(K))
+    major = r / math.sqrt(K) * np.exp(params.size_spread * rs.randn(K))
     minor = major * rs.uniform(params.axis_ratio_min, 1.0, size=K)
     angle = rs.uniform(0.0, math.pi, size=K)
     rot = np.stack([np.stack([np.cos(angle), -np.sin(angle)], -1), np.stack([np.sin(angle), np.cos(angle)], -1)], -2)
     covs = rot @ (np.stack([major, minor], -1)[:, :, None] ** 2 * rot.transpose(0, 2, 1))
-    labels = rs.choice(K, size=N, p=weights)
+    least = min(params.min_cluster_points, N // K)
+    if least:  # each cluster its least points, the rest by the weights, in a random order
+        labels = rs.permutation(np.concatenate([np.repeat(np.arange(K), least), rs.choice(K, size=N - K * least,
+                                                                                          p=weights)]))
+    else:
+        labels = rs.choice(K, size=N, p=weights)
     z = rs.randn(N, 2)
     factors = rot * np.stack([major, minor], -1)[:, None, :]  # (K, 2, 2): R diag(major, minor)
     points = means[labels] + np.einsum("nij,nj->ni", factors[labels], z)
+    if params.warp_share > 0:  # bent clusters: a shift along the minor axis, quadratic along the major one
+        bend = np.where(rs.uniform(size=K) < params.warp_share, rs.uniform(-params.warp_max, params.warp_max, K), 0.0)
+        shift = bend[labels] * major[labels] * (z[:, 0] ** 2 - 1.0) / 2.0  # (N,)
+        points += rot[labels][:, :, 1] * shift[:, None]  # the minor axis is R's second column
     return points.astype(np.float32), labels.astype(np.int64), means, covs, weights
 
 

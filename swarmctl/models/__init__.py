@@ -1,6 +1,14 @@
 """Model registry and the model families; importing this package registers every model."""
 
-from swarmctl.models import bilstm, image, mog, set_linear, set_transformer, swarm  # noqa: F401  (registration)
+from swarmctl.models import (  # noqa: F401  (registration)
+    bilstm,
+    image,
+    mog,
+    set_linear,
+    set_transformer,
+    swarm,
+    swarm_count,
+)
 from swarmctl.models.registry import (
     HYPERPARAMETERS,
     HyperParameter,

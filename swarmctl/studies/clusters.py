@@ -20,7 +20,10 @@ from swarmctl.runs import open_run, shipped_models
 from swarmctl.tasks.mixtures import (
     WEAK_EVIDENCE,
     EMResult,
+    Mixture,
+    bic,
     cluster_points,
+    e_step,
     fit_k,
     min_points,
     one_gaussian_is_better,
@@ -30,7 +33,7 @@ from swarmctl.tasks.mixtures import (
 from swarmctl.tasks.mixtures import refine as em_refine
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardization, summarize_probabilities
 
-__all__ = ["CHUNK_SIZE", "ClusterResult", "cluster_file", "cluster_values", "cluster_warnings",
+__all__ = ["CHUNK_SIZE", "ClusterResult", "choose_k", "cluster_file", "cluster_values", "cluster_warnings",
            "made_by", "mergeable_pairs", "parse_columns", "shape_warnings", "start_of", "values_warnings"]
 
 CHAIN_MIN = 5  # this many clusters or more, over twice as many as the groups of touching ones: a shape cut up?
@@ -39,6 +42,12 @@ UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
 SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
 WARM_UP_POINTS = 256
 MODEL_POINTS = 1000  # refining a larger set, the model sees a sample of this many (the sizes it was trained on)
+K_MASS = 0.9  # choosing K with a count head: the most probable K until they hold this share of its distribution
+K_CANDIDATES = 4  # at most this many of them
+K_LEAST = 0.05  # and each this probable (the most probable always)
+BIC_WEIGHT = 0.1  # the BIC's weight against the log-probability of K (1: the BIC as the log-evidence)
+COUNT_FLOOR = 1e-4  # the least probability a K is given (the model never rules one out)
+COUNT_WEAK = 0.5  # the evidence for K is weak when the model gives it less than this
 MODEL_SHARE = 0.2  # refining, the share of the progress reported that the model's pass takes (EM's the rest)
 
 
@@ -93,7 +102,8 @@ def made_by(model: str, refined: bool, fit: EMResult | None, given: int | None, 
     if given is not None:
         return f"EM at the {plural(given, 'cluster')} given, from {start}"
     split = ", then split while the BIC fell" if fit is not None and fit.split_from else ""
-    return f"EM, {plural(found, 'cluster')} by BIC, from {start}{split}"
+    by = "the model's count and BIC" if fit is not None and fit.counts else "BIC"
+    return f"EM, {plural(found, 'cluster')} by {by}, from {start}{split}"
 
 
 def default_model() -> Path | None:
@@ -211,6 +221,8 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
     if refine:
         if clusters is None:
             fitted = em_refine(values, found.probabilities, rows=rows, progress=em_progress)
+            if found.counts is not None:  # a model with a count head: K where its distribution puts the mass
+                fitted = choose_k(values, found.probabilities, fitted, found.counts, rows)
         else:
             fitted = fit_k(values, found.probabilities, clusters, rows=rows, progress=em_progress)
         found = summarize_probabilities(fitted.resp, found)
@@ -219,6 +231,47 @@ def cluster_values(task, model, values: np.ndarray, device, *, standardize: bool
         found = replace(found, cluster=found.cluster[back], probability=found.probability[back],
                         entropy=found.entropy[back])
     return found, model_k, fitted
+
+
+def choose_k(values: np.ndarray, resp: np.ndarray, fit: EMResult, counts: np.ndarray, rows: np.ndarray | None = None
+             ) -> EMResult:
+    """The number of clusters of ``values`` (N, D) chosen by the model's distribution over K (``counts``: the
+    probabilities of 1, 2, ..., C or more clusters) and the BIC together.
+
+    The candidates: the refinement ``fit`` (whose K the BIC chose, the model's start among its starts) and EM
+    at exactly K (:func:`fit_k`, from the model's responsibilities ``resp`` of ``values[rows]`` or a fresh
+    k-means++ start) for the most probable K until they hold :data:`K_MASS` of the distribution (at most
+    :data:`K_CANDIDATES`, each of probability :data:`K_LEAST` or more). They are compared on the points the
+    model saw (``values[rows]``; all of them when ``rows`` is None): the winner has the highest log-probability
+    of its K minus :data:`BIC_WEIGHT` times half its BIC (the BIC alone is the log-evidence of a mixture of
+    Gaussians, over-confident where the clusters are not Gaussians) and, fitted on a sample, is refitted to all
+    points. Returns the winner with ``counts`` and the search's record (``scores``, ``largest``, ...) of
+    ``fit``."""
+    seen = values if rows is None else values[rows]
+    m, d = seen.shape
+    order = np.argsort(-counts, kind="stable")
+    held = int(np.searchsorted(np.cumsum(counts[order]), K_MASS)) + 1
+    picked = [int(j) + 1 for j in order[:min(held, K_CANDIDATES)] if counts[j] >= K_LEAST or j == order[0]]
+    cap = max(1, fit.largest or m // cluster_points(d))  # a cluster needs points of its own
+    fits = [fit] + [fit_k(seen, resp, k) for k in picked if k != len(fit.mixture) and k <= cap]
+
+    unit = standardization(seen, 1.0)  # the likelihoods in unit spread: no overflow, whatever the units
+    z, s = unit.apply(seen), float(unit.scale[0])
+
+    def score(f: EMResult) -> float:
+        k = min(len(f.mixture), len(counts))  # the last class: that many or more
+        mix = f.mixture
+        scaled = Mixture(mix.weights, (mix.means - unit.shift) * s, mix.covs * s * s)
+        evidence = bic(e_step(z, scaled)[1] * m, mix.n_parameters(), m)
+        return float(np.log(max(counts[k - 1], COUNT_FLOOR))) - BIC_WEIGHT * evidence / 2
+
+    best = max(fits, key=score)  # the first (the BIC's own choice) on a tie
+    if best is not fit:
+        if rows is not None:  # fitted on the model's sample: the same K, from the same start, on all points
+            best = fit_k(values, resp, len(best.mixture), rows=rows)
+        best = replace(best, searched=fit.searched, largest=fit.largest, search_points=fit.search_points,
+                       scores=fit.scores, scanned=fit.scanned)
+    return replace(best, counts=tuple(float(p) for p in counts))
 
 
 def _part(progress: Callable[[float], None] | None, lo: float, hi: float) -> Callable[[float], None] | None:
@@ -355,7 +408,14 @@ def shape_warnings(fit: EMResult, K: int, given: bool = False) -> list[str]:
     if given:
         return lines
     other = fit.runner_up()
-    if other is not None and other[1] < WEAK_EVIDENCE:
+    if fit.counts:  # the model's distribution over K chose it with the BIC: its probability is the evidence
+        counts = np.array(fit.counts)
+        p, counts[min(K, len(counts)) - 1] = counts[min(K, len(counts)) - 1], -1.0
+        if p < COUNT_WEAK:
+            alt = int(np.argmax(counts)) + 1
+            lines.append(f"the evidence for {plural(K, 'cluster')} is weak: the model gives it probability {p:.2f}, "
+                         f"and {plural(alt, 'cluster')} {counts[alt - 1]:.2f}; give `clusters` if you know how many")
+    elif other is not None and other[1] < WEAK_EVIDENCE:
         lines.append(f"the evidence for {plural(K, 'cluster')} is weak: {plural(other[0], 'cluster')} fit almost as "
                      f"well (BIC only {other[1]:.1f} higher, under {WEAK_EVIDENCE:g}); give `clusters` if you know "
                      "how many")

@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from swarmctl.config import DATA_DIR, DataConfig, ModelConfig, TrainConfig, check_memory, host_memory
 from swarmctl.data.clustering_generator import (
     MAX_CLUSTERS,
+    WIDE_PRIOR,
     BroadParams,
     ClusteringParams,
     TrainingRange,
@@ -38,9 +40,31 @@ from swarmctl.training.modes import StepMode
 EVAL_BATCH = 100
 
 
+COUNT_MODEL = "swarm-count"  # the registered model with a count head, trained on the wide prior
+COUNT_WEIGHT = 0.5  # the count head's cross-entropy (nats per set) next to the matched loss (nats per point)
+
+
 def clustering_loss(model: nn.Module, batch: ClusteringBatch) -> torch.Tensor:
-    """Per-task Hungarian-matched cross-entropy, (B,)."""
-    return hungarian_ce(model(batch.x, batch.mask), batch.labels, batch.mask).per_task
+    """Per-task Hungarian-matched cross-entropy, (B,); for a model with a count head (``forward_with_count``),
+    plus :data:`COUNT_WEIGHT` times the cross-entropy of its distribution over K against the true K."""
+    if not hasattr(model, "forward_with_count"):
+        return hungarian_ce(model(batch.x, batch.mask), batch.labels, batch.mask).per_task
+    logits, count = model.forward_with_count(batch.x, batch.mask)
+    truth = (cluster_counts(batch.labels, batch.mask, logits.shape[-1]) - 1).clamp(0, count.shape[-1] - 1)
+    return (hungarian_ce(logits, batch.labels, batch.mask).per_task
+            + COUNT_WEIGHT * F.cross_entropy(count.float(), truth, reduction="none"))
+
+
+def cluster_counts(labels: torch.Tensor, mask: torch.Tensor, classes: int) -> torch.Tensor:
+    """The number of distinct labels (B,) among each set's real entities: labels (B, N) in 0..classes-1, mask
+    (B, N) True = real. No host sync (a captured training step may call it)."""
+    hits = torch.zeros(labels.shape[0], classes, device=labels.device).scatter_add_(1, labels, mask.float())
+    return (hits > 0).sum(dim=1)
+
+
+def count_accuracy(count: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Whether the most probable K of count logits (B, C) is the true number of clusters (B,) bool."""
+    return count.argmax(dim=-1) + 1 == cluster_counts(labels, mask, count.shape[-1]).clamp_min(1)
 
 
 def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
@@ -136,12 +160,17 @@ class ClusteringTask(Task):
         tasks = splits[split]
         batches = bucketed_batches(tasks, EVAL_BATCH)
         model.eval()
-        loss_sum = acc_sum = oracle_sum = oracle_acc_sum = 0.0
+        loss_sum = acc_sum = oracle_sum = oracle_acc_sum = count_sum = 0.0
+        counting = hasattr(model, "forward_with_count")  # a count head: how often its most probable K is right
         means, covs = torch.from_numpy(tasks.means), torch.from_numpy(tasks.covs)
         n_clusters = torch.from_numpy(tasks.n_clusters)
         for k, batch in enumerate(batches, start=1):
             b = batch.to(device)
-            logits = model(b.x, b.mask)
+            if counting:
+                logits, count = model.forward_with_count(b.x, b.mask)
+                count_sum += count_accuracy(count, b.labels, b.mask).sum().item()
+            else:
+                logits = model(b.x, b.mask)
             matched = hungarian_ce(logits, b.labels, b.mask)  # one forward pass gives loss and accuracy
             loss_sum += matched.per_task.double().sum().item()
             acc_sum += matched_accuracy(logits, b.labels, b.mask, matched.assignment).sum().item()
@@ -154,7 +183,8 @@ class ClusteringTask(Task):
                 progress(k, len(batches))
         n = len(tasks)
         return {"data": str(data_path), "split": split, "tasks": n, "loss": loss_sum / n, "accuracy": acc_sum / n,
-                "oracle_loss": oracle_sum / n, "oracle_accuracy": oracle_acc_sum / n}
+                "oracle_loss": oracle_sum / n, "oracle_accuracy": oracle_acc_sum / n,
+                **({"count_accuracy": count_sum / n} if counting else {})}
 
     def point_std(self) -> float:
         """The standard deviation per coordinate of the points the models were trained on (the paper's
@@ -165,10 +195,12 @@ class ClusteringTask(Task):
         """What a model has seen in training (set sizes, numbers of clusters, cluster spreads): a model with
         more cluster slots than the paper's generator fills (10) was trained on the broad prior as
         benchmarks/train_broad.py draws it (N up to 800) and on the paper's tasks (a quarter of each epoch), so
-        its range holds both; any other, on the paper's generator."""
+        its range holds both; a model with a count head, on the wide prior (``WIDE_PRIOR``, as
+        benchmarks/train_broad.py --count draws it) and the paper's tasks; any other, on the paper's generator."""
         if model_cfg.dim_out <= MAX_CLUSTERS:
             return _range_of(ClusteringParams())
-        a, b = _range_of(BroadParams(n_max=800)), _range_of(ClusteringParams())
+        prior = WIDE_PRIOR if model_cfg.name == COUNT_MODEL else BroadParams(n_max=800)
+        a, b = _range_of(prior), _range_of(ClusteringParams())
         return TrainingRange(min(a.n_min, b.n_min), max(a.n_max, b.n_max), min(a.k_min, b.k_min),
                              max(a.k_max, b.k_max), min(a.spread_lo, b.spread_lo), max(a.spread_hi, b.spread_hi))
 
@@ -182,8 +214,9 @@ class ClusteringTask(Task):
         (:func:`standardization`: one factor for all coordinates or, ``per_coordinate``, one each). A
         model with ``forward_chunked`` and mean pooling (SWARM) runs the entity axis ``chunk_size``
         entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
-        model runs all N at once. ``progress(fraction_done)``. ``keep_probabilities``: also every point's
-        probabilities of the clusters found (for a refinement).
+        model runs all N at once. A model with a count head (``forward_with_count``) run in one pass also
+        gives its distribution over the number of clusters (``counts``). ``progress(fraction_done)``.
+        ``keep_probabilities``: also every point's probabilities of the clusters found (for a refinement).
         """
         if not standardize:
             check_as_given(values)
@@ -191,19 +224,29 @@ class ClusteringTask(Task):
         x = torch.from_numpy(transform.apply(values) if transform else values).to(device, torch.float32)
         model.eval()
         chunked = getattr(model, "symmetry", None) == "equivariant" and hasattr(model, "forward_chunked")
-        if chunked:
-            logits = model.forward_chunked(x, chunk_size or CHUNK_SIZE, progress)
-        else:
-            logits = model(x[None], torch.ones(1, len(x), dtype=torch.bool, device=device))[0]
+        ran_in_chunks = chunked and len(x) > (chunk_size or CHUNK_SIZE)  # one chunk is the plain pass
+        counts = None
+        everyone = torch.ones(1, len(x), dtype=torch.bool, device=device)
+        if hasattr(model, "forward_with_count") and not ran_in_chunks:  # its distribution over K, in the same pass
+            logits, count = model.forward_with_count(x[None], everyone)
+            logits, counts = logits[0], count[0].double().softmax(-1).cpu().numpy()
             if progress is not None:
                 progress(1.0)
-        ran_in_chunks = chunked and len(x) > (chunk_size or CHUNK_SIZE)  # one chunk is the plain pass
-        return summarize_logits(logits, transform, ran_in_chunks, keep_probabilities)
+        elif chunked:
+            logits = model.forward_chunked(x, chunk_size or CHUNK_SIZE, progress)
+        else:
+            logits = model(x[None], everyone)[0]
+            if progress is not None:
+                progress(1.0)
+        found = summarize_logits(logits, transform, ran_in_chunks, keep_probabilities)
+        return found if counts is None else dataclasses.replace(found, counts=counts)
 
     def eval_table(self, res: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-        return (["", "loss (nats/entity)", "matched accuracy"],
-                [["model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}"],
-                 ["oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}"]])
+        rows = [["model", f"{res['loss']:.4f}", f"{res['accuracy']:.2%}"],
+                ["oracle (true mixture)", f"{res['oracle_loss']:.4f}", f"{res['oracle_accuracy']:.2%}"]]
+        if "count_accuracy" in res:
+            rows.append(["number of clusters, model's most probable", "", f"{res['count_accuracy']:.2%}"])
+        return ["", "loss (nats/entity)", "matched accuracy"], rows
 
 
 @functools.cache

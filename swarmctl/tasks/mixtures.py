@@ -116,6 +116,7 @@ class EMResult:
     scores: tuple[tuple[int, float], ...] = ()  # (K, BIC) of every fit compared on the search's points, best first
     scanned: int = 0  # the K where the scan of k-means partitions put the best BIC (0: no scan)
     shapes: Shapes | None = None  # how the winner's components sit: chains, cores in halos, a flat one
+    counts: tuple[float, ...] = ()  # the model's probabilities of 1, 2, ... clusters that chose K with the BIC
 
     def runner_up(self) -> tuple[int, float] | None:
         """The best other number of clusters the search fitted, and by how much its BIC is higher than the

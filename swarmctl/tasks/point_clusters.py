@@ -69,7 +69,8 @@ class PointClusters:
     ``sizes`` and ``mean_confidence`` (the mean probability of its points). ``transform``: the map applied
     before the model (None: the points were used as given); ``chunked``: the entity axis ran in chunks;
     ``probabilities`` (N, K) float64, the class distribution of every point over the clusters found (the
-    columns in cluster order), when asked for; ``slots``: the number of classes the model can give."""
+    columns in cluster order), when asked for; ``slots``: the number of classes the model can give;
+    ``counts``: a model with a count head's probabilities (C,) of 1, 2, ..., C or more clusters in the set."""
 
     cluster: np.ndarray
     probability: np.ndarray
@@ -80,6 +81,7 @@ class PointClusters:
     chunked: bool
     probabilities: np.ndarray | None = None
     slots: int = 0
+    counts: np.ndarray | None = None
 
 
 def summarize_logits(logits: torch.Tensor, transform: AffineMap | None = None, chunked: bool = False,

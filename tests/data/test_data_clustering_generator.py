@@ -50,3 +50,81 @@ def test_select_keeps_tasks_intact():
 def test_bad_generator_parameters_are_config_errors(bad):
     with pytest.raises(ConfigError):
         ClusteringParams(**bad)
+
+
+BROAD_DRAW = (145, 11, 75.30132835509721, 655)  # the third task of RandomState(7), drawn before the options came
+
+
+def _draws(params, count=40, seed=0):
+    from swarmctl.data.clustering_generator import draw_broad_task
+
+    rs = np.random.RandomState(seed)
+    return [draw_broad_task(params, rs) for _ in range(count)]
+
+
+def test_the_broad_priors_defaults_draw_what_the_broad_model_was_trained_on():
+    """The new options are off by default: the same tasks, to the bit, as before they were added."""
+    from swarmctl.data.clustering_generator import BroadParams
+
+    points, labels, means, covs, weights = _draws(BroadParams(n_max=800), count=3, seed=7)[2]
+    assert (len(points), len(means)) == BROAD_DRAW[:2]
+    assert float(np.float64(points).sum()) == pytest.approx(BROAD_DRAW[2], abs=1e-9)
+    assert int(labels.sum()) == BROAD_DRAW[3]
+
+
+def test_the_wide_prior_gives_every_cluster_its_least_points():
+    from swarmctl.data.clustering_generator import WIDE_PRIOR
+
+    for points, labels, means, *_ in _draws(WIDE_PRIOR, 60):
+        K, N = len(means), len(points)
+        least = min(WIDE_PRIOR.min_cluster_points, N // K)
+        assert np.bincount(labels, minlength=K).min() >= least
+        assert WIDE_PRIOR.n_min <= N <= WIDE_PRIOR.n_max and 1 <= K <= WIDE_PRIOR.k_max
+
+
+def _bend(points, labels, means, covs):
+    """Per cluster of 30 points or more: the correlation between its points' offset along the minor axis and
+    the square of their offset along the major axis (0 for a Gaussian, far from it for an arc)."""
+    out = []
+    for k in range(len(means)):
+        pts = points[labels == k].astype(np.float64)
+        if len(pts) < 30:
+            continue
+        vectors = np.linalg.eigh(covs[k])[1]  # ascending: the minor axis first
+        local = (pts - means[k]) @ vectors
+        out.append(abs(np.corrcoef(local[:, 0], local[:, 1] ** 2)[0, 1]))
+    return np.array(out)
+
+
+def test_warped_clusters_bend_and_plain_ones_do_not():
+    from swarmctl.data.clustering_generator import BroadParams
+
+    params = BroadParams(k_min=2, k_max=4, n_min=600, n_max=800, spread_min=0.3, spread_max=0.3, axis_ratio_min=0.1)
+    bent = np.concatenate([_bend(p, lab, m, c) for p, lab, m, c, _ in _draws(
+        BroadParams(**{**params.__dict__, "warp_share": 1.0, "warp_max": 1.0}), 10)])
+    plain = np.concatenate([_bend(p, lab, m, c) for p, lab, m, c, _ in _draws(params, 10)])
+    assert np.median(plain) < 0.15 < np.median(bent)
+
+
+def test_the_spread_sets_the_overlap_and_the_concentration_the_inequality_of_weights():
+    from swarmctl.data.clustering_generator import BroadParams, relative_spreads
+
+    def spread(r):
+        return np.median([np.median(relative_spreads(m, c, w)) for _, _, m, c, w in _draws(
+            BroadParams(k_min=5, k_max=5, n_min=50, n_max=50, spread_min=r, spread_max=r), 30)])
+
+    assert spread(0.05) * 5 < spread(1.0)
+    def smallest(a):
+        return np.median([w.min() for *_, w in _draws(BroadParams(k_min=8, k_max=8, n_max=60, weight_concentration=a),
+                                                         30)])
+
+    assert smallest(0.5) < smallest(20.0) / 4
+
+
+@pytest.mark.parametrize("bad", [{"warp_share": 1.5}, {"warp_max": -1.0}, {"size_spread": -0.1},
+                                 {"min_cluster_points": -1}])
+def test_the_broad_priors_new_options_are_checked(bad):
+    from swarmctl.data.clustering_generator import BroadParams
+
+    with pytest.raises(ConfigError, match=next(iter(bad))):
+        BroadParams(**bad)

@@ -69,7 +69,10 @@ def test_model_forward_is_finite_per_input_and_all_parameters_get_gradients(name
     assert y.shape[0] == 3 and torch.isfinite(y).all()
     if model.symmetry == "equivariant":
         assert y.shape[1] == 9  # one output per entity
-    y.float().square().sum().backward()
+    loss = y.float().square().sum()
+    if hasattr(model, "forward_with_count"):  # a count head: trained through the model's second output
+        loss = loss + model.forward_with_count(*args)[1].float().square().sum()
+    loss.backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
     assert not missing, f"no gradient for {missing}"
 

@@ -190,3 +190,56 @@ def test_fewer_clusters_than_given_says_so():
     assert any("EM kept 10 of the 12 clusters given" in w and "`clusters`" in w for w in got), got
     assert not any("clusters given" in w for w in cluster_warnings(x, _clusters(labels), PAPER, refined=True,
                                                                    given_clusters=10))
+
+
+def _counts(**probability) -> np.ndarray:
+    """A count head's distribution over 1..16 clusters: ``k2=0.9`` puts 0.9 on 2, the rest spread evenly."""
+    p = np.zeros(16)
+    for key, value in probability.items():
+        p[int(key[1:]) - 1] = value
+    rest = 1.0 - p.sum()
+    return np.where(p > 0, p, rest / (p == 0).sum())
+
+
+def _refined(x: np.ndarray, labels: np.ndarray):
+    from swarmctl.tasks.mixtures import refine
+
+    resp = 0.9 * np.eye(labels.max() + 1)[labels] + 0.1 / (labels.max() + 1)
+    return resp, refine(x, resp)
+
+
+def test_the_models_count_decides_k_where_the_bic_hardly_tells():
+    """Two heavily overlapping Gaussians: the BIC alone prefers one; a model sure of two gets two."""
+    from swarmctl.studies.clusters import choose_k, made_by
+
+    rs = np.random.RandomState(3)
+    y = rs.rand(600) < 0.5
+    x = rs.randn(600, 2) + np.stack([1.5 * y, 0 * y], axis=1)
+    resp, fit = _refined(x, y.astype(int))
+    assert len(fit.mixture) == 1
+    chosen = choose_k(x, resp, fit, _counts(k2=0.9))
+    assert len(chosen.mixture) == 2 and chosen.counts[1] == pytest.approx(0.9)
+    assert "by the model's count and BIC" in made_by("m", True, chosen, None, 2)
+    assert len(choose_k(x, resp, fit, _counts(k1=0.9)).mixture) == 1
+
+
+def test_the_bic_overrules_a_count_it_refutes():
+    """Six well-separated blobs: a model that says two is outvoted by a BIC thousands of points apart."""
+    from swarmctl.studies.clusters import choose_k
+
+    x, labels = _blobs(6, 80, 0.2)
+    resp, fit = _refined(x, labels)
+    assert len(choose_k(x, resp, fit, _counts(k2=0.95)).mixture) == 6
+
+
+def test_an_unsure_count_is_said_to_be_weak_evidence():
+    from swarmctl.studies.clusters import choose_k, shape_warnings
+
+    x, labels = _blobs(3, 100, 0.3)
+    resp, fit = _refined(x, labels)
+    sure = choose_k(x, resp, fit, _counts(k3=0.9))
+    assert not [w for w in shape_warnings(sure, 3) if "evidence" in w]
+    unsure = choose_k(x, resp, fit, _counts(k3=0.4, k4=0.35))
+    assert len(unsure.mixture) == 3
+    (line,) = [w for w in shape_warnings(unsure, 3) if "evidence" in w]
+    assert "probability 0.40" in line and "4 clusters 0.35" in line

@@ -102,3 +102,52 @@ def test_the_default_dataset_generated_inside_a_commands_staged_outputs_is_reada
     with staged_outputs():
         task.ensure_data(DataConfig(path=task.default_data))
         assert (tmp_path / task.default_data).is_file()
+
+
+def test_cluster_counts_are_the_distinct_labels_of_each_sets_real_points():
+    labels = torch.tensor([[0, 2, 2, 5, 5], [1, 1, 1, 3, 0], [4, 4, 4, 4, 4]])
+    mask = torch.tensor([[True] * 5, [True, True, True, False, False], [True] * 5])
+    assert clustering.cluster_counts(labels, mask, 6).tolist() == [3, 1, 1]  # padding's labels do not count
+    assert clustering.cluster_counts(labels, mask, 16).tolist() == [3, 1, 1]
+
+
+def test_a_count_model_is_trained_on_its_count_beside_the_matched_loss():
+    torch.manual_seed(0)
+    model = create_model(ModelConfig(name="swarm-count", dim_hidden=8, n_iter=2, dim_out=6))
+    x = torch.randn(3, 7, 2)
+    labels = torch.tensor([[0, 1, 2, 0, 1, 2, 0], [0, 0, 0, 0, 1, 1, 1], [3, 3, 3, 3, 3, 3, 3]])
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    batch = clustering.ClusteringBatch(x, labels, mask, torch.arange(3))
+    logits, count = model.forward_with_count(x, mask)
+    matched = hungarian_ce(logits, labels, mask).per_task
+    ce = torch.nn.functional.cross_entropy(count, torch.tensor([2, 1, 0]), reduction="none")
+    torch.testing.assert_close(clustering.clustering_loss(model, batch), matched + clustering.COUNT_WEIGHT * ce)
+    plain = create_model(ModelConfig(name="swarm", dim_hidden=8, n_iter=2, dim_out=6))
+    torch.testing.assert_close(clustering.clustering_loss(plain, batch),
+                               hungarian_ce(plain(x, mask), labels, mask).per_task)
+
+
+def test_a_count_model_gives_its_distribution_over_k_with_the_clusters_of_a_users_points():
+    torch.manual_seed(0)
+    model = create_model(ModelConfig(name="swarm-count", dim_hidden=8, n_iter=2, dim_out=6))
+    points = torch.randn(50, 2).double().numpy()
+    found = clustering.ClusteringTask().cluster_points(model, points, torch.device("cpu"), keep_probabilities=True)
+    assert found.counts.shape == (6,) and abs(found.counts.sum() - 1) < 1e-9
+    _, count = model.forward_with_count(torch.from_numpy(found.transform.apply(points)).float()[None])
+    assert abs(found.counts - count[0].detach().double().softmax(-1).numpy()).max() < 1e-6
+    plain = create_model(ModelConfig(name="swarm", dim_hidden=8, n_iter=2, dim_out=6))
+    assert clustering.ClusteringTask().cluster_points(plain, points, torch.device("cpu")).counts is None
+
+
+def test_eval_reports_how_often_the_count_heads_most_probable_k_is_right(tmp_path):
+    from types import SimpleNamespace
+
+    from swarmctl.data.hdf5 import generate_dataset
+
+    data = tmp_path / "d.h5"
+    generate_dataset(data, ClusteringParams(**TINY_PARAMS), seed=0)
+    model = create_model(ModelConfig(name="swarm-count", dim_hidden=8, n_iter=2, dim_out=6))
+    ckpt = SimpleNamespace(data_config=SimpleNamespace(checksum=None, path=None))  # what score reads of a checkpoint
+    res = clustering.ClusteringTask().score(model, ckpt, data, "val", torch.device("cpu"))
+    assert 0.0 <= res["count_accuracy"] <= 1.0
+    assert any("number of clusters" in row[0] for row in clustering.ClusteringTask().eval_table(res)[1])
