@@ -330,17 +330,9 @@ def remove_folders(created: list[Path]) -> None:
 
 def open_regular(path: Path, flags: int, what_file: str) -> int:
     """"Outputs": never writes through a symbolic link, never waits on a FIFO: ``path`` opened with ``flags``,
-    a link, FIFO, folder or device in its place refused as not ``what_file``."""
-    message = "cannot open {path}: it is {what}, not " + what_file + "; remove it and try again"
-    _refuse_special(path, message)
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
-    try:
-        _refuse_special(fd, message, Path(path))  # put there meanwhile
-    except ResourceError:
-        os.close(fd)
-        raise
-    os.set_blocking(fd, True)
-    return fd
+    a link, FIFO, folder or device in its place refused as not ``what_file`` (one put there meanwhile: ELOOP)."""
+    _refuse_special(path, "cannot open {path}: it is {what}, not " + what_file + "; remove it and try again")
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
 
 
 def append_line(path: Path, line: str) -> None:
