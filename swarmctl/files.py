@@ -309,7 +309,7 @@ def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool) -
         finally:
             os.close(fd)
     except BaseException:
-        os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)  # the compiler may have removed it
         raise
     stage.pending.append((tmp, path, replace))
 
