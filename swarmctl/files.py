@@ -102,6 +102,8 @@ def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
     """"Outputs": refused with or without --force, before any work: a link, FIFO or folder in its place, an
     input, a run's lock, a run's own file or a shipped model (unless this process holds its folder)."""
     path = Path(path)
+    if os.path.isdir(path) and not os.path.islink(path):
+        raise ResourceError(f"cannot write {path}: it is a folder; give a file path")
     _refuse_special(path, "cannot write {path}: it is {what}, which swarmctl never writes through or replaces; "
                           "remove it or choose another path")
     target = _resolved(path)
