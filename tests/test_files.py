@@ -1,34 +1,251 @@
-"""files.staged_outputs: a command's outputs are checked when named, before any work, and written all or none."""
+"""The file rules of docs/guarantees.md, through swarmctl.files' public functions: a write is all or nothing and
+synced before its name appears; a link, FIFO or folder in place of a file is refused, never written through
+or waited on; a command's outputs appear together; no run's own file, lock or input is ever an output."""
+
+import errno
+import json
+import os
+import warnings
 
 import pytest
 
-from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError
-from swarmctl.files import atomic_write_text, check_png, parse_json, read_json, staged_outputs
+from swarmctl import files
+from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError, SwarmctlWarning
+from swarmctl.files import (
+    append_line,
+    atomic_write,
+    atomic_write_text,
+    check_png,
+    holding,
+    parse_json,
+    private_temp_folder,
+    read_bytes,
+    read_json,
+    read_metrics,
+    remove_orphan_temps,
+    staged_outputs,
+)
+from swarmctl.rundir import METRICS_KEYS
 
 
-def test_outputs_are_checked_when_named_and_published_together(tmp_path):
-    (tmp_path / "old.txt").write_text("old")
-    with pytest.raises(OutputExists), staged_outputs(replace=False) as outputs:
-        outputs.file(tmp_path / "old.txt")  # an existing file without replace: refused before any work
-        raise AssertionError("the work ran")
+def _names(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _fail(message="the writer failed"):
+    raise RuntimeError(message)
+
+
+# ---- one file: atomic, synced, named in its errors -----------------------------------------------------------
+
+def test_a_write_that_fails_midway_leaves_the_old_file_whole_and_no_temporary_file(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    with pytest.raises(RuntimeError):
+        atomic_write(path, lambda fh: (fh.write(b"half"), _fail()))
+    assert path.read_text() == "old" and _names(tmp_path) == ["f.txt"]
+    atomic_write_text(tmp_path / "new" / "g.txt", "new")
+    assert (tmp_path / "new" / "g.txt").read_text() == "new" and _names(tmp_path / "new") == ["g.txt"]
+
+
+def test_a_full_disk_names_the_file_asked_for_and_keeps_the_old_one(tmp_path, monkeypatch):
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space") as err:
+        atomic_write_text(path, "new")
+    assert err.value.filename == str(path)
+    monkeypatch.undo()
+    assert path.read_text() == "old" and _names(tmp_path) == ["f.txt"]
+
+
+def test_the_temporary_file_is_synced_before_it_takes_the_name(tmp_path, monkeypatch):
+    """fsync of the content before the rename, then of the folder (a power cut leaves the old file or the new
+    one, never a file whose name is on the disk and whose content is not)."""
+    events, real_fsync, real_replace = [], os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("rename", os.path.realpath(src), os.path.realpath(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    atomic_write_text(path, "new")
+    renames = [i for i, e in enumerate(events) if e[0] == "rename" and e[2] == os.path.realpath(path)]
+    assert len(renames) == 1, events
+    tmp = events[renames[0]][1]
+    assert ("fsync", tmp) in events[:renames[0]], events  # the content first
+    assert ("fsync", os.path.realpath(tmp_path)) in events[renames[0]:], events  # then the folder holding the new name
+    assert path.read_text() == "new"
+
+
+# ---- what is never written -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "folder", "dangling"])
+def test_a_link_fifo_or_folder_in_place_of_an_output_is_refused_and_left_alone(tmp_path, kind):
+    outside, path = tmp_path / "outside.txt", tmp_path / "out.txt"
+    outside.write_text("not ours")
+    {"symlink": lambda: path.symlink_to(outside), "fifo": lambda: os.mkfifo(path), "folder": path.mkdir,
+     "dangling": lambda: path.symlink_to(tmp_path / "nowhere")}[kind]()
+    for write in (lambda: atomic_write_text(path, "x"), lambda: append_line(path, "x")):
+        with pytest.raises(ResourceError, match="folder" if kind == "folder" else "link|FIFO"):
+            write()
+    assert outside.read_text() == "not ours" and not (tmp_path / "nowhere").exists()
+    assert sorted(_names(tmp_path)) == ["out.txt", "outside.txt"]
+
+
+def test_an_output_under_a_file_or_in_a_read_only_folder_is_refused_before_any_work(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ResourceError, match="is a file, not a folder"):
+        atomic_write(tmp_path / "file" / "sub" / "out.txt", lambda fh: _fail())
+    (tmp_path / "ro").mkdir(mode=0o500)
+    if os.access(tmp_path / "ro", os.W_OK):
+        pytest.skip("running as root: every folder is writable")
+    with pytest.raises(ResourceError, match="not writable"):
+        atomic_write(tmp_path / "ro" / "out.txt", lambda fh: _fail())
+
+
+def test_an_input_a_lock_a_runs_own_file_or_a_shipped_model_is_never_an_output(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text("{}")
     (tmp_path / "in.txt").write_text("input")
-    with pytest.raises(ResourceError, match="input"), staged_outputs() as outputs:
-        outputs.input(tmp_path / "in.txt")
+    os.link(tmp_path / "in.txt", tmp_path / "same.txt")
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path / "shipped"))
+    refused = {tmp_path / "same.txt": "input", tmp_path / "x" / ".lock": "lock",
+               run / "metrics.jsonl": "file of the run", tmp_path / "shipped" / "m.pt": "shipped models"}
+    for path, why in refused.items():
+        with pytest.raises(ResourceError, match=why), staged_outputs([tmp_path / "in.txt"]) as outputs:
+            outputs.file(path)
+    with pytest.raises(ResourceError, match="input"), staged_outputs() as outputs:  # an input named later
         outputs.file(tmp_path / "in.txt")
-    with pytest.raises(RuntimeError), staged_outputs() as outputs:
-        atomic_write_text(outputs.file(tmp_path / "a" / "one.txt"), "1")
-        raise RuntimeError("the second output failed")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "old.txt"]  # nothing, not even the folder
+        outputs.input(tmp_path / "in.txt")
+    with holding(run):  # the run's one writer may write its files
+        atomic_write_text(run / "metrics.jsonl", "")
+    assert _names(tmp_path) == ["in.txt", "run", "same.txt"] and (tmp_path / "in.txt").read_text() == "input"
+
+
+# ---- --force, and a file that appears meanwhile --------------------------------------------------------------
+
+def test_without_replace_an_existing_file_or_one_that_appears_meanwhile_is_kept(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("theirs")
+    with pytest.raises(OutputExists, match="exists"):
+        atomic_write(path, lambda fh: _fail("the work ran"), replace=False)
+    path.unlink()
+
+    def competitor(fh):
+        path.write_text("theirs")  # another process creates the name while this one writes
+        fh.write(b"ours")
+
+    with pytest.raises(OutputExists, match="appeared while this command ran"):
+        atomic_write(path, competitor, replace=False)
+    assert path.read_text() == "theirs" and _names(tmp_path) == ["out.txt"]
+    atomic_write_text(path, "ours")  # replace: the default outside a block
+    assert path.read_text() == "ours"
+
+
+# ---- a command's outputs: all or none ------------------------------------------------------------------------
+
+def test_outputs_appear_together_when_the_block_ends(tmp_path):
     with staged_outputs() as outputs:
         atomic_write_text(outputs.file(tmp_path / "a" / "one.txt"), "1")
-        assert not (tmp_path / "a" / "one.txt").exists()  # published when the block ends
-    assert (tmp_path / "a" / "one.txt").read_text() == "1"
+        atomic_write_text(outputs.file(tmp_path / "two.txt"), "2")
+        assert [n for n in _names(tmp_path) if not n.startswith(".")] == ["a"]  # only temporary files yet
+        assert not (tmp_path / "a" / "one.txt").exists()
+    assert (tmp_path / "a" / "one.txt").read_text() == "1" and (tmp_path / "two.txt").read_text() == "2"
+    assert _names(tmp_path) == ["a", "two.txt"]  # no temporary file
+
+
+def test_a_block_that_fails_leaves_no_new_file_or_folder(tmp_path):
+    (tmp_path / "old.txt").write_text("old")
+    with pytest.raises(RuntimeError), staged_outputs() as outputs:
+        atomic_write_text(outputs.file(tmp_path / "a" / "b" / "one.txt"), "1")
+        atomic_write_text(outputs.file(tmp_path / "old.txt"), "2")
+        _fail("the third output failed")
+    assert _names(tmp_path) == ["old.txt"] and (tmp_path / "old.txt").read_text() == "old"
+
+
+def test_a_block_whose_last_output_appeared_meanwhile_removes_the_ones_it_published(tmp_path):
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    with pytest.raises(OutputExists), staged_outputs(replace=False) as outputs:
+        atomic_write_text(outputs.file(first), "ours")
+        atomic_write_text(outputs.file(second), "ours")
+        second.write_text("theirs")  # another process, after the checks
+    assert _names(tmp_path) == ["second.txt"] and second.read_text() == "theirs"
+
+
+def test_two_parameters_naming_one_file_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="`out` and `plot` name the same file"), staged_outputs() as outputs:
+        outputs.file(tmp_path / "x.png", "out")
+        outputs.file(tmp_path / "." / "x.png", "plot")
 
 
 def test_check_png_names_the_parameter():
     assert check_png(None, "plot") is None and str(check_png("x.PNG", "plot")) == "x.PNG"
     with pytest.raises(ConfigError, match="x.jpg does not end in .png; `plot` is a PNG file"):
         check_png("x.jpg", "plot")
+
+
+# ---- logs, orphans, private folders ---------------------------------------------------------------------------
+
+def test_a_log_line_cut_short_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    append_line(path, "one")
+    real = os.write
+
+    def half_then_full(fd, data):
+        if len(data) > 2:
+            return real(fd, data[:2])  # a partial write, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError, match="No space"):
+        append_line(path, "two")
+    monkeypatch.undo()
+    append_line(path, "three")
+    assert path.read_text() == "one\nthree\n"
+
+
+def test_orphan_temporary_files_of_dead_writers_are_removed(tmp_path):
+    dead, live, other = (tmp_path / ".f.txt.999999999-x.tmp", tmp_path / f".f.txt.{os.getpid()}-y.tmp",
+                         tmp_path / "keep.txt")
+    for path in (dead, live, other):
+        path.write_text("x")
+    remove_orphan_temps(tmp_path)
+    assert _names(tmp_path) == [live.name, "keep.txt"]  # a live writer's file stays
+    remove_orphan_temps(tmp_path, held=True)  # the lock's holder: every temporary file is an orphan
+    assert _names(tmp_path) == ["keep.txt"]
+
+
+def test_a_planted_shared_temp_folder_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(files.tempfile, "tempdir", str(tmp_path))
+    mine = private_temp_folder("cache")
+    assert mine == tmp_path / f"swarmctl-{os.getuid()}" / "cache" and mine.stat().st_mode & 0o777 == 0o700
+    os.chmod(mine, 0o777)  # as if another user made it, open to all
+    other = private_temp_folder("cache")
+    assert other != mine and other.is_dir() and other.stat().st_mode & 0o077 == 0
+
+
+# ---- readers ---------------------------------------------------------------------------------------------------
+
+def test_a_fifo_is_refused_by_a_reader_at_once_and_a_link_is_followed(tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # no writer: opening it to read would wait for ever
+    with pytest.raises(ResourceError, match="FIFO"):
+        read_bytes(tmp_path / "fifo")
+    (tmp_path / "f").write_bytes(b"data")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    assert read_bytes(tmp_path / "link") == b"data"  # links are followed on reads
 
 
 @pytest.mark.parametrize("content", [None, b"", b"{", b"\xff{}", b'{"a": NaN}', b"[1e999]", b'{"a": -Infinity}'],
@@ -52,3 +269,15 @@ def test_read_json_reads_json_and_refuses_a_folder(tmp_path):
         read_json(tmp_path, "a record")
     with pytest.raises(DataError, match=r"^member x\.json is not valid JSON \(NaN is not a finite number\); "):
         parse_json(b'{"a": [NaN]}', "member x.json")  # bytes, as from an archive
+
+
+def test_a_damaged_metrics_line_is_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    assert read_metrics(path) == []
+    good = json.dumps(dict.fromkeys(METRICS_KEYS, 1))
+    path.write_text(f"{good}\n\n{good[:-9]}\n[1]\n{good}\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert len(read_metrics(path)) == 2
+    assert [str(w.message) for w in caught if w.category is SwarmctlWarning] == [
+        f"{path}: skipped 2 damaged line(s) (3, 4)"]

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from swarmctl.errors import CheckpointError
-from swarmctl.files import holding, make_folders, open_lock_file, remove_folders, remove_orphan_temps
+from swarmctl.files import holding, make_folders, open_regular, remove_folders, remove_orphan_temps
 from swarmctl.rundir import RunDir
 from swarmctl.training.device import DistContext
 
@@ -25,7 +25,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     lock = RunDir(run_dir).lock
     made = make_folders(run_dir)
     lock_made = not lock.exists()
-    fh = open_lock_file(lock)  # never through a link, never a FIFO or folder
+    fh = os.fdopen(open_regular(lock, os.O_RDWR | os.O_CREAT, "a lock file"), "r+b")
     try:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

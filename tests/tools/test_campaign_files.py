@@ -1,4 +1,4 @@
-"""tools/campaigns/files.py: a campaign's copies and removals are staged with the other writes of a group, and
+"""tools/campaigns/files.py: a campaign's copies and removals are made all together or undone, and
 its logs and unpacked members are never opened through a link."""
 
 from pathlib import Path
@@ -8,21 +8,21 @@ import pytest
 from swarmctl import files as swarmctl_files
 from swarmctl.errors import ResourceError
 from swarmctl.files import atomic_write_text
-from tools.campaigns.files import copy_file, create_exclusive, open_log_file, remove_file
+from tools.campaigns.files import all_or_none, copy_file, create_exclusive, open_log_file, remove_file
 
 
-def test_a_staged_group_replaces_and_removes_files_all_at_once_or_puts_them_back(tmp_path, monkeypatch):
-    """A staged group that replaces one file, removes another and writes a third: on success all three
-    changes appear; when publishing fails part-way, the replaced file and the removed one are back as they
-    were and the new one is gone (the campaign commit depends on it)."""
+def test_a_group_replaces_removes_and_writes_files_all_at_once_or_puts_them_back(tmp_path, monkeypatch):
+    """A group that replaces one file, removes another and writes a third: on success all three changes are
+    made; when publishing fails part-way, the replaced file and the removed one are back as they were and the
+    new one and its folder are gone (the campaign commit depends on it)."""
     old, gone, new = tmp_path / "old.txt", tmp_path / "gone.txt", tmp_path / "sub" / "new.txt"
 
     def group():
-        with swarmctl_files.staged_outputs():
+        with all_or_none([old, gone, new]), swarmctl_files.staged_outputs():
             atomic_write_text(old, "replaced\n")
             remove_file(gone)
             copy_file(old.with_name("source.txt"), new)
-            assert old.read_text() == "before\n" and gone.exists() and not new.exists()  # nothing yet
+            assert old.read_text() == "before\n" and not new.exists()  # written when the block ends
 
     (tmp_path / "source.txt").write_text("copied\n")
     old.write_text("before\n")

@@ -1,15 +1,17 @@
 """The file operations only a campaign needs, on top of :mod:`swarmctl.files` (whose rules they keep: never
-through a link, never over a special file, staged with the other writes of a :func:`swarmctl.files.staged_outputs`
-block): copy a file, remove one, create a member of an unpacked archive, open a child process's log."""
+through a link, never over a special file): copy a file, remove one, a group of changes all made or all undone,
+create a member of an unpacked archive, open a child process's log."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from swarmctl.errors import ResourceError
-from swarmctl.files import _check_writable_target, _open_regular, _staging, atomic_write, read_bytes
+from swarmctl.files import atomic_write, check_output_file, open_regular, read_bytes, remove_folders
 
 
 def copy_file(source: Path, path: Path) -> None:
@@ -19,16 +21,35 @@ def copy_file(source: Path, path: Path) -> None:
 
 
 def remove_file(path: Path) -> None:
-    """Remove the file ``path``: inside :func:`swarmctl.files.staged_outputs` when the block ends without
-    error, with the block's other files (and put back if publishing fails); outside one, at once. The target
-    is checked as for a write; a missing file is no error."""
-    path = Path(path)
-    stage = _staging.get()
-    _check_writable_target(path, stage.inputs if stage else ())
-    if stage is not None:
-        stage.pending.append((None, path, True))
-    elif os.path.lexists(path):
-        os.unlink(path)
+    """Remove the file ``path`` (checked as for a write; a missing file is no error)."""
+    check_output_file(path)
+    Path(path).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def all_or_none(paths: Iterable[Path]) -> Iterator[None]:
+    """The campaign commit's all or nothing: when the block fails, even part-way through publishing the
+    :func:`swarmctl.files.staged_outputs` block inside it, each of ``paths`` is put back as it was (each
+    existing file is kept under a second name, a hard link, until then) and the folders made for them go."""
+    paths = [Path(p) for p in paths]
+    made = sorted({q for p in paths for q in itertools.takewhile(lambda q: not q.exists(), p.parents)},
+                  key=lambda q: len(q.parts))
+    kept: dict[Path, Path] = {}
+    try:
+        for path in filter(os.path.lexists, paths):
+            kept[path] = path.with_name(f".{path.name}.{os.getpid()}-kept.tmp")
+            kept[path].unlink(missing_ok=True)
+            os.link(path, kept[path])
+        yield
+    except BaseException:
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.replace(kept[path], path) if path in kept else path.unlink()
+        remove_folders(made)
+        raise
+    finally:
+        for second in kept.values():
+            second.unlink(missing_ok=True)
 
 
 def create_exclusive(path: Path) -> BinaryIO:
@@ -44,7 +65,5 @@ def open_log_file(path: Path) -> BinaryIO:
     """Open (create) the log ``path`` for appending, as a child process's output, never through a link or
     into a special file (ResourceError)."""
     path = Path(path)
-    _check_writable_target(path)
-    fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT,
-                       lambda what: ResourceError(f"cannot write {path}: it is {what}; remove it"))
-    return os.fdopen(fd, "ab")
+    check_output_file(path)
+    return os.fdopen(open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "a log file"), "ab")

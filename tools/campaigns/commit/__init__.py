@@ -61,8 +61,8 @@ shipped model.
 
 All or nothing: the returned files are unpacked into a temporary folder beside campaigns/ and checked
 there; then every file is written beside its target and all are published together (``files.staged_outputs``),
-and a failure on the way puts every replaced or removed file back. A refusal is one line on stderr and
-exit 1, and leaves campaigns/ and the shipped models as they were.
+and a failure on the way puts every replaced or removed file back (``tools/campaigns/files.py:all_or_none``). A
+refusal is one line on stderr and exit 1, and leaves campaigns/ and the shipped models as they were.
 """
 
 from tools.campaigns.commit.place import commit

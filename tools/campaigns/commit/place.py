@@ -1,7 +1,7 @@
 """The commit's last step: everything checked, the files go into the campaigns folder and the shipped
-models all at once (``files.staged_outputs``: written beside their targets, published together at the end,
-every replaced or removed file put back if publishing fails), under a lock on the campaigns folder, with
-the session recorded last in campaigns/sessions.jsonl."""
+models all at once (``files.staged_outputs``: written beside their targets, published together at the end;
+``all_or_none``: every replaced or removed file put back if publishing fails), under a lock on the campaigns
+folder, with the session recorded last in campaigns/sessions.jsonl."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from tools.campaigns.commit.unpack import (
     unpack,
 )
 from tools.campaigns.commit.validate import Campaign, _check_destination, check_campaign
-from tools.campaigns.files import copy_file, remove_file
+from tools.campaigns.files import all_or_none, copy_file, remove_file
 from tools.campaigns.parts import joined_bytes, manifest_path, read_manifest
 from tools.campaigns.plan import TIMING
 from tools.campaigns.runners import MOG_RETURNED
@@ -214,7 +214,7 @@ def _place(root: Path, pretrained: Path, campaigns: list[Campaign], replacements
     with contextlib.ExitStack() as held:
         for folder in sorted({dest.parent for dest in targets}):
             held.enter_context(holding(folder))  # the commit is the one writer of these folders
-        with staged_outputs():
+        with all_or_none(targets), staged_outputs():
             for dest, src in files:
                 if src is None:  # a file that did not come back described the old checkpoint
                     remove_file(dest)
