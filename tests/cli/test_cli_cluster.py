@@ -253,7 +253,7 @@ def test_out_and_plot_naming_one_file_is_refused(cli, trained_runs, values, tmp_
     assert _snapshot(tmp_path) == before
 
 
-# ---- issue #25: honest output ---------------------------------------------------------------------------------
+# ---- what the output says about itself ------------------------------------------------------------------------
 
 def test_points_far_from_the_training_scale_used_as_given_warn(cli, trained_runs, values, tmp_path):
     """--no-standardize on points in raw units must not collapse silently: one warning line, exit 0."""
@@ -363,7 +363,7 @@ def test_per_coordinate_with_no_standardize_is_refused(cli, trained_runs, values
     (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], 2, "name the same file"),
     (["--per-coordinate", "--no-standardize"], 2, "give one of the two"),
     (["--clusters", "0"], 2, "'--clusters': must be >= 1"),
-    (["--clusters", "301"], 2, "more than the 300 distinct points"),  # the issue's rule: exit 2 (guarantees.md)
+    (["--clusters", "301"], 2, "more than the 300 distinct points"),  # a count the file caps: exit 2 (guarantees.md)
     (["--clusters", "3", "--no-refine"], 2, "--no-refine leaves EM out"),
     (["--columns", "lon,height"], 1, "no column 'height'"),  # a name another file may have
     (["--columns", "0,5"], 1, "out of range"),
@@ -476,7 +476,7 @@ def test_clusters_k_recovers_well_separated_blobs(cli, trained_runs, tmp_path):
 
 @pytest.mark.parametrize("refine", ["--refine", "--no-refine"])
 def test_an_order_dependent_model_reads_the_points_sorted_and_says_so(cli, trained_runs, values, tmp_path, refine):
-    """Two orders of the same rows give the same clusters (issue 32: an LSTM gave ARI 0.01 between them)."""
+    """Two orders of the same rows give the same clusters (an order-dependent model is fed one order)."""
     for output in _same_clusters_in_two_orders(cli, trained_runs, "lstm", values, tmp_path, refine):
         assert "read them sorted by coordinate" in output, output
     r = cli("cluster", _csv(tmp_path / "c.csv", values), *_run_args(trained_runs), refine, "--out", tmp_path / "c.out")

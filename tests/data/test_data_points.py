@@ -311,7 +311,7 @@ def test_quoted_csv_fields_are_read_as_csv_and_written_back_the_same(tmp_path):
     assert [r[5] for r in rows[1:]] == ["0", "0.7", "0"]
 
 
-# ---- the user's own text, quoted records, comments, the header rule, places, `;` (issue #25 follow-up) -------
+# ---- the user's own text, quoted records, comments, the header rule, places, `;` -----------------------------
 
 def _clustered(tmp_path, text, columns=None):
     """The rows of the output CSV for ``text`` (every point in cluster 0), read by the csv module."""

@@ -250,7 +250,7 @@ def test_a_checkpoint_file_where_a_run_is_expected_says_so(cli, world, args, ins
     assert "no run" not in message and _snapshot(world) == before
 
 
-# ---- round 4: messages that name the option, the task and every usable model -----------------------------------
+# ---- messages that name the option, the task and every usable model --------------------------------------------
 
 def test_a_bad_temperature_is_named_by_its_flag(cli, world):
     before = _snapshot(world)

@@ -142,7 +142,7 @@ def test_a_plot_named_in_capitals_is_written_under_that_name(case):
     assert after["o.png"] == before["o.png"] and after["o.PNG"].startswith(b"\x89PNG")
 
 
-# ---- round 4: eval and sample never replace a file of the user's without --force ---------------------------
+# ---- eval and sample never replace a file of the user's without --force ------------------------------------
 
 @pytest.fixture
 def own_data_run(tmp_path):

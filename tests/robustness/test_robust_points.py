@@ -353,7 +353,7 @@ def test_a_quote_left_open_is_named_at_the_line_it_opens(tmp_path, rows):
         read_points(path, columns=("x", "y"))
 
 
-# ---- round 4: integers beyond 2^53 keep their differences -------------------------------------------------
+# ---- integers beyond 2^53 keep their differences ----------------------------------------------------------
 
 @pytest.mark.parametrize("form", ["csv", "npy"])
 def test_integer_coordinates_near_2_62_cluster_as_the_same_points_shifted(trained_runs, tmp_path, form):
@@ -379,7 +379,7 @@ def test_integer_coordinates_near_2_62_cluster_as_the_same_points_shifted(traine
     assert outputs["huge"] == outputs["near0"]
 
 
-# ---- round 4: sizes a file claims, and streams without end ---------------------------------------------------
+# ---- sizes a file claims, and streams without end ------------------------------------------------------------
 
 def test_an_npy_whose_header_claims_a_billion_rows_is_a_damaged_file(trained_runs, tmp_path):
     runs, _ = trained_runs

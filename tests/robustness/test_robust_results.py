@@ -303,7 +303,7 @@ def test_plot_entropy_takes_any_size(trained_runs, tmp_path, size):
     assert (tmp_path / "ent" / "entropy.png").is_file()
 
 
-# ---- round 4: report never pools different data; a runs folder that is none is named as such ---------------
+# ---- report never pools different data; a runs folder that is none is named as such ------------------------
 
 def test_report_never_pools_runs_of_one_config_trained_on_different_data(tmp_path):
     from conftest import TINY_PARAMS
