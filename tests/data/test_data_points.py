@@ -23,7 +23,6 @@ import swarmctl.data.points as points_module
 from swarmctl.data.points import parse_columns, read_points, write_cluster_csv
 from swarmctl.errors import ConfigError, DataError, ResourceError
 
-
 POINTS = np.array([[0.5, -1.25, 3.0], [2.0, 4.5, -0.125], [1e-3, 7.0, 2.5], [-3.5, 0.0, 1e6]])
 
 
