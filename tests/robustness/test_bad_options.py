@@ -121,7 +121,7 @@ SWEEP = {
                           "--out", "{new}/s"], {
         "--tasks": ["nonpositive"], "--shuffles": ["nonpositive"], "--seed": ["seed"], "--device": ["device"],
         "--out": ["out_folder"]}),
-    "sample": (["--runs-dir", "{runs}", "--device", "cpu", "--out", "{new}/s.png"], {
+    "sample": (["--runs-dir", "{runs}", "--device", "cpu", "--per-class", 1, "--out", "{new}/s.png"], {
         "--per-class": ["nonpositive"], "--temperature": ["positive_float"], "--seed": ["seed"],
         "--device": ["device"], "--dataset": ["word"], "--out": ["out_file"]}),
     "report": (["--runs-dir", "{runs}", "--out", "{new}/r"], {"--out": ["out_folder"]}),
