@@ -418,7 +418,9 @@ def test_clusters_k_above_the_distinct_points_counts_repeated_rows_once(cli, tra
     assert r.exit_code == 0 and len(np.unique(_read(tmp_path / "b.csv")[1][:, 2])) == 4, r.output
 
 
-@pytest.mark.parametrize("run", ["swarm", "lstm"])
+# the LSTM in the slow suite: an order-dependent model given two orders is the default suite's in
+# test_an_order_dependent_model_reads_the_points_sorted_and_says_so
+@pytest.mark.parametrize("run", [tiered("swarm", default=True), tiered("lstm", default=False)])
 def test_clusters_k_does_not_depend_on_the_order_of_the_rows(cli, trained_runs, values, tmp_path, run):
     _same_clusters_in_two_orders(cli, trained_runs, run, values, tmp_path, "--clusters", "3")
 
@@ -456,7 +458,7 @@ def test_clusters_k_recovers_well_separated_blobs(cli, trained_runs, tmp_path):
 
 # ---- a model whose answer depends on the order of the points (an LSTM) ------------------------------------------
 
-@pytest.mark.parametrize("refine", ["--refine", "--no-refine"])
+@pytest.mark.parametrize("refine", [tiered("--refine", default=True), tiered("--no-refine", default=False)])
 def test_an_order_dependent_model_reads_the_points_sorted_and_says_so(cli, trained_runs, values, tmp_path, refine):
     """Two orders of the same rows give the same clusters (an order-dependent model is fed one order)."""
     for output in _same_clusters_in_two_orders(cli, trained_runs, "lstm", values, tmp_path, refine):
