@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import tiered
 from faults import assert_clean_failure, cli, competing_writer, failing_writes, snapshot
 
 from tools.campaigns.shipping import export_weights
@@ -205,7 +206,8 @@ def image_run(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("existing", ["mydata.npy", "mydata.png"])
+# the .npy beside the PNG in the default suite; the PNG itself (the rule every command's --out keeps) slow
+@pytest.mark.parametrize("existing", [tiered("mydata.npy", default=True), tiered("mydata.png", default=False)])
 def test_sample_never_replaces_an_existing_file_beside_its_png_without_force(image_run, existing):
     root = image_run
     (root / existing).write_bytes(b"the user's own array\n")
