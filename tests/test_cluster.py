@@ -1,5 +1,5 @@
 """swarmctl.cluster: the Python API in scikit-learn's conventions, with the shipped clustering model, and the
-warnings where the points are not a mixture of Gaussians or the evidence for K is weak (issue 47). Every set
+warnings where the points are not a mixture of Gaussians or the evidence for K is weak. Every set
 is made here with NumPy: two rings, two moons, a dense core in a wide halo, two heavily overlapping Gaussians,
 50 neighbouring blobs, and three plain blobs (which must come back without a warning)."""
 

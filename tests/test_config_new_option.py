@@ -13,6 +13,10 @@ from pathlib import Path
 
 import pytest
 
+# A copy of the package, its help catalog regenerated and seven commands in a process of their own: about 20 s,
+# so in the slow tier (`make test-all`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Step 1 of the checklist: the field, in TrainConfig's body, and its check, first in __post_init__.

@@ -142,7 +142,7 @@ def test_a_triton_run_on_cuda_trains_as_the_eager_run_does(tmp_path, tiny_h5, st
     assert json.loads((tmp_path / step / "config.json").read_text())["train"]["triton"] is True
 
 
-# ---- issue 16: no host sync in a step, device MoG sampler, device Hungarian, CUDA graphs ---------------
+# ---- no host sync in a step, device MoG sampler, device Hungarian, CUDA graphs -------------------------
 
 def test_the_device_hungarian_loss_and_gradients_equal_scipys_on_the_cpu():
     gen = torch.Generator().manual_seed(5)
@@ -275,7 +275,7 @@ def test_image_batches_cut_on_cuda_equal_the_host_batches():
         assert torch.equal(placed[i].x.cpu(), host[i].x) and torch.equal(placed[i].y.cpu(), host[i].y)
 
 
-# ---- issue 22: what the first card found (or would have) ---------------------------------------------------
+# ---- a CUDA run: the TF32 setting left as found, Adam's step counts, graphed updates and padded shapes -----
 
 def test_a_training_run_on_cuda_leaves_the_tf32_setting_as_it_found_it(tmp_path, tiny_h5):
     torch.backends.cuda.matmul.allow_tf32 = False

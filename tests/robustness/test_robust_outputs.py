@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import tiered
 from faults import assert_clean_failure, cli, competing_writer, failing_writes, snapshot
 
 from tools.campaigns.shipping import export_weights
@@ -142,7 +143,7 @@ def test_a_plot_named_in_capitals_is_written_under_that_name(case):
     assert after["o.png"] == before["o.png"] and after["o.PNG"].startswith(b"\x89PNG")
 
 
-# ---- round 4: eval and sample never replace a file of the user's without --force ---------------------------
+# ---- eval and sample never replace a file of the user's without --force ------------------------------------
 
 @pytest.fixture
 def own_data_run(tmp_path):
@@ -205,7 +206,8 @@ def image_run(tmp_path):
     return root
 
 
-@pytest.mark.parametrize("existing", ["mydata.npy", "mydata.png"])
+# the .npy beside the PNG in the default suite; the PNG itself (the rule every command's --out keeps) slow
+@pytest.mark.parametrize("existing", [tiered("mydata.npy", default=True), tiered("mydata.png", default=False)])
 def test_sample_never_replaces_an_existing_file_beside_its_png_without_force(image_run, existing):
     root = image_run
     (root / existing).write_bytes(b"the user's own array\n")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from conftest import tiered
 from faults import cli
 
 from swarmctl.cli._options import user_errors
@@ -30,7 +31,8 @@ def _sigcgt(pid):
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc to see the handler installed")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+# a process each: Ctrl-C (SIGINT) in the default suite, SIGTERM (which the next test sends) in the slow one
+@pytest.mark.parametrize("sig", [tiered(signal.SIGINT, default=True), tiered(signal.SIGTERM, default=False)])
 def test_a_signal_while_the_commands_load_is_one_line_and_130(tmp_path, sig):
     """Synchronised on the handler itself: the signal is sent as soon as the process catches SIGTERM, which
     swarmctl's start-up does before it loads the commands (loading PyTorch takes a second or more)."""
@@ -64,10 +66,11 @@ main()
 """
 
 
+# a process each, loading PyTorch: `train` in the default suite, the other commands in the slow one
 @pytest.mark.parametrize("command", [
-    ["train", "set-linear", "--data", "d.h5", "--max-epochs", "1"],
-    ["cluster", "p.csv"],
-    ["eval", "nosuchrun"],
+    tiered(["train", "set-linear", "--data", "d.h5", "--max-epochs", "1"], default=True),
+    tiered(["cluster", "p.csv"], default=False),
+    tiered(["eval", "nosuchrun"], default=False),
 ])
 def test_a_signal_while_a_command_loads_pytorch_is_one_line_and_130(tmp_path, command):
     (tmp_path / "p.csv").write_text("x,y\n0,0\n1,1\n2,0\n")

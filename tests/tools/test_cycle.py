@@ -22,7 +22,7 @@ def _run(out, *args, timeout):
 
 @pytest.mark.slow
 def test_sessions_continue_every_campaign_and_commit_back(tmp_path):
-    """The whole cycle of issue 16 in smoke size: each session picks the campaigns up where the (copied)
+    """The whole campaign cycle in smoke size: each session picks the campaigns up where the (copied)
     campaigns folder left them, returns at most 8 files under 16 MiB, and `python -m tools.campaigns commit` puts
     them back. MoG's parts and MNIST's checkpoints do not fit in one job's files: the first job trains MoG and
     returns its last.pt in parts, the second MNIST; the third continues the first's MoG run from the

@@ -53,7 +53,7 @@ def test_a_checkpoint_saved_with_capturable_adam_loads_for_a_cpu_step():
     assert torch.isfinite(step(sample_mog_batch(np.random.default_rng(3), 4)))
 
 
-# ---- issue 22: the graphed path on a stand-in backend (capture runs the step, replay runs it again) ------
+# ---- the graphed path on a stand-in backend (capture runs the step, replay runs it again) ----------------
 
 import copy  # noqa: E402
 import io  # noqa: E402
