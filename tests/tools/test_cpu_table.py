@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY_PARAMS
 
 from swarmctl.training.checkpoint import load_checkpoint
-from tools.campaigns import cpu
+from tools.campaigns import cpu, processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,8 +51,16 @@ def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, 
         {"model": "set-linear", "code": "8-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 2.0}]}]}))
     assert [r["name"] for r in cpu.cpu_runs(root)] == ["swarm-8-2-1-s0", "set-linear-8-1-s0", "set-linear-8-1-s1"]
     monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=())[:1])  # one run: two processes
+    kernels_off, launch = [], processes.launch  # what each command of the job sees of the fused kernels' switch
+
+    def spy(cmd, logfile, extra_env=None):
+        kernels_off.append(processes.env(extra_env).get("SWARMCTL_NO_EXT", "") not in ("", "0"))
+        return launch(cmd, logfile, extra_env)
+
+    monkeypatch.setattr(processes, "launch", spy)
     code = cpu.run_cpu_job(root, tmp_path / "out", wall=600, threads=1, data=data, minutes=0.01)
     assert code == 0
+    assert kernels_off == [False, False]  # train and eval run the fused CPU kernels, as `swarmctl train` does
     progress = json.loads((root / cpu.CPU / "progress.json").read_text())
     assert list(progress["runs"]) == ["swarm-8-2-1-s0"]
     for name, rec in progress["runs"].items():

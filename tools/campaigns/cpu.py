@@ -37,6 +37,8 @@ from tools.campaigns.processes import Deadline, finish, log, start, stop_on_sign
 from tools.campaigns.runners import eval_file, read_json, write_json
 
 CPU = "clustering-cpu"  # the campaign's folder in campaigns/
+# the CPU job builds and runs the fused CPU kernels, as `swarmctl train` does on a CPU (the GPU jobs switch them off)
+KERNELS = {"SWARMCTL_NO_EXT": "0"}
 COST = "cost.json"  # benchmarks/table2_cpu_cost.py's measurement, in that folder
 MINUTES = 60.0  # the paper's protocol: 60 net minutes a run
 SEEDS = 3
@@ -230,14 +232,15 @@ def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, mi
             log(f"cpu table: {deadline.left():.0f} s left, too few for another run")
             break
         before = summary(runs / r["name"])["epochs"]
-        proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)], logs / f"train-{r['name']}.txt")
+        proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)], logs / f"train-{r['name']}.txt",
+                     KERNELS)
         code = finish(proc, deadline.left() - EVAL_RESERVE)
         moved.append({"run": r["name"], "epochs": [before, summary(runs / r["name"])["epochs"]], "train_exit": code})
         if code != 0:
             warn(f"cpu table: {r['name']} stopped (train exit {code}); the next job resumes it")
             break
         ev = finish(start(["--threads", str(threads), "eval", str(runs / r["name"]), "--device", "cpu", "--force"],
-                          logs / f"eval-{r['name']}.txt"), max(deadline.left(), 30))
+                          logs / f"eval-{r['name']}.txt", KERNELS), max(deadline.left(), 30))
         if ev != 0 or "loss" not in read_json(runs / r["name"] / eval_file("val")):
             warn(f"cpu table: {r['name']} trained but its evaluation failed (exit {ev}); the next job evaluates it")
             break

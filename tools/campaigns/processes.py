@@ -89,15 +89,15 @@ def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = Non
     return proc
 
 
-def start(args: list[str], logfile: Path) -> subprocess.Popen | None:
-    """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``; None,
-    and nothing started, once a signal came."""
+def start(args: list[str], logfile: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen | None:
+    """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``, with
+    :func:`env` and ``extra_env``; None, and nothing started, once a signal came."""
     cmd = [PY, *args] if args[0].endswith(".py") or args[0] == "-m" else [PY, "-m", "swarmctl", *args]
     if STOPPING:
         log(f"not started ({STOPPING[0]} came): {' '.join(cmd[1:])}")
         return None
     log(" ".join(cmd[1:]) + f"  > {logfile.name}")
-    return launch(cmd, logfile)
+    return launch(cmd, logfile, extra_env)
 
 
 def finish(proc: subprocess.Popen | None, timeout: float, grace: float = 30.0) -> int | None:
