@@ -24,13 +24,13 @@ class ConfigError(SwarmctlError):
 
 
 class ResourceError(SwarmctlError):
-    """The machine or the file system cannot do what was asked with valid values (memory, CUDA, an output
-    path that cannot be written)."""
+    """The machine or the file system cannot do what was asked with valid values: the estimated memory
+    exceeds the machine's, CUDA is not available, an output path cannot be written. Exit 1."""
 
 
 class OutputExists(ResourceError):
     """An output that may not replace a file (no ``--force``) found one at its path, perhaps written by
-    another command meanwhile."""
+    another command meanwhile. Exit 1."""
 
 
 class SpecError(SwarmctlError):

@@ -1,10 +1,6 @@
-"""The swarmctl command line: one module per command, each a thin wrapper over a library function.
-
-:func:`run` is the one place where an exception becomes an exit code (:mod:`swarmctl.errors`) and one line:
-every command goes through it, from its start-up to its last line. The command modules import no PyTorch
-(their help comes from :mod:`swarmctl.catalog`); a command loads the library, which takes seconds, when it
-runs. ``app``, the Typer application with every command, is loaded on first use.
-"""
+"""The swarmctl command line: one module per command, each a thin wrapper over a library function, and
+:func:`run`, the one place where an exception becomes an exit code and one line. The command modules import
+no PyTorch (their help comes from :mod:`swarmctl.catalog`); ``app`` is loaded on first use."""
 
 from __future__ import annotations
 
@@ -35,13 +31,12 @@ def continue_with(command: str) -> None:
 
 
 def run(work: Callable[[], object], *, starting: bool = False, last: bool = False) -> int:
-    """Run ``work`` (a command: its options parsed, its work, its output) and end it as docs/guarantees.md
-    promises: an exception becomes an exit code and one line on stderr by :func:`_status`, the one table;
-    a bug keeps its traceback. While ``work`` runs, SIGINT and SIGTERM raise
-    :class:`swarmctl.signals.Interrupted`, and one Python had to drop (raised inside a ``__del__``) still ends
-    the command with 130 once ``work`` returns. Library warnings print as one line each. ``starting``: the
-    commands still load; ``last``: the process ends after it, and its teardown ignores the signals, so that
-    they leave the exit code as it was (else the handlers found before are back)."""
+    """Run ``work`` (a command: its options parsed, its work, its output), its end as docs/guarantees.md
+    promises: an exception becomes an exit code and one line on stderr (:func:`_status`; a bug keeps its
+    traceback), and while ``work`` runs SIGINT and SIGTERM raise :class:`swarmctl.signals.Interrupted` (one
+    Python drops, inside a ``__del__``, still ends it with 130). Library warnings print as one line each.
+    ``starting``: the commands still load; ``last``: the process ends after it, and the signals are then
+    ignored, so that its teardown keeps the exit code (else the handlers found before are back)."""
     global _state
     state = _state = signals.Interruption(starting)
     running, hook = RUNNING.set(None), sys.unraisablehook
