@@ -78,12 +78,9 @@ class _OneLineErrors(TyperGroup):
         """Parse ``args`` (the command line's when None) and run the command; errors are raised, for run."""
         tolerant_streams()  # the streams and terminal settings made safe first (swarmctl.cli._streams)
         usable_terminal_size()
+        extra.setdefault("terminal_width", shutil.get_terminal_size().columns - 2)  # the help fills the terminal
         with self.make_context(prog_name or self.name, sys.argv[1:] if args is None else list(args), **extra) as ctx:
             self.invoke(ctx)
-
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("terminal_width", shutil.get_terminal_size().columns - 2)  # the help fills the terminal
-        return super().make_context(*args, **kwargs)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if not args and self.no_args_is_help and not ctx.resilient_parsing:

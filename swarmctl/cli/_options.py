@@ -153,17 +153,13 @@ def command_flags() -> dict[str, str]:
         return {}
     names: dict[str, str] = {}
     for param in ctx.command.params:
-        if param.name is None:
-            continue
-        if getattr(param, "param_type_name", "") == "argument":
-            names[param.name] = getattr(param, "metavar", None) or param.name.upper()
-        else:
-            longs = [o for o in param.opts if o.startswith("--")]
-            if longs:
-                names[param.name] = max(longs, key=len)
-            offs = [o for o in getattr(param, "secondary_opts", ()) if o.startswith("--")]
-            if offs:  # a switch's off side: `no_standardize` is --no-standardize
-                names["no_" + param.name] = max(offs, key=len)
+        if param.name is not None and param.param_type_name == "argument":
+            names[param.name] = param.metavar or param.name.upper()
+        elif param.name is not None:
+            for name, opts in ((param.name, param.opts), ("no_" + param.name, param.secondary_opts)):  # --no-NAME
+                longs = [o for o in opts if o.startswith("--")]
+                if longs:
+                    names[name] = max(longs, key=len)
     from swarmctl.catalog import catalog
 
     fields = {h["field"]: h["option"] for h in catalog()["hyperparameters"]} | FIELD_OPTIONS
