@@ -13,7 +13,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from swarmctl.cli import RUNNING, run
-from swarmctl.cli._streams import tolerant_streams, usable_terminal_size
+from swarmctl.cli._streams import prepare
 from swarmctl.errors import USAGE
 
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
@@ -76,8 +76,7 @@ class _OneLineErrors(TyperGroup):
 
     def start(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> None:
         """Parse ``args`` (the command line's when None) and run the command; errors are raised, for run."""
-        tolerant_streams()  # the streams and terminal settings made safe first (swarmctl.cli._streams)
-        usable_terminal_size()
+        prepare()  # the streams and terminal settings made safe first (also in a test's process)
         extra.setdefault("terminal_width", shutil.get_terminal_size().columns - 2)  # the help fills the terminal
         with self.make_context(prog_name or self.name, sys.argv[1:] if args is None else list(args), **extra) as ctx:
             self.invoke(ctx)

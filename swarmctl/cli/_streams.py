@@ -31,27 +31,12 @@ def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
 codecs.register_error(_ERROR_HANDLER, _escape)
 
 
-def tolerant_streams() -> None:
-    """Let standard output and error take any text (PYTHONIOENCODING=ascii, a C locale): see :func:`_escape`."""
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None and hasattr(stream, "reconfigure"):
-            with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
-                stream.reconfigure(errors=_ERROR_HANDLER)
-
-
-def usable_terminal_size() -> None:
-    """Remove COLUMNS, LINES or TERMINAL_WIDTH when it is not a whole number of a usable size (0 and 5
-    fold every line into a few characters; Typer cannot even start on TERMINAL_WIDTH=abc)."""
-    for name, least in _SIZES.items():
-        value = os.environ.get(name)
-        if value is not None and not (value.strip().isdigit() and int(value) >= least):
-            del os.environ[name]
-
-
 def prepare() -> None:
-    """The above, after /dev/null is opened on a standard stream the process started with closed (``cmd
-    >&-``), so that no file swarmctl opens takes descriptor 0, 1 or 2 (what a library writes to stdout would
-    go into it). ``sys.stdin`` and friends stay None: text for a closed stream is dropped, ``-`` is refused."""
+    """Standard streams and terminal settings a command can use: /dev/null opened on a standard stream the
+    process started with closed (``cmd >&-``), so that no file swarmctl opens takes descriptor 0, 1 or 2
+    (``sys.stdin`` and friends stay None: text for a closed stream is dropped, ``-`` is refused); any text
+    printable on stdout and stderr (:func:`_escape`); COLUMNS, LINES or TERMINAL_WIDTH removed when not a
+    whole number of a usable size (0 and 5 fold every line; Typer cannot even start on TERMINAL_WIDTH=abc)."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -60,8 +45,14 @@ def prepare() -> None:
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-    tolerant_streams()
-    usable_terminal_size()
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
+                stream.reconfigure(errors=_ERROR_HANDLER)
+    for name, least in _SIZES.items():
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) >= least):
+            del os.environ[name]
 
 
 def stdout_failed(exc: BaseException) -> OSError | None:
