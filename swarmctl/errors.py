@@ -1,14 +1,18 @@
-"""User-facing errors: the CLI turns these into a one-line message and an exit code.
+"""User-facing errors, which the CLI turns into a one-line message, and the exit codes (docs/guarantees.md).
 
 One rule decides the code: a value (or combination of values) given as an option that is wrong in itself,
 whatever the files and the machine, is a :class:`ConfigError` and exits 2, like a value Typer refuses; a
 problem with a file, a run, a sweep spec or the machine (memory, a missing CUDA device, an output path that
-cannot be written) exits 1.
+cannot be written) exits 1. `swarmctl.cli.run` is the one place that applies it.
 """
 
 import errno
 import shlex
 from collections.abc import Iterable
+
+# The exit codes, every one a swarmctl process ends with: done; a file, run or the machine; an option value
+# (or a usage error); SIGINT or SIGTERM (the shell's code for a process stopped by SIGINT).
+OK, ERROR, USAGE, SIGNAL = 0, 1, 2, 130
 
 
 class SwarmctlError(Exception):

@@ -1,88 +1,151 @@
-"""The swarmctl command line: one module per command, each a thin wrapper over a library function.
-
-:func:`main` is the `swarmctl` program. It installs its SIGINT/SIGTERM handler before the commands load,
-so that a signal during start-up ends with the same one-line message and exit code 130 as one during a
-command (not a bare exit 143, or a traceback from inside an import). The command modules import no
-PyTorch (their help comes from :mod:`swarmctl.catalog`); a command loads the library, which takes seconds,
-when it runs. ``app``, the Typer application with every command, is loaded on first use.
-"""
+"""The swarmctl command line: one module per command, each a thin wrapper over a library function, and
+:func:`run`, the one place where an exception becomes an exit code and one line. The command modules import
+no PyTorch (their help comes from :mod:`swarmctl.catalog`); ``app`` is loaded on first use."""
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
+import importlib
+import signal
 import sys
+import warnings
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from swarmctl import signals
+from swarmctl.errors import ERROR, OK, SIGNAL, USAGE, ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
 
 if TYPE_CHECKING:  # typer itself takes a while to import: after the handler
+    import typer
     from typer.main import Typer
 
-
-def _load_app() -> Typer:
-    from swarmctl.cli import (  # noqa: F401  (each module registers one command)
-        cluster,
-        eval,
-        gen_data,
-        models,
-        plot_entropy,
-        report,
-        root,  # --version
-        sample,
-        shuffle_variance,
-        sweep,
-        train,
-    )
-    from swarmctl.cli._app import app
-
-    return app
+# the context of the command running now (its parameters name the flags in messages), None outside one
+RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
+_state = signals.Interruption()  # the signal handling of the command running now
 
 
-def _stopped_while_loading(signum: int, frame: Any) -> None:
-    """Nothing is written while the commands load: say so and end the process at once."""
-    if sys.stderr is not None:
-        with contextlib.suppress(OSError):
-            sys.stderr.write(f"error: {signals.starting_line(signals.name(signum))}\n")
+def continue_with(command: str) -> None:
+    """The command line that continues the running command, for its message if a signal stops it."""
+    _state.hint = command
+
+
+def run(work: Callable[[], object], *, starting: bool = False, last: bool = False) -> int:
+    """Run ``work`` (a command: its options parsed, its work, its output), its end as docs/guarantees.md
+    promises: an exception becomes an exit code and one line on stderr (:func:`_status`; a bug keeps its
+    traceback), and while ``work`` runs SIGINT and SIGTERM raise :class:`swarmctl.signals.Interrupted` (one
+    Python drops, inside a ``__del__``, still ends it with 130). Library warnings print as one line each.
+    ``starting``: the commands still load; ``last``: the process ends after it, and the signals are then
+    ignored, so that its teardown keeps the exit code (else the handlers found before are back)."""
+    global _state
+    state = _state = signals.Interruption(starting)
+    running, hook = RUNNING.set(None), sys.unraisablehook
+    previous = signals.install(state.handle)
+    if previous:  # the main thread: the process's hook is this command's
+        sys.unraisablehook = state.unraisable(hook)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", SwarmctlWarning)
+            warnings.showwarning = _show_warning
+            try:
+                try:
+                    work()
+                    if sys.stdout is not None:
+                        sys.stdout.flush()  # what the command left buffered fails here, not at exit
+                finally:
+                    state.done = True  # the exit code is decided now: a signal from here on is dropped
+            except BaseException as exc:
+                status = _status(exc, state)
+                if status is None:
+                    raise
+                code, line = status
+            else:
+                code, line = (SIGNAL, state.line()) if state.signal else (OK, None)
+            _say(line)
+    finally:
+        sys.unraisablehook = hook
+        RUNNING.reset(running)
+        if last:
+            signals.install(signal.SIG_IGN)  # kept through the teardown, where Python resets a handler's
+        else:
+            signals.restore(previous)
+    return code
+
+
+def _status(exc: BaseException, state: signals.Interruption) -> tuple[int, str | None] | None:
+    """The exit code and line for ``exc``; None for a bug."""
+    typer = sys.modules.get("typer")  # not loaded: no Typer exception either
+    if isinstance(exc, KeyboardInterrupt):
+        return SIGNAL, state.line(exc)
+    if typer is not None and isinstance(exc, typer.Exit):
+        return exc.exit_code, None
+    if typer is not None and isinstance(exc, typer.TyperException):  # click's usage errors and their kin
+        from swarmctl.cli._app import usage_line
+
+        return exc.exit_code, f"error: {usage_line(exc)}"
+    if isinstance(exc, SwarmctlError):
+        return USAGE if isinstance(exc, ConfigError) else ERROR, f"error: {_flags(str(exc))}"
+    if isinstance(exc, MemoryError):
+        return ERROR, "error: out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)"
+    from swarmctl.cli._streams import stdout_failed, stdout_line
+
+    failed = stdout_failed(exc)
+    if failed is not None:
+        return ERROR, f"error: {stdout_line(failed)}"
+    return (ERROR, f"error: {describe_os_error(exc)}") if isinstance(exc, OSError) else None
+
+
+def _flags(text: str) -> str:
+    """A library message in one line, its backticked parameters as the running command's flags."""
+    from swarmctl.cli._options import flag_names
+
+    return flag_names(" ".join(text.split()))
+
+
+def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+    _say(f"warning: {_flags(str(message))}")
+
+
+def _say(line: str | None) -> None:
+    """``line`` on stderr; a standard error that cannot take it changes nothing (the exit code still says)."""
+    if line is not None and sys.stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(line + "\n")
             sys.stderr.flush()
-    os._exit(signals.EXIT_CODE)
 
 
-def main() -> None:
+def main(load: Callable[[], Typer] | None = None) -> None:
+    """The `swarmctl` program (``load``: another application of swarmctl's kind, run the same way)."""
+    sys.exit(run(lambda: _start(load or _load_app), starting=True, last=True))
+
+
+def _start(load: Callable[[], Typer]) -> None:
     from swarmctl.cli._streams import prepare
 
     prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
-    atexit.register(signals.ignore)  # registered first, so run last: the teardown after it saves nothing
     from swarmctl import threads
 
     start = threads.cpu_times()  # the window over which the other processes' CPU time is measured begins
-    signals.install(_stopped_while_loading)
-    app = _load_app()  # loads no PyTorch: the count below is set before it reads its variables
+    app = load()  # loads no PyTorch: the count below is set before it reads its variables
     threads.apply(threads.choose(since=start))  # the cores free to this process now
-    signals.install(signals.Interruption().handle)  # parsing the options, printing a result: nothing half-written
-    try:
-        app()
-    except SystemExit as done:
-        signals.install(_finished(done.code))
-        raise
+    from typer.main import get_command
+
+    group = get_command(app)
+    _state.starting = False
+    group.start()  # type: ignore[attr-defined]
 
 
-def _finished(code: object) -> signals.Handler:
-    """The handler once the command has ended and printed its last line: the interpreter's teardown (over
-    half a second with PyTorch loaded) has nothing left to save, so a signal ends the process at once with
-    the command's own exit code, not the bare 143 of a signal's default action (and after the exit handlers,
-    where Python restores that action, the signals are ignored)."""
-    status = 0 if code is None else code if isinstance(code, int) else 1
+# the modules that register a command each with the application (root: --version and --threads)
+COMMANDS = ("cluster", "eval", "gen_data", "models", "plot_entropy", "report", "root", "sample", "shuffle_variance",
+            "sweep", "train")
 
-    def stop(signum: int, frame: Any) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                if stream is not None:
-                    stream.flush()
-        os._exit(status)
 
-    return stop
+def _load_app() -> Typer:
+    for name in COMMANDS:
+        importlib.import_module(f"swarmctl.cli.{name}")
+    from swarmctl.cli._app import app
+
+    return app
 
 
 def __getattr__(name: str) -> Any:
@@ -91,4 +154,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'swarmctl.cli' has no attribute {name!r}")
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run"]

@@ -1,26 +1,23 @@
 """The Typer application every command module registers with: click's plain help (each paragraph wrapped
-at the terminal's width, descriptions in a column of their own), errors one line each. Public Typer API
-only: command classes given by ``cls=``, Typer's exceptions."""
+at the terminal's width, descriptions in a column of their own), usage errors in one line, every command
+run by :func:`swarmctl.cli.run`. Public Typer API only: command classes given by ``cls=``, Typer's exceptions."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 import sys
-from contextvars import ContextVar
 from typing import Any
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from swarmctl import signals
-from swarmctl.cli._streams import stdout_failed, stdout_line, tolerant_streams, usable_terminal_size
+from swarmctl.cli import RUNNING, run
+from swarmctl.cli._streams import prepare
+from swarmctl.errors import USAGE
 
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
 _OPTIONAL_MANY = re.compile(r"^\[([^\]]*)\]\.\.\.$")
-# the context of the command running now (its parameters name the flags in messages), None outside one
-RUNNING: ContextVar[typer.Context | None] = ContextVar("swarmctl_command", default=None)
 
 
 class _Command(TyperCommand):
@@ -53,11 +50,8 @@ class _Command(TyperCommand):
                     formatter.write_dl(rows)
 
     def invoke(self, ctx: typer.Context) -> Any:
-        token = RUNNING.set(ctx)
-        try:
-            return super().invoke(ctx)
-        finally:
-            RUNNING.reset(token)
+        RUNNING.set(ctx)  # also for the message of the error that ends it (run resets it)
+        return super().invoke(ctx)
 
 
 class _Typer(typer.Typer):
@@ -73,84 +67,42 @@ RETIRED = {"--amp": "--step amp", "--compile": "--step compile", "--triton": "--
 
 
 class _OneLineErrors(TyperGroup):
-    """Usage errors (a bad option value, a missing argument) as one line on stderr with exit code 2,
-    instead of Typer's usage text and boxed message; a standard output that cannot be written (a full
-    disk, a closed pipe) as one line with exit code 1; a signal outside a command's work as one line with
-    exit code 130. The streams and terminal settings are made safe first (:mod:`swarmctl.cli._streams`)."""
+    """The application's group: Typer's entry (``app()``) runs :meth:`start` through :func:`swarmctl.cli.run`,
+    which ends every command, and no arguments at all print the help on stderr with exit code 2."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        tolerant_streams()
-        usable_terminal_size()
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-            if sys.stdout is not None and not rv:
-                sys.stdout.flush()  # what a command that worked left buffered fails here, not at exit
-        except typer.TyperException as exc:  # click's usage errors and their kin
-            _say_error(f"error: {self._one_line(exc)}")
-            sys.exit(exc.exit_code)
-        except typer.Abort:
-            _say_error("aborted")
-            sys.exit(1)
-        except (OSError, SystemExit) as exc:
-            failed = stdout_failed(exc)
-            if failed is None:
-                raise
-            _say_error(f"error: {stdout_line(failed)}")
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
+        sys.exit(run(lambda: self.start(args, prog_name, **extra)))
 
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("terminal_width", shutil.get_terminal_size().columns - 2)  # the help fills the terminal
-        with _signal_in_one_line():
-            return super().make_context(*args, **kwargs)
+    def start(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> None:
+        """Parse ``args`` (the command line's when None) and run the command; errors are raised, for run."""
+        prepare()  # the streams and terminal settings made safe first (also in a test's process)
+        extra.setdefault("terminal_width", shutil.get_terminal_size().columns - 2)  # the help fills the terminal
+        with self.make_context(prog_name or self.name, sys.argv[1:] if args is None else list(args), **extra) as ctx:
+            self.invoke(ctx)
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        """No arguments at all: the help on stderr and exit code 2, as click's ``no_args_is_help`` means it."""
         if not args and self.no_args_is_help and not ctx.resilient_parsing:
-            _say_error(ctx.get_help())
-            raise typer.Exit(2)
+            typer.echo(ctx.get_help(), err=True)
+            raise typer.Exit(USAGE)
         return super().parse_args(ctx, args)
 
-    def invoke(self, ctx: Any) -> Any:
-        with _signal_in_one_line():
-            return super().invoke(ctx)
 
-    def _one_line(self, exc: typer.TyperException) -> str:
-        """The error's message in one line, and where to read more; an option of swarmctl itself given
-        after a command (``--threads``) says where it goes."""
-        ctx = getattr(exc, "ctx", None)
-        name = getattr(exc, "option_name", None)
-        own = [p for p in self.params if name in getattr(p, "opts", ())] if ctx is not None and ctx.parent else []
-        if own:
-            root = ctx.find_root().command_path
-            value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
-            command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
-            return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
-        if name in RETIRED:  # no command has such an option: the error says there is no such option
-            return f"No such option: {name}; since version 0.2.0 the step mode is one option: {RETIRED[name]}"
-        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        return " ".join(exc.format_message().split()) + hint
-
-
-@contextlib.contextmanager
-def _signal_in_one_line() -> Any:
-    """A signal while the options are parsed or outside a command's own handling (while it loads PyTorch,
-    say) ends with the one line and exit 130 (Typer would exit 130 without a word). A command that handled
-    its signal exits through ``typer.Exit``, which passes."""
-    try:
-        yield
-    except KeyboardInterrupt as exc:
-        _say_error(f"error: {signals.interrupted_line(signals.signal_of(exc))}")
-        raise typer.Exit(signals.EXIT_CODE) from None
-
-
-def _say_error(text: str) -> None:
-    """One line on stderr; a standard error that cannot take it changes nothing (the exit code still says)."""
-    with contextlib.suppress(OSError):
-        typer.echo(text, err=True)
+def usage_line(exc: typer.TyperException) -> str:
+    """A usage error's message in one line, and where to read more; an option of swarmctl itself given after
+    a command (``--threads``) says where it goes."""
+    ctx = getattr(exc, "ctx", None)
+    name = getattr(exc, "option_name", None)
+    own = [p for p in ctx.find_root().command.params if name in getattr(p, "opts", ())] if ctx and ctx.parent else []
+    if own:
+        root = ctx.find_root().command_path
+        value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
+        command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
+        return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
+    if name in RETIRED:  # no command has such an option: the error says there is no such option
+        return f"No such option: {name}; since version 0.2.0 the step mode is one option: {RETIRED[name]}"
+    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+    return " ".join(exc.format_message().split()) + hint
 
 
 app = _Typer(

@@ -1,28 +1,21 @@
-"""Shared CLI helpers: turning user-facing errors into one line and exit code 1, the console, and
-the options several commands share."""
+"""What the commands share: the options several of them take, the console, and the running command's
+flags in messages."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import sys
-import threading
-import warnings
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from swarmctl import signals
-from swarmctl.cli._app import RUNNING
-from swarmctl.cli._streams import stdout_failed, stdout_line
+from swarmctl.cli import RUNNING
 from swarmctl.config import SEED_RANGE, check_device
-from swarmctl.errors import ConfigError, SwarmctlError, SwarmctlWarning, describe_os_error
+from swarmctl.errors import SwarmctlError
 
 
 class _Console(Console):
@@ -30,7 +23,7 @@ class _Console(Console):
     silences the console for the rest of the process and exits without a word)."""
 
     def on_broken_pipe(self) -> None:
-        raise  # the BrokenPipeError being handled: user_errors names it
+        raise  # the BrokenPipeError being handled: swarmctl.cli.run names it
 
 
 console = _Console()
@@ -75,43 +68,31 @@ device_name = checked(lambda value, flag: check_device(value))
 _WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
-class Number:
-    """The parser of a numeric option (Typer's ``parser=``): a whole number in digits for ``int`` (Typer's
-    own conversion takes ``8.0`` and ``8_000``), a finite number for ``float``, within ``low``..``high``
-    (``low`` itself excluded when ``above``). A value outside is a usage error (exit 2) naming the option."""
+def number(kind: type, *param_decls: str, help: str | None = None, low: float | None = None,
+           high: float | None = None, above: bool = False, **kwargs: Any) -> Any:
+    """A numeric option, its bounds shown in its help: a whole number in digits for ``int`` (Typer's own
+    conversion takes ``8.0`` and ``8_000``), a finite number for ``float`` (Typer's takes ``nan``), within
+    ``low``..``high`` (``low`` itself excluded when ``above``, which Typer's bounds cannot say); any other
+    value is a usage error (exit 2) naming the option."""
+    bounds = ([] if low is None else [f"{'>' if above else '>='} {low:g}"]) + ([] if high is None else [f"<= {high}"])
 
-    def __init__(self, kind: type, low: float | None = None, high: float | None = None, *, above: bool = False):
-        self.kind, self.low, self.high, self.above = kind, low, high, above
-
-    def __call__(self, text: Any) -> Any:
+    def parse(text: Any) -> Any:
         if not isinstance(text, str):  # a default
             return text
-        if self.kind is int and not _WHOLE.fullmatch(text):
+        if kind is int and not _WHOLE.fullmatch(text):
             raise typer.BadParameter(f"give a whole number such as 8, got {text!r}")
         try:
-            value = self.kind(text)
+            value = kind(text)
         except ValueError:
             raise typer.BadParameter(f"give a number such as 0.5, got {text!r}") from None
         if not math.isfinite(value):
             raise typer.BadParameter(f"give a finite number, got {text}")
-        low, high = self.low, self.high
-        if (low is not None and (value <= low if self.above else value < low)) or (high is not None and value > high):
-            raise typer.BadParameter(f"must be {' and '.join(_bounds(low, high, self.above))}, got {text.strip()}")
+        if (low is not None and (value <= low if above else value < low)) or (high is not None and value > high):
+            raise typer.BadParameter(f"must be {' and '.join(bounds)}, got {text.strip()}")
         return value
 
-
-def _bounds(low: float | None, high: float | None, above: bool) -> list[str]:
-    """``low`` and ``high`` as a reader reads them: ``>= 1``, ``> 0``, ``<= 4294967295``."""
-    return ([f"{'>' if above else '>='} {low:g}"] if low is not None else []) + \
-        ([f"<= {high:g}" if isinstance(high, float) else f"<= {high}"] if high is not None else [])
-
-
-def number(kind: type, *param_decls: str, help: str | None = None, low: float | None = None,
-           high: float | None = None, above: bool = False, **kwargs: Any) -> Any:
-    """A numeric option: its value checked by :class:`Number`, its bounds shown in its help."""
-    bounds = _bounds(low, high, above)
     shown = f"{help} [{', '.join(bounds)}]" if bounds and help else help
-    return option(*param_decls, help=shown, parser=Number(kind, low, high, above=above), **kwargs)
+    return option(*param_decls, help=shown, parser=parse, **kwargs)
 
 
 def count(help: str, low: int = 1, **kwargs: Any) -> Any:
@@ -145,11 +126,10 @@ def flush_output() -> None:
 
 
 def stop_if_interrupted(message: str | None) -> None:
-    """After `train` or `sweep` (:func:`swarmctl.runs.finish_runs`): for an interrupted run, ``message`` (where
-    it was saved and how to continue) on stderr and exit 130."""
+    """After `train` or `sweep` (:func:`swarmctl.runs.finish_runs`): for an interrupted run, its ``message``
+    (where it was saved and how to continue) ends the command, exit 130."""
     if message is not None:
-        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(signals.EXIT_CODE)
+        raise signals.Interrupted(None, message)
 
 
 def say(text: str) -> None:
@@ -173,17 +153,13 @@ def command_flags() -> dict[str, str]:
         return {}
     names: dict[str, str] = {}
     for param in ctx.command.params:
-        if param.name is None:
-            continue
-        if getattr(param, "param_type_name", "") == "argument":
-            names[param.name] = getattr(param, "metavar", None) or param.name.upper()
-        else:
-            longs = [o for o in param.opts if o.startswith("--")]
-            if longs:
-                names[param.name] = max(longs, key=len)
-            offs = [o for o in getattr(param, "secondary_opts", ()) if o.startswith("--")]
-            if offs:  # a switch's off side: `no_standardize` is --no-standardize
-                names["no_" + param.name] = max(offs, key=len)
+        if param.name is not None and param.param_type_name == "argument":
+            names[param.name] = param.metavar or param.name.upper()
+        elif param.name is not None:
+            for name, opts in ((param.name, param.opts), ("no_" + param.name, param.secondary_opts)):  # --no-NAME
+                longs = [o for o in opts if o.startswith("--")]
+                if longs:
+                    names[name] = max(longs, key=len)
     from swarmctl.catalog import catalog
 
     fields = {h["field"]: h["option"] for h in catalog()["hyperparameters"]} | FIELD_OPTIONS
@@ -200,54 +176,3 @@ def flag_names(text: str) -> str:
         return text
     names = command_flags()
     return _BACKTICKED.sub(lambda m: names.get(m.group(1), m.group(0)), text)
-
-
-def _error(text: str) -> None:
-    text = flag_names(text)
-    with contextlib.suppress(OSError):  # a standard error that cannot take it: the exit code still says
-        err_console.print(f"[bold red]error:[/] {escape(text)}", highlight=False, soft_wrap=True)
-
-
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                  line: str | None = None) -> None:
-    err_console.print(f"[yellow]warning:[/] {escape(flag_names(' '.join(str(message).split())))}", highlight=False,
-                      soft_wrap=True)
-
-
-@contextmanager
-def user_errors() -> Iterator[signals.Interruption]:
-    """Run a command's work so that every failure the user can act on ends in one line on stderr: a
-    ConfigError (an option value wrong in itself, see :mod:`swarmctl.errors`) exits 2 like a value Typer
-    refuses, any other SwarmctlError or an OSError exits 1, MemoryError 1, SIGINT or SIGTERM 130
-    (temporary files removed on the way out; the yielded :class:`swarmctl.signals.Interruption`'s ``hint``,
-    when the command set it, says how to continue). A signal whose exception Python had to drop (raised
-    inside a weakref callback) still stops the command with exit 130 once the work returns, instead of being
-    swallowed.
-    Warnings of the library (a damaged run skipped) print as one line each. Bugs keep their traceback."""
-    state = signals.Interruption()
-    with ExitStack() as stack:
-        stack.enter_context(signals.handled(state.handle))
-        if threading.current_thread() is threading.main_thread():
-            stack.callback(setattr, sys, "unraisablehook", sys.unraisablehook)
-            sys.unraisablehook = state.unraisable(sys.unraisablehook)
-        stack.enter_context(warnings.catch_warnings())
-        warnings.simplefilter("always", SwarmctlWarning)
-        warnings.showwarning = _show_warning
-        try:
-            yield state
-        except SwarmctlError as exc:
-            _error(" ".join(str(exc).split()))
-            raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from None  # 2: as click's usage errors
-        except OSError as exc:
-            failed = stdout_failed(exc)
-            _error(stdout_line(failed) if failed is not None else describe_os_error(exc))
-            raise typer.Exit(1) from None
-        except MemoryError:
-            _error("out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)")
-            raise typer.Exit(1) from None
-        except KeyboardInterrupt as exc:
-            _error(signals.interrupted_line(signals.signal_of(exc), state.hint))
-            raise typer.Exit(signals.EXIT_CODE) from None
-        if state.signal is not None:  # raised where Python could only drop it: stop now
-            _error(signals.interrupted_line(state.signal, state.hint))
-            raise typer.Exit(signals.EXIT_CODE)

@@ -1,8 +1,6 @@
-"""The process's standard streams and terminal settings, made safe before a command runs: closed streams
-reopened on /dev/null, text the output encoding lacks escaped instead of raised, terminal sizes that
-cannot be used ignored; and how a failed write to standard output is told from other errors.
-
-Imports nothing heavy: `swarmctl.cli.main` calls it before the commands (and PyTorch) load."""
+"""The process's standard streams and terminal settings, made safe before a command runs, and how a failed
+write to standard output is told from other errors. Imports nothing heavy: `swarmctl.cli.main` calls it
+before the commands (and PyTorch) load."""
 
 from __future__ import annotations
 
@@ -15,21 +13,7 @@ import sys
 MIN_COLUMNS = 40  # a COLUMNS below this (0, 5) is ignored: the terminal's own width, or 80, is used
 _SIZES = {"COLUMNS": MIN_COLUMNS, "LINES": 1, "TERMINAL_WIDTH": MIN_COLUMNS}  # variable -> least usable value
 _ERROR_HANDLER = "swarmctl-escape"
-
-
-def _reopen_closed_streams() -> None:
-    """Open /dev/null on standard input, output or error where the process was started with it closed
-    (``cmd >&-``), so that no file swarmctl opens later takes descriptor 0, 1 or 2 (whatever writes to
-    stdout or stderr, a library or a compiler, would write into it). ``sys.stdin`` and friends stay None:
-    text printed to a closed stream is dropped, and ``-`` as an input is refused."""
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+STREAM_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}  # what a failed write gives
 
 
 def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
@@ -47,41 +31,35 @@ def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
 codecs.register_error(_ERROR_HANDLER, _escape)
 
 
-def tolerant_streams() -> None:
-    """Let standard output and error take any text: what their encoding cannot write is escaped (see
-    :func:`_escape`), never a UnicodeEncodeError (PYTHONIOENCODING=ascii, a C locale)."""
+def prepare() -> None:
+    """Standard streams and terminal settings a command can use: /dev/null opened on a standard stream the
+    process started with closed (``cmd >&-``), so that no file swarmctl opens takes descriptor 0, 1 or 2
+    (``sys.stdin`` and friends stay None: text for a closed stream is dropped, ``-`` is refused); any text
+    printable on stdout and stderr (:func:`_escape`); COLUMNS, LINES or TERMINAL_WIDTH removed when not a
+    whole number of a usable size (0 and 5 fold every line; Typer cannot even start on TERMINAL_WIDTH=abc)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
                 stream.reconfigure(errors=_ERROR_HANDLER)
-
-
-def usable_terminal_size() -> None:
-    """Remove COLUMNS, LINES or TERMINAL_WIDTH when it is not a whole number of a usable size (0 and 5
-    fold every line into a few characters; Typer cannot even start on TERMINAL_WIDTH=abc): the terminal's
-    own size, or 80 columns, is used instead."""
     for name, least in _SIZES.items():
         value = os.environ.get(name)
         if value is not None and not (value.strip().isdigit() and int(value) >= least):
             del os.environ[name]
 
 
-def prepare() -> None:
-    """Everything above, in the order the process needs it."""
-    _reopen_closed_streams()
-    tolerant_streams()
-    usable_terminal_size()
-
-
-STREAM_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}  # what a failed write gives
-
-
 def stdout_failed(exc: BaseException) -> OSError | None:
     """The error of a standard stream failing (a full disk, a closed pipe) behind ``exc``, or None: an
     OSError of a kind writes give and without a file name (every file swarmctl writes names itself in its
-    errors: :mod:`swarmctl.files`), found in ``exc`` or what it was raised while handling (rich ends a
-    broken pipe with SystemExit). Standard output is then pointed at /dev/null, so that text still
-    buffered cannot fail again when the process exits."""
+    errors), in ``exc`` or what it was raised while handling. Standard output is then pointed at /dev/null,
+    so that text still buffered cannot fail again when the process exits."""
     error: BaseException | None = exc
     while error is not None and not (isinstance(error, OSError) and error.errno in STREAM_ERRNOS):
         error = error.__context__
@@ -91,8 +69,7 @@ def stdout_failed(exc: BaseException) -> OSError | None:
         with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation: no descriptor
             sys.stdout.flush()
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            fd = sys.stdout.fileno()
-            null = os.open(os.devnull, os.O_WRONLY)
+            fd, null = sys.stdout.fileno(), os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, fd)
             os.close(null)
     return error

@@ -21,7 +21,6 @@ from swarmctl.cli._options import (
     flush_output,
     option,
     say,
-    user_errors,
 )
 from swarmctl.cli._progress import DelayedBar
 from swarmctl.cli._table import print_table
@@ -134,23 +133,22 @@ def cluster_cmd(
     """
     from swarmctl.cluster import cluster_file  # the library loads when the command runs, not for --help
 
-    with user_errors():
-        def report(res: ClusterResult) -> None:  # inside the library's writes: no file appears unless printed
-            if as_json:  # whole, never wrapped: a terminal's wrap would break its strings
-                console.print(_json(res), markup=False, highlight=False, soft_wrap=True, emoji=False)
-            else:
-                _print_summary(res, per_coordinate)
-            flush_output()
+    def report(res: ClusterResult) -> None:  # inside the library's writes: no file appears unless printed
+        if as_json:  # whole, never wrapped: a terminal's wrap would break its strings
+            console.print(_json(res), markup=False, highlight=False, soft_wrap=True, emoji=False)
+        else:
+            _print_summary(res, per_coordinate)
+        flush_output()
 
-        with DelayedBar("clustering the points") as bar:
-            res = cluster_file(points, run, runs_dir, key=key, columns=columns,  # type: ignore[arg-type]
-                               out=out, plot=plot, force=force, standardize=standardize,
-                               per_coordinate=per_coordinate, refine=refine, clusters=clusters,
-                               skip_bad_rows=skip_bad_rows,
-                               chunk_size=chunk_size, device=device, progress=bar, save_plot=_save_plot,
-                               report=report)
-        for line in res.warnings:
-            warnings.warn(line, SwarmctlWarning, stacklevel=1)
+    with DelayedBar("clustering the points") as bar:
+        res = cluster_file(points, run, runs_dir, key=key, columns=columns,  # type: ignore[arg-type]
+                           out=out, plot=plot, force=force, standardize=standardize,
+                           per_coordinate=per_coordinate, refine=refine, clusters=clusters,
+                           skip_bad_rows=skip_bad_rows,
+                           chunk_size=chunk_size, device=device, progress=bar, save_plot=_save_plot,
+                           report=report)
+    for line in res.warnings:
+        warnings.warn(line, SwarmctlWarning, stacklevel=1)
 
 
 def _save_plot(res: ClusterResult, path: Path) -> Path:

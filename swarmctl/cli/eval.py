@@ -7,7 +7,7 @@ from typing import Annotated
 
 from swarmctl.catalog import per_task, tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, flush_output, option, say
 from swarmctl.cli._table import print_table
 
 
@@ -30,20 +30,19 @@ def eval_cmd(
     = None,
     force: Annotated[bool, option("--force", help="Replace an existing --out file.")] = False,
 ) -> None:
-    with user_errors():
-        from swarmctl.cli._progress import DataGenerationProgress, DelayedBar
-        from swarmctl.studies.evaluation import evaluation, net_minutes
+    from swarmctl.cli._progress import DataGenerationProgress, DelayedBar
+    from swarmctl.studies.evaluation import evaluation, net_minutes
 
-        with DelayedBar("scoring") as bar, \
-                evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(), announce=say,
-                           force=force, scoring=lambda k, n: bar(k / n), data_dir=data_dir) as scored:
-            bar.close()
-            res = scored.result  # the file appears once the table is printed, or never
-            title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"
-            print_table(scored.columns, scored.rows, title=title, right=scored.columns[1:])
-            whole = scored.whole_run
-            of_run = "" if whole is None else \
-                f" of its run's {net_minutes(whole['net_minutes'])} net min and {whole['epochs']} epochs"
-            say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, saved at "
-                f"{net_minutes(res['net_minutes'])} net min{of_run}) -> {scored.path}")
-            flush_output()
+    with DelayedBar("scoring") as bar, \
+            evaluation(target, runs_dir, device, data, split, out, progress=DataGenerationProgress(), announce=say,
+                       force=force, scoring=lambda k, n: bar(k / n), data_dir=data_dir) as scored:
+        bar.close()
+        res = scored.result  # the file appears once the table is printed, or never
+        title = f"{res['model']} ({res['code']}) on {res['data']} [{res['split']}], {res['tasks']:,} {scored.unit}"
+        print_table(scored.columns, scored.rows, title=title, right=scored.columns[1:])
+        whole = scored.whole_run
+        of_run = "" if whole is None else \
+            f" of its run's {net_minutes(whole['net_minutes'])} net min and {whole['epochs']} epochs"
+        say(f"{res['parameters']:,} parameters, checkpoint {res['checkpoint']} ({res['scored']}, saved at "
+            f"{net_minutes(res['net_minutes'])} net min{of_run}) -> {scored.path}")
+        flush_output()

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from swarmctl.catalog import tasks as catalog_tasks
 from swarmctl.cli._app import app
-from swarmctl.cli._options import count, flush_output, number, option, say, seed_option, user_errors
+from swarmctl.cli._options import count, flush_output, number, option, say, seed_option
 
 _KINDS = [t for t in catalog_tasks() if t["data_kind"] is not None]
 _KIND_NAMES = tuple(t["data_kind"] for t in _KINDS)  # the choices of --kind
@@ -49,13 +49,12 @@ def gen_data_cmd(
         "Scale s of the inverse-Wishart (scale matrix s*I)", "wishart_scale"))] = None,
     force: Annotated[bool, option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
-    with user_errors():
-        from swarmctl.cli._progress import DataGenerationProgress
-        from swarmctl.studies.datasets import generated_data
+    from swarmctl.cli._progress import DataGenerationProgress
+    from swarmctl.studies.datasets import generated_data
 
-        with generated_data(kind, out, seed, tasks, force=force, progress=DataGenerationProgress(),
-                            val_fraction=val_fraction, k_min=k_min, k_max=k_max, n_min=n_min, n_max=n_max,
-                            wishart_df=wishart_df, wishart_scale=wishart_scale) as made:
-            say(f"wrote {made.path}: {made.holds}, seed {seed}, {made.seconds:.1f} s (checksum "
-                f"{made.checksum[:12]})")
-            flush_output()  # the file appears once this is printed, or not at all
+    with generated_data(kind, out, seed, tasks, force=force, progress=DataGenerationProgress(),
+                        val_fraction=val_fraction, k_min=k_min, k_max=k_max, n_min=n_min, n_max=n_max,
+                        wishart_df=wishart_df, wishart_scale=wishart_scale) as made:
+        say(f"wrote {made.path}: {made.holds}, seed {seed}, {made.seconds:.1f} s (checksum "
+            f"{made.checksum[:12]})")
+        flush_output()  # the file appears once this is printed, or not at all

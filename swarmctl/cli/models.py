@@ -4,7 +4,7 @@ training defaults."""
 from __future__ import annotations
 
 from swarmctl.cli._app import app
-from swarmctl.cli._options import say, user_errors
+from swarmctl.cli._options import say
 from swarmctl.cli._table import AsCsv, AsJson, print_table, table_format
 
 _COLUMNS = ("name", "code", "default", "parameters", "symmetry")
@@ -15,10 +15,9 @@ def models_cmd(as_json: AsJson = False, as_csv: AsCsv = False) -> None:
     """List the registered models by task: paper code format, default code (the paper's best), size and
     symmetry, then each task's training defaults and each model's description."""
     fmt = table_format(as_json, as_csv)
-    with user_errors():
-        from swarmctl.studies.models import model_overview
+    from swarmctl.studies.models import model_overview
 
-        overview = model_overview()
+    overview = model_overview()
     if fmt != "text":  # one table of every model, its task a column
         records = [{"task": task.name, "name": m.name, "code_format": m.code_format, "default_code": m.code,
                     "parameters": m.parameters, "symmetry": m.symmetry, "description": m.summary}

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from swarmctl.catalog import tasks
 from swarmctl.cli import _options
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, count, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, Device, RunsDir, argument, count, flush_output, option, say
 
 STUDY = "plot-entropy"
 
@@ -41,19 +41,18 @@ def plot_entropy_cmd(
     influence on the others: seconds instead of minutes, but on a trained model up to 1 nat from exact.
     Both figures' titles name the method.
     """
-    with user_errors():
-        from swarmctl.cli._progress import DataGenerationProgress, StepBar
-        from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
-        from swarmctl.plots.style import save_figure
-        from swarmctl.studies.entropy import entropy_maps
+    from swarmctl.cli._progress import DataGenerationProgress, StepBar
+    from swarmctl.plots.entropy import plot_class_maps, plot_entropy_map
+    from swarmctl.plots.style import save_figure
+    from swarmctl.studies.entropy import entropy_maps
 
-        with StepBar(f"x* grid {grid}x{grid}") as bar, \
-                entropy_maps(run, runs_dir, device, data, index, clusters, size, grid, method, out, replot,
-                             force, progress=bar, data_progress=DataGenerationProgress(), announce=say) as maps:
-            bar.close()
-            res = maps.result  # every file, or none (and no new folder): once this is printed
-            p1 = save_figure(plot_entropy_map(res), maps.figure("entropy"))
-            p2 = save_figure(plot_class_maps(res), maps.figure("classes"))
-            say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
-                f"{len(res.grid_x)}x{len(res.grid_y)}, {res.method}, computed in {res.seconds:.1f} s -> {p1}, {p2}")
-            flush_output()
+    with StepBar(f"x* grid {grid}x{grid}") as bar, \
+            entropy_maps(run, runs_dir, device, data, index, clusters, size, grid, method, out, replot,
+                         force, progress=bar, data_progress=DataGenerationProgress(), announce=say) as maps:
+        bar.close()
+        res = maps.result  # every file, or none (and no new folder): once this is printed
+        p1 = save_figure(plot_entropy_map(res), maps.figure("entropy"))
+        p2 = save_figure(plot_class_maps(res), maps.figure("classes"))
+        say(f"task {res.task_index} ({len(res.means)} clusters, {len(res.points)} points), grid "
+            f"{len(res.grid_x)}x{len(res.grid_y)}, {res.method}, computed in {res.seconds:.1f} s -> {p1}, {p2}")
+        flush_output()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from swarmctl.cli import _options
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, RunsDir, err_console, flush_output, option, say, user_errors
+from swarmctl.cli._options import RUNS_DIR, RunsDir, err_console, flush_output, option, say
 from swarmctl.cli._table import AsCsv, AsJson, print_table, table_format
 
 
@@ -30,20 +30,19 @@ def report_cmd(
     --runs-dir runs/sweep-paper` (or `sweep-paper`, looked up in runs/ when there is no such folder here).
     """
     fmt = table_format(as_json, as_csv)
-    with user_errors():
-        from swarmctl.plots.frontier import plot_frontier
-        from swarmctl.plots.style import save_figure
-        from swarmctl.studies.report import NUMBER_COLUMNS, OPTIONAL_COLUMNS, REPORT_COLUMNS, report
+    from swarmctl.plots.frontier import plot_frontier
+    from swarmctl.plots.style import save_figure
+    from swarmctl.studies.report import NUMBER_COLUMNS, OPTIONAL_COLUMNS, REPORT_COLUMNS, report
 
-        with report(runs_dir, out, RUNS_DIR, force) as rep:  # both files, or neither; once the table is printed
-            fig = save_figure(plot_frontier(rep.panels, title), rep.figure)
-            print_table(REPORT_COLUMNS, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
-                        records=rep.records, fmt=fmt, optional=OPTIONAL_COLUMNS)
-            written = f"-> {rep.markdown}, {fig}"
-            if fmt == "text":
-                if rep.note:
-                    say(rep.note)
-                say(written)
-            else:  # standard output holds the table alone
-                err_console.print(written, markup=False, highlight=False, soft_wrap=True)
-            flush_output()
+    with report(runs_dir, out, RUNS_DIR, force) as rep:  # both files, or neither; once the table is printed
+        fig = save_figure(plot_frontier(rep.panels, title), rep.figure)
+        print_table(REPORT_COLUMNS, rep.table, title=f"runs in {rep.runs_dir}", right=NUMBER_COLUMNS,
+                    records=rep.records, fmt=fmt, optional=OPTIONAL_COLUMNS)
+        written = f"-> {rep.markdown}, {fig}"
+        if fmt == "text":
+            if rep.note:
+                say(rep.note)
+            say(written)
+        else:  # standard output holds the table alone
+            err_console.print(written, markup=False, highlight=False, soft_wrap=True)
+        flush_output()

@@ -17,7 +17,6 @@ from swarmctl.cli._options import (
     positive_number,
     say,
     seed_option,
-    user_errors,
 )
 
 _SAMPLED = tasks("sample")
@@ -44,18 +43,17 @@ def sample_cmd(
     device: Device = "auto",
 ) -> None:
     """Draw class-conditional images from a trained SWARM Transformer (swarm-image)."""
-    with user_errors():
-        from swarmctl.cli._progress import DelayedBar
-        from swarmctl.plots.samples import plot_samples
-        from swarmctl.plots.style import save_figure
-        from swarmctl.studies.sampling import samples
+    from swarmctl.cli._progress import DelayedBar
+    from swarmctl.plots.samples import plot_samples
+    from swarmctl.plots.style import save_figure
+    from swarmctl.studies.sampling import samples
 
-        with DelayedBar(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})") as bar, \
-                samples(run, runs_dir, dataset, device, per_class, temperature, seed, out, incremental=not full,
-                        announce=say, force=force, progress=lambda k, n: bar(k / n)) as drawn:
-            bar.close()
-            grid = drawn.grid  # both files, or neither; once this is printed
-            save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), drawn.path)
-            say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}, "
-                f"{drawn.array.name}")
-            flush_output()
+    with DelayedBar(f"sampling {10 * per_class} images ({'full recompute' if full else 'incremental'})") as bar, \
+            samples(run, runs_dir, dataset, device, per_class, temperature, seed, out, incremental=not full,
+                    announce=say, force=force, progress=lambda k, n: bar(k / n)) as drawn:
+        bar.close()
+        grid = drawn.grid  # both files, or neither; once this is printed
+        save_figure(plot_samples(grid.images, f"{grid.label}, T={temperature:g}, seed {seed}"), drawn.path)
+        say(f"{grid.images.shape[0] * grid.images.shape[1]} images in {grid.seconds:.1f} s -> {drawn.path}, "
+            f"{drawn.array.name}")
+        flush_output()

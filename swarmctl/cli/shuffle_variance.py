@@ -17,7 +17,6 @@ from swarmctl.cli._options import (
     option,
     say,
     seed_option,
-    user_errors,
 )
 
 
@@ -51,19 +50,18 @@ def shuffle_variance_cmd(
     the model: the defaults take under a minute on a laptop CPU for a small model (SWARM 64-10-1 on sets of
     up to 300 points); a larger model or larger sets take longer in proportion. A bar shows the time left.
     """
-    with user_errors():
-        from swarmctl.cli._progress import DataGenerationProgress, StepBar
-        from swarmctl.plots.shuffle import plot_shuffle_variance
-        from swarmctl.plots.style import save_figure
-        from swarmctl.studies.shuffle_variance import shuffle_variance
+    from swarmctl.cli._progress import DataGenerationProgress, StepBar
+    from swarmctl.plots.shuffle import plot_shuffle_variance
+    from swarmctl.plots.style import save_figure
+    from swarmctl.studies.shuffle_variance import shuffle_variance
 
-        with shuffle_variance(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot, force,
-                              progress=StepBar, data_progress=DataGenerationProgress(),
-                              announce=say) as study:  # every file (results, figure, summary), or none
-            fig_path = save_figure(plot_shuffle_variance(study.results), study.figure)
-            for label, s in study.summary.items():
-                say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
-                    f"over {s['tasks']} tasks x {s['shuffles']} orderings")
-            say(f"-> {fig_path}, {study.summary_path}")
-            flush_output()  # the files appear once this is printed, or not at all
+    with shuffle_variance(runs, runs_dir, out, data, tasks, shuffles, seed, device, replot, force,
+                          progress=StepBar, data_progress=DataGenerationProgress(),
+                          announce=say) as study:  # every file (results, figure, summary), or none
+        fig_path = save_figure(plot_shuffle_variance(study.results), study.figure)
+        for label, s in study.summary.items():
+            say(f"{label}: relative std median {s['median_rel_std']:.3g}, max {s['max_rel_std']:.3g} "
+                f"over {s['tasks']} tasks x {s['shuffles']} orderings")
+        say(f"-> {fig_path}, {study.summary_path}")
+        flush_output()  # the files appear once this is printed, or not at all
 

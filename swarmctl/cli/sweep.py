@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from swarmctl.cli import continue_with
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, argument, option, say, stop_if_interrupted, user_errors
+from swarmctl.cli._options import RUNS_DIR, argument, option, say, stop_if_interrupted
 from swarmctl.cli._table import print_table, table_format
 
 if TYPE_CHECKING:
@@ -44,37 +45,36 @@ def sweep_cmd(
     if fmt != "text" and not dry_run_only:
         raise typer.BadParameter("lists the plan of --dry-run; add --dry-run (training prints no table)",
                                  param_hint=f"--{fmt}")
-    with user_errors() as interruption:
-        index, count = parse_shard(shard)  # a ConfigError: exit 2, naming --shard
-        from swarmctl.cli._progress import EpochProgress
-        from swarmctl.plots.curves import save_run_curves
-        from swarmctl.runs import finish_runs
+    index, count = parse_shard(shard)  # a ConfigError: exit 2, naming --shard
+    from swarmctl.cli._progress import EpochProgress
+    from swarmctl.plots.curves import save_run_curves
+    from swarmctl.runs import finish_runs
 
-        interruption.hint = shlex.join(["swarmctl", "sweep", str(spec_file)]
-                                       + (["--shard", f"{index}/{count}"] if count > 1 else [])
-                                       + (["--runs-dir", str(runs_dir)] if runs_dir != RUNS_DIR else []))
-        plan = plan_sweep(spec_file, runs_dir, index, count)
-        where = f"shard {index}/{count}: " if count > 1 else ""
-        if dry_run_only:
-            _print_dry_run(plan, where, fmt)
-            return
-        spec = plan.spec
-        if not plan.runs:  # more shards than runs: this one trains nothing and makes no folder
-            say(f"sweep {spec.name}: {where}nothing to train ({len(plan.all_runs)} run(s) in {count} shards; this "
-                "shard has none)")
-            return
+    hint = shlex.join(["swarmctl", "sweep", str(spec_file)] + (["--shard", f"{index}/{count}"] if count > 1 else [])
+                      + (["--runs-dir", str(runs_dir)] if runs_dir != RUNS_DIR else []))
+    continue_with(hint)
+    plan = plan_sweep(spec_file, runs_dir, index, count)
+    where = f"shard {index}/{count}: " if count > 1 else ""
+    if dry_run_only:
+        _print_dry_run(plan, where, fmt)
+        return
+    spec = plan.spec
+    if not plan.runs:  # more shards than runs: this one trains nothing and makes no folder
+        say(f"sweep {spec.name}: {where}nothing to train ({len(plan.all_runs)} run(s) in {count} shards; this "
+            "shard has none)")
+        return
 
-        def on_run(k: int, total: int, run, status: str) -> None:
-            if k == 0:  # every check passed
-                say(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs, "
-                    f"{format_minutes(spec.minutes)} each -> {plan.folder}")
-            say(f"[{k + 1}/{total}] {run.name}: {ACTIONS[status]}")
+    def on_run(k: int, total: int, run, status: str) -> None:
+        if k == 0:  # every check passed
+            say(f"sweep {spec.name}: {where}{len(plan.runs)} of {len(plan.all_runs)} runs, "
+                f"{format_minutes(spec.minutes)} each -> {plan.folder}")
+        say(f"[{k + 1}/{total}] {run.name}: {ACTIONS[status]}")
 
-        with EpochProgress(plan.task) as progress:
-            results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress, announce=say)
-        done = [plan.folder / run.name for run, status, _ in results if status == "done"]  # curves a signal stopped
-        stop_if_interrupted(finish_runs([result for _, _, result in results], interruption.hint, done,
-                                        draw=save_run_curves).message)
+    with EpochProgress(plan.task) as progress:
+        results = train_sweep(spec, plan.runs, runs_dir, on_run=on_run, progress=progress, announce=say)
+    done = [plan.folder / run.name for run, status, _ in results if status == "done"]  # curves a signal stopped
+    stop_if_interrupted(finish_runs([result for _, _, result in results], hint, done,
+                                    draw=save_run_curves).message)
     trained = sum(1 for _, status, _ in results if status != "done")
     say(f"sweep {spec.name}: {where}{trained} run(s) trained, {len(results) - trained} already finished "
         f"-> {plan.folder}; summarise with: swarmctl report --runs-dir {plan.folder}")

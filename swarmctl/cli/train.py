@@ -9,8 +9,9 @@ import typer
 
 from swarmctl.catalog import catalog, models, per_task
 from swarmctl.catalog import tasks as catalog_tasks
+from swarmctl.cli import continue_with
 from swarmctl.cli._app import app
-from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, number, option, say, stop_if_interrupted, user_errors
+from swarmctl.cli._options import RUNS_DIR, RunsDir, argument, number, option, say, stop_if_interrupted
 from swarmctl.config import RESUMABLE, TRAIN_OPTIONS, ModelConfig
 from swarmctl.errors import either
 
@@ -104,16 +105,15 @@ def train_cmd(
     from swarmctl.plots.curves import save_run_curves
     from swarmctl.runs import train
 
-    with user_errors() as interruption:
-        trained = train(
-            model, {h.field: given[h.option] for h in HYPERPARAMETERS},
-            {field: given[field] for field in _ROWS if field in given}, runs_dir, data=data, dataset=dataset,
-            data_dir=data_dir, name=name, resume=resume,
-            display=EpochProgress, draw=save_run_curves, announce=say, default_runs_dir=RUNS_DIR,
-            on_continue=lambda command: setattr(interruption, "hint", command))  # a signal while drawing
-        if trained is None:  # not rank 0: rank 0 reports
-            return
-        stop_if_interrupted(trained.finished.message)
+    trained = train(
+        model, {h.field: given[h.option] for h in HYPERPARAMETERS},
+        {field: given[field] for field in _ROWS if field in given}, runs_dir, data=data, dataset=dataset,
+        data_dir=data_dir, name=name, resume=resume,
+        display=EpochProgress, draw=save_run_curves, announce=say, default_runs_dir=RUNS_DIR,
+        on_continue=continue_with)  # a signal while drawing
+    if trained is None:  # not rank 0: rank 0 reports
+        return
+    stop_if_interrupted(trained.finished.message)
     result = trained.result
     say(f"done ({result.stop_reason}): best val {result.best_val:.4f} at epoch {result.best_epoch}, "
         f"{result.epochs} epochs, {result.backtracks} backtracks, net {result.net_seconds / 60:.1f} min "

@@ -11,14 +11,13 @@ its plan), with their defaults here and nowhere else.
 
 from __future__ import annotations
 
-import atexit
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from swarmctl.cli._app import _OneLineErrors, _Typer
-from swarmctl.cli._options import argument, checked, count, option, positive_number, say, user_errors
+from swarmctl.cli._options import argument, checked, count, option, positive_number, say
 from swarmctl.config import DATA_DIR
 from swarmctl.errors import ConfigError
 from tools.campaigns import DEVICES, NAMES, PROBES
@@ -90,18 +89,17 @@ def run_cmd(
     With --device cpu the job trains Table 2's runs on this machine's CPU instead, one after another on
     --threads threads, 60 net minutes each, in campaigns/clustering-cpu/ (resuming the run the last job
     stopped); OUT gets its record and logs. Exit 0 when it ended by itself, 130 when stopped by a signal."""
-    with user_errors():
-        _log_lines()
-        if device == "cpu":
-            from tools.campaigns.cpu import check_cpu_job, run_cpu_job
+    _log_lines()
+    if device == "cpu":
+        from tools.campaigns.cpu import check_cpu_job, run_cpu_job
 
-            check_cpu_job(campaigns, clustering_data)
-            code = run_cpu_job(campaigns, out, wall, threads, clustering_data)
-        else:
-            from tools.campaigns.job import JobOptions, run_job
+        check_cpu_job(campaigns, clustering_data)
+        code = run_cpu_job(campaigns, out, wall, threads, clustering_data)
+    else:
+        from tools.campaigns.job import JobOptions, run_job
 
-            code = run_job(JobOptions(out, wall, files, file_mib, campaigns, data_dir, work, retime, probe,
-                                      tuple(only or ()), smoke))
+        code = run_job(JobOptions(out, wall, files, file_mib, campaigns, data_dir, work, retime, probe,
+                                  tuple(only or ()), smoke))
     raise typer.Exit(code)
 
 
@@ -126,13 +124,12 @@ def commit_cmd(
     Every returned file is checked before anything changes; a candidate replaces a shipped model only when
     its re-evaluation here confirms its number and it beats the shipped weights on the same items. A
     refusal is one line, and changes nothing."""
-    with user_errors():
-        from tools.campaigns.commit import CommitOptions, commit
+    from tools.campaigns.commit import CommitOptions, commit
 
-        opts = CommitOptions(data_dir, clustering_data, subset, keep_shipped)
-        lines = commit(returned, campaigns, pretrained, opts, say=say)
-        for line in lines:
-            say(line)
+    opts = CommitOptions(data_dir, clustering_data, subset, keep_shipped)
+    lines = commit(returned, campaigns, pretrained, opts, say=say)
+    for line in lines:
+        say(line)
 
 
 @app.command("status")
@@ -142,10 +139,9 @@ def status_cmd(
     files: Files = FILES,
 ) -> None:
     """Show where each campaign stands against the paper, and what the next job would do."""
-    with user_errors():
-        from tools.campaigns.status import campaign_status
+    from tools.campaigns.status import campaign_status
 
-        _print_status(campaign_status(campaigns, wall, files))
+    _print_status(campaign_status(campaigns, wall, files))
 
 
 def _print_status(status: Status) -> None:
@@ -225,12 +221,7 @@ def _log_lines() -> None:
 
 
 def main() -> None:
-    """`python -m tools.campaigns`: the streams, threads and signals as `swarmctl` sets them, then the command."""
-    from swarmctl import signals, threads
-    from swarmctl.cli._streams import prepare
+    """`python -m tools.campaigns`: run as `swarmctl` runs (its streams, threads, signals and exit codes)."""
+    from swarmctl.cli import main as run_as_swarmctl
 
-    prepare()
-    atexit.register(signals.ignore)
-    threads.apply(threads.choose())
-    signals.install(signals.Interruption().handle)
-    app()
+    run_as_swarmctl(lambda: app)

@@ -42,9 +42,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from swarmctl.config import DATA_DIR
+from swarmctl.errors import SIGNAL as SIGNAL_EXIT
 from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.files import atomic_write_text
-from swarmctl.signals import EXIT_CODE as SIGNAL_EXIT
 from tools.campaigns import NO_CUDA, PROBES, runners
 from tools.campaigns import plan as campaign
 from tools.campaigns.plan import LOGS, PACK_RESERVE, TIMING
