@@ -33,7 +33,7 @@ def mask_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         return None
     w = mask.to(dtype)
     count = w.sum(dim=1, keepdim=True).clamp_min(1.0)
-    return w / count
+    return (w / count).contiguous()  # row-major whatever the mask's layout: the kernels read it so
 
 
 def masked_mean(x: Tensor, mask: Tensor | None = None, weights: Tensor | None = None) -> Tensor:

@@ -105,13 +105,22 @@ class SwarmCell(nn.Module):
         if (x_proj is None) == (x is None):
             raise ValueError("give the input projection x_proj or the input x, not both")
         inp = x_proj if x is None else x
+        width, what = (self.input.in_features, "an input x") if x_proj is None else (4 * self.dim_hidden,
+                                                                                   "an input projection x_proj")
+        if inp.shape[-1] != width:  # the kernels would read the input with the width it has
+            raise ValueError(f"SwarmCell expects {what} of shape (..., {width}), got {tuple(inp.shape)}")
         kernels = _fused.usable_kernels(inp, self.recurrent.weight)
         if kernels is not None and not _needs_grad(inp, h, c, pooled, *self.parameters()):
             R, H = inp.shape[:-1].numel(), self.dim_hidden
             terms = _fused.input_terms(x_proj, x, self.input.weight, self.input.bias, R)
             if h is not None:
                 h, c = h.reshape(R, H), c.reshape(R, H).contiguous()
-                pooled = pooled.reshape(-1, H)
+                # one pooled h per set (..., 1, H) or per entity (..., N, H), each set's own even where it is
+                # shared (broadcast), as the kernels read them
+                if pooled.dim() < 2 or pooled.shape[-2] not in (1, inp.shape[-2]):
+                    raise ValueError(f"SwarmCell expects a pooled h of shape (..., 1, {H}) or (..., "
+                                     f"{inp.shape[-2]}, {H}) for its input {tuple(inp.shape)}, got {tuple(pooled.shape)}")
+                pooled = pooled.expand(*inp.shape[:-2], pooled.shape[-2], H).reshape(-1, H)
             h_out, c_out = inp.new_empty(R, H), inp.new_empty(R, H)
             _fused.kernel_step_rows(kernels, h, c, pooled, self.recurrent.weight, self.population.weight, terms,
                                     h_out, c_out)
@@ -125,7 +134,7 @@ class SwarmCell(nn.Module):
         p = F.linear(pooled, self.population.weight)  # (..., 1, 4H) for a pooled h per set
         if _fused.plain_ops_only():
             return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops, the transforms see them
-        return _fused.FusedLSTMPointwise.apply(a, p, c)
+        return _fused.fused_lstm_pointwise(a, p, c)
 
     forward = step  # so that ``torch.func.functional_call`` runs a step with other weights
 
@@ -291,6 +300,8 @@ class SwarmLayer(nn.Module):
         """
         if self.cell.pooling != "mean":
             raise ValueError("forward_chunked needs pooling='mean'")
+        if x.dim() != 2 or x.shape[-1] != self.dim_in:
+            raise ValueError(f"SwarmLayer.forward_chunked expects one set (N, {self.dim_in}), got {tuple(x.shape)}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         cell = self.cell
