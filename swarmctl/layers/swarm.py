@@ -118,8 +118,8 @@ class SwarmCell(nn.Module):
                 # one pooled h per set (..., 1, H) or per entity (..., N, H), each set's own even where it is
                 # shared (broadcast), as the kernels read them
                 if pooled.dim() < 2 or pooled.shape[-2] not in (1, inp.shape[-2]):
-                    raise ValueError(f"SwarmCell expects a pooled h of shape (..., 1, {H}) or (..., "
-                                     f"{inp.shape[-2]}, {H}) for its input {tuple(inp.shape)}, got {tuple(pooled.shape)}")
+                    raise ValueError(f"SwarmCell expects a pooled h of shape (..., 1, {H}) or (..., {inp.shape[-2]}, "
+                                     f"{H}) for its input {tuple(inp.shape)}, got {tuple(pooled.shape)}")
                 pooled = pooled.expand(*inp.shape[:-2], pooled.shape[-2], H).reshape(-1, H)
             h_out, c_out = inp.new_empty(R, H), inp.new_empty(R, H)
             _fused.kernel_step_rows(kernels, h, c, pooled, self.recurrent.weight, self.population.weight, terms,
