@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from swarmctl.errors import either
 from swarmctl.layers import _fused
 from swarmctl.layers._fused import lstm_pointwise
-from swarmctl.layers.pooling import causal_mean, check_set_input, mask_weights, masked_mean
+from swarmctl.layers.pooling import causal_mean, check_set_input, mask_weights, masked_mean, zero_padded
 
 Pooling = Literal["mean", "causal"]
 POOLINGS: tuple[str, ...] = ("mean", "causal")
@@ -178,10 +178,10 @@ class SwarmLayer(nn.Module):
     pooling counts positions, not real entities (as in the authors' code), so with it padding belongs at
     the end of a sequence, where no real entity sees it. A wrong input width or mask shape raises
     ValueError naming the expected and the given shape. ``device``/``dtype`` are the usual factory keyword
-    arguments. Second derivatives (``create_graph=True``) are exact on every path but the Triton cell,
-    which refuses them; ``torch.func`` transforms run the plain PyTorch ops. ``torch.jit.trace`` is refused
-    (the path taken depends on the input's device, dtype and gradients): use ``torch.export`` or
-    ``torch.compile``.
+    arguments. Second derivatives (``create_graph=True``) are exact on every path but the Triton cell and
+    the compiled step, which refuse them; ``torch.func`` transforms and forward-mode AD run the plain PyTorch
+    ops. ``torch.jit.trace`` is refused (the path taken depends on the input's device, dtype and gradients):
+    use ``torch.export`` or ``torch.compile``.
     """
 
     def __init__(
@@ -244,8 +244,7 @@ class SwarmLayer(nn.Module):
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H), of sets ``x`` (B, N, D_in) (checked)."""
         check_set_input(x, mask, self.dim_in, "SwarmLayer")
-        if mask is not None:  # what padding holds (NaN, inf) must reach nothing, and 0 * NaN is NaN
-            x = torch.where(mask.unsqueeze(-1), x, 0.0)
+        x = zero_padded(x, mask)  # what padding holds (NaN, inf) must reach nothing, and 0 * NaN is NaN
         cell = self.cell
         weights = mask_weights(mask, x.dtype) if cell.pooling == "mean" else None
         fused = (self._compiled_step is None and not (self.training and self.dropout > 0)

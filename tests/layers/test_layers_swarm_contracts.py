@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 from conftest import tiered
+from torch.autograd.gradcheck import GradcheckError
 
 from swarmctl.layers import _ext
 from swarmctl.layers.set_attention import ISAB, MAB, PMA, SAB
@@ -290,3 +291,44 @@ def test_batched_gradients_are_right(path, pooling):
     for k, probe in enumerate(probes):
         want = torch.autograd.grad(out, [xg, *layer.parameters()], probe, retain_graph=True)
         torch.testing.assert_close([g[k] for g in got], list(want))
+
+
+class _SinWithUndifferentiableBackward(torch.autograd.Function):
+    """sin, whose backward detaches cos(x): right first derivatives, second derivatives of zero."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos().detach()
+
+
+class _Broken(torch.nn.Module):
+    """A set model that breaks each module contract: padding reaches its parameters' gradients (its output
+    hides it), any width is taken, second derivatives are wrong, device=/dtype= are ignored."""
+
+    def __init__(self, dim=2, device=None, dtype=None):
+        super().__init__()
+        self.lin = torch.nn.Linear(dim, dim)
+
+    def forward(self, x, mask):
+        y = self.lin(x[..., :2] if x.shape[-1] >= 2 else x.expand(*x.shape[:-1], 2))
+        return torch.where(mask.unsqueeze(-1), _SinWithUndifferentiableBackward.apply(y), 0.0)
+
+
+def test_the_module_checks_fail_on_a_module_that_breaks_their_contracts():
+    x, mask = sets()
+    broken = _Broken().double()
+    with pytest.raises(AssertionError, match="holding nan reached the gradient"):
+        assert_masked_no_influence(broken, x, mask)
+    assert_masked_no_influence(broken, x, mask, grads=False)  # its outputs alone keep the promise
+    with pytest.raises(AssertionError, match="gave a result"):
+        assert_rejects_bad_shapes(broken, x, mask)
+    with pytest.raises(GradcheckError, match="Jacobian mismatch"):  # gradgradcheck: the first derivatives are right
+        assert_twice_differentiable(broken, x[:, :2], mask[:, :2])
+    with pytest.raises(AssertionError, match="ignores device=/dtype="):
+        assert_factory_kwargs(_Broken, 2)
