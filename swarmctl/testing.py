@@ -137,22 +137,40 @@ def _real_part(out: Tensor, mask: Tensor) -> Tensor:
     return out[mask] if out.shape[:2] == mask.shape else out
 
 
-@torch.no_grad()
 def assert_masked_no_influence(
     fn: SetFn, x: Tensor, mask: Tensor, fills: tuple[float, ...] = (float("nan"), float("inf"), -float("inf"), 1e6),
-    atol: float = 1e-6, rtol: float = 1e-5,
+    atol: float = 1e-6, rtol: float = 1e-5, grads: bool = True,
 ) -> None:
     """A mask's promise: whatever the masked entities of ``x`` hold (each of ``fills``, NaN and inf included),
     the real entities' outputs of ``fn(x, mask)`` (or the per-set outputs) stay what they are with zeros
-    there, and finite where they were. ``mask`` (B, N) bool, True = present, should hide some entity."""
+    there, and finite where they were. ``mask`` (B, N) bool, True = present, should hide some entity.
+
+    With ``grads`` (and a floating ``x``), the gradient of the real outputs' sum is also finite for every
+    parameter of ``fn`` (an ``nn.Module``) and for ``x``, and zero at the masked entities: training on padded
+    batches must not be poisoned either (a NaN times a zero gradient is NaN)."""
     if bool(mask.all()):
         raise ValueError("the mask hides no entity: give one with some False, or nothing is checked")
     pad = ~mask.unsqueeze(-1)
-    want = _real_part(fn(x.masked_fill(pad, 0.0), mask), mask)
+    with torch.no_grad():
+        want = _real_part(fn(x.masked_fill(pad, 0.0), mask), mask)
+        for fill in fills:
+            got = _real_part(fn(x.masked_fill(pad, fill), mask), mask)
+            torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=False,
+                                       msg=lambda m, fill=fill: f"masked entities holding {fill} changed real "
+                                                                f"outputs: {m}")
+    if not (grads and x.is_floating_point()):
+        return
+    params = dict((n, p) for n, p in fn.named_parameters() if p.requires_grad) if isinstance(fn, nn.Module) else {}
     for fill in fills:
-        got = _real_part(fn(x.masked_fill(pad, fill), mask), mask)
-        torch.testing.assert_close(got, want, atol=atol, rtol=rtol, equal_nan=False,
-                                   msg=lambda m, fill=fill: f"masked entities holding {fill} changed real outputs: {m}")
+        xg = x.detach().masked_fill(pad, fill).requires_grad_()
+        with torch.enable_grad():
+            gx, *gp = torch.autograd.grad(_real_part(fn(xg, mask), mask).sum(), [xg, *params.values()],
+                                          allow_unused=True)
+        if gx is not None and not (torch.isfinite(gx).all() and (gx[~mask] == 0).all()):
+            raise AssertionError(f"masked entities holding {fill} reached the gradient of the input")
+        bad = [n for n, g in zip(params, gp, strict=True) if g is not None and not torch.isfinite(g).all()]
+        if bad:
+            raise AssertionError(f"masked entities holding {fill} made the gradient of {', '.join(bad)} non-finite")
 
 
 def assert_twice_differentiable(module: nn.Module, *inputs: Tensor | None, params: bool = True,

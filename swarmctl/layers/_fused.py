@@ -7,6 +7,7 @@ of a layer with a hand-written backward. Tests hold each equal to the plain PyTo
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -17,10 +18,19 @@ FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the k
 
 
 def plain_ops_only() -> bool:
-    """True under ``torch.compile`` and inside a ``torch.func`` transform (vmap, grad, jacrev, ...): there the
-    SWARM iteration runs plain PyTorch ops only (:func:`lstm_pointwise`), which the compiler fuses and the
-    transforms see through, instead of the autograd Functions and kernels of this module."""
-    return torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+    """True under ``torch.compile``, inside a ``torch.func`` transform (vmap, grad, jacrev, ...) and inside a
+    forward-mode AD level (``torch.autograd.forward_ad.dual_level``): there the SWARM iteration runs plain
+    PyTorch ops only (:func:`lstm_pointwise`), which the compiler fuses and the transforms see through, instead
+    of the autograd Functions and kernels of this module (the kernels would drop a dual tensor's tangent)."""
+    return (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
+            or forward_ad._current_level >= 0)
+
+
+def _batched(*grads: Tensor | None) -> bool:
+    """Whether a gradient is batched: ``autograd.grad(..., is_grads_batched=True)`` runs the backward under
+    PyTorch's vmap, whose tensors have no storage for the kernels and take no ``out=`` op; the Functions here
+    then run their backward in plain ops."""
+    return any(t is not None and "Batched" in str(torch._C._dispatch_keys(t)) for t in grads)
 
 
 def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -76,34 +86,41 @@ def _grads_of(fn, inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
 
 
 class FusedLSTMPointwise(torch.autograd.Function):
-    """(a + p, c) -> (h, c') with a hand-written backward.
+    """(a + p, c) -> (h, c', gates, tanh c') with a hand-written backward; :func:`fused_lstm_pointwise` gives
+    (h, c').
 
     Autograd of the reference slices the 4H gate block into four views, and each slice's backward
-    materialises a zero-filled (B, N, 4H) tensor; here the gate gradient is written into one tensor. Kept
-    for backward: the inputs and c' (the activated gates are computed again there, in place, which costs one
-    pass over them and no memory beyond what the reference keeps). ``p`` broadcasts against ``a`` (one
-    population term per set for mean pooling). With ``create_graph=True`` the backward differentiates
-    :func:`lstm_pointwise` instead, so second derivatives are exact.
+    materialises a zero-filled (B, N, 4H) tensor; here the gate gradient is written into one tensor, and only
+    the activated gates, the previous cell state and tanh(c') are kept for backward (nothing is activated
+    again there). ``p`` broadcasts against ``a`` (one population term per set for mean pooling).
+
+    The activated gates and tanh(c') are outputs too, so that the backward can be differentiated: with
+    ``create_graph=True`` (or when a gradient of those outputs comes in, which only a double backward sends)
+    it runs the same formulas in plain differentiable ops of the kept tensors, whose own gradients flow back
+    through this Function. Second and higher derivatives are therefore exact, and the first-order backward
+    costs what it did before they were.
     """
 
     @staticmethod
-    def forward(ctx, a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(ctx, a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         H = a.shape[-1] // 4
         gates = _activated(a, p)
         i, f, o, g = gates.split(H, dim=-1)
         c_new = i * g
         c_new.addcmul_(f, c)
-        h = o * torch.tanh(c_new)
-        ctx.save_for_backward(a, p, c, c_new)
-        return h, c_new
+        tc = torch.tanh(c_new)
+        h = o * tc
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(gates, c, tc)
+        ctx.p_shape = p.shape
+        return h, c_new, gates, tc
 
     @staticmethod
-    def backward(ctx, dh: Tensor | None, dc: Tensor | None) -> tuple[Tensor | None, ...]:
-        a, p, c, c_new = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiable
-            return tuple(_grads_of(lambda a, p, c: lstm_pointwise(a + p, c), (a, p, c), ctx.needs_input_grad,
-                                   (dh, dc)))
-        gates, tc = _activated(a, p), torch.tanh(c_new)
+    def backward(ctx, dh: Tensor | None, dc: Tensor | None, dgates: Tensor | None,
+                 dtc: Tensor | None) -> tuple[Tensor | None, ...]:
+        gates, c, tc = ctx.saved_tensors
+        if torch.is_grad_enabled() or dgates is not None or dtc is not None or _batched(dh, dc):
+            return _pointwise_vjp(gates, c, tc, dh, dc, dgates, dtc, ctx.p_shape)
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
         da = torch.empty_like(gates)
@@ -125,8 +142,34 @@ class FusedLSTMPointwise(torch.autograd.Function):
         dsig = da[..., : 3 * H].mul_(sig)
         dsig.addcmul_(dsig, sig, value=-1)  # sigmoid' = s (1 - s), without a (1 - s) temporary
         dg.addcmul_(dg.mul(g), g, value=-1)  # tanh' = 1 - g^2
-        dp = da if p.shape == da.shape else da.sum_to_size(p.shape)
+        dp = da if ctx.p_shape == da.shape else da.sum_to_size(ctx.p_shape)
         return da, dp, dct.mul_(f)
+
+
+def fused_lstm_pointwise(a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`lstm_pointwise` of ``a + p`` and ``c`` through :class:`FusedLSTMPointwise`: (h, c')."""
+    h, c_new, _, _ = FusedLSTMPointwise.apply(a, p, c)
+    return h, c_new
+
+
+def _pointwise_vjp(gates: Tensor, c: Tensor, tc: Tensor, dh: Tensor | None, dc: Tensor | None,
+                   dgates: Tensor | None, dtc: Tensor | None, p_shape: torch.Size) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward of :class:`FusedLSTMPointwise` in plain (differentiable, out-of-place) ops, from its kept
+    tensors and the gradients of all four outputs (None for none)."""
+    H = gates.shape[-1] // 4
+    i, f, o, g = gates.split(H, dim=-1)
+    d_tc = dtc if dh is None else (dh * o if dtc is None else dh * o + dtc)  # gradient of tanh(c')
+    d_cn = torch.zeros_like(tc) if d_tc is None else d_tc * (1 - tc * tc)  # gradient of c'
+    if dc is not None:
+        d_cn = d_cn + dc
+    d_o = torch.zeros_like(tc) if dh is None else dh * tc
+    d_act = torch.cat([d_cn * g, d_cn * c, d_o, d_cn * i], dim=-1)  # gradient of the activated gates
+    if dgates is not None:
+        d_act = d_act + dgates
+    sig, tg = gates[..., : 3 * H], gates[..., 3 * H :]
+    da = torch.cat([d_act[..., : 3 * H] * sig * (1 - sig), d_act[..., 3 * H :] * (1 - tg * tg)], dim=-1)
+    dp = da if p_shape == da.shape else da.sum_to_size(p_shape)
+    return da, dp, d_cn * f
 
 
 def _activated(a: Tensor, p: Tensor) -> Tensor:
@@ -275,7 +318,7 @@ class FusedIterations(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dh_out, dc_out):
-        if torch.is_grad_enabled():  # create_graph=True
+        if torch.is_grad_enabled() or _batched(dh_out, dc_out):  # create_graph=True, or batched gradients
             inp, w_in, b_in, w_rec, w_pop, weights = ctx.saved_tensors[:6]
             def run(inp, w_in, b_in, w_rec, w_pop):
                 return plain_iterations(inp, w_in, b_in, w_rec, w_pop, weights, ctx.n_iter, ctx.pooling)

@@ -23,6 +23,12 @@ def check_set_input(x: Tensor, mask: Tensor | None, dim_in: int, who: str, unbat
                          f"{tuple(mask.shape)}")
 
 
+def zero_padded(x: Tensor, mask: Tensor | None) -> Tensor:
+    """``x`` (B, N, D) with zeros at the padded entities, whatever they held: NaN and inf too, which a product
+    with a zero weight or a zero gradient would keep (0 * NaN is NaN). ``mask`` None: ``x`` itself."""
+    return x if mask is None else torch.where(mask.unsqueeze(-1), x, 0.0)
+
+
 def mask_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """Per-entity weights 1/n_real for real entities and 0 for padding, shape (B, N).
 
@@ -33,7 +39,7 @@ def mask_weights(mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
         return None
     w = mask.to(dtype)
     count = w.sum(dim=1, keepdim=True).clamp_min(1.0)
-    return w / count
+    return (w / count).contiguous()  # row-major whatever the mask's layout: the kernels read it so
 
 
 def masked_mean(x: Tensor, mask: Tensor | None = None, weights: Tensor | None = None) -> Tensor:

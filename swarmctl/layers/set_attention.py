@@ -11,10 +11,39 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from swarmctl.layers.pooling import zero_padded
 
-def _zero_padded(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Zeros at padded entities, whatever they held (NaN and inf too: a product with 0 would keep a NaN)."""
-    return x if mask is None else torch.where(mask.unsqueeze(-1), x, 0.0)
+
+def _fused_attention() -> bool:
+    """Whether ``scaled_dot_product_attention`` may run a fused kernel (flash, memory-efficient or cuDNN), whose
+    backward has no derivative of its own; with only the math backend enabled it runs plain ops."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False  # the compiler and the transforms see the attention as one op: no Function in between
+    b = torch.backends.cuda
+    return b.flash_sdp_enabled() or b.mem_efficient_sdp_enabled() or b.cudnn_sdp_enabled()
+
+
+class _FirstOrderAttention(torch.autograd.Function):
+    """The identity on the attention's output, whose backward refuses a graph of the gradient
+    (``create_graph=True``) in words a user can act on: PyTorch's fused attention kernels have first derivatives
+    only, and would fail later naming an internal operator."""
+
+    @staticmethod
+    def forward(o: Tensor) -> Tensor:
+        return o.view_as(o)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        if torch.is_grad_enabled():  # in a backward, grad mode is on exactly under create_graph=True
+            raise RuntimeError(
+                "the Set Transformer's attention ran PyTorch's fused attention kernel, which has first derivatives "
+                "only: for second derivatives (create_graph=True, gradgradcheck) run it under "
+                "torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH)")
+        return grad
 
 
 class MultiheadAttention(nn.Module):
@@ -43,12 +72,15 @@ class MultiheadAttention(nn.Module):
         """q (B, Nq, d), kv (B, Nk, d), masks (B, Nq) / (B, Nk) bool, True = present -> (B, Nq, d)."""
         B, Nq, d = q.shape
         h = self.n_heads
-        kv = _zero_padded(kv, kv_mask)  # a masked key's weight is 0, and 0 times a NaN value is NaN
-        q, k, v = (t.view(B, -1, h, d // h).transpose(1, 2) for t in (self.q(q), self.k(kv), self.v(kv)))
+        kv = zero_padded(kv, kv_mask)  # a masked key's weight is 0, and 0 times a NaN value is NaN
+        q = zero_padded(q, q_mask)  # a padded query's output is zeroed, but its NaN would reach the gradients
+        q, k, v = (t.view(B, t.shape[1], h, d // h).transpose(1, 2) for t in (self.q(q), self.k(kv), self.v(kv)))
         attn_mask = None if kv_mask is None else kv_mask[:, None, None, :]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, h, Nq, d/h); scale 1/sqrt(d/h)
+        if o.requires_grad and _fused_attention():
+            o = _FirstOrderAttention.apply(o)
         o = o.transpose(1, 2).reshape(B, Nq, d)
-        return _zero_padded(self.out(o), q_mask)
+        return zero_padded(self.out(o), q_mask)
 
 
 def _row_ff(dim: int, n_layers: int, activation: bool, factory: dict[str, Any]) -> nn.Sequential:
@@ -83,8 +115,9 @@ class MAB(nn.Module):
     def forward(
         self, q: Tensor, kv: Tensor, q_mask: Tensor | None = None, kv_mask: Tensor | None = None
     ) -> Tensor:
+        q = zero_padded(q, q_mask)  # the residual and the norm see a padded query too (its NaN: NaN gradients)
         z = self.norm1(q + self.attn(q, kv, q_mask, kv_mask))
-        return _zero_padded(self.norm2(z + self.ff(z)), q_mask)
+        return zero_padded(self.norm2(z + self.ff(z)), q_mask)
 
 
 class SAB(nn.Module):

@@ -9,7 +9,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from swarmctl.layers.pooling import check_set_input, masked_max, masked_mean
+from swarmctl.layers.pooling import check_set_input, masked_max, masked_mean, zero_padded
 
 
 class SetLinear(nn.Module):
@@ -38,8 +38,7 @@ class SetLinear(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_set_input(x, mask, self.local.in_features, "SetLinear")
-        if mask is not None:
-            x = torch.where(mask.unsqueeze(-1), x, 0.0)
+        x = zero_padded(x, mask)
         if self.pooling == "mean":
             pooled = self.glob(masked_mean(x, mask))  # (B, D_out)
         else:

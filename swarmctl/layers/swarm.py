@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from swarmctl.errors import either
 from swarmctl.layers import _fused
 from swarmctl.layers._fused import lstm_pointwise
-from swarmctl.layers.pooling import causal_mean, check_set_input, mask_weights, masked_mean
+from swarmctl.layers.pooling import causal_mean, check_set_input, mask_weights, masked_mean, zero_padded
 
 Pooling = Literal["mean", "causal"]
 POOLINGS: tuple[str, ...] = ("mean", "causal")
@@ -105,13 +105,22 @@ class SwarmCell(nn.Module):
         if (x_proj is None) == (x is None):
             raise ValueError("give the input projection x_proj or the input x, not both")
         inp = x_proj if x is None else x
+        width, what = (self.input.in_features, "an input x") if x_proj is None else (4 * self.dim_hidden,
+                                                                                   "an input projection x_proj")
+        if inp.shape[-1] != width:  # the kernels would read the input with the width it has
+            raise ValueError(f"SwarmCell expects {what} of shape (..., {width}), got {tuple(inp.shape)}")
         kernels = _fused.usable_kernels(inp, self.recurrent.weight)
         if kernels is not None and not _needs_grad(inp, h, c, pooled, *self.parameters()):
             R, H = inp.shape[:-1].numel(), self.dim_hidden
             terms = _fused.input_terms(x_proj, x, self.input.weight, self.input.bias, R)
             if h is not None:
                 h, c = h.reshape(R, H), c.reshape(R, H).contiguous()
-                pooled = pooled.reshape(-1, H)
+                # one pooled h per set (..., 1, H) or per entity (..., N, H), each set's own even where it is
+                # shared (broadcast), as the kernels read them
+                if pooled.dim() < 2 or pooled.shape[-2] not in (1, inp.shape[-2]):
+                    raise ValueError(f"SwarmCell expects a pooled h of shape (..., 1, {H}) or (..., {inp.shape[-2]}, "
+                                     f"{H}) for its input {tuple(inp.shape)}, got {tuple(pooled.shape)}")
+                pooled = pooled.expand(*inp.shape[:-2], pooled.shape[-2], H).reshape(-1, H)
             h_out, c_out = inp.new_empty(R, H), inp.new_empty(R, H)
             _fused.kernel_step_rows(kernels, h, c, pooled, self.recurrent.weight, self.population.weight, terms,
                                     h_out, c_out)
@@ -125,7 +134,7 @@ class SwarmCell(nn.Module):
         p = F.linear(pooled, self.population.weight)  # (..., 1, 4H) for a pooled h per set
         if _fused.plain_ops_only():
             return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops, the transforms see them
-        return _fused.FusedLSTMPointwise.apply(a, p, c)
+        return _fused.fused_lstm_pointwise(a, p, c)
 
     forward = step  # so that ``torch.func.functional_call`` runs a step with other weights
 
@@ -169,10 +178,10 @@ class SwarmLayer(nn.Module):
     pooling counts positions, not real entities (as in the authors' code), so with it padding belongs at
     the end of a sequence, where no real entity sees it. A wrong input width or mask shape raises
     ValueError naming the expected and the given shape. ``device``/``dtype`` are the usual factory keyword
-    arguments. Second derivatives (``create_graph=True``) are exact on every path but the Triton cell,
-    which refuses them; ``torch.func`` transforms run the plain PyTorch ops. ``torch.jit.trace`` is refused
-    (the path taken depends on the input's device, dtype and gradients): use ``torch.export`` or
-    ``torch.compile``.
+    arguments. Second derivatives (``create_graph=True``) are exact on every path but the Triton cell and
+    the compiled step, which refuse them; ``torch.func`` transforms and forward-mode AD run the plain PyTorch
+    ops. ``torch.jit.trace`` is refused (the path taken depends on the input's device, dtype and gradients):
+    use ``torch.export`` or ``torch.compile``.
     """
 
     def __init__(
@@ -235,8 +244,7 @@ class SwarmLayer(nn.Module):
     def states(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Final (h, c) after ``n_iter`` iterations, each (B, N, H), of sets ``x`` (B, N, D_in) (checked)."""
         check_set_input(x, mask, self.dim_in, "SwarmLayer")
-        if mask is not None:  # what padding holds (NaN, inf) must reach nothing, and 0 * NaN is NaN
-            x = torch.where(mask.unsqueeze(-1), x, 0.0)
+        x = zero_padded(x, mask)  # what padding holds (NaN, inf) must reach nothing, and 0 * NaN is NaN
         cell = self.cell
         weights = mask_weights(mask, x.dtype) if cell.pooling == "mean" else None
         fused = (self._compiled_step is None and not (self.training and self.dropout > 0)
@@ -291,6 +299,8 @@ class SwarmLayer(nn.Module):
         """
         if self.cell.pooling != "mean":
             raise ValueError("forward_chunked needs pooling='mean'")
+        if x.dim() != 2 or x.shape[-1] != self.dim_in:
+            raise ValueError(f"SwarmLayer.forward_chunked expects one set (N, {self.dim_in}), got {tuple(x.shape)}")
         if chunk_size < 1:
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         cell = self.cell

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from swarmctl.config import ModelConfig
-from swarmctl.layers.pooling import check_set_input
+from swarmctl.layers.pooling import check_set_input, zero_padded
 from swarmctl.models.registry import register_model
 
 
@@ -20,7 +20,8 @@ class BiLSTM(nn.Module):
     permutation-equivariant. Unsorted, the output depends on the entity order.
 
     Departure from the authors' code: padded entities are moved to the end and excluded with packed
-    sequences, so padding never changes real outputs (the authors fed padding through the LSTM).
+    sequences, so padding never changes real outputs (the authors fed padding through the LSTM). A set with
+    no real entity, an empty batch and sets of no entity give outputs (of padding only) too.
 
     x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
     """
@@ -35,12 +36,16 @@ class BiLSTM(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_set_input(x, mask, self.lstm.input_size, "BiLSTM")
         B, N, D = x.shape
+        if B == 0 or N == 0:  # nothing to read (packing refuses it): the outputs of no entity
+            return self.head(x.new_zeros(B, N, self.head.in_features))
         if mask is None:
             mask = torch.ones(B, N, dtype=torch.bool, device=x.device)
+        else:  # an empty set is read as one zero entity (packing needs one), never as what its padding holds
+            x = zero_padded(x, mask)
         key = x[..., 0].masked_fill(~mask, float("inf")) if self.sort_by_first else (~mask).to(x.dtype)
         order = torch.argsort(key, dim=1, stable=True)  # (B, N): real entities (sorted or in order), padding last
         xs = torch.gather(x, 1, order.unsqueeze(-1).expand(B, N, D))
-        lengths = mask.sum(dim=1).cpu()
+        lengths = mask.sum(dim=1).clamp_min(1).cpu()
         packed = pack_padded_sequence(xs, lengths, batch_first=True, enforce_sorted=False)
         out, _ = self.lstm(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=N)  # (B, N, 2H)

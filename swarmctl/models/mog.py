@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from swarmctl.config import ModelConfig
 from swarmctl.data.mog import MogParams
 from swarmctl.errors import ConfigError
-from swarmctl.layers.pooling import check_set_input, masked_mean
+from swarmctl.layers.pooling import check_set_input, masked_mean, zero_padded
 from swarmctl.layers.set_attention import ISAB, PMA, SAB
 from swarmctl.layers.swarm import SwarmLayer
 from swarmctl.models.registry import check_heads_divide_hidden, register_model
@@ -101,7 +101,7 @@ class SetTransformerMog(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_set_input(x, mask, self.embed.in_features, "SetTransformerMog")
-        h = self.embed(x)
+        h = self.embed(zero_padded(x, mask))  # padding's NaN would reach the embedding's gradient
         for block in self.encoder:
             h = block(h, mask)
         z = self.pma(h, mask)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from swarmctl.config import ModelConfig
-from swarmctl.layers.pooling import check_set_input
+from swarmctl.layers.pooling import check_set_input, zero_padded
 from swarmctl.layers.set_attention import ISAB
 from swarmctl.models.registry import check_heads_divide_hidden, register_model
 
@@ -28,7 +28,7 @@ class SetTransformer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_set_input(x, mask, self.embed.in_features, "SetTransformer")
-        x = self.embed(x)
+        x = self.embed(zero_padded(x, mask))  # padding's NaN would reach the embedding's gradient
         for block in self.blocks:
             x = block(x, mask)
         return self.head(x)

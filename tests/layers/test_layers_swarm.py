@@ -104,13 +104,16 @@ def test_swarm_layer_compiled_step_matches_eager():
 
 @pytest.mark.parametrize("p_entities", [1, 5])
 def test_fused_pointwise_matches_autograd_reference(p_entities):
-    from swarmctl.layers._fused import FusedLSTMPointwise
+    """First and second derivatives of all four outputs (h, c', the activated gates and tanh(c'), which the
+    double backward differentiates through)."""
+    from swarmctl.layers._fused import FusedLSTMPointwise, fused_lstm_pointwise
     from swarmctl.layers.swarm import lstm_pointwise
 
     a = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
     p = torch.randn(2, p_entities, 16, dtype=torch.float64, requires_grad=True)
     c = torch.randn(2, 5, 4, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(FusedLSTMPointwise.apply, (a, p, c))
-    h1, c1 = FusedLSTMPointwise.apply(a, p, c)
+    assert torch.autograd.gradgradcheck(FusedLSTMPointwise.apply, (a, p, c))
+    h1, c1 = fused_lstm_pointwise(a, p, c)
     h2, c2 = lstm_pointwise(a + p, c)
     torch.testing.assert_close((h1, c1), (h2, c2))

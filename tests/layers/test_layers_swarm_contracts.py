@@ -7,10 +7,12 @@ worked (pickle, deepcopy, state_dict, empty sets, zero batch, non-contiguous inp
 import copy
 import io
 import pickle
+import re
 
 import pytest
 import torch
 from conftest import tiered
+from torch.autograd.gradcheck import GradcheckError
 
 from swarmctl.layers import _ext
 from swarmctl.layers.set_attention import ISAB, MAB, PMA, SAB
@@ -201,3 +203,132 @@ def test_compile_fullgraph_and_export_keep_working(pooling):
     torch.testing.assert_close(torch.compile(layer, fullgraph=True)(x, mask), want)
     exported = torch.export.export(layer, (x, mask))
     torch.testing.assert_close(exported.module()(x, mask), want)
+
+
+def test_the_cell_and_the_chunked_forward_refuse_a_wrong_width_naming_both_shapes(path):
+    """The fused kernels take the input width from the input itself: one wrong width must not give a number
+    (the chunked forward of `cluster` on large sets and a cell stepped by hand reach them without the layer's
+    entry check)."""
+    cell, layer = SwarmCell(2, 4), SwarmLayer(2, 4, 3, 2).eval()
+    h, c, pooled = torch.randn(3, 5, 4), torch.randn(3, 5, 4), torch.randn(3, 1, 4)
+    with torch.no_grad():
+        for bad in (torch.randn(3, 5, 3), torch.randn(3, 5, 1)):
+            for state in ((None, None, None), (h, c, pooled)):
+                shapes = re.escape("(..., 2)") + ".*got " + re.escape(str(tuple(bad.shape)))
+                with pytest.raises(ValueError, match=shapes):
+                    cell.step(*state, x=bad)
+        for state in ((None, None, None), (h, c, pooled)):
+            with pytest.raises(ValueError, match=r"projection x_proj of shape \(\.\.\., 16\), got \(3, 5, 12\)"):
+                cell.step(*state, x_proj=torch.randn(3, 5, 12))
+        for bad in (torch.randn(7, 3), torch.randn(7, 1), torch.randn(1, 7, 2)):
+            with pytest.raises(ValueError, match=r"one set \(N, 2\)"):
+                layer.forward_chunked(bad, 4)
+
+
+def test_a_pooled_state_shared_by_the_sets_of_a_batch_steps_the_same_on_every_path(path):
+    """``pooled`` broadcasts against the states as in PyTorch ops: one (1, N, H) for every set of a batch."""
+    torch.manual_seed(0)
+    cell = SwarmCell(2, 4)
+    x, h, c = torch.randn(3, 5, 2), torch.randn(3, 5, 4), torch.randn(3, 5, 4)
+    for pooled in (torch.randn(1, 5, 4), torch.randn(1, 1, 4), torch.randn(5, 4)):
+        with torch.no_grad():
+            got = cell.step(h, c, pooled, x=x)
+        want = cell.step(h, c, pooled.expand(3, *pooled.shape[-2:]).clone().requires_grad_(), x=x)  # PyTorch ops
+        torch.testing.assert_close(got, tuple(t.detach() for t in want))
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_a_non_contiguous_mask_gives_the_same_outputs_and_gradients(path, pooling):
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 4, 3, 3, pooling=pooling)
+    x, mask = sets(dtype=torch.float32)
+    column_major = mask.t().contiguous().t()
+    outs = []
+    for m in (mask, column_major):
+        xg = x.clone().requires_grad_()
+        out = layer(xg, m)
+        outs.append((out, *torch.autograd.grad(out.sin().sum(), [xg, *layer.parameters()])))
+    torch.testing.assert_close(outs[1], outs[0])
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script:FutureWarning")  # PyTorch's forward-AD decompositions
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_forward_mode_derivatives_are_right(path, pooling):
+    """Dual numbers (``torch.autograd.forward_ad``) with and without gradients: the tangent is the Jacobian-vector
+    product of the reference, never dropped (a dropped tangent reads as zero)."""
+    import torch.autograd.forward_ad as fwAD
+
+    from swarmctl.testing import reference_swarm_states
+
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 3, 2, 3, pooling=pooling).double()
+    x, mask = sets()
+    tangent = torch.randn_like(x)
+
+    def reference(v):
+        h, c = reference_swarm_states(layer, torch.where(mask[..., None], v, 0), mask if pooling == "mean" else None)
+        return layer.output(torch.cat([h, c], -1))
+
+    _, want = torch.func.jvp(reference, (x,), (tangent,))
+    for grad, params in ((True, True), (False, True), (True, False)):
+        layer.requires_grad_(params)
+        with torch.set_grad_enabled(grad), fwAD.dual_level():
+            got = fwAD.unpack_dual(layer(fwAD.make_dual(x, tangent), mask)).tangent
+        assert got is not None, f"the tangent was dropped (grad mode {grad}, parameters need grad {params})"
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_batched_gradients_are_right(path, pooling):
+    """``autograd.grad(..., is_grads_batched=True)`` (vmap over the backward, as ``jacrev`` of a loss does)."""
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 3, 2, 3, pooling=pooling).double()
+    x, mask = sets()
+    xg = x.clone().requires_grad_()
+    out = layer(xg, mask)
+    probes = torch.randn(3, *out.shape, dtype=out.dtype)
+    got = torch.autograd.grad(out, [xg, *layer.parameters()], probes, is_grads_batched=True, retain_graph=True)
+    for k, probe in enumerate(probes):
+        want = torch.autograd.grad(out, [xg, *layer.parameters()], probe, retain_graph=True)
+        torch.testing.assert_close([g[k] for g in got], list(want))
+
+
+class _SinWithUndifferentiableBackward(torch.autograd.Function):
+    """sin, whose backward detaches cos(x): right first derivatives, second derivatives of zero."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos().detach()
+
+
+class _Broken(torch.nn.Module):
+    """A set model that breaks each module contract: padding reaches its parameters' gradients (its output
+    hides it), any width is taken, second derivatives are wrong, device=/dtype= are ignored."""
+
+    def __init__(self, dim=2, device=None, dtype=None):
+        super().__init__()
+        self.lin = torch.nn.Linear(dim, dim)
+
+    def forward(self, x, mask):
+        y = self.lin(x[..., :2] if x.shape[-1] >= 2 else x.expand(*x.shape[:-1], 2))
+        return torch.where(mask.unsqueeze(-1), _SinWithUndifferentiableBackward.apply(y), 0.0)
+
+
+def test_the_module_checks_fail_on_a_module_that_breaks_their_contracts():
+    x, mask = sets()
+    broken = _Broken().double()
+    with pytest.raises(AssertionError, match="holding nan reached the gradient"):
+        assert_masked_no_influence(broken, x, mask)
+    assert_masked_no_influence(broken, x, mask, grads=False)  # its outputs alone keep the promise
+    with pytest.raises(AssertionError, match="gave a result"):
+        assert_rejects_bad_shapes(broken, x, mask)
+    with pytest.raises(GradcheckError, match="Jacobian mismatch"):  # gradgradcheck: the first derivatives are right
+        assert_twice_differentiable(broken, x[:, :2], mask[:, :2])
+    with pytest.raises(AssertionError, match="ignores device=/dtype="):
+        assert_factory_kwargs(_Broken, 2)

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-N_CHECKS = 22  # the checks the child must run, all passed: fewer means some were lost, not that they passed
+N_CHECKS = 23  # the checks the child must run, all passed: fewer means some were lost, not that they passed
 
 if not INTERPRETED:
 
@@ -38,6 +38,7 @@ if not INTERPRETED:
 
 else:
     from swarmctl.layers import _triton, swarm
+    from swarmctl.layers.pooling import zero_padded
     from swarmctl.layers.swarm import SwarmLayer, triton_cell
     from swarmctl.testing import (
         assert_masked_no_influence,
@@ -66,7 +67,8 @@ else:
                                          for p in layer.parameters()]
 
     def reference(layer):
-        return lambda v, m: layer.output(torch.cat(reference_swarm_states(layer, v, m), -1))
+        """The reference of the layer, whose entry zeroes padded inputs (padding holds nothing)."""
+        return lambda v, m: layer.output(torch.cat(reference_swarm_states(layer, zero_padded(v, m), m), -1))
 
     def in_triton(layer):
         def run(v, m):
@@ -177,6 +179,19 @@ else:
         with triton_cell():
             assert_masked_no_influence(layer, x, mask)
         assert cell_calls
+
+    def test_a_column_major_mask_gives_the_same_outputs_and_gradients(cell_calls):
+        """The kernel reads the pooling weights row by row: a mask of another layout must not reorder them."""
+        torch.manual_seed(0)
+        layer = SwarmLayer(2, 3, 2, 2)
+        x, _ = random_sets(3, 4, 2)
+        mask = torch.arange(4).expand(3, 4) < torch.tensor([[4], [2], [1]])
+        column_major = mask.t().contiguous().t()
+        run = in_triton(layer)
+        got, want = outputs_and_grads(layer, x, column_major, run), outputs_and_grads(layer, x, mask, run)
+        assert cell_calls
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w)
 
     def test_the_backward_can_run_twice():
         torch.manual_seed(0)

@@ -2,6 +2,7 @@
 model's inputs come from its task (``Task.example_inputs``), and what is checked follows the model's
 declared ``symmetry``, so a new model, or a model of a new task, is checked without changing this file."""
 
+import contextlib
 import io
 
 import pytest
@@ -19,6 +20,7 @@ from swarmctl.testing import (
     assert_permutation_equivariant,
     assert_permutation_invariant,
     assert_rejects_bad_shapes,
+    assert_twice_differentiable,
     order_dependence,
 )
 
@@ -221,3 +223,38 @@ def test_masked_entities_holding_nan_or_inf_change_no_real_output(name):
     x, mask = inputs(name, 3, 8)
     mask = torch.arange(8).expand(3, 8) < torch.tensor([[8], [5], [2]])  # one full, two padded sets
     assert_masked_no_influence(model, x, mask)
+
+
+@pytest.mark.parametrize("name", SET_MODELS)
+def test_set_model_takes_a_set_with_no_real_entity_and_an_empty_batch(name):
+    """A batch may hold a set whose entities are all padding: the other sets' outputs and gradients stay what
+    they are alone (finite); an empty batch gives an empty output."""
+    torch.manual_seed(0)
+    model = tiny(name).double().eval()
+    x, mask = inputs(name, 3, 6, dtype=torch.float64)
+    mask[2] = False
+    alone = model(x[:2], mask[:2])
+    xg = x.masked_fill(~mask.unsqueeze(-1), float("nan")).requires_grad_()
+    out = model(xg, mask)
+    torch.testing.assert_close(out[:2], alone)
+    out[:2].sum().backward()
+    assert torch.isfinite(xg.grad).all() and all(torch.isfinite(p.grad).all() for p in model.parameters())
+    assert model(x[:0], mask[:0]).shape == (0, *alone.shape[1:])
+
+
+@pytest.mark.parametrize("name", SET_MODELS)
+def test_set_model_has_right_second_derivatives_or_refuses_them_in_words(name):
+    """gradgradcheck on the input; the attention models' fused attention kernel has first derivatives only:
+    refused with a message naming the way to them (PyTorch's math attention), which then passes."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch.manual_seed(0)
+    model = tiny(name).double().eval()
+    x, mask = inputs(name, 2, 3, dtype=torch.float64)
+    attention = any(type(m).__name__ == "MultiheadAttention" for m in model.modules())
+    if attention:
+        xg = x.clone().requires_grad_()
+        with pytest.raises(RuntimeError, match=r"first derivatives only.*sdpa_kernel.*SDPBackend.MATH"):
+            torch.autograd.grad(model(xg, mask).sum(), xg, create_graph=True)
+    with sdpa_kernel(SDPBackend.MATH) if attention else contextlib.nullcontext():
+        assert_twice_differentiable(model, x, mask, params=False)
