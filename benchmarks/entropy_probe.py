@@ -8,7 +8,7 @@ distribution on the same ``--grid-exact`` grid with both methods (side by side, 
 max and mean |H_probe - H_exact| in nats and the max |p_probe - p_exact|, then the probe's time for the
 README figure (``--grid-probe`` squared locations, best of ``--repeats`` wall-clock runs; their process
 CPU times too, which a shared machine disturbs less) and the speed-up per grid
-location against exact. Targets (issue 12): probe within 0.05 nats of exact everywhere for N >= 100, and
+location against exact. Targets: probe within 0.05 nats of exact everywhere for N >= 100, and
 the 150 x 150 map at N 500 in at most 10 s on the 2-core CPU.
 """
 

@@ -17,7 +17,7 @@ writes swarmctl/pretrained/swarm-192-10-1-clustering-broad-16slots.pt and its re
 record holding ``numbers.json`` (the benchmark's numbers).
 
 With ``--count`` it trains the model with a count head (``swarm-count``: the same SWARM and a head that
-predicts the number of clusters, issue 47) on the wide prior (``WIDE_PRIOR``: overlap, unequal weights,
+predicts the number of clusters) on the wide prior (``WIDE_PRIOR``: overlap, unequal weights,
 warped clusters, 30..1000 points) and the paper's tasks, starting from the shipped broad model's weights
 (the head new), and ``--count --export`` ships it as swarmctl/pretrained/swarm-count-192-10-1-clustering-wide.pt,
 the default for `swarmctl cluster` in place of the broad model:

@@ -219,7 +219,7 @@ class BroadParams:
             raise ConfigError(f"`min_cluster_points` must be >= 0, got {self.min_cluster_points}")
 
 
-# The prior of the model with a count head (issue 47): every K the slots hold, from 30 points, clusters from
+# The prior of the model with a count head: every K the slots hold, from 30 points, clusters from
 # tight to heavily overlapping, very unequal weights, flat and warped clusters, unequal sizes within a set.
 WIDE_PRIOR = BroadParams(k_min=1, k_max=BROAD_MAX_CLUSTERS, n_min=30, n_max=1000, spread_min=0.03, spread_max=1.2,
                          axis_ratio_min=0.05, weight_concentration=1.0, size_spread=0.5, warp_share=0.3,

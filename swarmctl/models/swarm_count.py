@@ -1,5 +1,5 @@
 """A SWARM clustering model that also predicts how many clusters its set holds: the SWARM stack of
-arXiv:1906.09400 (Sec. 3) with a small head on the pooled final state of its last layer (issue 47).
+arXiv:1906.09400 (Sec. 3) with a small head on the pooled final state of its last layer.
 
 The idea, from amortized clustering with a learned number of clusters (Deep Amortized Clustering, Neural
 Clustering Processes, prior-fitted networks for clustering): the network that clusters a set has seen many

@@ -1,4 +1,4 @@
-"""The SWARM model with a count head (swarmctl.models.swarm_count, issue 47): its second output is a
+"""The SWARM model with a count head (swarmctl.models.swarm_count): its second output is a
 distribution over the number of clusters, one per set, unchanged by the order of the points and by whatever
 the padding holds; its cluster logits are the SWARM's."""
 
