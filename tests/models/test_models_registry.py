@@ -238,7 +238,9 @@ def test_set_model_takes_a_set_with_no_real_entity_and_an_empty_batch(name):
     out = model(xg, mask)
     torch.testing.assert_close(out[:2], alone)
     out[:2].sum().backward()
-    assert torch.isfinite(xg.grad).all() and all(torch.isfinite(p.grad).all() for p in model.parameters())
+    # a parameter forward does not use (a count head's) has no gradient; every other one is finite
+    assert torch.isfinite(xg.grad).all() and all(torch.isfinite(p.grad).all() for p in model.parameters()
+                                                 if p.grad is not None)
     assert model(x[:0], mask[:0]).shape == (0, *alone.shape[1:])
 
 
