@@ -85,3 +85,12 @@ def test_parameters_and_state_dict_keys_are_the_bidirectional_lstms():
     want = [f"lstm.{k}" for k in lstm.state_dict()] + [f"head.{k}" for k in head.state_dict()]
     assert list(model.state_dict()) == want
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for m in (lstm, head) for p in m.parameters())
+
+
+@pytest.mark.gpu
+def test_cuda_packed_sequences_equal_the_cpu_path():
+    model, x, mask = case(True)
+    with torch.no_grad():
+        want = model(x, mask)
+        got = model.cuda()(x.cuda(), mask.cuda()).cpu()
+    torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
