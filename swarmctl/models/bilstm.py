@@ -76,10 +76,10 @@ class BiLSTM(nn.Module):
         h = torch.where(real, xs, 0.0)  # padding's NaN would reach the gradients through 0 * NaN
         for k in range(self.lstm.num_layers):
             one = self._one_layer[min(k, 1)]
-            def weights(suffix: str, k: int = k) -> dict[str, Tensor]:
-                return {f"{w}_l0": getattr(self.lstm, f"{w}_l{k}{suffix}") for w in _WEIGHTS}
-            fwd = functional_call(one, weights(""), (h,))[0]
-            bwd = functional_call(one, weights("_reverse"), (torch.gather(h, 1, flip.expand_as(h)),))[0]
+            forward, reverse = ({f"{w}_l0": getattr(self.lstm, f"{w}_l{k}{suffix}") for w in _WEIGHTS}
+                                for suffix in ("", "_reverse"))
+            fwd = functional_call(one, forward, (h,))[0]
+            bwd = functional_call(one, reverse, (torch.gather(h, 1, flip.expand_as(h)),))[0]
             h = torch.cat([fwd, torch.gather(bwd, 1, flip.expand_as(bwd))], dim=-1)
         return torch.where(real, h, 0.0)
 
