@@ -38,12 +38,16 @@ class SwarmCountNet(SwarmNet):
     def forward_with_count(self, x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x (B, N, D_in), mask (B, N) bool (True = present; None: all) -> (cluster logits (B, N, D_out), count
         logits (B, D_out))."""
-        *first, last = self.layers
-        for k, layer in enumerate(first):
-            x = layer(x if k == 0 else self.act(x), mask)
-        h, c = last.states(self.act(x) if first else x, mask)  # (B, N, H) each
-        state = torch.cat([h, c], dim=-1)  # (B, N, 2H)
-        logits = last.output(state)  # (B, N, D_out)
+        final: list[Tensor] = []  # the last layer's final states [h; c] (B, N, 2H)
+
+        def step(k: int, layer: nn.Module, u: Tensor) -> Tensor:
+            if k < len(self.layers) - 1:
+                return layer(u, mask)
+            final.append(torch.cat(layer.states(u, mask), dim=-1))
+            return layer.output(final[0])
+
+        logits = self.through_layers(x, step)  # (B, N, D_out), as forward gives them
+        state = final[0]
         weights = mask_weights(mask, state.dtype)
         pooled = torch.cat([masked_mean(state, weights=weights), masked_mean(logits.softmax(-1), weights=weights)],
                            dim=-1)  # (B, 2H + D_out)
