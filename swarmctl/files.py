@@ -63,8 +63,7 @@ def check_regular_file(path: Path, what_file: str = "a regular file", *, follow:
 def read_bytes(path: Path) -> bytes:
     """The regular file ``path``, opened without waiting on a FIFO ("Input files")."""
     with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as fh:
-        check_regular_file(path, fd=fh.fileno())
-        os.set_blocking(fh.fileno(), True)
+        check_regular_file(path, fd=fh.fileno())  # then O_NONBLOCK changes nothing
         return fh.read()
 
 
@@ -132,9 +131,9 @@ class Outputs:
     def file(self, path: Path | str, *, replace: bool | None = None) -> Path:
         """"Outputs": check the output ``path``; one you named that exists is replaced only with --force
         (``replace``: the block's unless given)."""
-        path = Path(path)
+        path, replace = Path(path), self.replace if replace is None else replace
         check_output_file(path, self.inputs)
-        _, replace = self.named.setdefault(os.path.realpath(path), (path, self.replace if replace is None else replace))
+        self.named.setdefault(os.path.realpath(path), (path, replace))
         if not replace and os.path.lexists(path):
             raise OutputExists(f"{path} exists; pass `force` to overwrite it or choose another path")
         return path
@@ -163,9 +162,8 @@ def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) 
 
 
 def _publish(pending: list[tuple[str, Path, bool]]) -> None:
-    """Each temporary file takes its target's name, the new files first, then the folders are synced. A new
-    file takes its name by hard link ("Outputs": an output that another process creates meanwhile is never
-    replaced without --force); when one cannot, those already linked go again ("leaves no new file")."""
+    """Each temporary file takes its name, new files first by hard link ("Outputs": an output that another
+    process creates meanwhile is never replaced without --force), then the folders are synced."""
     linked: list[Path] = []
     try:
         for tmp, path, replace in sorted(pending, key=lambda p: p[2]):
@@ -181,7 +179,7 @@ def _publish(pending: list[tuple[str, Path, bool]]) -> None:
                     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC))
                     os.replace(tmp, path)
             linked.append(path)
-    except BaseException:
+    except BaseException:  # "a command that fails leaves no new file": the files linked so far go again
         for path in linked:
             path.unlink(missing_ok=True)
         raise
@@ -234,8 +232,8 @@ def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
 
 
 def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool | None) -> None:
-    """Check ``path``, fill a temporary file beside it (the writer's PID in its name, for
-    :func:`remove_orphan_temps`) and sync it; published when the block ends (outside one: a block of its own)."""
+    """Check ``path``, fill and sync a temporary file beside it (named with the writer's PID, for
+    :func:`remove_orphan_temps`), to publish when the block ends (outside one, a block of its own)."""
     stage = _staging.get()
     if stage is None:
         with staged_outputs():
@@ -247,16 +245,15 @@ def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool | 
     with _named_after(path):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
     try:
-        try:
-            fill(fd, tmp)
-            os.umask(mask := os.umask(0))
-            os.fchmod(fd, 0o666 & ~mask)  # mkstemp creates 0600; give the file the usual permissions
-            os.fsync(fd)  # the content is on the disk before the name is
-        finally:
-            os.close(fd)
+        fill(fd, tmp)
+        os.umask(mask := os.umask(0))
+        os.fchmod(fd, 0o666 & ~mask)  # mkstemp creates 0600; give the file the usual permissions
+        os.fsync(fd)  # the content is on the disk before the name is
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(fd)
     stage.pending.append((tmp, path, replace))
 
 
