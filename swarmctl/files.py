@@ -144,9 +144,8 @@ _staging: contextvars.ContextVar[Outputs | None] = contextvars.ContextVar("swarm
 
 @contextlib.contextmanager
 def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
-    """"Outputs": a command's several outputs are renamed only once all are written, and a command that fails
-    leaves no new file or folder. ``replace`` False (no --force): no file is replaced. A block inside another
-    publishes its files when it ends: for a file the command reads next."""
+    """"Outputs": a command's outputs are renamed once all are written; one that fails leaves no new file or
+    folder. ``replace`` False: no --force. A block inside another publishes when it ends (a file read next)."""
     stage = Outputs([Path(p) for p in inputs if p is not None], replace)
     token, done = _staging.set(stage), False
     try:
@@ -208,9 +207,8 @@ def _named_after(path: Path) -> Iterator[None]:
 # ---- one file ------------------------------------------------------------------------------------------------
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool | None = None) -> None:
-    """"Outputs": every file is written to a temporary file (synced) and renamed; ``write(buffer)`` fills
-    a buffer, so that no library opens the target. ``replace``: see :func:`staged_outputs` (None: the
-    output's own, else the block's; outside one True)."""
+    """"Outputs": every file is written to a temporary file (synced) and renamed; ``write`` fills a buffer, so
+    that no library opens the target. ``replace`` None: the output's own, else the block's (outside one: True)."""
     def fill(fd: int, tmp: str) -> None:
         buffer = io.BytesIO()
         write(buffer)
