@@ -32,7 +32,7 @@ from swarmctl.errors import (
     either,
     shell_command,
 )
-from swarmctl.files import atomic_write_text, check_output_folder, check_plain_files
+from swarmctl.files import atomic_write_text, check_output_folder, check_regular_file
 from swarmctl.models import check_fields, complete_config, count_parameters, create_model, paper_code
 from swarmctl.rundir import RunDir
 from swarmctl.runs.lock import writing
@@ -189,7 +189,8 @@ def start_run(
 
     def free() -> bool:
         """Whether the folder may take the run; True when it holds one that never saved a checkpoint."""
-        check_plain_files(*run.own_files())
+        for path in run.own_files():  # no link, FIFO or folder in place of a file the run writes
+            check_regular_file(path, follow=False)
         if run.config.exists() and not run.is_dead():
             raise CheckpointError(f"run {run.path} exists; continue it with "
                                   f"{resume_command(model_cfg.name, run.path, runs_dir)} or pick another `name`")
@@ -282,7 +283,8 @@ def hardware(device: torch.device, world_size: int = 1) -> str:
 def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:
     """The config a resume continues with, and whether it starts from scratch (no last checkpoint). The
     last and best checkpoints must belong to the run: a checkpoint copied in from another run is refused."""
-    check_plain_files(*run.own_files())
+    for path in run.own_files():  # no link, FIFO or folder in place of a file the run writes
+        check_regular_file(path, follow=False)
     if run.is_dead():
         return read_run_config(run.path), True
     config = load_checkpoint(run.last).config

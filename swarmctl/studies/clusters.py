@@ -5,6 +5,7 @@ seeded with the model's probabilities, say where the result should not be truste
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -152,14 +153,16 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     source = () if points == STDIN else (Path(points),)
     run, chosen = _default_choice() if run is None else (run, "")
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
+    if out is not None and plot is not None and os.path.realpath(out) == os.path.realpath(plot):
+        raise ConfigError(f"`out` and `plot` name the same file {plot}; give each its own path")
     with staged_outputs((*source, *named), replace=force) as outputs:  # every output checked before any work
-        out = outputs.file(out, "out") if out is not None else None
-        plot = outputs.file(plot, "plot") if plot is not None else None
+        out = outputs.file(out) if out is not None else None
+        plot = outputs.file(plot) if plot is not None else None
         opened = open_run(run, runs_dir, device, study="cluster", needs_data=False)  # refuses another task's run
         outputs.input(opened.checkpoint)
         if out is None:
             name = "clusters.csv" if points == STDIN else f"{Path(points).stem}-clusters.csv"
-            out = outputs.file(opened.dir / "cluster" / name, "out", replace=True)
+            out = outputs.file(opened.dir / "cluster" / name, replace=True)
         dim_in = opened.model_cfg.dim_in
         pts = read_points(points, key, columns, skip_bad_rows)
         D = pts.values.shape[1]

@@ -29,7 +29,7 @@ from swarmctl.data.clustering_generator import (
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
 from swarmctl.data.hdf5 import generate_dataset, read_dataset
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
-from swarmctl.files import immediate_writes
+from swarmctl.files import staged_outputs
 from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
 from swarmctl.tasks.hungarian import hungarian_ce, matched_accuracy, oracle_logits
 from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, check_as_given, standardization, summarize_logits
@@ -110,7 +110,7 @@ class ClusteringTask(Task):
         message = f"{path} is missing: generating the paper's dataset (seed 0, {params.n_tasks:,} tasks) first"
         with progress.generating(message, params.n_tasks) if progress else nullcontext() as update:
             # OutputExists: another command (a parallel sweep shard) made it meanwhile: read theirs
-            with suppress(OutputExists), immediate_writes():  # read next by this command, whose outputs may be staged
+            with suppress(OutputExists), staged_outputs():  # published at once: read next by this command
                 generate_dataset(path, params, seed=0, progress=update)
 
     def generate_data(self, path: Path | None, seed: int, n_tasks: int | None = None, force: bool = False,

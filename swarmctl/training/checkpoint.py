@@ -18,7 +18,7 @@ import torch
 from swarmctl import __version__
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig, current_sections, from_dict, has_type
 from swarmctl.errors import CheckpointError
-from swarmctl.files import append_line, atomic_write, atomic_write_text, check_regular_file, read_metrics
+from swarmctl.files import atomic_write, atomic_write_text, check_regular_file, read_bytes, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
 from swarmctl.rundir import RunDir
 
@@ -282,7 +282,11 @@ class RunWriter:
         return load_checkpoint(path, map_location) if path.is_file() else None
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        append_line(RunDir(self.dir).metrics, json.dumps(record))
+        """Add ``record`` as a line of the metrics, the file written whole again: a line that cannot be written
+        leaves the file as it was, never a partial line that the next one would join."""
+        path = RunDir(self.dir).metrics
+        old = read_bytes(path) if path.is_file() else b""
+        atomic_write(path, lambda fh: fh.write(old + (json.dumps(record) + "\n").encode()))
 
     def keep_metrics_before(self, epoch: int) -> None:
         """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and its last

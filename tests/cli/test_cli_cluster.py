@@ -342,7 +342,7 @@ def test_in_chunks_is_said_only_when_the_set_ran_in_more_than_one_chunk(cli, tra
     (["--columns", "1,index:1"], 2, "must not repeat a column"),
     (["--columns", "lat,name:lat"], 2, "must not repeat a column"),
     (["--plot", "fig.jpg"], 2, "does not end in .png"),
-    (["--out", "{tmp}/same.png", "--plot", "{tmp}/same.png"], 2, "name the same file"),
+    (["--out", "{tmp}/same.png", "--plot", "same.png"], 2, "name the same file"),  # one file, however written
     (["--per-coordinate", "--no-standardize"], 2, "give one of the two"),
     (["--clusters", "0"], 2, "'--clusters': must be >= 1"),
     (["--clusters", "301"], 2, "more than the 300 distinct points"),  # a count the file caps: exit 2 (guarantees.md)

@@ -1,13 +1,13 @@
 """tools/campaigns/files.py: a campaign's copies and removals are made all together or undone, and
 its logs and unpacked members are never opened through a link."""
 
+import os
 from pathlib import Path
 
 import pytest
 
-from swarmctl import files as swarmctl_files
 from swarmctl.errors import ResourceError
-from swarmctl.files import atomic_write_text
+from swarmctl.files import atomic_write_text, staged_outputs
 from tools.campaigns.files import all_or_none, copy_file, create_exclusive, open_log_file, remove_file
 
 
@@ -18,7 +18,7 @@ def test_a_group_replaces_removes_and_writes_files_all_at_once_or_puts_them_back
     old, gone, new = tmp_path / "old.txt", tmp_path / "gone.txt", tmp_path / "sub" / "new.txt"
 
     def group():
-        with all_or_none([old, gone, new]), swarmctl_files.staged_outputs():
+        with all_or_none([old, gone, new]), staged_outputs():
             atomic_write_text(old, "replaced\n")
             remove_file(gone)
             copy_file(old.with_name("source.txt"), new)
@@ -27,20 +27,20 @@ def test_a_group_replaces_removes_and_writes_files_all_at_once_or_puts_them_back
     (tmp_path / "source.txt").write_text("copied\n")
     old.write_text("before\n")
     gone.write_text("still here\n")
-    real = swarmctl_files._rename
+    real = os.replace
 
     def full_disk(tmp, path):
         if Path(path).name == "new.txt":
             raise OSError(28, "No space left on device", str(path))
         real(tmp, path)
 
-    monkeypatch.setattr(swarmctl_files, "_rename", full_disk)
+    monkeypatch.setattr(os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
         group()
     assert old.read_text() == "before\n" and gone.read_text() == "still here\n" and not new.parent.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gone.txt", "old.txt", "source.txt"]  # no temporary file
 
-    monkeypatch.setattr(swarmctl_files, "_rename", real)
+    monkeypatch.undo()
     group()
     assert old.read_text() == "replaced\n" and not gone.exists() and new.read_text() == "copied\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.txt", "source.txt", "sub"]

@@ -17,7 +17,6 @@ import pytest
 import torch
 from conftest import fresh_campaigns, fresh_progress, write_fake_mnist
 
-from swarmctl import files as swarmctl_files
 from tools.campaigns.commit.reevaluate import tolerance
 
 REPO = Path(__file__).resolve().parents[2]
@@ -736,19 +735,22 @@ def test_agreement_tolerance_follows_the_subset(assets):
 # ---- all or nothing --------------------------------------------------------------------------------------------
 
 def test_commit_puts_everything_back_when_a_move_fails(assets, repo, commit, monkeypatch):
+    """The sixth file moved into the repository fails to take its name (a full disk): the files moved before
+    it are put back as they were."""
     out = write_out(good_spec(assets), repo.parent / "out")
     before = tree_hash(repo)
-    real, calls = swarmctl_files._rename, []
+    real, moved = os.replace, []
 
     def flaky(src, dest):
-        calls.append(dest)
-        if len(calls) == 6:
-            raise OSError(28, "No space left on device", str(dest))
+        if repo in Path(dest).parents and len(moved) < 6:
+            moved.append(dest)
+            if len(moved) == 6:
+                raise OSError(28, "No space left on device", str(dest))
         real(src, dest)
 
-    monkeypatch.setattr(swarmctl_files, "_rename", flaky)
+    monkeypatch.setattr(os, "replace", flaky)
     assert_refused(commit(out), "no space left")
-    assert len(calls) == 6 and tree_hash(repo) == before
+    assert len(moved) == 6 and tree_hash(repo) == before
 
 
 # ---- the command and the Makefile ----------------------------------------------------------------------------

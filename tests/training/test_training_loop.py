@@ -109,3 +109,30 @@ def test_drawing_and_copying_a_batch_counts_as_optimisation_time(tmp_path):
     data = TrainingData(SlowToDraw(toy_batches(3)), [toy_batches(1)[0]], scripted_loss([1.0]))
     res = fit(nn.Linear(3, 1), data, cfg, RunWriter(tmp_path, {}, "toy"), device=torch.device("cpu"), clock=clock)
     assert res.net_seconds == pytest.approx(3 * (5.0 + 1.0))
+
+
+def test_a_metrics_line_cut_short_by_a_full_disk_leaves_the_metrics_as_they_were(tmp_path, monkeypatch):
+    """docs/guarantees.md, "Runs and training": a metrics line that cannot be written (part of it written, then
+    the disk is full) leaves no partial line for the next one to join."""
+    import errno
+    import os
+
+    from swarmctl.files import read_metrics
+    from swarmctl.rundir import METRICS_KEYS
+
+    writer, real = RunWriter(tmp_path, {}, "toy"), os.write
+    writer.append_metrics(dict.fromkeys(METRICS_KEYS, 0))
+
+    def half_then_full(fd, data):
+        if len(data) > 2:
+            return real(fd, data[:2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError, match="No space") as err:
+        writer.append_metrics(dict.fromkeys(METRICS_KEYS, 1))
+    monkeypatch.undo()
+    writer.append_metrics(dict.fromkeys(METRICS_KEYS, 2))
+    assert [r["epoch"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 2]
+    assert err.value.filename == str(tmp_path / "metrics.jsonl")  # the file, not its temporary one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.jsonl"]
