@@ -267,10 +267,8 @@ def choose_k(values: np.ndarray, resp: np.ndarray, fit: EMResult, counts: np.nda
 
     scores = np.array([score(f) for f in fits])
     best = fits[int(np.argmax(scores))]  # the first (the BIC's own choice) on a tie
-    weights = np.exp(scores - scores.max())
-    posterior: dict[int, float] = {}
-    for f, w in zip(fits, weights / weights.sum(), strict=True):
-        posterior[len(f.mixture)] = posterior.get(len(f.mixture), 0.0) + float(w)
+    ks, weights = np.array([len(f.mixture) for f in fits]), np.exp(scores - scores.max())
+    posterior = {int(k): float(weights[ks == k].sum() / weights.sum()) for k in np.unique(ks)}
     if best is not fit:
         if rows is not None:  # fitted on the model's sample: the same K, from the same start, on all points
             best = fit_k(values, resp, len(best.mixture), rows=rows)
