@@ -418,10 +418,11 @@ def shape_warnings(fit: EMResult, K: int, given: bool = False) -> list[str]:
         lines.append(f"the evidence for {plural(K, 'cluster')} is weak: the model's count and the BIC give it "
                      f"probability {chosen:.2f}, and {plural(alt, 'cluster')} {p:.2f}; give `clusters` if you know "
                      "how many")
-    elif not fit.posterior and other is not None and other[1] < WEAK_EVIDENCE:
-        lines.append(f"the evidence for {plural(K, 'cluster')} is weak: {plural(other[0], 'cluster')} fit almost as "
-                     f"well (BIC only {other[1]:.1f} higher, under {WEAK_EVIDENCE:g}); give `clusters` if you know "
-                     "how many")
+    elif other is not None and other[1] < WEAK_EVIDENCE:  # a count that overruled the BIC: a margin below 0
+        how = (f"fit almost as well (BIC only {other[1]:.1f} higher, under {WEAK_EVIDENCE:g})" if other[1] >= 0 else
+               f"fit better by BIC ({-other[1]:.1f} lower; the model's count chose {K})")
+        lines.append(f"the evidence for {plural(K, 'cluster')} is weak: {plural(other[0], 'cluster')} {how}; give "
+                     "`clusters` if you know how many")
     elif K == 1 and shapes is not None and shapes.flat:
         lines.append("the evidence for 1 cluster is weak: its points are flatter along their long axis than one "
                      "Gaussian's, as two or more overlapping clusters are; give `clusters` if you know how many")

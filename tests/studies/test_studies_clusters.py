@@ -212,7 +212,7 @@ def _refined(x: np.ndarray, labels: np.ndarray):
 
 def test_the_models_count_decides_k_where_the_bic_hardly_tells():
     """Two heavily overlapping Gaussians: the BIC alone prefers one; a model sure of two gets two."""
-    from swarmctl.studies.clusters import choose_k, made_by
+    from swarmctl.studies.clusters import choose_k, made_by, shape_warnings
 
     rs = np.random.RandomState(3)
     y = rs.rand(600) < 0.5
@@ -222,6 +222,7 @@ def test_the_models_count_decides_k_where_the_bic_hardly_tells():
     chosen = choose_k(x, resp, fit, _counts(k2=0.9))
     assert len(chosen.mixture) == 2 and chosen.counts[1] == pytest.approx(0.9)
     assert "by the model's count and BIC" in made_by("m", True, chosen, None, 2)
+    assert [w for w in shape_warnings(chosen, 2) if "1 cluster fit better by BIC" in w]  # the count overruled it
     assert len(choose_k(x, resp, fit, _counts(k1=0.9)).mixture) == 1
 
 
