@@ -48,7 +48,7 @@ K_CANDIDATES = 4  # at most this many of them
 K_LEAST = 0.05  # and each this probable (the most probable always)
 BIC_WEIGHT = 0.1  # the BIC's weight against the log-probability of K (1: the BIC as the log-evidence)
 COUNT_FLOOR = 1e-4  # the least probability a K is given (the model never rules one out)
-COUNT_WEAK = 0.5  # the evidence for K is weak when the model gives it less than this
+COUNT_WEAK = 0.5  # the evidence for K is weak when the model's count and the BIC together give it less than this
 MODEL_SHARE = 0.2  # refining, the share of the progress reported that the model's pass takes (EM's the rest)
 
 
@@ -248,8 +248,8 @@ def choose_k(values: np.ndarray, resp: np.ndarray, fit: EMResult, counts: np.nda
     model saw (``values[rows]``; all of them when ``rows`` is None): the winner has the highest log-probability
     of its K minus :data:`BIC_WEIGHT` times half its BIC (the BIC alone is the log-evidence of a mixture of
     Gaussians, over-confident where the clusters are not Gaussians) and, fitted on a sample, is refitted to all
-    points. Returns the winner with ``counts`` and the search's record (``scores``, ``largest``, ...) of
-    ``fit``."""
+    points. Returns the winner with ``counts``, the candidates' ``posterior`` (the softmax of that score, summed
+    per K: the evidence for K) and the search's record (``scores``, ``largest``, ...) of ``fit``."""
     seen = values if rows is None else values[rows]
     m, d = seen.shape
     order = np.argsort(-counts, kind="stable")
@@ -268,13 +268,17 @@ def choose_k(values: np.ndarray, resp: np.ndarray, fit: EMResult, counts: np.nda
         evidence = bic(e_step(z, scaled)[1] * m, mix.n_parameters(), m)
         return float(np.log(max(counts[k - 1], COUNT_FLOOR))) - BIC_WEIGHT * evidence / 2
 
-    best = max(fits, key=score)  # the first (the BIC's own choice) on a tie
+    scores = np.array([score(f) for f in fits])
+    best = fits[int(np.argmax(scores))]  # the first (the BIC's own choice) on a tie
+    ks, weights = np.array([len(f.mixture) for f in fits]), np.exp(scores - scores.max())
+    posterior = {int(k): float(weights[ks == k].sum() / weights.sum()) for k in np.unique(ks)}
     if best is not fit:
         if rows is not None:  # fitted on the model's sample: the same K, from the same start, on all points
             best = fit_k(values, resp, len(best.mixture), rows=rows)
         best = replace(best, searched=fit.searched, largest=fit.largest, search_points=fit.search_points,
                        scores=fit.scores, scanned=fit.scanned)
-    return replace(best, counts=tuple(float(p) for p in counts))
+    return replace(best, counts=tuple(float(p) for p in counts),
+                   posterior=tuple(sorted(posterior.items(), key=lambda kp: -kp[1])))
 
 
 def _part(progress: Callable[[float], None] | None, lo: float, hi: float) -> Callable[[float], None] | None:
@@ -411,17 +415,17 @@ def shape_warnings(fit: EMResult, K: int, given: bool = False) -> list[str]:
     if given:
         return lines
     other = fit.runner_up()
-    if fit.counts:  # the model's distribution over K chose it with the BIC: its probability is the evidence
-        counts = np.array(fit.counts)
-        p, counts[min(K, len(counts)) - 1] = counts[min(K, len(counts)) - 1], -1.0
-        if p < COUNT_WEAK:
-            alt = int(np.argmax(counts)) + 1
-            lines.append(f"the evidence for {plural(K, 'cluster')} is weak: the model gives it probability {p:.2f}, "
-                         f"and {plural(alt, 'cluster')} {counts[alt - 1]:.2f}; give `clusters` if you know how many")
-    elif other is not None and other[1] < WEAK_EVIDENCE:
-        lines.append(f"the evidence for {plural(K, 'cluster')} is weak: {plural(other[0], 'cluster')} fit almost as "
-                     f"well (BIC only {other[1]:.1f} higher, under {WEAK_EVIDENCE:g}); give `clusters` if you know "
+    chosen = dict(fit.posterior).get(K, 1.0)
+    if chosen < COUNT_WEAK:  # the model's count and the BIC together (choose_k) gave K less than even odds
+        alt, p = next(kp for kp in fit.posterior if kp[0] != K)
+        lines.append(f"the evidence for {plural(K, 'cluster')} is weak: the model's count and the BIC give it "
+                     f"probability {chosen:.2f}, and {plural(alt, 'cluster')} {p:.2f}; give `clusters` if you know "
                      "how many")
+    elif other is not None and other[1] < WEAK_EVIDENCE:  # a count that overruled the BIC: a margin below 0
+        how = (f"fit almost as well (BIC only {other[1]:.1f} higher, under {WEAK_EVIDENCE:g})" if other[1] >= 0 else
+               f"fit better by BIC ({-other[1]:.1f} lower; the model's count chose {K})")
+        lines.append(f"the evidence for {plural(K, 'cluster')} is weak: {plural(other[0], 'cluster')} {how}; give "
+                     "`clusters` if you know how many")
     elif K == 1 and shapes is not None and shapes.flat:
         lines.append("the evidence for 1 cluster is weak: its points are flatter along their long axis than one "
                      "Gaussian's, as two or more overlapping clusters are; give `clusters` if you know how many")

@@ -117,6 +117,7 @@ class EMResult:
     scanned: int = 0  # the K where the scan of k-means partitions put the best BIC (0: no scan)
     shapes: Shapes | None = None  # how the winner's components sit: chains, cores in halos, a flat one
     counts: tuple[float, ...] = ()  # the model's probabilities of 1, 2, ... clusters that chose K with the BIC
+    posterior: tuple[tuple[int, float], ...] = ()  # (K, probability) of the candidates that count and BIC weighed
 
     def runner_up(self) -> tuple[int, float] | None:
         """The best other number of clusters the search fitted, and by how much its BIC is higher than the

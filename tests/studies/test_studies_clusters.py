@@ -3,6 +3,8 @@ legend (swarmctl.plots.clusters)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -210,7 +212,7 @@ def _refined(x: np.ndarray, labels: np.ndarray):
 
 def test_the_models_count_decides_k_where_the_bic_hardly_tells():
     """Two heavily overlapping Gaussians: the BIC alone prefers one; a model sure of two gets two."""
-    from swarmctl.studies.clusters import choose_k, made_by
+    from swarmctl.studies.clusters import choose_k, made_by, shape_warnings
 
     rs = np.random.RandomState(3)
     y = rs.rand(600) < 0.5
@@ -220,6 +222,7 @@ def test_the_models_count_decides_k_where_the_bic_hardly_tells():
     chosen = choose_k(x, resp, fit, _counts(k2=0.9))
     assert len(chosen.mixture) == 2 and chosen.counts[1] == pytest.approx(0.9)
     assert "by the model's count and BIC" in made_by("m", True, chosen, None, 2)
+    assert [w for w in shape_warnings(chosen, 2) if "1 cluster fit better by BIC" in w]  # the count overruled it
     assert len(choose_k(x, resp, fit, _counts(k1=0.9)).mixture) == 1
 
 
@@ -232,14 +235,57 @@ def test_the_bic_overrules_a_count_it_refutes():
     assert len(choose_k(x, resp, fit, _counts(k2=0.95)).mixture) == 6
 
 
-def test_an_unsure_count_is_said_to_be_weak_evidence():
+def _overlapping_pair(seed: int = 0, apart: float = 1.5):
+    rs = np.random.RandomState(seed)
+    y = rs.rand(600) < 0.5
+    return rs.randn(600, 2) + np.stack([apart * y, 0 * y], axis=1), y.astype(int)
+
+
+def test_the_chosen_partition_is_a_candidates_whatever_the_order_of_the_points():
+    """choose_k returns one of the fits it weighed (here EM at the count's 2 clusters, not the BIC's 1), and the
+    same partition for the points in any order."""
+    from swarmctl.studies.clusters import choose_k
+    from swarmctl.tasks.mixtures import fit_k, refine
+
+    x, y = _overlapping_pair(3)
+    resp, fit = _refined(x, y)
+    chosen = choose_k(x, resp, fit, _counts(k2=0.9))
+    assert np.array_equal(chosen.resp.argmax(axis=1), fit_k(x, resp, 2).resp.argmax(axis=1))
+    order = np.random.RandomState(0).permutation(len(x))
+    again = choose_k(x[order], resp[order], refine(x[order], resp[order]), _counts(k2=0.9))
+    pairs = set(zip(again.resp.argmax(axis=1).tolist(), chosen.resp.argmax(axis=1)[order].tolist(), strict=True))
+    assert len(again.mixture) == 2 and len(pairs) == 2
+
+
+def test_a_count_unsure_of_well_separated_blobs_is_not_weak_evidence():
+    """The count head is unsure on most sets (under 0.5 for its K on 52 of 60 broad-prior tasks): the evidence
+    is what the count and the BIC give K together, and three separated blobs leave the BIC no doubt."""
     from swarmctl.studies.clusters import choose_k, shape_warnings
 
     x, labels = _blobs(3, 100, 0.3)
     resp, fit = _refined(x, labels)
-    sure = choose_k(x, resp, fit, _counts(k3=0.9))
-    assert not [w for w in shape_warnings(sure, 3) if "evidence" in w]
     unsure = choose_k(x, resp, fit, _counts(k3=0.4, k4=0.35))
-    assert len(unsure.mixture) == 3
-    (line,) = [w for w in shape_warnings(unsure, 3) if "evidence" in w]
+    assert len(unsure.mixture) == 3 and unsure.posterior[0][0] == 3
+    assert not [w for w in shape_warnings(unsure, 3) if "evidence" in w]
+
+
+def test_a_k_the_count_and_the_bic_give_less_than_even_odds_is_weak_evidence():
+    from swarmctl.studies.clusters import shape_warnings
+
+    x, labels = _blobs(3, 100, 0.3)
+    fit = replace(_refined(x, labels)[1], counts=tuple(_counts(k3=0.4)), posterior=((3, 0.4), (4, 0.35), (2, 0.25)))
+    (line,) = [w for w in shape_warnings(fit, 3) if "evidence" in w]
     assert "probability 0.40" in line and "4 clusters 0.35" in line
+
+
+@pytest.mark.parametrize("count", [{"k1": 0.9}, {"k1": 0.45, "k2": 0.45}])
+def test_two_heavily_overlapping_gaussians_are_weak_evidence_whatever_the_count(count):
+    """A count head sure of one cluster silenced the check that one cluster's points are flatter than a
+    Gaussian's: two unit Gaussians 1.5 apart came back as one with no warning (0 of 12 sets)."""
+    from swarmctl.studies.clusters import choose_k, shape_warnings
+
+    x, y = _overlapping_pair(0)
+    resp, fit = _refined(x, y)
+    chosen = choose_k(x, resp, fit, _counts(**count))
+    assert len(chosen.mixture) == 1
+    assert any(w.startswith("the evidence for 1 cluster is weak") for w in shape_warnings(chosen, 1))
