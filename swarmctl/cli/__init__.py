@@ -1,11 +1,15 @@
 """The swarmctl command line: one module per command, each a thin wrapper over a library function, and
 :func:`run`, the one place where an exception becomes an exit code and one line. The command modules import
-no PyTorch (their help comes from :mod:`swarmctl.catalog`); ``app`` is loaded on first use."""
+no PyTorch (their help comes from :mod:`swarmctl.catalog`); ``app`` is loaded on first use. Imports nothing
+heavy: :func:`main` makes the standard streams safe (:func:`prepare`) before the commands load."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
 import importlib
+import os
 import signal
 import sys
 import warnings
@@ -40,13 +44,13 @@ def run(work: Callable[[], object], *, starting: bool = False, last: bool = Fals
     global _state
     state = _state = signals.Interruption(starting)
     running, hook = RUNNING.set(None), sys.unraisablehook
-    previous = signals.install(state.handle)
-    if previous:  # the main thread: the process's hook is this command's
-        sys.unraisablehook = state.unraisable(hook)
+    previous = signals.install(state)
+    if previous:  # the main thread: the process's hook is this command's, quiet about an Interrupted dropped
+        sys.unraisablehook = lambda args: None if issubclass(args.exc_type, signals.Interrupted) else hook(args)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", SwarmctlWarning)
-            warnings.showwarning = _show_warning
+            warnings.showwarning = lambda message, *args, **kwargs: _say(f"warning: {_flags(str(message))}")
             try:
                 try:
                     work()
@@ -87,11 +91,10 @@ def _status(exc: BaseException, state: signals.Interruption) -> tuple[int, str |
         return USAGE if isinstance(exc, ConfigError) else ERROR, f"error: {_flags(str(exc))}"
     if isinstance(exc, MemoryError):
         return ERROR, "error: out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)"
-    from swarmctl.cli._streams import stdout_failed, stdout_line
-
-    failed = stdout_failed(exc)
+    failed = _stdout_failed(exc)
     if failed is not None:
-        return ERROR, f"error: {stdout_line(failed)}"
+        return ERROR, (f"error: cannot write to standard output ({failed.strerror.lower()}); send it somewhere "
+                       "that takes it (a disk with free space, a pipe that is read to the end)")
     return (ERROR, f"error: {describe_os_error(exc)}") if isinstance(exc, OSError) else None
 
 
@@ -102,10 +105,6 @@ def _flags(text: str) -> str:
     return flag_names(" ".join(text.split()))
 
 
-def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
-    _say(f"warning: {_flags(str(message))}")
-
-
 def _say(line: str | None) -> None:
     """``line`` on stderr; a standard error that cannot take it changes nothing (the exit code still says)."""
     if line is not None and sys.stderr is not None:
@@ -114,14 +113,74 @@ def _say(line: str | None) -> None:
             sys.stderr.flush()
 
 
+def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """Encoding error handler for the standard streams: a byte of a file name the locale could not decode
+    (a lone surrogate, PEP 383) is written back as that byte; any other character the encoding lacks
+    (``é`` in an ASCII terminal) as its backslash escape."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    chunk = exc.object[exc.start:exc.end]
+    if all("\udc80" <= c <= "\udcff" for c in chunk):
+        return bytes(ord(c) - 0xDC00 for c in chunk), exc.end
+    return chunk.encode("ascii", "backslashreplace").decode("ascii"), exc.end
+
+
+codecs.register_error("swarmctl-escape", _escape)
+
+
+def prepare() -> None:
+    """Standard streams and terminal settings a command can use: /dev/null opened on a standard stream the
+    process started with closed (``cmd >&-``), so that no file swarmctl opens takes descriptor 0, 1 or 2
+    (``sys.stdin`` and friends stay None: text for a closed stream is dropped, ``-`` is refused); any text
+    printable on stdout and stderr (:func:`_escape`); COLUMNS, LINES or TERMINAL_WIDTH removed when not a
+    whole number of a usable size (0 and 5 fold every line; Typer cannot even start on TERMINAL_WIDTH=abc)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
+                stream.reconfigure(errors="swarmctl-escape")
+    for name, least in {"COLUMNS": 40, "LINES": 1, "TERMINAL_WIDTH": 40}.items():  # below 40: the terminal's, or 80
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) >= least):
+            del os.environ[name]
+
+
+_WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}  # what a failed write gives
+
+
+def _stdout_failed(exc: BaseException) -> OSError | None:
+    """The error of a standard stream failing (a full disk, a closed pipe) behind ``exc``, or None: an
+    OSError of a kind writes give and without a file name (every file swarmctl writes names itself in its
+    errors), in ``exc`` or what it was raised while handling. Standard output is then pointed at /dev/null,
+    so that text still buffered cannot fail again when the process exits."""
+    error: BaseException | None = exc
+    while error is not None and not (isinstance(error, OSError) and error.errno in _WRITE_ERRNOS):
+        error = error.__context__
+    if not isinstance(error, OSError) or error.filename is not None or error.strerror is None:
+        return None
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation: no descriptor
+            sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fd, null = sys.stdout.fileno(), os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+    return error
+
+
 def main(load: Callable[[], Typer] | None = None) -> None:
     """The `swarmctl` program (``load``: another application of swarmctl's kind, run the same way)."""
     sys.exit(run(lambda: _start(load or _load_app), starting=True, last=True))
 
 
 def _start(load: Callable[[], Typer]) -> None:
-    from swarmctl.cli._streams import prepare
-
     prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
     from swarmctl import threads
 
