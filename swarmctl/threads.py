@@ -1,8 +1,7 @@
-"""How many CPU threads a command's PyTorch and OpenMP work use, by the rule of docs/design.md, "Threads":
-``--threads``, else ``SWARMCTL_THREADS`` or ``OMP_NUM_THREADS``, else the usable cores less those other processes
-kept busy over a short window (/proc/stat; the one-minute load average where there is none), re-checked during
-a long run by :func:`adjust`. Plain standard library: the CLI calls it before PyTorch loads.
-"""
+"""How many CPU threads PyTorch and OpenMP use, by the rule of docs/design.md, "Threads": ``--threads``, else
+``SWARMCTL_THREADS`` or ``OMP_NUM_THREADS``, else the usable cores less those other processes kept busy over a short
+window (/proc/stat; the one-minute load average where there is none), re-checked during a long run (:func:`adjust`).
+Plain standard library: the CLI calls it before PyTorch loads."""
 
 from __future__ import annotations
 
@@ -98,12 +97,10 @@ def free_cores(cores: int, busy: float) -> int:
 
 def measure(since: CpuTimes | None = None, cores: int | None = None) -> float | None:
     """:func:`busy_elsewhere` from ``since`` (default: now) over at least :data:`WINDOW` s; None: no /proc/stat."""
-    since = since or cpu_times()
-    if since is None:
+    if (since := since or cpu_times()) is None:
         return None
     time.sleep(max(0.0, WINDOW - (time.monotonic() - since.at)))
-    now = cpu_times()
-    return None if now is None else busy_elsewhere(since, now, cores)
+    return None if (now := cpu_times()) is None else busy_elsewhere(since, now, cores)
 
 
 def choose(requested: int | None = None, environ: dict[str, str] | None = None, cores: int | None = None,
@@ -133,14 +130,12 @@ def choose(requested: int | None = None, environ: dict[str, str] | None = None, 
     return Threads(count, f"{cores} usable cores" + (f", {why}" if count < cores else ""), cores)
 
 
-_recheck: tuple[int, CpuTimes] | None = None  # the usable cores and the last reading, where the rule chose the
-# count before PyTorch loaded
+_recheck: tuple[int, CpuTimes] | None = None  # the cores and last reading, where the rule chose the count
 
 
 def apply(threads: Threads, environ: dict[str, str] | None = None, reading: CpuTimes | None = None) -> None:
-    """Set the variables PyTorch and OpenMP read at start-up. A loaded PyTorch (a host process that set its own
-    threads) takes only a count the user asked for; a count the rule chose before PyTorch loaded is re-checked by
-    :func:`adjust` from ``reading`` (default: now)."""
+    """Set the variables PyTorch and OpenMP read at start-up. A loaded PyTorch (a host process's own count) takes
+    only a count the user gave; one the rule chose before PyTorch loaded is re-checked from ``reading`` (or now)."""
     global _recheck
     env = os.environ if environ is None else environ
     if threads.reason != "OMP_NUM_THREADS":

@@ -1,7 +1,7 @@
 """The swarmctl command line: one module per command, each a thin wrapper over a library function, and
-:func:`run`, the one place where an exception becomes an exit code and one line. The command modules import
-no PyTorch (their help comes from :mod:`swarmctl.catalog`); ``app`` is loaded on first use. Imports nothing
-heavy: :func:`main` makes the standard streams safe (:func:`prepare`) before the commands load."""
+:func:`run`, the one place where an exception becomes an exit code and one line. Imports nothing heavy: ``app``
+is loaded on first use, after :func:`prepare`, and the command modules import no PyTorch (their help comes from
+:mod:`swarmctl.catalog`)."""
 
 from __future__ import annotations
 
@@ -35,12 +35,11 @@ def continue_with(command: str) -> None:
 
 
 def run(work: Callable[[], object], *, starting: bool = False, last: bool = False) -> int:
-    """Run ``work`` (a command: its options parsed, its work, its output), its end as docs/guarantees.md
-    promises: an exception becomes an exit code and one line on stderr (:func:`_status`; a bug keeps its
-    traceback), and while ``work`` runs SIGINT and SIGTERM raise :class:`swarmctl.signals.Interrupted` (one
-    Python drops, inside a ``__del__``, still ends it with 130). Library warnings print as one line each.
-    ``starting``: the commands still load; ``last``: the process ends after it, and the signals are then
-    ignored, so that its teardown keeps the exit code (else the handlers found before are back)."""
+    """Run ``work`` (a command: its options parsed, its work, its output) and end it as docs/guarantees.md
+    promises: an exception becomes an exit code and one line (a bug keeps its traceback), a warning one line,
+    and SIGINT or SIGTERM raise :class:`swarmctl.signals.Interrupted` (one Python drops, in a ``__del__``, still
+    ends it with 130). ``starting``: the commands still load; ``last``: the process ends after it, and the
+    signals are ignored then, so that its teardown keeps the exit code (else the handlers found before are back)."""
     global _state
     state = _state = signals.Interruption(starting)
     running, hook = RUNNING.set(None), sys.unraisablehook
@@ -114,9 +113,8 @@ def _say(line: str | None) -> None:
 
 
 def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
-    """Encoding error handler for the standard streams: a byte of a file name the locale could not decode
-    (a lone surrogate, PEP 383) is written back as that byte; any other character the encoding lacks
-    (``é`` in an ASCII terminal) as its backslash escape."""
+    """The standard streams' encoding errors: a byte of a name the locale could not decode (a lone surrogate,
+    PEP 383) is written back as that byte; any other character the encoding lacks (``é`` in ASCII) escaped."""
     if not isinstance(exc, UnicodeEncodeError):
         raise exc
     chunk = exc.object[exc.start:exc.end]
@@ -129,12 +127,9 @@ codecs.register_error("swarmctl-escape", _escape)
 
 
 def prepare() -> None:
-    """Standard streams and terminal settings a command can use: /dev/null opened on a standard stream the
-    process started with closed (``cmd >&-``), so that no file swarmctl opens takes descriptor 0, 1 or 2
-    (``sys.stdin`` and friends stay None: text for a closed stream is dropped, ``-`` is refused); any text
-    printable on stdout and stderr (:func:`_escape`); COLUMNS, LINES or TERMINAL_WIDTH removed when not a
-    whole number of a usable size (0 and 5 fold every line; Typer cannot even start on TERMINAL_WIDTH=abc)."""
-    for fd in (0, 1, 2):
+    """Standard streams and terminal settings a command can use (docs/guarantees.md, "Terminals")."""
+    for fd in (0, 1, 2):  # one closed at start (``cmd >&-``) on /dev/null: no file swarmctl opens takes it;
+        # ``sys.stdin`` and friends stay None (text for a closed stream is dropped, ``-`` is refused)
         try:
             os.fstat(fd)
         except OSError:
@@ -146,7 +141,8 @@ def prepare() -> None:
         if stream is not None and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
                 stream.reconfigure(errors="swarmctl-escape")
-    for name, least in {"COLUMNS": 40, "LINES": 1, "TERMINAL_WIDTH": 40}.items():  # below 40: the terminal's, or 80
+    for name, least in {"COLUMNS": 40, "LINES": 1, "TERMINAL_WIDTH": 40}.items():  # 0 and 5 fold every line;
+        # Typer cannot even start on TERMINAL_WIDTH=abc: without them, the terminal's width (or 80) is used
         value = os.environ.get(name)
         if value is not None and not (value.strip().isdigit() and int(value) >= least):
             del os.environ[name]
@@ -156,10 +152,9 @@ _WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG
 
 
 def _stdout_failed(exc: BaseException) -> OSError | None:
-    """The error of a standard stream failing (a full disk, a closed pipe) behind ``exc``, or None: an
-    OSError of a kind writes give and without a file name (every file swarmctl writes names itself in its
-    errors), in ``exc`` or what it was raised while handling. Standard output is then pointed at /dev/null,
-    so that text still buffered cannot fail again when the process exits."""
+    """A standard stream's failed write behind ``exc`` (or what it was raised while handling), or None: an
+    OSError of a kind writes give and without a file name (every file swarmctl writes names itself). Standard
+    output is then pointed at /dev/null, so that text still buffered cannot fail again at exit."""
     error: BaseException | None = exc
     while error is not None and not (isinstance(error, OSError) and error.errno in _WRITE_ERRNOS):
         error = error.__context__

@@ -121,21 +121,18 @@ FIELD_OPTIONS = {"n_tasks": "tasks"}  # config fields whose option has another n
 
 
 def flag_names(text: str) -> str:
-    """``text`` with every backticked parameter of the running command (```force```) written as its flag
-    (``--force``; ``no_NAME``: a switch's off side, ``--no-NAME``; an argument: its metavar, ``RUN``), a
-    config field as its option's flag (```dim_hidden```: ``--hidden``); other backticked words as they are."""
+    """``text`` with every backticked option of the running command (```force```) written as its flag
+    (``--force``; ``no_NAME``: a switch's off side, ``--no-NAME``), a config field as its option's flag
+    (```dim_hidden```: ``--hidden``); other backticked words as they are."""
     ctx = RUNNING.get()
     if "`" not in text or ctx is None:
         return text
     names: dict[str, str] = {}
     for param in ctx.command.params:
-        if param.name is not None and param.param_type_name == "argument":
-            names[param.name] = param.metavar or param.name.upper()
-        elif param.name is not None:
-            for name, opts in ((param.name, param.opts), ("no_" + param.name, param.secondary_opts)):
-                longs = [o for o in opts if o.startswith("--")]
-                if longs:
-                    names[name] = max(longs, key=len)
+        for name, opts in ((param.name, param.opts), (f"no_{param.name}", param.secondary_opts)):
+            longs = [o for o in opts if o.startswith("--")]
+            if longs:
+                names[str(name)] = max(longs, key=len)
     from swarmctl.catalog import catalog
 
     fields = {h["field"]: h["option"] for h in catalog()["hyperparameters"]} | FIELD_OPTIONS
