@@ -102,12 +102,7 @@ def usage_line(exc: typer.TyperException) -> str:
     return " ".join(exc.format_message().split()) + hint
 
 
-app = _Typer(
-    name="swarmctl",
-    cls=_OneLineErrors,
-    help="SWARM mappings: set-equivariant recurrent layers, baselines, and the paper's experiments.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's plain help: descriptions in a column of their own, switches without a type
-)
+# its help is root's (cli/root.py); rich_markup_mode None: click's plain help (descriptions in a column of their
+# own, switches without a type)
+app = _Typer(name="swarmctl", cls=_OneLineErrors, no_args_is_help=True, add_completion=False,
+             pretty_exceptions_enable=False, rich_markup_mode=None)
