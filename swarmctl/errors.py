@@ -69,7 +69,9 @@ def shell_command(command: str, *words: object, **options: object) -> str:
     a parameter into a flag."""
     parts = ["swarmctl", command, *(shlex.quote(str(w)) for w in words)]
     for name, value in options.items():
-        parts += ["--" + name.replace("_", "-")] + ([] if value is True else [shlex.quote(str(value))])
+        parts.append("--" + name.replace("_", "-"))
+        if value is not True:
+            parts.append(shlex.quote(str(value)))
     return " ".join(parts)
 
 

@@ -121,14 +121,16 @@ FIELD_OPTIONS = {"n_tasks": "tasks"}  # config fields whose option has another n
 
 
 def flag_names(text: str) -> str:
-    """``text`` with every backticked option of the running command (```force```) written as its flag
-    (``--force``; ``no_NAME``: a switch's off side, ``--no-NAME``), a config field as its option's flag
-    (```dim_hidden```: ``--hidden``); other backticked words as they are."""
+    """``text`` with every backticked parameter of the running command (```force```) written as its flag
+    (``--force``; ``no_NAME``: a switch's off side, ``--no-NAME``; an argument: its metavar, ``RUN``), a
+    config field as its option's flag (```dim_hidden```: ``--hidden``); other backticked words as they are."""
     ctx = RUNNING.get()
     if "`" not in text or ctx is None:
         return text
     names: dict[str, str] = {}
     for param in ctx.command.params:
+        if param.param_type_name == "argument":
+            names[str(param.name)] = param.metavar or str(param.name).upper()
         for name, opts in ((param.name, param.opts), (f"no_{param.name}", param.secondary_opts)):
             longs = [o for o in opts if o.startswith("--")]
             if longs:
