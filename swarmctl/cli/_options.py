@@ -64,8 +64,8 @@ _WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 def number(kind: type, *param_decls: str, help: str | None = None, low: float | None = None,
            high: float | None = None, above: bool = False, **kwargs: Any) -> Any:
     """A numeric option, its bounds shown in its help, and any other value a usage error (exit 2) naming the
-    option: our parser, as Typer's own ``min``/``max`` take ``8.0`` and ``8_000`` for ``int``, ``nan`` and
-    ``inf`` for ``float``, and cannot exclude ``low`` itself (``above``)."""
+    option: our parser, as Typer's own ``min``/``max`` take ``8.0`` and ``8_000`` for an ``int`` and ``inf`` for
+    a ``float`` (Typer 0.29), and cannot exclude ``low`` itself (``above``)."""
     bounds = ([] if low is None else [f"{'>' if above else '>='} {low:g}"]) + ([] if high is None else [f"<= {high}"])
 
     def parse(text: Any) -> Any:
