@@ -1,18 +1,12 @@
-"""User-facing errors, which the CLI turns into a one-line message, and the exit codes (docs/guarantees.md).
-
-One rule decides the code: a value (or combination of values) given as an option that is wrong in itself,
-whatever the files and the machine, is a :class:`ConfigError` and exits 2, like a value Typer refuses; a
-problem with a file, a run, a sweep spec or the machine (memory, a missing CUDA device, an output path that
-cannot be written) exits 1. `swarmctl.cli.run` is the one place that applies it.
-"""
+"""User-facing errors, which the CLI turns into one line, and the exit codes of docs/guarantees.md by one rule:
+an option value wrong in itself, whatever the files and the machine, is a :class:`ConfigError` and exits 2,
+like a value Typer refuses; a problem with a file, a run, a sweep spec or the machine exits 1."""
 
 import errno
 import shlex
 from collections.abc import Iterable
 
-# The exit codes, every one a swarmctl process ends with: done; a file, run or the machine; an option value
-# (or a usage error); SIGINT or SIGTERM (the shell's code for a process stopped by SIGINT).
-OK, ERROR, USAGE, SIGNAL = 0, 1, 2, 130
+OK, ERROR, USAGE, SIGNAL = 0, 1, 2, 130  # done; a file, run or the machine; an option value; SIGINT or SIGTERM
 
 
 class SwarmctlError(Exception):
@@ -24,17 +18,15 @@ class ConfigError(SwarmctlError):
 
 
 class ResourceError(SwarmctlError):
-    """The machine or the file system cannot do what was asked with valid values: the estimated memory
-    exceeds the machine's, CUDA is not available, an output path cannot be written. Exit 1."""
+    """Valid values the machine or the file system cannot serve: memory, CUDA, an output path."""
 
 
 class OutputExists(ResourceError):
-    """An output that may not replace a file (no ``--force``) found one at its path, perhaps written by
-    another command meanwhile. Exit 1."""
+    """An output that may not replace a file (no ``--force``) found one at its path."""
 
 
 class SpecError(SwarmctlError):
-    """A sweep spec file is missing or malformed (an input file, not an option): exit 1."""
+    """A sweep spec file is missing or malformed (an input file, not an option)."""
 
 
 class DataError(SwarmctlError):
@@ -46,8 +38,7 @@ class CheckpointError(SwarmctlError):
 
 
 class SwarmctlWarning(UserWarning):
-    """Something was skipped or repaired and the user should know (a damaged run file, say); the CLI
-    prints it as one line starting with "warning:"."""
+    """Something was skipped or repaired that the user should know; the CLI prints one "warning:" line."""
 
 
 _OS_FIXES = {
@@ -59,7 +50,6 @@ _OS_FIXES = {
     errno.ENOSPC: "the disk is full; free space or choose another folder",
     errno.EDQUOT: "the disk quota is used up; free space or choose another folder",
     errno.EFBIG: "the file-size limit (ulimit -f) was reached; raise it or choose a smaller output",
-    errno.ENOENT: "check the path",
     errno.ENAMETOOLONG: "choose a shorter path",
     errno.ELOOP: "a link points in a circle or swarmctl refused to follow it; remove it",
 }
@@ -75,8 +65,8 @@ def describe_os_error(exc: OSError) -> str:
 
 def shell_command(command: str, *words: object, **options: object) -> str:
     """A swarmctl command as a shell line that works as printed: ``shell_command("train", "swarm", resume="r 1")``
-    is ``swarmctl train swarm --resume 'r 1'``. This is the one place outside the CLI that turns a parameter
-    into a flag (``--`` and the name with dashes; True: the flag alone)."""
+    is ``swarmctl train swarm --resume 'r 1'`` (True: the flag alone). The one place outside the CLI that turns
+    a parameter into a flag."""
     parts = ["swarmctl", command, *(shlex.quote(str(w)) for w in words)]
     for name, value in options.items():
         parts.append("--" + name.replace("_", "-"))
@@ -86,20 +76,17 @@ def shell_command(command: str, *words: object, **options: object) -> str:
 
 
 def command_line(command: str, *words: object, **options: object) -> str:
-    """A swarmctl command for a message's fix, in backticks: ``command_line("gen-data", force=True)`` is
-    ```swarmctl gen-data --force```. A message names its own command's options by parameter (```force```,
-    mapped to the flag by the CLI); a command to run next is written whole, by :func:`shell_command`."""
+    """A command to run next, for a message's fix: :func:`shell_command` in backticks. (A message names its own
+    command's options by parameter, ```force```, which the CLI prints as the flag.)"""
     return "`" + shell_command(command, *words, **options) + "`"
 
 
 def plural(n: int, word: str) -> str:
-    """``n`` ``word``s in prose: ``plural(1, "cluster")`` is ``1 cluster``, ``plural(1200, "point")``
-    ``1,200 points``."""
+    """``plural(1, "cluster")`` is ``1 cluster``, ``plural(1200, "point")`` ``1,200 points``."""
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
 def either(words: Iterable[object], last: str = "or") -> str:
-    """The values a message offers, as prose rather than a Python tuple: ``either(("mean", "causal"))`` is
-    ``mean or causal``; three or more are ``a, b or c`` (``last="and"``: ``a, b and c``)."""
+    """Values in prose: ``either(("mean", "causal"))`` is ``mean or causal``; three or more ``a, b or c``."""
     items = [str(w) for w in words]
     return f"{', '.join(items[:-1])} {last} {items[-1]}" if len(items) > 1 else "".join(items)

@@ -1,11 +1,11 @@
-"""How many CPU threads a command's PyTorch and OpenMP work use, by the rule of docs/design.md, "Threads":
-``--threads``, else ``SWARMCTL_THREADS`` or ``OMP_NUM_THREADS``, else the usable cores less those other processes
-kept busy over a short window (/proc/stat; the one-minute load average where there is none), re-checked during
-a long run by :func:`adjust`. Plain standard library: the CLI calls it before PyTorch loads.
-"""
+"""How many CPU threads PyTorch and OpenMP use, by the rule of docs/design.md, "Threads": ``--threads``, else
+``SWARMCTL_THREADS`` or ``OMP_NUM_THREADS``, else the usable cores less those other processes kept busy over a short
+window (/proc/stat; the one-minute load average where there is none), re-checked during a long run (:func:`adjust`).
+Plain standard library: the CLI calls it before PyTorch loads."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -43,22 +43,17 @@ class CpuTimes:
 
 
 def _affinity() -> set[int] | None:
-    try:
-        return set(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return None
+    return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None  # None: not Linux
 
 
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota."""
     cores = len(_affinity() or ()) or os.cpu_count() or 1
-    try:
+    with contextlib.suppress(OSError, ValueError):
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
         if quota != "max":
             cores = min(cores, max(1, int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
-    return max(1, cores)
+    return cores
 
 
 def cpu_times(stat: str | None = None, own: float | None = None, cpus: set[int] | None = None,
@@ -102,12 +97,10 @@ def free_cores(cores: int, busy: float) -> int:
 
 def measure(since: CpuTimes | None = None, cores: int | None = None) -> float | None:
     """:func:`busy_elsewhere` from ``since`` (default: now) over at least :data:`WINDOW` s; None: no /proc/stat."""
-    since = since or cpu_times()
-    if since is None:
+    if (since := since or cpu_times()) is None:
         return None
     time.sleep(max(0.0, WINDOW - (time.monotonic() - since.at)))
-    now = cpu_times()
-    return None if now is None else busy_elsewhere(since, now, cores)
+    return None if (now := cpu_times()) is None else busy_elsewhere(since, now, cores)
 
 
 def choose(requested: int | None = None, environ: dict[str, str] | None = None, cores: int | None = None,
@@ -125,36 +118,24 @@ def choose(requested: int | None = None, environ: dict[str, str] | None = None, 
             return Threads(int(text), name)
     cores = usable_cores() if cores is None else cores
     busy = measure(since, cores) if busy is None and load is None else busy
-    if busy is None:  # no /proc/stat: the load average, which lags a minute behind
+    if busy is not None:
+        count, why = free_cores(cores, busy), f"{busy:.2f} busy elsewhere"
+    else:  # no /proc/stat: the load average, which lags a minute behind
         if load is None:
             try:
                 load = max(0.0, os.getloadavg()[0])
             except (AttributeError, OSError):
                 load = 0.0
-        taken = math.floor(load + LOAD_SLACK)
-        return Threads(max(1, cores - taken), f"{cores} usable cores" + (f", load {load:.2f}" if taken else ""), cores)
-    count = free_cores(cores, busy)
-    return Threads(count, f"{cores} usable cores" + (f", {busy:.2f} busy elsewhere" if count < cores else ""), cores)
+        count, why = max(1, cores - math.floor(load + LOAD_SLACK)), f"load {load:.2f}"
+    return Threads(count, f"{cores} usable cores" + (f", {why}" if count < cores else ""), cores)
 
 
-class Recheck:
-    """A count the rule chose, over a long run: :meth:`count` gives the rule's count since the last reading."""
-
-    def __init__(self, cores: int, reading: CpuTimes) -> None:
-        self.cores, self.reading = cores, reading
-
-    def count(self, now: CpuTimes) -> int | None:
-        busy, self.reading = busy_elsewhere(self.reading, now, self.cores), now
-        return None if busy is None else free_cores(self.cores, busy)
-
-
-_recheck: Recheck | None = None  # this process's, where the rule chose its count before PyTorch loaded
+_recheck: tuple[int, CpuTimes] | None = None  # the cores and last reading, where the rule chose the count
 
 
 def apply(threads: Threads, environ: dict[str, str] | None = None, reading: CpuTimes | None = None) -> None:
-    """Set the variables PyTorch and OpenMP read at start-up. A loaded PyTorch (a host process that set its own
-    threads) takes only a count the user asked for; a count the rule chose before PyTorch loaded is re-checked by
-    :func:`adjust` from ``reading`` (default: now)."""
+    """Set the variables PyTorch and OpenMP read at start-up. A loaded PyTorch (a host process's own count) takes
+    only a count the user gave; one the rule chose before PyTorch loaded is re-checked from ``reading`` (or now)."""
     global _recheck
     env = os.environ if environ is None else environ
     if threads.reason != "OMP_NUM_THREADS":
@@ -163,7 +144,7 @@ def apply(threads: Threads, environ: dict[str, str] | None = None, reading: CpuT
         return
     torch = sys.modules.get("torch")
     reading = reading or cpu_times() if threads.cores is not None and torch is None else None
-    _recheck = None if reading is None else Recheck(threads.cores, reading)
+    _recheck = None if reading is None or threads.cores is None else (threads.cores, reading)
     if threads.reason in ("--threads", ENV) and torch is not None and hasattr(torch, "set_num_threads"):
         # at most the usable cores, as OpenMP caps a count read at start-up: PyTorch crashed starting 100,000
         torch.set_num_threads(min(threads.count, usable_cores()))
@@ -172,12 +153,15 @@ def apply(threads: Threads, environ: dict[str, str] | None = None, reading: CpuT
 def adjust(now: CpuTimes | None = None) -> int | None:
     """Between a long run's steps: at most every :data:`RECHECK` s (``now``: at once, for tests), give PyTorch the
     rule's count for the time since the last reading, where the rule chose it; returns it where it changed."""
+    global _recheck
     torch = sys.modules.get("torch")
     if _recheck is None or torch is None:
         return None
-    if now is None and (time.monotonic() - _recheck.reading.at < RECHECK or (now := cpu_times()) is None):
+    cores, before = _recheck
+    if now is None and (time.monotonic() - before.at < RECHECK or (now := cpu_times()) is None):
         return None
-    count = _recheck.count(now)
+    _recheck, busy = (cores, now), busy_elsewhere(before, now, cores)
+    count = None if busy is None else free_cores(cores, busy)
     if count is None or count == torch.get_num_threads():
         return None
     torch.set_num_threads(count)

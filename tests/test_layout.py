@@ -196,7 +196,7 @@ _FILE_CALLS = {"open", "write_text", "write_bytes", "read_text", "read_bytes", "
 
 def _opens_a_file(node) -> bool:
     """A call that opens, writes or moves a file: not ``str.replace(old, new)``, and not the standard streams'
-    reopening on ``os.devnull`` (cli/_streams.py), which is no file of the user's."""
+    reopening on ``os.devnull`` (swarmctl.cli.prepare), which is no file of the user's."""
     import ast
 
     f = node.func

@@ -89,18 +89,6 @@ def test_threads_without_proc_stat_the_load_average_decides(cores, load, expecte
     assert choose(environ={}, cores=cores, load=load).count == expected
 
 
-def test_threads_a_long_run_takes_the_cores_freed_or_taken_since_its_last_reading():
-    """The re-check of a run (threads.adjust between steps) on the readings of three windows: another job
-    busy (1 thread), then ended (2), then back (1)."""
-    readings = [threads.cpu_times(_stat(*cores), own=own, cpus={0, 1}, at=t) for t, own, cores in [
-        (0, 0, ((0, 0, 0), (0, 0, 0))),
-        (5, 500, ((500, 0, 0), (500, 0, 0))),  # this process: one core; another: the other one
-        (10, 1500, ((1000, 0, 0), (1000, 0, 0))),  # this process on both cores: the other job has ended
-        (15, 2000, ((1500, 0, 0), (1500, 0, 0)))]]  # this process on one core, another on the other one
-    recheck = threads.Recheck(2, readings[0])
-    assert [recheck.count(r) for r in readings[1:]] == [1, 2, 1]
-
-
 @pytest.fixture
 def torch_threads(monkeypatch):
     """PyTorch's count and the thread variables restored after the test; PyTorch as not loaded yet while
@@ -115,6 +103,24 @@ def torch_threads(monkeypatch):
     sys.modules["torch"] = torch
     threads.apply(Threads(1, "--threads"), reading=None)  # no re-check left behind
     torch.set_num_threads(before)
+
+
+def test_threads_a_long_run_takes_the_cores_freed_or_taken_since_its_last_reading(torch_threads):
+    """The re-check of a run (threads.adjust between steps) on the readings of three windows: another job
+    busy (1 thread), then ended (2), then back (1)."""
+    readings = [threads.cpu_times(_stat(*cores), own=own, cpus={0, 1}, at=t) for t, own, cores in [
+        (0, 0, ((0, 0, 0), (0, 0, 0))),
+        (5, 500, ((500, 0, 0), (500, 0, 0))),  # this process: one core; another: the other one
+        (10, 1500, ((1000, 0, 0), (1000, 0, 0))),  # this process on both cores: the other job has ended
+        (15, 2000, ((1500, 0, 0), (1500, 0, 0)))]]  # this process on one core, another on the other one
+    threads.apply(Threads(2, "2 usable cores", cores=2), reading=readings[0])
+    sys.modules["torch"] = torch_threads
+    torch_threads.set_num_threads(2)
+    counts = []
+    for reading in readings[1:]:
+        threads.adjust(reading)
+        counts.append(torch_threads.get_num_threads())
+    assert counts == [1, 2, 1]
 
 
 def test_threads_adjust_gives_pytorch_the_count_of_the_rule_only(torch_threads):

@@ -1,11 +1,15 @@
 """The swarmctl command line: one module per command, each a thin wrapper over a library function, and
-:func:`run`, the one place where an exception becomes an exit code and one line. The command modules import
-no PyTorch (their help comes from :mod:`swarmctl.catalog`); ``app`` is loaded on first use."""
+:func:`run`, the one place where an exception becomes an exit code and one line. Imports nothing heavy: ``app``
+is loaded on first use, after :func:`prepare`, and the command modules import no PyTorch (their help comes from
+:mod:`swarmctl.catalog`)."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
 import importlib
+import os
 import signal
 import sys
 import warnings
@@ -31,22 +35,21 @@ def continue_with(command: str) -> None:
 
 
 def run(work: Callable[[], object], *, starting: bool = False, last: bool = False) -> int:
-    """Run ``work`` (a command: its options parsed, its work, its output), its end as docs/guarantees.md
-    promises: an exception becomes an exit code and one line on stderr (:func:`_status`; a bug keeps its
-    traceback), and while ``work`` runs SIGINT and SIGTERM raise :class:`swarmctl.signals.Interrupted` (one
-    Python drops, inside a ``__del__``, still ends it with 130). Library warnings print as one line each.
-    ``starting``: the commands still load; ``last``: the process ends after it, and the signals are then
-    ignored, so that its teardown keeps the exit code (else the handlers found before are back)."""
+    """Run ``work`` (a command: its options parsed, its work, its output) and end it as docs/guarantees.md
+    promises: an exception becomes an exit code and one line (a bug keeps its traceback), a warning one line,
+    and SIGINT or SIGTERM raise :class:`swarmctl.signals.Interrupted` (one Python drops, in a ``__del__``, still
+    ends it with 130). ``starting``: the commands still load; ``last``: the process ends after it, and the
+    signals are ignored then, so that its teardown keeps the exit code (else the handlers found before are back)."""
     global _state
     state = _state = signals.Interruption(starting)
     running, hook = RUNNING.set(None), sys.unraisablehook
-    previous = signals.install(state.handle)
-    if previous:  # the main thread: the process's hook is this command's
-        sys.unraisablehook = state.unraisable(hook)
+    previous = signals.install(state)
+    if previous:  # the main thread: the process's hook is this command's, quiet about an Interrupted dropped
+        sys.unraisablehook = lambda args: None if issubclass(args.exc_type, signals.Interrupted) else hook(args)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", SwarmctlWarning)
-            warnings.showwarning = _show_warning
+            warnings.showwarning = lambda message, *args, **kwargs: _say(f"warning: {_flags(str(message))}")
             try:
                 try:
                     work()
@@ -87,11 +90,10 @@ def _status(exc: BaseException, state: signals.Interruption) -> tuple[int, str |
         return USAGE if isinstance(exc, ConfigError) else ERROR, f"error: {_flags(str(exc))}"
     if isinstance(exc, MemoryError):
         return ERROR, "error: out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)"
-    from swarmctl.cli._streams import stdout_failed, stdout_line
-
-    failed = stdout_failed(exc)
+    failed = _stdout_failed(exc)
     if failed is not None:
-        return ERROR, f"error: {stdout_line(failed)}"
+        return ERROR, (f"error: cannot write to standard output ({failed.strerror.lower()}); send it somewhere "
+                       "that takes it (a disk with free space, a pipe that is read to the end)")
     return (ERROR, f"error: {describe_os_error(exc)}") if isinstance(exc, OSError) else None
 
 
@@ -102,10 +104,6 @@ def _flags(text: str) -> str:
     return flag_names(" ".join(text.split()))
 
 
-def _show_warning(message: Warning | str, *args: Any, **kwargs: Any) -> None:
-    _say(f"warning: {_flags(str(message))}")
-
-
 def _say(line: str | None) -> None:
     """``line`` on stderr; a standard error that cannot take it changes nothing (the exit code still says)."""
     if line is not None and sys.stderr is not None:
@@ -114,14 +112,70 @@ def _say(line: str | None) -> None:
             sys.stderr.flush()
 
 
+def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """The standard streams' encoding errors: a byte of a name the locale could not decode (a lone surrogate,
+    PEP 383) is written back as that byte; any other character the encoding lacks (``é`` in ASCII) escaped."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    chunk = exc.object[exc.start:exc.end]
+    if all("\udc80" <= c <= "\udcff" for c in chunk):
+        return bytes(ord(c) - 0xDC00 for c in chunk), exc.end
+    return chunk.encode("ascii", "backslashreplace").decode("ascii"), exc.end
+
+
+codecs.register_error("swarmctl-escape", _escape)
+
+
+def prepare() -> None:
+    """Standard streams and terminal settings a command can use (docs/guarantees.md, "Terminals")."""
+    for fd in (0, 1, 2):  # one closed at start (``cmd >&-``) on /dev/null: no file swarmctl opens takes it;
+        # ``sys.stdin`` and friends stay None (text for a closed stream is dropped, ``-`` is refused)
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
+                stream.reconfigure(errors="swarmctl-escape")
+    for name, least in {"COLUMNS": 40, "LINES": 1, "TERMINAL_WIDTH": 40}.items():  # 0 and 5 fold every line;
+        # Typer cannot even start on TERMINAL_WIDTH=abc: without them, the terminal's width (or 80) is used
+        value = os.environ.get(name)
+        if value is not None and not (value.strip().isdigit() and int(value) >= least):
+            del os.environ[name]
+
+
+_WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}  # what a failed write gives
+
+
+def _stdout_failed(exc: BaseException) -> OSError | None:
+    """A standard stream's failed write behind ``exc`` (or what it was raised while handling), or None: an
+    OSError of a kind writes give and without a file name (every file swarmctl writes names itself). Standard
+    output is then pointed at /dev/null, so that text still buffered cannot fail again at exit."""
+    error: BaseException | None = exc
+    while error is not None and not (isinstance(error, OSError) and error.errno in _WRITE_ERRNOS):
+        error = error.__context__
+    if not isinstance(error, OSError) or error.filename is not None or error.strerror is None:
+        return None
+    if sys.stdout is not None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation: no descriptor
+            sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            fd, null = sys.stdout.fileno(), os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
+    return error
+
+
 def main(load: Callable[[], Typer] | None = None) -> None:
     """The `swarmctl` program (``load``: another application of swarmctl's kind, run the same way)."""
     sys.exit(run(lambda: _start(load or _load_app), starting=True, last=True))
 
 
 def _start(load: Callable[[], Typer]) -> None:
-    from swarmctl.cli._streams import prepare
-
     prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
     from swarmctl import threads
 

@@ -12,8 +12,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from swarmctl.cli import RUNNING, run
-from swarmctl.cli._streams import prepare
+from swarmctl.cli import RUNNING, prepare, run
 from swarmctl.errors import USAGE
 
 _BRACED = re.compile(r"^\{(.*)\}")  # Typer's mark of a required argument in the usage line: it is bare
@@ -22,7 +21,7 @@ _OPTIONAL_MANY = re.compile(r"^\[([^\]]*)\]\.\.\.$")
 
 class _Command(TyperCommand):
     """Every command: its arguments named in upper case (``RUN``; ``[RUN]`` when optional, ``RUN...`` for
-    several), its context known while it runs (:data:`RUNNING`)."""
+    several) in the usage line and the help, its context known while it runs (:data:`RUNNING`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -31,7 +30,6 @@ class _Command(TyperCommand):
                 param.metavar = param.name.upper() if param.name else None
 
     def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
-        """Each argument as a usage line shows it: ``RUN``, ``[RUN]``, ``RUN...``, ``[RUN...]``."""
         return [_OPTIONAL_MANY.sub(r"[\1...]", _BRACED.sub(r"\1", piece))
                 for piece in super().collect_usage_pieces(ctx)]
 
@@ -61,14 +59,9 @@ class _Typer(typer.Typer):
         return super().command(name, cls=cls or _Command, **kwargs)
 
 
-# options of an earlier version and what takes their place (told instead of click's guesses)
-RETIRED = {"--amp": "--step amp", "--compile": "--step compile", "--triton": "--step triton",
-           "--cuda-graphs": "--step graphs"}
-
-
 class _OneLineErrors(TyperGroup):
     """The application's group: Typer's entry (``app()``) runs :meth:`start` through :func:`swarmctl.cli.run`,
-    which ends every command, and no arguments at all print the help on stderr with exit code 2."""
+    and no arguments at all print the help on stderr with exit code 2."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -88,11 +81,15 @@ class _OneLineErrors(TyperGroup):
         return super().parse_args(ctx, args)
 
 
+# options of an earlier version and what takes their place (told instead of click's guesses)
+RETIRED = {"--amp": "--step amp", "--compile": "--step compile", "--triton": "--step triton",
+           "--cuda-graphs": "--step graphs"}
+
+
 def usage_line(exc: typer.TyperException) -> str:
     """A usage error's message in one line, and where to read more; an option of swarmctl itself given after
     a command (``--threads``) says where it goes."""
-    ctx = getattr(exc, "ctx", None)
-    name = getattr(exc, "option_name", None)
+    ctx, name = getattr(exc, "ctx", None), getattr(exc, "option_name", None)
     own = [p for p in ctx.find_root().command.params if name in getattr(p, "opts", ())] if ctx and ctx.parent else []
     if own:
         root = ctx.find_root().command_path
@@ -105,12 +102,7 @@ def usage_line(exc: typer.TyperException) -> str:
     return " ".join(exc.format_message().split()) + hint
 
 
-app = _Typer(
-    name="swarmctl",
-    cls=_OneLineErrors,
-    help="SWARM mappings: set-equivariant recurrent layers, baselines, and the paper's experiments.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's plain help: descriptions in a column of their own, switches without a type
-)
+# its help is root's (cli/root.py); rich_markup_mode None: click's plain help (descriptions in a column of their
+# own, switches without a type)
+app = _Typer(name="swarmctl", cls=_OneLineErrors, no_args_is_help=True, add_completion=False,
+             pretty_exceptions_enable=False, rich_markup_mode=None)

@@ -1,11 +1,12 @@
 """What the commands share: the options several of them take, the console, and the running command's
-flags in messages."""
+flags in messages (a library message names a parameter in backticks, ```data_dir```; the CLI prints the flag)."""
 
 from __future__ import annotations
 
 import math
 import re
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,40 +20,33 @@ from swarmctl.errors import SwarmctlError
 
 
 class _Console(Console):
-    """A rich console whose broken pipe is an error like any other failed write (rich's own handling
-    silences the console for the rest of the process and exits without a word)."""
-
-    def on_broken_pipe(self) -> None:
+    def on_broken_pipe(self) -> None:  # rich's own silences the console and exits without a word
         raise  # the BrokenPipeError being handled: swarmctl.cli.run names it
 
 
 console = _Console()
 err_console = _Console(stderr=True)
+_BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 
-_PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
-
-
-def help_flags(text: str) -> str:
-    """A help text from the library (the catalog's) with its backticked parameters (```data_dir```) written as
-    flags (``--data-dir``): help is built before any command runs, so by the flag rule, not a command's table."""
-    return _PARAMETER.sub(lambda m: "--" + m.group(1).replace("_", "-"), text)
+def _help_flags(text: str | None) -> str | None:
+    """Help text with its backticked parameters as flags (```data_dir``` as ``--data-dir``): help is built
+    before any command runs, so by the flag rule, not by a command's parameters (:func:`flag_names`)."""
+    return None if text is None else _BACKTICKED.sub(lambda m: "--" + m.group(1).replace("_", "-"), text)
 
 
 def option(*param_decls: str, help: str | None = None, **kwargs: Any) -> Any:
-    """typer.Option whose help's backticked parameters show as flags (:func:`help_flags`)."""
-    return typer.Option(*param_decls, help=None if help is None else help_flags(help), **kwargs)
+    return typer.Option(*param_decls, help=_help_flags(help), **kwargs)
 
 
 def argument(*, help: str | None = None, **kwargs: Any) -> Any:
-    """typer.Argument whose help's backticked parameters show as flags (:func:`help_flags`)."""
-    return typer.Argument(help=None if help is None else help_flags(help), **kwargs)
+    return typer.Argument(help=_help_flags(help), **kwargs)
 
 
 def checked(check: Any) -> Any:
     """An option callback running ``check(value, flag)`` for a value whose check is the library's (a device
     name, a choice among names known at run time); its ConfigError becomes a usage error (exit 2) naming
-    the option. Numbers are checked by :func:`number`."""
+    the option."""
     def callback(param: typer.CallbackParam, value: Any) -> Any:
         if value is not None:
             flag = max((o for o in param.opts if o.startswith("--")), key=len, default=param.name or "value")
@@ -64,16 +58,14 @@ def checked(check: Any) -> Any:
     return callback
 
 
-device_name = checked(lambda value, flag: check_device(value))
 _WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 
 def number(kind: type, *param_decls: str, help: str | None = None, low: float | None = None,
            high: float | None = None, above: bool = False, **kwargs: Any) -> Any:
-    """A numeric option, its bounds shown in its help: a whole number in digits for ``int`` (Typer's own
-    conversion takes ``8.0`` and ``8_000``), a finite number for ``float`` (Typer's takes ``nan``), within
-    ``low``..``high`` (``low`` itself excluded when ``above``, which Typer's bounds cannot say); any other
-    value is a usage error (exit 2) naming the option."""
+    """A numeric option, its bounds shown in its help, and any other value a usage error (exit 2) naming the
+    option: our parser, as Typer's own ``min``/``max`` take ``8.0`` and ``8_000`` for an ``int`` and ``inf`` for
+    a ``float`` (Typer 0.29), and cannot exclude ``low`` itself (``above``)."""
     bounds = ([] if low is None else [f"{'>' if above else '>='} {low:g}"]) + ([] if high is None else [f"<= {high}"])
 
     def parse(text: Any) -> Any:
@@ -95,39 +87,26 @@ def number(kind: type, *param_decls: str, help: str | None = None, low: float | 
     return option(*param_decls, help=shown, parser=parse, **kwargs)
 
 
-def count(help: str, low: int = 1, **kwargs: Any) -> Any:
-    """A whole-number option of at least ``low``."""
-    return number(int, help=help, low=low, **kwargs)
-
-
-def seed_option(help: str, **kwargs: Any) -> Any:
-    """A seed option: an integer NumPy and torch accept (0 .. 2^32 - 1)."""
-    return number(int, help=help, low=SEED_RANGE[0], high=SEED_RANGE[1], **kwargs)
-
-
-def positive_number(help: str, **kwargs: Any) -> Any:
-    """A finite float option > 0."""
-    return number(float, help=help, low=0, above=True, **kwargs)
-
-
-Force = Annotated[bool, option("--force", help="Replace the command's files in an existing --out folder.")]
-
+count = partial(number, int, low=1)  # a whole number of at least 1 (or ``low``)
+seed_option = partial(number, int, low=SEED_RANGE[0], high=SEED_RANGE[1])  # what NumPy and torch take
+positive_number = partial(number, float, low=0, above=True)
 
 RUNS_DIR = Path("runs")  # default folder holding the runs
 RunsDir = Annotated[Path, option(help="Folder holding the runs.")]
-Device = Annotated[str, option(help="auto, cpu, cuda or cuda:N.", callback=device_name)]
+Device = Annotated[str, option(help="auto, cpu, cuda or cuda:N.", callback=checked(lambda name, _: check_device(name)))]
+Force = Annotated[bool, option("--force", help="Replace the command's files in an existing --out folder.")]
 
 
 def flush_output() -> None:
-    """Push everything printed so far to standard output, so that a stream that cannot take it (a full
-    disk, a closed pipe) fails here, inside the command's work, before its files appear."""
+    """Push what was printed to standard output, so that a stream that cannot take it (a full disk, a closed
+    pipe) fails here, inside the command's work, before its files appear."""
     if sys.stdout is not None:
         sys.stdout.flush()
 
 
 def stop_if_interrupted(message: str | None) -> None:
-    """After `train` or `sweep` (:func:`swarmctl.runs.finish_runs`): for an interrupted run, its ``message``
-    (where it was saved and how to continue) ends the command, exit 130."""
+    """After `train` or `sweep`: an interrupted run's ``message`` (where it was saved, how to continue) ends
+    the command, exit 130."""
     if message is not None:
         raise signals.Interrupted(None, message)
 
@@ -138,41 +117,28 @@ def say(text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)
 
 
-# Library messages name an option by its parameter or config field in backticks (`force`, `dim_hidden`);
-# the fields whose option has another name, beyond the model hyper-parameters of the catalog:
-FIELD_OPTIONS = {"n_tasks": "tasks"}
-_BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
+FIELD_OPTIONS = {"n_tasks": "tasks"}  # config fields whose option has another name, beyond the catalog's
 
 
-def command_flags() -> dict[str, str]:
-    """The running command's parameters by name: an option's longest flag (``--runs-dir``; ``no_NAME``: a
-    switch's off side, ``--no-NAME``), an argument's metavar (``RUN``), and each config field whose option
-    has another name mapped to that option's flag."""
+def flag_names(text: str) -> str:
+    """``text`` with every backticked parameter of the running command (```force```) written as its flag
+    (``--force``; ``no_NAME``: a switch's off side, ``--no-NAME``; an argument: its metavar, ``RUN``), a
+    config field as its option's flag (```dim_hidden```: ``--hidden``); other backticked words as they are."""
     ctx = RUNNING.get()
-    if ctx is None:
-        return {}
+    if "`" not in text or ctx is None:
+        return text
     names: dict[str, str] = {}
     for param in ctx.command.params:
-        if param.name is not None and param.param_type_name == "argument":
-            names[param.name] = param.metavar or param.name.upper()
-        elif param.name is not None:
-            for name, opts in ((param.name, param.opts), ("no_" + param.name, param.secondary_opts)):  # --no-NAME
-                longs = [o for o in opts if o.startswith("--")]
-                if longs:
-                    names[name] = max(longs, key=len)
+        if param.param_type_name == "argument":
+            names[str(param.name)] = param.metavar or str(param.name).upper()
+        for name, opts in ((param.name, param.opts), (f"no_{param.name}", param.secondary_opts)):
+            longs = [o for o in opts if o.startswith("--")]
+            if longs:
+                names[str(name)] = max(longs, key=len)
     from swarmctl.catalog import catalog
 
     fields = {h["field"]: h["option"] for h in catalog()["hyperparameters"]} | FIELD_OPTIONS
     for field, option_name in fields.items():
         if field not in names and option_name in names:
             names[field] = names[option_name]
-    return names
-
-
-def flag_names(text: str) -> str:
-    """``text`` with every backticked parameter of the running command (```force```) written as its flag
-    (``--force``); other backticked words stay as they are."""
-    if "`" not in text:
-        return text
-    names = command_flags()
     return _BACKTICKED.sub(lambda m: names.get(m.group(1), m.group(0)), text)

@@ -80,25 +80,24 @@ def test_library_messages_print_the_commands_flags(cli, tmp_path):
     assert r.exit_code == 2 and "--k-min does not apply to --kind mog4" in r.output, r.output
 
 
-def test_flag_names_maps_only_the_running_commands_parameters():
-    import typer
-    from typer.testing import CliRunner
+def test_library_messages_name_a_config_field_or_switch_by_the_commands_flag(cli, tmp_path, capfd):
+    """A config field prints as the option that sets it (`dim_hidden`: --hidden, `n_tasks`: --tasks), a switch's
+    off side as its own flag (`no_standardize`: --no-standardize); outside a command a message is as written."""
+    r = cli("train", "swarm", "--hidden", "0")
+    assert r.exit_code == 2 and "--hidden must be >= 1" in r.output and "dim_hidden" not in r.output, r.output
+    r = cli("gen-data", "--tasks", "1", "--out", tmp_path / "d.h5")
+    assert r.exit_code == 2 and "--tasks must be >= 2" in r.output and "n_tasks" not in r.output, r.output
+    (tmp_path / "p.csv").write_text("x,y\n0,0\n1,1\n2,0\n")
+    r = cli("cluster", tmp_path / "p.csv", "--per-coordinate", "--no-standardize")
+    assert r.exit_code == 2 and "--per-coordinate scales the points and --no-standardize uses" in r.output, r.output
+    from swarmctl.cli import run
+    from swarmctl.errors import ConfigError
 
-    from swarmctl.cli._app import _Typer
-    from swarmctl.cli._options import flag_names
+    def outside_a_command():
+        raise ConfigError("`force` and `dim_hidden`")
 
-    demo = _Typer()  # a command of swarmctl's own kind: its context is known while it runs
-    seen = []
-
-    @demo.command()
-    def cmd(run: str = typer.Argument("x", metavar="RUN"), runs_dir: str = "r", hidden: int = 1,
-            standardize: bool = typer.Option(True, "--standardize/--no-standardize")):
-        seen.append(flag_names("`run` `runs_dir`, `dim_hidden`, `no_standardize`, `standardize` and `force` "
-                               "and `swarmctl x`"))
-
-    assert CliRunner().invoke(demo, []).exit_code == 0
-    assert seen == ["RUN --runs-dir, --hidden, --no-standardize, --standardize and `force` and `swarmctl x`"]
-    assert flag_names("`force`") == "`force`"  # outside a command: as written
+    assert run(outside_a_command) == 2
+    assert capfd.readouterr().err == "error: `force` and `dim_hidden`\n"
 
 
 def _help(args, width):

@@ -49,7 +49,7 @@ Campaigns = Annotated[Path, option(help="The campaigns folder (each campaign's p
 Wall = Annotated[float, positive_number(help="Seconds for the whole job (its wall-time limit).")]
 Files = Annotated[int, count(low=3, help="Files the job may return (its record, its logs and at least one "
                                          "campaign's archive).")]
-FileMib = Annotated[int, count("MiB each returned file may hold.")]
+FileMib = Annotated[int, count(help="MiB each returned file may hold.")]
 DataDir = Annotated[Path, option(help="Image files in torchvision's layout (DIR/MNIST/raw/).")]
 
 
@@ -74,7 +74,7 @@ def run_cmd(
     device: Annotated[str, option(help="cuda: every campaign on the card; cpu: Table 2 on this machine's CPU "
                                        "(campaigns/clustering-cpu/), in place, run after run.",
                                   callback=_one_of(DEVICES))] = DEVICES[0],
-    threads: Annotated[int, count("Threads each CPU training uses (--device cpu).")] = 1,
+    threads: Annotated[int, count(help="Threads each CPU training uses (--device cpu).")] = 1,
     clustering_data: Annotated[Path, option(help="The seed-0 clustering file the CPU table trains on "
                                                  "(--device cpu).")] = Path("data/clustering-seed0.h5"),
 ) -> None:
