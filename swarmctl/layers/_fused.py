@@ -25,35 +25,28 @@ def plain_ops_only(*tensors: Tensor | None) -> bool:
     iteration runs plain PyTorch ops only (:func:`lstm_pointwise`), which the compiler fuses and the transforms
     see through, instead of the autograd Functions and kernels of this module (the kernels would drop a dual
     tensor's tangent). The Functions run inside a transform on the tensors it does not trace."""
-    return torch.compiler.is_compiling() or any(t is not None and _traced(t) for t in tensors)
+    return torch.compiler.is_compiling() or _traced(*tensors)
 
 
-def _traced(t: Tensor) -> bool:
-    """Whether ``t`` is a ``torch.func`` transform's tensor (a batched or gradient-tracking wrapper, which has no
-    storage for the kernels and takes no ``out=`` op) or a dual tensor of forward-mode AD."""
-    try:
-        t.untyped_storage()
-    except NotImplementedError:  # the transforms' wrappers refuse it
-        return True
-    return forward_ad.unpack_dual(t).tangent is not None
-
-
-def _batched(*grads: Tensor | None) -> bool:
-    """Whether a gradient is batched: ``autograd.grad(..., is_grads_batched=True)`` runs the backward under
-    PyTorch's vmap, whose tensors the kernels cannot take; the Functions here then run their backward in plain
-    ops."""
-    return any(t is not None and _traced(t) for t in grads)
+def _traced(*tensors: Tensor | None) -> bool:
+    """Whether one of ``tensors`` is a ``torch.func`` transform's (a batched or gradient-tracking wrapper, which
+    has no storage for the kernels and takes no ``out=`` op; so is a batched gradient, ``autograd.grad(...,
+    is_grads_batched=True)``) or a dual tensor of forward-mode AD."""
+    for t in tensors:
+        if t is None:
+            continue
+        try:
+            t.untyped_storage()
+        except NotImplementedError:  # the transforms' wrappers refuse it
+            return True
+        if forward_ad.unpack_dual(t).tangent is not None:
+            return True
+    return False
 
 
 def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
-    """LSTM gate non-linearities and state update in plain PyTorch ops (what ``torch.compile`` fuses).
-
-    Args:
-        a: gate pre-activations (..., 4H) in the block order (in, f, o, g).
-        c: previous cell state (..., H), or None for the zero state.
-    Returns:
-        (h, c), each (..., H).
-    """
+    """(h, c), each (..., H), of the LSTM update in plain PyTorch ops (what ``torch.compile`` fuses), from the
+    gate pre-activations ``a`` (..., 4H) in the block order (in, f, o, g) and the cell state ``c`` (None: zero)."""
     H = a.shape[-1] // 4
     sig = torch.sigmoid(a[..., : 3 * H])  # in, f, o in one call
     g = torch.tanh(a[..., 3 * H :])
@@ -76,11 +69,9 @@ def plain_iterations(inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_re
 
 def _grads_of(fn, inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
               grad_outputs: tuple[Tensor | None, ...]) -> list[Tensor | None]:
-    """The vector-Jacobian product of ``fn(*inputs)`` (a tuple of tensors) with ``grad_outputs``, for the
-    ``inputs`` that ``needs`` marks (None for the others), as differentiable tensors: the double backward of
-    the Functions here (``create_graph=True``). ``torch.func.vjp`` differentiates with respect to these inputs
-    alone, even where one of them depends on another (an iteration's gate input depends on the cell state it
-    is given with)."""
+    """The vector-Jacobian product of ``fn(*inputs)`` with ``grad_outputs`` for the ``inputs`` that ``needs``
+    marks (None for the others), differentiable: the double backward of the Functions here. ``torch.func.vjp``
+    keeps one input apart from another that depends on it (an iteration's gates and its cell state)."""
     wanted = [k for k, (t, need) in enumerate(zip(inputs, needs, strict=True)) if need and t is not None]
 
     def at(*values: Tensor) -> tuple[Tensor, ...]:
@@ -136,7 +127,7 @@ class FusedLSTMPointwise(torch.autograd.Function):
     def backward(ctx, dh: Tensor | None, dc: Tensor | None, dgates: Tensor | None,
                  dtc: Tensor | None) -> tuple[Tensor | None, ...]:
         gates, c, tc = ctx.saved_tensors
-        if torch.is_grad_enabled() or dgates is not None or dtc is not None or _batched(dh, dc):
+        if torch.is_grad_enabled() or dgates is not None or dtc is not None or _traced(dh, dc):
             return _pointwise_vjp(gates, c, tc, dh, dc, dgates, dtc, ctx.p_shape)
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
@@ -347,7 +338,7 @@ class FusedIterations(torch.autograd.Function):
     def backward(ctx, dh_out, dc_out, *_):
         zeros = ctx.saved_tensors[6].new_zeros  # ... but for an unused h or c, as autograd would give them
         dh_out, dc_out = (zeros(ctx.state_shape) if d is None else d for d in (dh_out, dc_out))
-        if torch.is_grad_enabled() or _batched(dh_out, dc_out):  # create_graph=True, or batched gradients
+        if torch.is_grad_enabled() or _traced(dh_out, dc_out):  # create_graph=True, or batched gradients
             inp, w_in, b_in, w_rec, w_pop, weights = ctx.saved_tensors[:6]
             def run(inp, w_in, b_in, w_rec, w_pop):
                 return plain_iterations(inp, w_in, b_in, w_rec, w_pop, weights, ctx.n_iter, ctx.pooling)
