@@ -191,10 +191,10 @@ def _activated(a: Tensor, p: Tensor) -> Tensor:
 
 def usable_kernels(x: Tensor, weight: Tensor, *others: Tensor | None) -> _ext.Kernels | None:
     """The C++ kernels where they can run a call on ``x`` with weights like ``weight`` (and the call's
-    ``others`` tensors): a non-empty CPU float32 or float64 input of the weights' dtype, outside
-    ``torch.compile``, ``torch.func`` and autocast (:func:`plain_ops_only`). None elsewhere, and where the
-    kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
-    if plain_ops_only(x, weight, *others) or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
+    ``others`` tensors): a non-empty CPU float32 or float64 input of the weights' dtype, outside autocast and
+    :func:`plain_ops_only`. None elsewhere, and where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or
+    cannot be built."""
+    if not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu") or plain_ops_only(x, *others):
         return None
     return _ext.kernels() if x.shape[:-1].numel() > 0 and weight.dtype == x.dtype else None
 

@@ -109,8 +109,9 @@ class SwarmCell(nn.Module):
                                                                                    "an input projection x_proj")
         if inp.shape[-1] != width:  # the kernels would read the input with the width it has
             raise ValueError(f"SwarmCell expects {what} of shape (..., {width}), got {tuple(inp.shape)}")
-        kernels = _fused.usable_kernels(inp, self.recurrent.weight, h, c, pooled, *self.parameters())
-        if kernels is not None and not _needs_grad(inp, h, c, pooled, *self.parameters()):
+        params = tuple(self.parameters())
+        kernels = _fused.usable_kernels(inp, self.recurrent.weight, h, c, pooled, *params)
+        if kernels is not None and not _needs_grad(inp, h, c, pooled, *params):
             R, H = inp.shape[:-1].numel(), self.dim_hidden
             terms = _fused.input_terms(x_proj, x, self.input.weight, self.input.bias, R)
             if h is not None:
