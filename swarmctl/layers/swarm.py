@@ -99,8 +99,8 @@ class SwarmCell(nn.Module):
 
         On the CPU without gradients this runs the fused C++ kernels; with gradients the LSTM update is one
         autograd Function with a hand-written backward (differentiable again with ``create_graph=True``); under
-        ``torch.compile`` and ``torch.func`` transforms it is plain PyTorch ops (:func:`lstm_pointwise`), for the
-        compiler to fuse and the transforms to see through. All three are equal to float rounding.
+        ``torch.compile`` and transforms that trace its tensors it is plain PyTorch ops (:func:`lstm_pointwise`),
+        for the compiler to fuse and the transforms to see through. All three are equal to float rounding.
         """
         if (x_proj is None) == (x is None):
             raise ValueError("give the input projection x_proj or the input x, not both")
