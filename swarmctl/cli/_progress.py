@@ -47,10 +47,8 @@ class DataGenerationProgress:
 
 
 class EpochProgress(DataGenerationProgress):
-    """A progress bar per epoch (running train loss; the net budget used and left, when the epoch or the
-    budget ends, the best validation loss so far, the device) and one summary line per epoch with the same
-    facts, in the words of ``task``; once the first steps are timed, one line saying what the budget buys;
-    a bar for generating missing data before the first epoch."""
+    """A progress bar per epoch and one summary line per epoch, in the words of ``task``; once the first steps
+    are timed, one line saying what the budget buys."""
 
     def __init__(self, task: _Task, out: Console | None = None) -> None:
         self._task_info = task
@@ -139,8 +137,7 @@ class EpochProgress(DataGenerationProgress):
         self._progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def _time(self, net_seconds: float) -> None:
-        """Net seconds per step from the steps read since the first one this process ran (its warm-up left out
-        where there are more)."""
+        """Net seconds per step since the first step this process ran (its warm-up left out)."""
         if self._timed is None:
             if self._steps <= 1:
                 self._timed = (net_seconds, self._steps)
@@ -181,8 +178,7 @@ class EpochProgress(DataGenerationProgress):
         return f"{text}, {run.device}"
 
     def _tell(self, net_seconds: float) -> None:
-        """Once: what the budget buys at the measured step time, and how that compares with the task's
-        default run."""
+        """Once: what the budget buys at the measured step time, beside the task's default run."""
         run, rate, n = self._run, self._rate, self._n_batches
         if run is None or rate is None or not n or not math.isfinite(run.budget_seconds):
             return
@@ -269,9 +265,8 @@ class DelayedBar:
 
 
 class StepBar(DelayedBar):
-    """A bar for one library call that reports ``progress(done, total)``: shown from the first report on, as
-    done/total, and left on the screen, until :meth:`close` or the end of the block (a call that reports
-    nothing shows nothing)."""
+    """A bar for one library call that reports ``progress(done, total)``, from the first report on, left on the
+    screen."""
 
     def __init__(self, description: str) -> None:
         super().__init__(description, delay=0.0)

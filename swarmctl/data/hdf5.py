@@ -68,12 +68,8 @@ def write_dataset(
     path: Path, splits: dict[str, ClusteringTasks], *, kind: str, seed: int, generator: dict[str, Any],
     force: bool = False,
 ) -> dict[str, Any]:
-    """Write ``splits`` to ``path`` through a temporary file in the same folder and an atomic rename;
-    returns the root attributes, read back from the bytes written (so that nothing reads the file itself,
-    which inside :func:`swarmctl.files.staged_outputs` appears only at the end).
-
-    Refuses to replace an existing file unless ``force``, one that appears meanwhile included
-    (:class:`swarmctl.files.OutputExists`).
+    """Write ``splits`` to ``path`` atomically (an existing file only with ``force``); returns the root
+    attributes, read back from the bytes written (inside ``staged_outputs`` the file appears only at the end).
     """
     path = Path(path)
     ensure_writable(path, force)
@@ -267,10 +263,7 @@ def read_split(path: Path, split: str) -> tuple[ClusteringTasks, dict[str, Any]]
 
 
 def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = (1, MAX_CLUSTERS)) -> None:
-    """Reject content no model can train on, with one line naming the first bad task: offsets that do
-    not cut ``points`` into sets of 2..MAX_SET_SIZE entities, non-finite points, numbers of clusters
-    outside ``clusters``, labels outside 0..K-1, and mixtures that are not finite with positive
-    definite covariances and weights summing to 1."""
+    """Reject content no model can train on, with one line naming the first bad task."""
     fix = f"regenerate the dataset with {REGENERATE}"
     n = len(tasks)
     if n < 1:

@@ -60,12 +60,8 @@ def _torchvision_dataset(dataset: str, root: Path, train: bool, download: bool):
 
 def load_images(dataset: str, root: Path, train: bool, download: bool | None = None) -> ImageSet:
     """Load a split with torchvision from ``root``; when the files are missing, try torchvision's download
-    once (not when ``download`` is False or the environment sets SWARMCTL_NO_DOWNLOAD=1), and fail with one
-    line that says where to put the files.
-
-    IDX files (MNIST, Fashion-MNIST) are checked before torchvision reads them: magic numbers, sizes, image
-    shape and equal image and label counts; every dataset's labels must lie in 0..9. ``X.gz`` files are
-    unpacked to ``X`` through a temporary file that is renamed only once it holds a valid IDX file."""
+    once (not when ``download`` is False or SWARMCTL_NO_DOWNLOAD=1 is set), and fail with one line that says
+    where to put the files. The files are checked before torchvision reads them (:func:`_prepare_idx`)."""
     if download is None:
         download = os.environ.get("SWARMCTL_NO_DOWNLOAD", "") not in ("1", "true", "yes")
     shape = image_shape(dataset)
@@ -139,9 +135,8 @@ def _idx_problem(path: Path, images: bool, hw: tuple[int, int]) -> tuple[int, st
 
 def _prepare_idx(folder: Path, hw: tuple[int, int]) -> None:
     """Check the four IDX files, unpacking each missing or invalid ``X`` that has an ``X.gz`` to a
-    temporary file first; the unpacked files replace ``X`` only when all four files check out (so a bad
-    ``.gz`` leaves nothing behind). When a file is missing altogether nothing is done: torchvision
-    reports it."""
+    temporary file first, which replaces ``X`` only when all four check out. A file missing altogether is
+    left for torchvision to report."""
     if not all((folder / name).is_file() or (folder / f"{name}.gz").is_file() for name in IDX_FILES):
         return  # torchvision names what is missing (or downloads it); nothing is unpacked meanwhile
     todo = [name for name in IDX_FILES if (folder / f"{name}.gz").is_file()

@@ -85,20 +85,22 @@ def library_name(src: bytes, version: str, flags: list[str]) -> str:
 
 def _open(path: Path | str) -> ctypes.CDLL:
     """Load a kernel library, checking its symbols and ABI version (:class:`BadLibrary` if it is not one)."""
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as e:
-        raise BadLibrary(f"{path} does not load ({e})") from None
+    dl = ctypes.CDLL(None)  # the process's own symbols: the C library's dlopen, dlerror and dlclose
+    dl.dlopen.restype, dl.dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
+    dl.dlerror.restype, dl.dlclose.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    handle = dl.dlopen(os.fsencode(path), os.RTLD_NOW | os.RTLD_LOCAL)  # as ctypes.CDLL opens a library
+    if not handle:
+        raise BadLibrary(f"{path} does not load ({(dl.dlerror() or b'').decode(errors='replace')})")
+    lib = ctypes.CDLL(str(path), handle=handle)
     missing = [name for name in SYMBOLS if not hasattr(lib, name)]
     version = None
     if not missing:
         lib.swarm_abi_version.restype, lib.swarm_abi_version.argtypes = ctypes.c_int, []
         version = lib.swarm_abi_version()
     if missing or version != ABI_VERSION:
-        # unloaded (the C library's dlclose; ``_handle`` is a public attribute of ctypes), else the dynamic
-        # loader would hand this process the same library again for the path the rebuilt one is renamed to
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).dlclose(ctypes.c_void_p(lib._handle))
+        # unloaded, else the dynamic loader would hand this process the same library again for the path the
+        # rebuilt one is renamed to
+        dl.dlclose(handle)
         what = f"lacks {', '.join(missing)}" if missing else f"has ABI version {version}, not {ABI_VERSION}"
         raise BadLibrary(f"{path} {what}: not a library of these kernels")
     return lib

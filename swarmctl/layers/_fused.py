@@ -6,6 +6,8 @@ of a layer with a hand-written backward. Tests hold each equal to the plain PyTo
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.autograd.forward_ad as forward_ad
 import torch.nn.functional as F
@@ -17,31 +19,34 @@ from swarmctl.layers.pooling import causal_mean, masked_mean
 FUSED_INPUT_MAX = 8  # input widths up to this get their projection inside the kernels (never materialised)
 
 
-def plain_ops_only() -> bool:
-    """True under ``torch.compile``, inside a ``torch.func`` transform (vmap, grad, jacrev, ...) and inside a
-    forward-mode AD level (``torch.autograd.forward_ad.dual_level``): there the SWARM iteration runs plain
-    PyTorch ops only (:func:`lstm_pointwise`), which the compiler fuses and the transforms see through, instead
-    of the autograd Functions and kernels of this module (the kernels would drop a dual tensor's tangent)."""
-    return (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active()
-            or forward_ad._current_level >= 0)
+def plain_ops_only(*tensors: Tensor | None) -> bool:
+    """True under ``torch.compile``, and where one of ``tensors`` is traced by a ``torch.func`` transform (vmap,
+    grad, jacrev, ...) or carries a forward-mode tangent (``torch.autograd.forward_ad``): there the SWARM
+    iteration runs plain PyTorch ops only (:func:`lstm_pointwise`), which the compiler fuses and the transforms
+    see through, instead of the autograd Functions and kernels of this module (the kernels would drop a dual
+    tensor's tangent). The Functions run inside a transform on the tensors it does not trace."""
+    return torch.compiler.is_compiling() or _traced(*tensors)
 
 
-def _batched(*grads: Tensor | None) -> bool:
-    """Whether a gradient is batched: ``autograd.grad(..., is_grads_batched=True)`` runs the backward under
-    PyTorch's vmap, whose tensors have no storage for the kernels and take no ``out=`` op; the Functions here
-    then run their backward in plain ops."""
-    return any(t is not None and "Batched" in str(torch._C._dispatch_keys(t)) for t in grads)
+def _traced(*tensors: Tensor | None) -> bool:
+    """Whether one of ``tensors`` is a ``torch.func`` transform's (a batched or gradient-tracking wrapper, which
+    has no storage for the kernels and takes no ``out=`` op; so is a batched gradient, ``autograd.grad(...,
+    is_grads_batched=True)``) or a dual tensor of forward-mode AD."""
+    for t in tensors:
+        if t is None:
+            continue
+        try:
+            t.untyped_storage()
+        except NotImplementedError:  # the transforms' wrappers refuse it
+            return True
+        if forward_ad.unpack_dual(t).tangent is not None:
+            return True
+    return False
 
 
 def lstm_pointwise(a: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor]:
-    """LSTM gate non-linearities and state update in plain PyTorch ops (what ``torch.compile`` fuses).
-
-    Args:
-        a: gate pre-activations (..., 4H) in the block order (in, f, o, g).
-        c: previous cell state (..., H), or None for the zero state.
-    Returns:
-        (h, c), each (..., H).
-    """
+    """(h, c), each (..., H), of the LSTM update in plain PyTorch ops (what ``torch.compile`` fuses), from the
+    gate pre-activations ``a`` (..., 4H) in the block order (in, f, o, g) and the cell state ``c`` (None: zero)."""
     H = a.shape[-1] // 4
     sig = torch.sigmoid(a[..., : 3 * H])  # in, f, o in one call
     g = torch.tanh(a[..., 3 * H :])
@@ -64,11 +69,9 @@ def plain_iterations(inp: Tensor, w_in: Tensor | None, b_in: Tensor | None, w_re
 
 def _grads_of(fn, inputs: tuple[Tensor | None, ...], needs: tuple[bool, ...],
               grad_outputs: tuple[Tensor | None, ...]) -> list[Tensor | None]:
-    """The vector-Jacobian product of ``fn(*inputs)`` (a tuple of tensors) with ``grad_outputs``, for the
-    ``inputs`` that ``needs`` marks (None for the others), as differentiable tensors: the double backward of
-    the Functions here (``create_graph=True``). ``torch.func.vjp`` differentiates with respect to these inputs
-    alone, even where one of them depends on another (an iteration's gate input depends on the cell state it
-    is given with)."""
+    """The vector-Jacobian product of ``fn(*inputs)`` with ``grad_outputs`` for the ``inputs`` that ``needs``
+    marks (None for the others), differentiable: the double backward of the Functions here. ``torch.func.vjp``
+    keeps one input apart from another that depends on it (an iteration's gates and its cell state)."""
     wanted = [k for k, (t, need) in enumerate(zip(inputs, needs, strict=True)) if need and t is not None]
 
     def at(*values: Tensor) -> tuple[Tensor, ...]:
@@ -101,25 +104,30 @@ class FusedLSTMPointwise(torch.autograd.Function):
     costs what it did before they were.
     """
 
+    generate_vmap_rule = True  # inside a transform that does not trace its inputs (see plain_ops_only)
+
     @staticmethod
-    def forward(ctx, a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(a: Tensor, p: Tensor, c: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         H = a.shape[-1] // 4
         gates = _activated(a, p)
         i, f, o, g = gates.split(H, dim=-1)
         c_new = i * g
         c_new.addcmul_(f, c)
         tc = torch.tanh(c_new)
-        h = o * tc
+        return o * tc, c_new, gates, tc
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        (_, p, c), (_, _, gates, tc) = inputs, output
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(gates, c, tc)
         ctx.p_shape = p.shape
-        return h, c_new, gates, tc
 
     @staticmethod
     def backward(ctx, dh: Tensor | None, dc: Tensor | None, dgates: Tensor | None,
                  dtc: Tensor | None) -> tuple[Tensor | None, ...]:
         gates, c, tc = ctx.saved_tensors
-        if torch.is_grad_enabled() or dgates is not None or dtc is not None or _batched(dh, dc):
+        if torch.is_grad_enabled() or dgates is not None or dtc is not None or _traced(dh, dc):
             return _pointwise_vjp(gates, c, tc, dh, dc, dgates, dtc, ctx.p_shape)
         H = gates.shape[-1] // 4
         i, f, o, g = gates.split(H, dim=-1)
@@ -181,11 +189,12 @@ def _activated(a: Tensor, p: Tensor) -> Tensor:
     return gates
 
 
-def usable_kernels(x: Tensor, weight: Tensor) -> _ext.Kernels | None:
-    """The C++ kernels where they can run a call on ``x`` with weights like ``weight``: a non-empty CPU
-    float32 or float64 input of the weights' dtype, outside ``torch.compile``, ``torch.func`` and autocast. None
-    elsewhere, and where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or cannot be built."""
-    if plain_ops_only() or not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu"):
+def usable_kernels(x: Tensor, weight: Tensor, *others: Tensor | None) -> _ext.Kernels | None:
+    """The C++ kernels where they can run a call on ``x`` with weights like ``weight`` (and the call's
+    ``others`` tensors): a non-empty CPU float32 or float64 input of the weights' dtype, outside autocast and
+    :func:`plain_ops_only`. None elsewhere, and where the kernels are switched off (``SWARMCTL_NO_EXT=1``) or
+    cannot be built."""
+    if not _ext.Kernels.supports(x) or torch.is_autocast_enabled("cpu") or plain_ops_only(x, *others):
         return None
     return _ext.kernels() if x.shape[:-1].numel() > 0 and weight.dtype == x.dtype else None
 
@@ -309,16 +318,27 @@ class FusedIterations(torch.autograd.Function):
     differentiable), so second derivatives are exact.
     """
 
-    @staticmethod
-    def forward(ctx, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
-        h, c, saved = iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
-        ctx.kernels, ctx.pooling, ctx.n_rows, ctx.n_iter = kernels, pooling, inp.shape[:2], n_iter
-        ctx.save_for_backward(inp, w_in, b_in, w_rec, w_pop, weights, *saved)
-        return h, c
+    generate_vmap_rule = True  # inside a transform that does not trace its inputs (see plain_ops_only)
 
     @staticmethod
-    def backward(ctx, dh_out, dc_out):
-        if torch.is_grad_enabled() or _batched(dh_out, dc_out):  # create_graph=True, or batched gradients
+    def forward(inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, kernels):
+        h, c, saved = iterate(kernels, inp, w_in, b_in, w_rec, w_pop, weights, n_iter, pooling, keep=True)
+        return h, c, *saved  # the kept tensors are outputs too, without gradients: (h, c) is the result
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        inp, *_, n_iter, pooling, kernels = inputs
+        ctx.kernels, ctx.pooling, ctx.n_rows, ctx.n_iter = kernels, pooling, inp.shape[:2], n_iter
+        ctx.state_shape = output[0].shape
+        ctx.mark_non_differentiable(*output[2:])
+        ctx.set_materialize_grads(False)  # no zeros for the kept tensors' gradients ...
+        ctx.save_for_backward(*inputs[:6], *output[2:])
+
+    @staticmethod
+    def backward(ctx, dh_out, dc_out, *_):
+        zeros = ctx.saved_tensors[6].new_zeros  # ... but for an unused h or c, as autograd would give them
+        dh_out, dc_out = (zeros(ctx.state_shape) if d is None else d for d in (dh_out, dc_out))
+        if torch.is_grad_enabled() or _traced(dh_out, dc_out):  # create_graph=True, or batched gradients
             inp, w_in, b_in, w_rec, w_pop, weights = ctx.saved_tensors[:6]
             def run(inp, w_in, b_in, w_rec, w_pop):
                 return plain_iterations(inp, w_in, b_in, w_rec, w_pop, weights, ctx.n_iter, ctx.pooling)

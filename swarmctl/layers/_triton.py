@@ -6,6 +6,8 @@ under ``TRITON_INTERPRET=1`` the kernels run on CPU tensors (the CPU tests).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 import triton
@@ -25,11 +27,12 @@ def interpreting() -> bool:
     return bool(triton.knobs.runtime.interpret)
 
 
-def usable(x: Tensor) -> bool:
+def usable(x: Tensor, *others: Tensor | None) -> bool:
     """Whether the fused cell can run on ``x``: a non-empty CUDA tensor (a CPU one under the interpreter) of
-    a floating dtype the kernels take, outside ``torch.compile`` and ``torch.func`` transforms."""
+    a floating dtype the kernels take, outside ``torch.compile`` and ``torch.func`` transforms (of ``x`` or the
+    call's ``others`` tensors)."""
     on_device = x.is_cuda or (x.device.type == "cpu" and interpreting())
-    return on_device and x.dtype in DTYPES and x.numel() > 0 and not plain_ops_only()
+    return on_device and x.dtype in DTYPES and x.numel() > 0 and not plain_ops_only(x, *others)
 
 
 @triton.jit
@@ -185,9 +188,11 @@ class TritonCell(torch.autograd.Function):
     Kept for the backward: the activated gates, c and c' (the cell's own tensors, as the eager step keeps).
     """
 
+    generate_vmap_rule = True  # inside a transform that does not trace its inputs (see usable)
+
     @staticmethod
-    def forward(ctx, a: Tensor, p: Tensor | None, c: Tensor | None, weights: Tensor | None,
-                pooling: str | None) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(a: Tensor, p: Tensor | None, c: Tensor | None, weights: Tensor | None,
+                pooling: str | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         B, N, G = a.shape
         H = G // 4
         a = a.contiguous()
@@ -200,13 +205,18 @@ class TritonCell(torch.autograd.Function):
         _cell_forward[grid](a, a if p is None else p, a if c is None else c, a if weights is None else weights,
                             gates, h, c_new, pooled, N, H, HAS_P=p is not None, HAS_C=c is not None,
                             POOL=_POOL[pooling], **meta)
-        ctx.set_materialize_grads(False)
-        ctx.pooling, ctx.has_p, ctx.has_c = pooling, p is not None, c is not None
-        ctx.save_for_backward(gates, c, c_new, weights)
-        return h, c_new, pooled
+        return h, c_new, pooled, gates  # the activated gates: an output without gradient, kept for the backward
 
     @staticmethod
-    def backward(ctx, dh: Tensor | None, dc: Tensor | None, dpool: Tensor | None):
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        (_, p, c, weights, pooling), (_, c_new, _, gates) = inputs, output
+        ctx.set_materialize_grads(False)
+        ctx.pooling, ctx.has_p, ctx.has_c = pooling, p is not None, c is not None
+        ctx.mark_non_differentiable(gates)
+        ctx.save_for_backward(gates, None if c is None else c.contiguous(), c_new, weights)
+
+    @staticmethod
+    def backward(ctx, dh: Tensor | None, dc: Tensor | None, dpool: Tensor | None, _dgates: None):
         if torch.is_grad_enabled():  # create_graph=True: the kernel's backward is not differentiable itself
             raise RuntimeError("the Triton SWARM cell has no second derivatives (create_graph=True, "
                                "gradgradcheck): run the layer outside swarmctl.layers.swarm.triton_cell(), whose "
@@ -243,11 +253,11 @@ def swarm_states(x_proj: Tensor, w_rec: Tensor, w_pop: Tensor, weights: Tensor |
     if pooling == "mean" and weights is None:
         exact = torch.float64 if x_proj.dtype == torch.float64 else torch.float32
         weights = x_proj.new_full((B, N), 1.0 / N, dtype=exact)
-    h, c, pooled = TritonCell.apply(x_proj, None, None, weights, pooling if n_iter > 1 else None)
+    h, c, pooled, _ = TritonCell.apply(x_proj, None, None, weights, pooling if n_iter > 1 else None)
     for t in range(1, n_iter):
         a = torch.addmm(x_proj.reshape(R, G), h.reshape(R, H), w_rec.t())  # (R, 4H)
         p = F.linear(pooled, w_pop) if pooling == "mean" else None  # (B, 4H): once per set
         if p is None:
             a = torch.addmm(a, pooled.reshape(R, H), w_pop.t())
-        h, c, pooled = TritonCell.apply(a.view(B, N, G), p, c, weights, pooling if t < n_iter - 1 else None)
+        h, c, pooled, _ = TritonCell.apply(a.view(B, N, G), p, c, weights, pooling if t < n_iter - 1 else None)
     return h, c

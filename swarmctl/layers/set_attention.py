@@ -11,13 +11,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from swarmctl.layers._fused import plain_ops_only
 from swarmctl.layers.pooling import zero_padded
 
 
-def _fused_attention() -> bool:
-    """Whether ``scaled_dot_product_attention`` may run a fused kernel (flash, memory-efficient or cuDNN), whose
-    backward has no derivative of its own; with only the math backend enabled it runs plain ops."""
-    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+def _fused_attention(o: Tensor) -> bool:
+    """Whether ``scaled_dot_product_attention`` may have run a fused kernel (flash, memory-efficient or cuDNN)
+    for ``o``, whose backward has no derivative of its own; with only the math backend enabled it runs plain
+    ops."""
+    if plain_ops_only(o):
         return False  # the compiler and the transforms see the attention as one op: no Function in between
     b = torch.backends.cuda
     return b.flash_sdp_enabled() or b.mem_efficient_sdp_enabled() or b.cudnn_sdp_enabled()
@@ -27,6 +29,8 @@ class _FirstOrderAttention(torch.autograd.Function):
     """The identity on the attention's output, whose backward refuses a graph of the gradient
     (``create_graph=True``) in words a user can act on: PyTorch's fused attention kernels have first derivatives
     only, and would fail later naming an internal operator."""
+
+    generate_vmap_rule = True  # inside a transform that does not trace ``o`` (see _fused_attention)
 
     @staticmethod
     def forward(o: Tensor) -> Tensor:
@@ -77,7 +81,7 @@ class MultiheadAttention(nn.Module):
         q, k, v = (t.view(B, t.shape[1], h, d // h).transpose(1, 2) for t in (self.q(q), self.k(kv), self.v(kv)))
         attn_mask = None if kv_mask is None else kv_mask[:, None, None, :]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, h, Nq, d/h); scale 1/sqrt(d/h)
-        if o.requires_grad and _fused_attention():
+        if o.requires_grad and _fused_attention(o):
             o = _FirstOrderAttention.apply(o)
         o = o.transpose(1, 2).reshape(B, Nq, d)
         return zero_padded(self.out(o), q_mask)

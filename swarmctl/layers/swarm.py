@@ -99,8 +99,8 @@ class SwarmCell(nn.Module):
 
         On the CPU without gradients this runs the fused C++ kernels; with gradients the LSTM update is one
         autograd Function with a hand-written backward (differentiable again with ``create_graph=True``); under
-        ``torch.compile`` and ``torch.func`` transforms it is plain PyTorch ops (:func:`lstm_pointwise`), for the
-        compiler to fuse and the transforms to see through. All three are equal to float rounding.
+        ``torch.compile`` and transforms that trace its tensors it is plain PyTorch ops (:func:`lstm_pointwise`),
+        for the compiler to fuse and the transforms to see through. All three are equal to float rounding.
         """
         if (x_proj is None) == (x is None):
             raise ValueError("give the input projection x_proj or the input x, not both")
@@ -109,8 +109,9 @@ class SwarmCell(nn.Module):
                                                                                    "an input projection x_proj")
         if inp.shape[-1] != width:  # the kernels would read the input with the width it has
             raise ValueError(f"SwarmCell expects {what} of shape (..., {width}), got {tuple(inp.shape)}")
-        kernels = _fused.usable_kernels(inp, self.recurrent.weight)
-        if kernels is not None and not _needs_grad(inp, h, c, pooled, *self.parameters()):
+        params = tuple(self.parameters())
+        kernels = _fused.usable_kernels(inp, self.recurrent.weight, h, c, pooled, *params)
+        if kernels is not None and not _needs_grad(inp, h, c, pooled, *params):
             R, H = inp.shape[:-1].numel(), self.dim_hidden
             terms = _fused.input_terms(x_proj, x, self.input.weight, self.input.bias, R)
             if h is not None:
@@ -132,7 +133,7 @@ class SwarmCell(nn.Module):
         H, G = self.dim_hidden, 4 * self.dim_hidden
         a = torch.addmm(x_proj.reshape(-1, G), h.reshape(-1, H), self.recurrent.weight.t()).view(x_proj.shape)
         p = F.linear(pooled, self.population.weight)  # (..., 1, 4H) for a pooled h per set
-        if _fused.plain_ops_only():
+        if _fused.plain_ops_only(a, p, c):
             return lstm_pointwise(a + p, c)  # let the compiler fuse the plain ops, the transforms see them
         return _fused.fused_lstm_pointwise(a, p, c)
 
@@ -248,7 +249,7 @@ class SwarmLayer(nn.Module):
         cell = self.cell
         weights = mask_weights(mask, x.dtype) if cell.pooling == "mean" else None
         fused = (self._compiled_step is None and not (self.training and self.dropout > 0)
-                 and not _fused.plain_ops_only())  # else the step's code
+                 and not _fused.plain_ops_only(x, weights, *cell.parameters()))  # else the step's code
         if fused and _triton_cell:
             from swarmctl.layers import _triton
 
@@ -263,7 +264,7 @@ class SwarmLayer(nn.Module):
                 inp, w_in, b_in = cell.project_input(x), None, None
             args = (inp, w_in, b_in, cell.recurrent.weight, cell.population.weight, weights, self.n_iter, cell.pooling)
             if _needs_grad(*args[:5]):
-                return _fused.FusedIterations.apply(*args, kernels)
+                return _fused.FusedIterations.apply(*args, kernels)[:2]
             return _fused.iterate(kernels, *args, keep=False)[:2]
         x_proj = cell.project_input(x)  # (B, N, 4H), reused by every iteration
         h, c = cell.step(None, None, None, x_proj)

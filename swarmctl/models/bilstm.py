@@ -24,15 +24,8 @@ class BiLSTM(nn.Module):
 
     Departure from the authors' code: padded entities are moved to the end and excluded as packed
     sequences would exclude them, so padding never changes real outputs (the authors fed padding through
-    the LSTM). A set with no real entity, an empty batch and sets of no entity give outputs (of padding
-    only) too.
-
-    On the CPU the same numbers come without packing (PyTorch's CPU LSTM reads packed sequences step by
-    step, 6 to 20 times slower than a padded batch): with padding last, the forward direction reads each
-    set's real entities before its padding as they are; the reverse direction reads each set reversed
-    within its own length (padding still last) and its outputs are reversed back. Each layer's directions
-    run as a one-layer LSTM with this LSTM's own weights (``torch.func.functional_call``), so parameters
-    and checkpoints are the same. On CUDA the packed sequences stay (cuDNN reads them in one call).
+    the LSTM). On the CPU the same numbers come without packing (:meth:`_padded`: PyTorch's CPU LSTM reads
+    packed sequences 6 to 20 times slower than a padded batch); on CUDA the packed sequences stay.
 
     x (B, N, D_in), mask (B, N) bool (True = present) -> (B, N, D_out).
     """
@@ -72,7 +65,9 @@ class BiLSTM(nn.Module):
 
     def _padded(self, xs: Tensor, lengths: Tensor) -> Tensor:
         """What ``_packed`` gives, from padded batches: ``xs`` (B, N, D) with each set's ``lengths`` real
-        entities first. Zeros at the padded positions, as ``pad_packed_sequence`` leaves there."""
+        entities first. With padding last, the forward direction reads each set as it is; the reverse one
+        reads it reversed within its own length, and its outputs are reversed back. Each layer's directions
+        run as a one-layer LSTM with this LSTM's own weights, so parameters and checkpoints are the same."""
         B, N, _ = xs.shape
         t = torch.arange(N, device=xs.device)
         real = (t < lengths.unsqueeze(1)).unsqueeze(-1)  # (B, N, 1)

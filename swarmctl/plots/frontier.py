@@ -1,8 +1,5 @@
-"""The paper's frontier figure: parameters (log axis) against best validation loss, one panel per dataset the
-runs trained on (its title names the data and whether it is the paper's), per family only the Pareto-optimal
-configurations, joined by dashed lines and labelled with their codes, a bar marker at the size of the family's
-largest explored model, and the paper's own results for those families on the paper's data only. Each
-family's legend entry names its hardware, net minutes and epochs."""
+"""The paper's frontier figure: parameters (log axis) against best validation loss, per family only the
+Pareto-optimal configurations, one panel per dataset the runs trained on (see :class:`FrontierPanel`)."""
 
 from __future__ import annotations
 

@@ -29,10 +29,8 @@ def literal(text: object) -> str:
 
 
 def save_figure(fig: Figure, path: Path, dpi: int = 120) -> Path:
-    """Save as PNG atomically (:func:`swarmctl.files.atomic_write`); returns the path written: ``path``
-    itself when it ends in .png in any case (``F.PNG`` stays ``F.PNG``: the file a command checked is
-    the file it writes), else with .png added in place of its suffix. Characters the font lacks (a CJK
-    run name) are drawn as boxes without a warning per glyph."""
+    """Save as PNG atomically; returns the path written: ``path`` when it ends in .png in any case, else with
+    .png in place of its suffix. Characters the font lacks are drawn as boxes without a warning per glyph."""
     path = Path(path)
     if path.suffix.lower() != ".png":
         path = path.with_suffix(".png")

@@ -1,10 +1,5 @@
 """A run's lifecycle: create it, train it, resume it, open it for reading, list them; shipped models.
-
-A run is a folder ``runs/NAME`` whose files :class:`swarmctl.rundir.RunDir` names. The package:
-``lifecycle`` (configs from options, start and resume on one skeleton, what follows training, `swarmctl
-train`), ``naming`` (a run's default name and the refusal of a model too large for the device), ``lock``
-(one writer at a time), ``read`` (a run's config and progress, :func:`open_run`, :func:`evaluate_run`) and
-``shipped`` (the shipped models).
+A run is a folder ``runs/NAME`` whose files :class:`swarmctl.rundir.RunDir` names.
 """
 
 from swarmctl.runs.lifecycle import (

@@ -56,8 +56,7 @@ MAX_NAME_BYTES = 255  # the longest file name Linux, macOS and Windows file syst
 def configs_from_options(model: str, model_options: dict[str, Any], train_options: dict[str, Any],
                          data: Path | None = None, dataset: str | None = None,
                          data_dir: Path | None = None) -> tuple[ModelConfig, TrainConfig, DataConfig]:
-    """The three configs of a new run from the train command's options (None: the model's or the task's
-    default). ``model_options`` holds ModelConfig fields (``models.HYPERPARAMETERS``)."""
+    """The three configs of a new run from the train command's options (None: the default)."""
     task = task_of(model)
     given = {k: v for k, v in model_options.items() if v is not None}
     check_fields(model, set(given))
@@ -81,7 +80,7 @@ def run_path(name: str, runs_dir: Path) -> Path:
 
 
 def resume_command(model: str, run_dir: Path, runs_dir: Path, default_runs_dir: Path = Path("runs")) -> str:
-    """The shell command that continues ``run_dir``, quoted so that it works as printed."""
+    """The shell command that continues ``run_dir``, quoted."""
     try:
         target, where = str(Path(run_dir).relative_to(runs_dir)), Path(runs_dir)
     except ValueError:
@@ -109,9 +108,8 @@ class _Plan:
 
 def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, signals: StopSignals,
                   progress: Progress | None) -> FitResult:
-    """The part start and resume share, run under the lock: clear a run trained from scratch, write its
-    config, train. A checkpoint or metrics line that cannot be written (a full disk) ends training with one
-    line, the file, the cause and how to continue: the atomic writes keep the previous last checkpoint."""
+    """Under the lock: clear a run trained from scratch, write its config, train. A file that cannot be
+    written (a full disk) ends training with one line naming it and how to continue."""
     if ctx.is_main:
         if plan.restarted:
             warnings.warn(f"run {run.path} never saved a checkpoint (stopped in its first epoch): training it "
@@ -160,10 +158,9 @@ def start_run(
     announce: Callable[[str], None] | None = None,
 ) -> FitResult:
     """Start a new run ``runs_dir/name`` (default: :func:`run_name`) and train it, everything validated
-    before the folder is created; ``announce`` is told where it trains and its step mode (one line). Under
-    torchrun, rank 0 makes missing default data before any rank reads it. The lock is held and SIGINT/SIGTERM
-    stop training cleanly from before the first file is written. A folder holding a run that never saved a
-    checkpoint is started again from scratch."""
+    before the folder is created; ``announce`` is told where it trains and its step mode. Under torchrun,
+    rank 0 makes missing default data first. A folder holding a run that never saved a checkpoint is started
+    again from scratch."""
     ctx = init_distributed(train_cfg.device)
     model_cfg = complete_config(model_cfg)
     task = task_of(model_cfg.name)
@@ -224,10 +221,9 @@ def resume_run(
     announce: Callable[[str], None] | None = None,
     **changes: Any,
 ) -> FitResult:
-    """Continue a run from its last checkpoint; its saved config is used, budget included. ``changes`` are
-    train options by name, only those of :data:`RESUMABLE` (None: keep the run's); ``minutes=`` and
-    ``max_epochs=`` replace the totals, e.g. to extend a finished run. A run that never saved a checkpoint
-    (killed in its first epoch) starts again from scratch with its config."""
+    """Continue a run from its last checkpoint with its saved config; ``changes`` are options of
+    :data:`RESUMABLE` (None: keep the run's; ``minutes`` and ``max_epochs`` replace the totals). A run that
+    never saved a checkpoint starts again from scratch with its config."""
     check_resumable(list(changes))
     changes = {k: v for k, v in changes.items() if v is not None}
     device = changes.get("device")
@@ -281,8 +277,8 @@ def hardware(device: torch.device, world_size: int = 1) -> str:
 
 
 def _resume_config(run: RunDir) -> tuple[dict[str, Any], bool]:
-    """The config a resume continues with, and whether it starts from scratch (no last checkpoint). The
-    last and best checkpoints must belong to the run: a checkpoint copied in from another run is refused."""
+    """The config a resume continues with, and whether it starts from scratch (no last checkpoint); a
+    checkpoint copied in from another run is refused."""
     for path in run.own_files():  # no link, FIFO or folder in place of a file the run writes
         check_regular_file(path, follow=False)
     if run.is_dead():
@@ -301,8 +297,7 @@ DrawCurves = Callable[[Path], "Path | None"]  # run folder -> the curves it drew
 
 @dataclass(frozen=True)
 class Finished:
-    """What :func:`finish_runs` did: the curves it drew, and the run that was interrupted (the last one
-    trained), with the line that says where it was saved and how to continue."""
+    """What :func:`finish_runs` did: the curves it drew, and the interrupted run with how to continue."""
 
     curves: tuple[Path, ...] = ()
     interrupted: FitResult | None = None
@@ -311,10 +306,9 @@ class Finished:
 
 def finish_runs(results: Sequence[FitResult | None], continue_with: str, finished: Sequence[Path] = (),
                 draw: DrawCurves | None = None) -> Finished:
-    """What follows training (`train` and `sweep`): ``draw`` (from the plotting layer above this one) the
-    curves of every run in ``results`` not interrupted (None: not trained now) and of the ``finished`` runs
-    that lack them; say how to continue (``continue_with``) when the last result was interrupted. A figure
-    that cannot be written is a ResourceError saying that the training is saved."""
+    """What follows training: ``draw`` the curves of every run in ``results`` not interrupted (None: not
+    trained now) and of the ``finished`` runs that lack them; say how to continue when the last result was
+    interrupted. A figure that cannot be written is a ResourceError saying that the training is saved."""
     to_draw = [r.run_dir for r in results if r is not None and not r.interrupted]
     to_draw += [Path(d) for d in finished if not RunDir(d).curves.exists()]
     drawn = []
@@ -351,8 +345,8 @@ def saved_position(result: FitResult) -> str:
 
 @dataclass(frozen=True)
 class Trained:
-    """What :func:`train` did: the trainer's result, the run's folder and the files it holds now, the
-    command that continues it, and what :func:`finish_runs` did after training."""
+    """What :func:`train` did: the trainer's result, the run, the command that continues it, and
+    :func:`finish_runs`' work."""
 
     result: FitResult
     run: RunDir
@@ -365,7 +359,7 @@ class Trained:
 
     @property
     def files(self) -> tuple[Path, ...]:
-        """The run's files that exist now (config, metrics, checkpoints, curves)."""
+        """The run's files that exist now."""
         return tuple(p for p in self.run.own_files() if p.is_file())
 
 

@@ -36,8 +36,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
 
 
 def same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two run configs describe the same run: model, data and every train option a resume cannot change, each
-    read as this version writes it (a field an older version did not write has its default)."""
+    """Two run configs describe the same run: model, data and every train option a resume cannot change."""
     def fixed(c: dict[str, Any]) -> Any:
         with contextlib.suppress(SwarmctlError, KeyError, TypeError, AttributeError):
             c = current_sections(c)
@@ -56,8 +55,7 @@ def check_belongs(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) ->
 
 
 def _check_fields_present(checkpoint: Path, ckpt_config: dict[str, Any], run: RunDir) -> None:
-    """Refuse a run whose ``config.json`` lacks a field its checkpoint records (an older layout, or an edit):
-    the config is at fault, not the checkpoint, and the fix is the field's value as the checkpoint has it."""
+    """Refuse a run whose ``config.json`` lacks a field its checkpoint records, naming the value to add."""
     raw = read_json(run.config, "a swarmctl run config")
     missing = [(section, field, value) for section in ("model", "train", "data")
                for field, value in (ckpt_config.get(section) or {}).items()
@@ -72,9 +70,8 @@ def _check_fields_present(checkpoint: Path, ckpt_config: dict[str, Any], run: Ru
 
 @dataclass(frozen=True)
 class RunProgress:
-    """Where a run folder stands: ``new`` (no config), ``empty`` (a config and no checkpoint: stopped in
-    its first epoch, so it starts again from scratch), ``stopped`` (an unfinished last checkpoint: resume
-    it) or ``finished``; with its config and the last checkpoint's training state (stopped and finished)."""
+    """Where a run folder stands: ``new`` (no config), ``empty`` (no checkpoint: it starts again from
+    scratch), ``stopped`` (resume it) or ``finished``; with its config and last training state."""
 
     status: str
     config: dict[str, Any] | None = None
@@ -94,9 +91,8 @@ def run_progress(run_dir: Path) -> RunProgress:
 
 
 def resolve_run(run: str | Path, runs_dir: Path, *, shipped: bool = False) -> Path:
-    """A run given as a folder path or as a name inside ``runs_dir``. A file given in its place (a checkpoint,
-    which `eval` and `cluster` take) is refused as such, naming what to give instead: its run folder when it
-    sits in one; with ``shipped`` (the command uses the shipped model when no `run` is named), that too."""
+    """A run given as a folder path or as a name inside ``runs_dir``; a file in its place is refused, naming
+    what to give instead (with ``shipped``: leaving `run` out for the shipped model too)."""
     candidates = (RunDir(Path(run)), RunDir(Path(runs_dir) / str(run)))
     for candidate in candidates:
         if candidate.has_run():
@@ -112,8 +108,7 @@ def resolve_run(run: str | Path, runs_dir: Path, *, shipped: bool = False) -> Pa
 
 
 def list_runs(runs_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """Every run folder in ``runs_dir`` with its config, by name; a run whose config is damaged is skipped
-    with a warning naming it."""
+    """Every run folder in ``runs_dir`` with its config; a damaged one is skipped with a warning."""
     out = []
     for run in RunDir.all_in(runs_dir):
         try:
@@ -139,8 +134,7 @@ def find_checkpoint(target: str | Path, runs_dir: Path) -> Path:
 
 
 def load_model(checkpoint: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, Checkpoint]:
-    """Rebuild a model from a checkpoint alone (its config), weights loaded, in eval mode. load_checkpoint
-    has checked that the weights fit the model and that the model solves the checkpoint's task."""
+    """The model a checkpoint's config builds, its weights loaded, in eval mode."""
     ckpt = load_checkpoint(checkpoint, map_location=device)
     model = create_model(ckpt.model_config)
     model.load_state_dict(ckpt.model)
@@ -180,10 +174,9 @@ class Run:
 def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
              dataset: str | None = None, data: Path | None = None, progress: DataProgress | None = None,
              needs_data: bool = True) -> Run:
-    """Open a run (:func:`find_checkpoint`) on ``device`` for ``study``, the command that will use it: a run
-    of a task the study cannot use is refused. ``target`` None opens the shipped model for ``study`` (and
-    ``dataset``), whose default dataset is generated first when missing (a fresh install has none), unless
-    the caller names its own ``data`` or ``needs_data`` is False (a study that reads none of it)."""
+    """Open a run (:func:`find_checkpoint`) on ``device`` for ``study``, which must be able to use its task.
+    ``target`` None opens the shipped model for ``study`` (and ``dataset``), its default dataset generated
+    when missing unless the caller names its own ``data`` or needs none (``needs_data``)."""
     dev = resolve_device(device)
     checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
     model, ckpt = load_model(checkpoint, dev)
@@ -216,12 +209,9 @@ TF32_SHOWN = 1e-4  # a score with TF32 products is recorded beside the full-prec
 
 def evaluate_run(run: Run, data: Path | None = None, split: str | None = None,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Score an opened run with its task's metric on ``split`` (default: the task's); JSON types only.
-    ``progress(done, total)`` is told after each batch scored.
-
-    The score is computed in full precision (TF32 and autocast off, whatever the run trained with). Where
-    training on the run's device uses TF32 (CUDA), the run is scored once more with it, and the numbers that
-    differ from the full-precision ones by more than ``TF32_SHOWN`` are recorded under ``tf32``."""
+    """Score an opened run with its task's metric on ``split`` (default: the task's), in full precision; JSON
+    types only. Where training on the run's device uses TF32 (CUDA), the numbers scored with it that differ by
+    more than ``TF32_SHOWN`` are recorded under ``tf32``."""
     state, task = run.ckpt.state, run.task
     split = split or task.default_split
     with full_precision():

@@ -57,9 +57,8 @@ def shipped_models() -> list[ShippedModel]:
 
 
 def shipped_checkpoint(tasks: Task | list[Task], dataset: str | None = None) -> Path:
-    """The shipped checkpoint of the first of ``tasks`` that has one (and, for image models, for
-    ``dataset``), found by the records alone; CheckpointError if none. A model whose record names the
-    commands it is the default of (``default_for``) comes after the task's others, whatever the file names."""
+    """The shipped checkpoint of the first of ``tasks`` that has one (for image models, of ``dataset``), by the
+    records alone (one whose record names ``default_for`` after the task's others); CheckpointError if none."""
     tasks = [tasks] if isinstance(tasks, Task) else tasks
     models = sorted(shipped_models(), key=lambda m: bool(m.record.get("default_for")))
     for task in tasks:

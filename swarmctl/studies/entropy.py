@@ -124,10 +124,9 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
                  progress: Callable[[int, int], None] | None = None, data_progress: DataProgress | None = None,
                  announce: Callable[[str], None] | None = None) -> Iterator[EntropyMaps]:
     """`swarmctl plot-entropy`'s work: the entropy map of ``run`` (None: the shipped model) on a validation
-    task, saved as entropy.npz in ``out`` (default: RUN/entropy), or with ``replot`` the saved one read back.
-    Every output is checked before any work (a file of the study's in a named ``out`` is replaced only with
-    ``force``); the caller draws the figures inside the block, and all files appear when it ends without
-    error, or none. ``progress(k, n)``: grid locations done; ``announce`` is told which shipped model is used."""
+    task, saved as entropy.npz in ``out`` (default: RUN/entropy; with ``replot`` read back). A named ``out``'s
+    files are replaced only with ``force``; the caller draws the figures inside the block, and all files
+    appear, or none."""
     files = ("entropy.npz", *(f"{f}.png" for f in FIGURES))
     with staged_outputs([data], replace=force or replot or out is None) as outputs:
         if replot:

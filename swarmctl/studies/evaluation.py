@@ -40,14 +40,10 @@ def evaluation(target: str | None, runs_dir: Path, device: str = "auto", data: P
                scoring: Callable[[int, int], None] | None = None,
                data_dir: Path | None = None) -> Iterator[Evaluation]:
     """Score ``target`` (a run, a checkpoint; None: the shipped model of the first task that has one) on
-    ``split`` of ``data`` (a file; for a task whose data is a named dataset in a folder, the image models,
-    ``data_dir`` names the folder instead, as `train` takes it) and save the scores as ``out`` (default:
-    eval-SPLIT.json beside the checkpoint).
-    Every output is checked before any work (before a shipped model's dataset is generated); the file
-    appears when the block ends without error, so what the caller prints inside it comes first.
-    ``announce`` is told which shipped model is scored; ``scoring(done, total)`` after each batch scored. An
-    existing ``out`` is replaced only with ``force`` (the default file beside the checkpoint is eval's own,
-    replaced by each run of it); the dataset scored on and the run's own dataset are never written."""
+    ``split`` of ``data`` (for the image models ``data_dir`` names their folder) and save the scores as ``out``
+    (default: eval-SPLIT.json beside the checkpoint, eval's own). Every output is checked before any work; the
+    file appears when the block ends without error. An existing ``out`` is replaced only with ``force``; the
+    datasets are never written."""
     given = data if data is not None else data_dir  # the files scored on, whichever option named them
     with staged_outputs([given], replace=force or out is None) as outputs:
         if target is None and out is None:  # before a fresh checkout's dataset is generated for the shipped model

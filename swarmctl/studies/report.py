@@ -25,8 +25,7 @@ from swarmctl.rundir import CONFIG, RunDir
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A run folder with a config; one with no finished epoch (``why`` says so) is listed by the report and
-    left out of its means, its best_val, epochs and net_minutes 0."""
+    """A run folder with a config; one with no finished epoch (``why`` says so) is left out of the means."""
 
     name: str
     model: str
@@ -46,8 +45,7 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class ConfigSummary:
-    """All seeds of one (model, code) trained on one dataset, named by ``data`` (runs of the same (model,
-    code) on another dataset are another row, never pooled)."""
+    """All seeds of one (model, code) trained on one dataset, named by ``data`` (never pooled across data)."""
 
     model: str
     code: str
@@ -75,8 +73,8 @@ class ConfigSummary:
 
 
 def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
-    """Every run folder under ``runs_dir`` that has a config: those with at least one finished epoch, and
-    those without one (with the reason). A damaged run is skipped with a warning."""
+    """The runs under ``runs_dir`` with a finished epoch, and those without one (with the reason); a damaged
+    run is skipped with a warning."""
     runs_dir = Path(runs_dir)
     if runs_dir.exists() and not runs_dir.is_dir():
         raise DataError(f"{runs_dir} is a file, not a runs folder; give the folder holding the runs")
@@ -130,8 +128,7 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
 
 
 def _spent(train: dict[str, Any], records: list[dict[str, Any]]) -> bool:
-    """Whether a run's metrics show its training done: its net budget spent or its epoch limit reached (as the
-    trainer decides it; a config without them, from another tool, counts as done)."""
+    """Whether a run's metrics show its net budget spent or its epoch limit reached (without them: done)."""
     minutes, max_epochs = train.get("minutes"), train.get("max_epochs")
     if not isinstance(minutes, int | float) or not isinstance(max_epochs, int):
         return True
@@ -154,8 +151,8 @@ def _whole(value: Any, field: str, least: int, most: int | None = None) -> int:
 
 
 def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
-    """Group runs by (model, code, data): seeds of one configuration trained on different data are never
-    pooled (a warning names them; each row names its data); sorted by mean best validation loss."""
+    """Group runs by (model, code, data), sorted by mean best validation loss; a warning names a
+    configuration trained on different data."""
     groups: dict[tuple[str, str, str], list[RunSummary]] = {}
     for r in runs:
         groups.setdefault((r.model, r.code, r.data), []).append(r)
@@ -180,8 +177,7 @@ def summarise(runs: list[RunSummary]) -> list[ConfigSummary]:
 
 
 def pareto_front(points: list[tuple[int, float]]) -> list[int]:
-    """Indices of the (parameters, loss) points no other point dominates (fewer or equal parameters and
-    lower or equal loss, one of them strictly), sorted by parameters."""
+    """Indices of the (parameters, loss) points no other point dominates, sorted by parameters."""
     keep = [i for i, (p, v) in enumerate(points) if not any(q <= p and w <= v and (q, w) != (p, v) for q, w in points)]
     return sorted(keep, key=lambda i: points[i][0])
 
@@ -201,8 +197,7 @@ def largest_explored(rows: list[ConfigSummary]) -> dict[str, int]:
 
 @functools.cache
 def paper_results() -> dict[str, Any]:
-    """The paper's reported numbers (package data ``paper_results.json``): ``rows``, each with its task,
-    model, code (and dataset), the number as the paper reports it and as swarmctl's validation loss."""
+    """The paper's reported numbers (package data ``paper_results.json``)."""
     return json.loads(resources.files("swarmctl.studies").joinpath("paper_results.json").read_text())
 
 
@@ -216,18 +211,15 @@ class PaperNumber:
 
 
 def papers_data(model: str) -> dict[str, str] | None:
-    """The data the paper measured ``model``'s numbers on, as ``paper_results.json`` describes it: ``name``
-    (the file or data a run names), ``checksum`` (of the file as swarmctl generates it), ``about`` (what it
-    is); ``name`` absent for a task whose number depends on a named dataset. None for a model the paper
-    reports nothing for."""
+    """The data the paper measured ``model``'s numbers on (``name``, ``checksum``, ``about``; ``name`` absent
+    where the number depends on a named dataset), or None."""
     tasks = [row["task"] for row in paper_results()["rows"] if row["model"] == model]
     return paper_results()["data"][tasks[0]] if tasks else None
 
 
 def on_papers_data(model: str, data_name: str, data_id: str = "") -> bool:
-    """Whether a run of ``model`` on data named ``data_name`` (with checksum ``data_id``) trained on the data
-    the paper's number for it was measured on: the same file name, or the same checksum (the file generated
-    elsewhere under another name); for images, the same named dataset (:func:`paper_number` asks it)."""
+    """Whether a run of ``model`` on data named ``data_name`` (with checksum ``data_id``) trained on the
+    paper's data: the same file name or checksum (for images :func:`paper_number` asks the dataset)."""
     spec = papers_data(model)
     if spec is None:
         return False
@@ -235,9 +227,8 @@ def on_papers_data(model: str, data_name: str, data_id: str = "") -> bool:
 
 
 def paper_number(model: str, code: str, dataset: str | None = None) -> PaperNumber | None:
-    """The paper's result for a configuration as a validation loss (Table 2's loss for direct clustering;
-    the negated log-likelihood per point, which swarm-mog trains on). None where the paper reports
-    nothing for it, or, for a number that depends on the data (images), when ``dataset`` is not given."""
+    """The paper's result for a configuration as a validation loss; None where the paper reports nothing for
+    it (or, for images, without ``dataset``)."""
     for row in paper_results()["rows"]:
         if (row["model"], row["code"], row.get("dataset")) == (model, code, dataset):
             return PaperNumber(row["loss"], row["std"])
@@ -256,9 +247,7 @@ class PaperPoint:
 
 
 def paper_points(rows: list[ConfigSummary]) -> dict[str, list[PaperPoint]]:
-    """Per model family in ``rows``, the paper's results for it, where some of its rows trained on the
-    paper's data (on the datasets they trained on, where the number depends on the data), sorted by
-    parameters."""
+    """Per model family with rows on the paper's data, the paper's results for it, sorted by parameters."""
     seen = {(r.model, r.dataset) for r in rows if r.paper_data}
     out: dict[str, list[PaperPoint]] = {}
     for row in paper_results()["rows"]:
@@ -270,9 +259,8 @@ def paper_points(rows: list[ConfigSummary]) -> dict[str, list[PaperPoint]]:
 
 @dataclass(frozen=True)
 class FrontierPanel:
-    """The frontier figure's panel for one dataset: per family its Pareto-optimal configurations trained on
-    it (``frontiers``) and its largest explored size there (``largest``), and the paper's points (``paper``),
-    only when it is the data the paper measured them on. ``title`` names the data and says what it is."""
+    """The frontier figure's panel for one dataset: per family its Pareto-optimal configurations, its largest
+    explored size, and the paper's points (only on the paper's data)."""
 
     title: str
     frontiers: dict[str, list[ConfigSummary]]
@@ -282,8 +270,7 @@ class FrontierPanel:
 
 
 def frontier_panels(rows: list[ConfigSummary]) -> list[FrontierPanel]:
-    """One panel per dataset the rows trained on (two files of one name told apart by their checksums), the
-    paper's data first: the paper's points only beside runs on the data they were measured on."""
+    """One panel per dataset the rows trained on (by name and checksum), the paper's data first."""
     groups: dict[tuple[str, str], list[ConfigSummary]] = {}
     for r in rows:
         groups.setdefault((r.data, r.data_id), []).append(r)
@@ -348,9 +335,8 @@ def report_markdown(rows: list[ConfigSummary], unfinished: list[RunSummary] = ()
 
 @dataclass(frozen=True)
 class Report:
-    """A report: the runs' folder, where the report goes, one row per configuration and dataset and then one
-    per unfinished run (as text under :data:`REPORT_COLUMNS` in ``table``, as values in ``records``), the line
-    naming the unfinished runs ("" when none), and the frontier figure's panels, one per dataset."""
+    """A report: its rows (a configuration and dataset each, then the unfinished runs) as text in ``table``
+    and as values in ``records``, the line naming the unfinished runs, and the frontier figure's panels."""
 
     runs_dir: Path
     out_dir: Path
@@ -371,11 +357,9 @@ class Report:
 @contextmanager
 def report(runs_dir: Path, out: Path | None = None, default_runs_dir: Path = Path("runs"),
            force: bool = False) -> Iterator[Report]:
-    """`swarmctl report`'s work: summarise the runs in ``runs_dir`` (a folder, or a sweep's folder named alone,
-    ``sweep-NAME``, found in ``default_runs_dir`` when there is no such folder here) and write report.md in
-    ``out`` (default: the runs' folder; a named ``out``'s report.md and frontier.png are replaced only with
-    ``force``). The caller draws the frontier figure to ``figure`` inside the block; both files appear when
-    it ends without error, or neither."""
+    """`swarmctl report`'s work: summarise the runs in ``runs_dir`` (or ``default_runs_dir/sweep-NAME``) and
+    write report.md in ``out`` (default: the runs' folder; a named ``out``'s files are replaced only with
+    ``force``). The caller draws the figure inside the block; both files appear, or neither."""
     runs_dir = Path(runs_dir)
     if not runs_dir.is_dir() and runs_dir.name.startswith("sweep-") and (default_runs_dir / runs_dir).is_dir():
         runs_dir = default_runs_dir / runs_dir

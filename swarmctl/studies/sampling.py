@@ -101,11 +101,8 @@ def samples(run: str | None, runs_dir: Path, dataset: str, device: str = "auto",
             progress: Callable[[int, int], None] | None = None) -> Iterator[Samples]:
     """`swarmctl sample`'s work: ``per_class`` images of every class from ``run`` (None: the newest finished
     run for ``dataset``, else the shipped model), their array saved as ``out`` with .npy (default:
-    RUN/samples-sSEED.png). Every output is checked before any work; the caller draws the figure to
-    ``path`` inside the block, and both files appear when it ends without error, or neither.
-    ``announce`` is told which run was chosen when none was named. An existing ``out`` or the .npy beside it
-    is replaced only with ``force`` (the default files in the run folder are sample's own). ``progress(done,
-    total)`` is told after each sub-pixel position drawn."""
+    RUN/samples-sSEED.png, sample's own). An existing ``out`` or its .npy is replaced only with ``force``; the
+    caller draws the figure inside the block, and both files appear, or neither."""
     check_png(out, "out")
     with staged_outputs(replace=force or out is None) as outputs:
         if out is not None:

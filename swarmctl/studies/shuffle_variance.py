@@ -50,12 +50,8 @@ def measure_shuffle_variance(
     device: torch.device | str = "cpu",
     progress: Callable[[int], None] | None = None,
 ) -> ShuffleVarianceResult:
-    """Evaluate ``model`` on ``n_shuffles`` random orderings of each of ``n_tasks`` tasks (spread over N).
-
-    The orderings of one task are batched (about ``batch_entities`` entities per forward pass); no
-    padding is needed since all orderings of a task have the same size. Runs in float32, eval mode.
-    ``n_shuffles``: at least 2 for a spread.
-    """
+    """Evaluate ``model`` (float32, eval mode) on ``n_shuffles`` (>= 2) random orderings of each of ``n_tasks``
+    tasks spread over N, about ``batch_entities`` entities per forward pass."""
     model.eval()
     gen = torch.Generator().manual_seed(seed)
     index = spread_task_indices(tasks.sizes, n_tasks)
@@ -112,9 +108,8 @@ class ShuffleVarianceStudy:
 
 
 def _result_keys(run_dirs: list[Path], runs_dir: Path) -> list[str]:
-    """The file name (without .npz) of each run's result: its path inside ``runs_dir`` with '/' as '__'
-    (``g1/x`` and ``g2/x`` differ), or its folder's name for a run outside it. Two runs with one key (the
-    same run twice, say) are refused: their results would overwrite each other."""
+    """The file name (without .npz) of each run's result: its path inside ``runs_dir`` with '/' as '__', or
+    its folder's name for a run outside it; two runs with one key are refused."""
     keys = []
     for run_dir in run_dirs:
         try:
@@ -136,15 +131,11 @@ def shuffle_variance(
     progress: Callable[[str], AbstractContextManager[Callable[[int, int], None]]] | None = None,
     data_progress: DataProgress | None = None, announce: Callable[[str], None] | None = None,
 ) -> Iterator[ShuffleVarianceStudy]:
-    """`swarmctl shuffle-variance`'s work: the shuffle-variance of every run in ``runs`` (names or folders;
-    none: the shipped clustering model, as `plot-entropy` takes it, its results in ``runs_dir/pretrained-NAME``
-    and its dataset generated when missing, ``data_progress``; ``announce`` is told it is used), saved as
-    ``RUN.npz`` per run and ``summary.json`` in ``out`` (default: RUN/shuffle-variance for one run,
-    RUNS_DIR/shuffle-variance for several). Every run is opened and checked before any is measured.
-    ``replot``: read the saved results instead of measuring. A file of the study's already in a named ``out``
-    is replaced only with ``force`` (``replot`` redraws the folder it reads). The caller draws the figure to
-    ``study.figure`` inside the block; all files (results, summary, figure) appear when it ends without
-    error, or none. ``progress(label)`` gives the update function of one run's measurement."""
+    """`swarmctl shuffle-variance`'s work: the shuffle-variance of every run in ``runs`` (none: the shipped
+    clustering model), saved as ``RUN.npz`` per run and ``summary.json`` in ``out`` (default: RUN/shuffle-variance
+    for one run, RUNS_DIR/shuffle-variance for several); ``replot`` reads the saved results instead. Every run
+    is checked before any is measured; a named ``out``'s files are replaced only with ``force``. The caller draws
+    the figure inside the block; all files appear, or none."""
     with staged_outputs([data], replace=force or replot or out is None) as outputs:
         run_dirs = [resolve_run(r, runs_dir, shipped=True) for r in runs] if runs else \
             [shipped_results_dir(shipped_for(STUDY), runs_dir)]

@@ -1,12 +1,7 @@
 """Sweeps: a TOML spec of hyper-parameter grids (its keys: docs/experiments.md; examples: ``sweeps/*.toml``),
-expanded into deterministic run names, split into shards, and trained one run after another with the usual
-trainer (:func:`swarmctl.runs.start_run` and ``resume_run``). Not a scheduler: several machines each run their
-own ``--shard I/N``.
-
-A spec sets the TrainConfig fields marked for sweeps (``config.SWEEP_KEYS``; minutes it must) and the task's
-defaults give the rest; TrainConfig checks their values. A grid takes only the fields of its model's paper
-code; fields left out take the model's default. Runs are named ``MODEL-CODE-sSEED`` and ordered seed by seed,
-each seed over the grids in file order; shard I of N takes runs I, I + N, I + 2N, ...
+expanded into runs named ``MODEL-CODE-sSEED`` (seed by seed, each over the grids in file order), split into
+shards (shard I of N takes runs I, I + N, ...) and trained one after another with the usual trainer. Not a
+scheduler: several machines each run their own ``--shard I/N``.
 """
 
 from __future__ import annotations
@@ -67,9 +62,7 @@ class SweepRun:
 
 
 def parse_spec(text: str, default_name: str) -> SweepSpec:
-    """A spec from TOML text: its top-level keys (:func:`_top_level`), its grids expanded
-    (:func:`_expand_grids`), and every run's TrainConfig built, which checks the training values. Every
-    problem is a ConfigError naming the key."""
+    """A spec from TOML text, every run's TrainConfig built; every problem is a ConfigError naming the key."""
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -84,8 +77,7 @@ def parse_spec(text: str, default_name: str) -> SweepSpec:
 
 
 def _top_level(raw: dict[str, Any], default_name: str) -> tuple[str, tuple[int, ...], dict[str, Any]]:
-    """The spec's name, its seeds and the TrainConfig fields it sets, each of its field's type (their values
-    are TrainConfig's to check)."""
+    """The spec's name, its seeds and the TrainConfig fields it sets (their types checked)."""
     unknown = sorted(set(raw) - TOP_KEYS)
     if unknown:
         raise ConfigError(f"unknown key(s) {', '.join(unknown)}; a spec has {', '.join(sorted(TOP_KEYS))}")
@@ -213,8 +205,7 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def shard(runs: list[SweepRun], index: int, count: int) -> list[SweepRun]:
-    """Shard ``index`` of ``count``: runs index, index + count, ... Together the shards cover every run once,
-    and each gets a share within one run of the others'."""
+    """Shard ``index`` of ``count``: runs index, index + count, ..."""
     return runs[index::count]
 
 
@@ -247,10 +238,9 @@ def data_path(spec: SweepSpec) -> str | None:
 
 
 def _check_runs(spec: SweepSpec, runs: list[SweepRun], runs_dir: Path) -> dict[str, str]:
-    """What the sweep checks before it trains anything, beyond the spec itself (:func:`parse_spec` checks
-    every value, configuration and TrainConfig): the data file exists (the task's default is generated when
-    missing), and every run of ``runs`` already in ``runs_dir`` is readable and was trained on the spec's data.
-    Returns each run's :func:`_run_status` by name; a problem raises a one-line error naming the run."""
+    """Checks before anything trains: the data file exists (the task's default is generated when missing),
+    and every run of ``runs`` already in ``runs_dir`` is readable and trained on the spec's data. Returns
+    each run's :func:`_run_status` by name."""
     data = data_path(spec)
     if data is not None and data != get_task(spec.task).default_data and not Path(data).exists():
         raise DataError(f"{data}: no such data file; create it with {command_line('gen-data', out=data)} or fix "
@@ -296,10 +286,9 @@ class DryRunRow:
 
 
 def dry_run(plan: SweepPlan) -> tuple[list[DryRunRow], int]:
-    """The dry-run table's rows, and how many of this shard's runs are not finished, after the checks the
-    sweep makes before its first run (:func:`_check_runs`; the spec was checked when read), except that each
-    model fits the training device's memory, which the sweep checks on the machine it trains on. One pass
-    over the runs: a grid may have 10,000 configurations."""
+    """The dry-run table's rows, and how many of this shard's runs are not finished, after the checks of
+    :func:`_check_runs` (the memory check is left to the machine that trains). One pass over the runs: a grid
+    may have 10,000 configurations."""
     status = _check_runs(plan.spec, plan.runs, plan.folder.parent)
     by_config: dict[ModelConfig, tuple[list[int], list[str]]] = {cfg: ([], []) for cfg in plan.spec.configs}
     for r in plan.all_runs:
@@ -322,14 +311,11 @@ def train_sweep(
     announce: Any = None,
 ) -> list[tuple[SweepRun, str, Any]]:
     """Train ``runs`` of ``spec`` in turn into ``runs_dir/sweep-NAME/``: a finished run is skipped, a partial
-    one resumed (budget included), one killed before its first checkpoint started again. Everything that
-    can be checked is checked before the first run trains (:func:`_check_runs`, and that no configuration's
-    weights, gradients and Adam state alone exceed the memory of the spec's device on this machine).
-    A run's files are only touched under its lock (:func:`swarmctl.runs.start_run` clears a dead run's files
-    once it holds it), so a second sweep of the same shard is refused on the live run. Stops at the first
-    interrupted run (Ctrl-C, SIGTERM), which keeps its ``last.pt``. ``on_run(k, total, run, status)`` is called
-    before each run; ``announce`` is told each trained run's device and step mode (the trainer's first line).
-    Returns (run, status, FitResult or None) for every run looked at."""
+    one resumed, one killed before its first checkpoint started again. Everything that can be checked is
+    checked first (:func:`_check_runs`, and each configuration's training memory on the spec's device).
+    A run's files are touched only under its lock, so a second sweep of the same shard is refused on the live
+    run. Stops at the first interrupted run. ``on_run(k, total, run, status)`` is called before each run. Returns
+    (run, status, FitResult or None) for every run looked at."""
     _check_runs(spec, runs, runs_dir)
     limit = memory_limit(resolve_device(spec.device))
     params = dict(zip(spec.configs, spec.parameters, strict=True))

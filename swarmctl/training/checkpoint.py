@@ -28,9 +28,7 @@ ENTRIES = ("task", "config", "state", "model", "optimizer", "digest")
 
 @dataclass
 class TrainState:
-    """Everything besides weights that a resumed run needs. The trainer advances it in place, step by
-    step; a checkpoint stores it as a dict of JSON types (:meth:`to_dict`) and :meth:`from_dict` is the
-    one place that checks one read back."""
+    """Everything besides weights that a resumed run needs; the trainer advances it in place."""
 
     lr: float
     epoch: int = 0  # epoch in progress (= epochs completed)
@@ -52,9 +50,8 @@ class TrainState:
 
     @classmethod
     def from_dict(cls, data: Any) -> TrainState:
-        """The state a checkpoint stores, checked: every field of the right type and range (ValueError
-        naming the first that is not). ``lr``, ``epoch``, ``cursor``, ``best_val``, ``best_epoch``,
-        ``history`` and ``net_seconds`` are required; the others default; unknown keys are ignored."""
+        """The state a checkpoint stores, every field checked (ValueError naming the first wrong one); unknown
+        keys are ignored."""
         if not isinstance(data, dict):
             raise ValueError("is not a mapping")
         for key, low in _STATE_INTS.items():
@@ -87,11 +84,8 @@ _STATE_OPTIONAL = ("backtracks", "epoch_loss_count", "eval_seconds")  # may be a
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One checkpoint: what crosses the boundary between the trainer and the runs.
-
-    ``config`` is the run's config (sections ``model``, ``train``, ``data`` and ``run``), ``state``
-    the trainer's :class:`TrainState`, ``model`` the weights, ``optimizer`` the Adam state (None
-    for shipped models, which hold weights only)."""
+    """One checkpoint: the run's config (sections ``model``, ``train``, ``data`` and ``run``), the trainer's
+    state, the weights and the Adam state (None for shipped models, which hold weights only)."""
 
     task: str
     config: dict[str, Any]
@@ -158,8 +152,7 @@ def content_digest(payload: dict[str, Any]) -> str:
 
 
 def _read(path: Path, map_location: str | torch.device) -> tuple[dict[str, Any], TrainState]:
-    """The file's dict, with every entry present and of the right kind (config not yet checked), and its
-    training state."""
+    """The file's dict, every entry present and of the right kind (config not yet checked), and its state."""
     check_regular_file(path)  # a FIFO would block torch.load for ever
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
@@ -202,10 +195,8 @@ def _read(path: Path, map_location: str | torch.device) -> tuple[dict[str, Any],
 
 
 def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Checkpoint:
-    """Load a checkpoint written by :func:`save_checkpoint` and check everything: every entry, a training
-    state of the right types, finite weights, a config that rebuilds valid config objects and a registered
-    model of the checkpoint's task whose weights have the checkpoint's names, shapes and dtypes, and the
-    content digest. Every problem is a one-line CheckpointError."""
+    """Load a checkpoint written by :func:`save_checkpoint` and check everything (entries, state, finite
+    weights that fit the model its config builds, the digest); every problem is a one-line CheckpointError."""
     path = Path(path)
     raw, state = _read(path, map_location)
     model_cfg = _validate_config(raw["config"], path)
@@ -226,8 +217,7 @@ def _damaged(path: Path, problem: str) -> CheckpointError:
 
 
 def _validate_config(config: Any, path: Path) -> ModelConfig:
-    """The config dicts must rebuild valid ModelConfig, TrainConfig and DataConfig objects (their types checked
-    by ``from_dict``) of a registered model; ``_read`` has checked that it is a dict."""
+    """The ModelConfig of ``config``, whose sections must rebuild valid config objects of a registered model."""
     for section in ("model", "train", "data"):
         if not isinstance(config.get(section), dict):
             raise _damaged(path, f"has no {section!r} section in its config")
@@ -264,16 +254,14 @@ def _one_line(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class RunWriter:
-    """Where :func:`swarmctl.training.loop.fit` writes one run: its last and best checkpoints (each a
-    :class:`Checkpoint` with the run's ``config`` and ``task``) and its metrics, a line per epoch, at the
-    paths of :class:`swarmctl.rundir.RunDir`. The trainer calls it on rank 0 only."""
+    """Where :func:`swarmctl.training.loop.fit` writes one run's checkpoints and metrics (rank 0 only)."""
 
     dir: Path
     config: dict[str, Any]
     task: str
 
     def save(self, name: str, model_state: dict, optimizer_state: dict | None, state: TrainState) -> None:
-        """Write checkpoint ``name`` (:data:`swarmctl.rundir.LAST` or ``BEST``) atomically."""
+        """Write checkpoint ``name`` (``LAST`` or ``BEST``) atomically."""
         save_checkpoint(self.dir / name, Checkpoint(self.task, self.config, state, model_state, optimizer_state))
 
     def load(self, name: str, map_location: str | torch.device = "cpu") -> Checkpoint | None:
@@ -289,9 +277,8 @@ class RunWriter:
         atomic_write(path, lambda fh: fh.write(old + (json.dumps(record) + "\n").encode()))
 
     def keep_metrics_before(self, epoch: int) -> None:
-        """Drop the metrics lines of epoch ``epoch`` on: a run killed between its metrics line and its last
-        checkpoint logged an epoch it will now redo. A line cut short by a kill during the append goes too
-        (with a warning)."""
+        """Drop the metrics lines of epoch ``epoch`` on (an epoch a killed run logged and now redoes), and a
+        line cut short by a kill."""
         path = RunDir(self.dir).metrics
         if path.is_file():
             records = [r for r in read_metrics(path) if isinstance(r["epoch"], int) and r["epoch"] < epoch]

@@ -89,10 +89,8 @@ class ProgressHook(Protocol):
 
 
 def host_sync_interval(device: torch.device) -> int:
-    """Training steps between reads of the loss on the host. On the CPU a read costs nothing; on an
-    accelerator each read stalls the host until the queued work is done, so the loss is summed on the
-    device and read once, at the end of the epoch (nothing else in a step reads the device: the
-    Hungarian matching is solved there, MoG tasks are drawn there)."""
+    """Training steps between reads of the loss on the host: every step on the CPU, where a read costs
+    nothing; once an epoch on an accelerator, where each read stalls the host until the queued work is done."""
     return 1 if device.type == "cpu" else 2**62  # never inside an epoch
 
 
@@ -103,9 +101,8 @@ DIST_CHECK_STEPS = 32
 
 
 def on_device(batches: Batches, device: torch.device) -> Batches:
-    """A fixed list of batches copied to an accelerator once (the whole clustering dataset is ~90 MB), so
-    no step waits for a host-to-device copy. Batches drawn per epoch are drawn on the accelerator when
-    their sequence can (it has ``on(device)``, e.g. fresh MoG tasks), else moved as they are used."""
+    """Batches on an accelerator: a fixed list copied once (no step waits for a copy); batches drawn per
+    epoch drawn there when their sequence has ``on(device)``, else moved as they are used."""
     if device.type == "cpu":
         return batches
     if callable(batches):
@@ -207,13 +204,11 @@ def fit(
 ) -> FitResult:
     """Train ``model`` until the net time budget (``cfg.minutes``) or ``cfg.max_epochs`` is spent.
 
-    An epoch runs ``cfg.steps_per_epoch`` steps or one pass over ``data.train_batches(epoch)``, then
-    validates, backtracks when the rule says so, and saves. Writes through ``writer`` (rank 0 only) a
-    ``metrics.jsonl`` line per epoch, ``best.pt`` (best validation loss) and ``last.pt`` (after every
-    epoch, and on interruption with the position inside the epoch). With ``resume`` the run continues
-    from the writer's ``last.pt``, budget included. ``progress`` only displays; it changes nothing. ``signals``: the
-    caller's installed :class:`StopSignals` (a signal received before fit starts stops it at once, with
-    last.pt saved); None installs one for the duration of fit.
+    An epoch runs ``cfg.steps_per_epoch`` steps or one pass over the training batches, then validates,
+    backtracks when the rule says so, and saves through ``writer`` (rank 0 only) a metrics line, ``best.pt``
+    and ``last.pt`` (also on interruption, with the position inside the epoch). With ``resume`` the run
+    continues from ``last.pt``, budget included. ``signals``: the caller's installed :class:`StopSignals`
+    (None installs one for the duration of fit).
     """
     model.to(device)
     data = dataclasses.replace(data, train=on_device(data.train, device), val=on_device(data.val, device))
@@ -378,12 +373,8 @@ def _epoch_order(n_batches: int, epoch: int, cfg: TrainConfig, ctx: DistContext)
 def _train_epoch(train_model: nn.Module, step: TrainStep, batches: Sequence[Batch], order: list[int],
                  state: TrainState, budget: float, signals: StopSignals, ctx: DistContext, device: torch.device,
                  clock: Callable[[], float], progress: ProgressHook | None) -> tuple[str | None, bool]:
-    """Optimisation steps from ``state.cursor`` to the end of ``order``.
-
-    Returns (the signal that stopped it, or None; whether the budget ran out). Only the steps count
-    towards ``state.net_seconds``. The losses are summed on the device and read on the host every
-    :func:`host_sync_interval` steps (each step on the CPU), at the latest before returning.
-    """
+    """Optimisation steps from ``state.cursor`` to the end of ``order``: (the signal that stopped them, or
+    None; whether the budget ran out). Only the steps count towards ``state.net_seconds``."""
     train_model.train()
     time_up, interval, read_at = False, host_sync_interval(device), state.cursor
     unread = torch.zeros((), dtype=torch.float64, device=device)  # the losses of the steps since read_at
@@ -439,9 +430,8 @@ def _backtrack(model: nn.Module, opt: torch.optim.Optimizer, best: tuple[dict, d
 
 
 def _result(run_dir: Path, state: TrainState, ctx: DistContext, epoch_batches: int, budget: float) -> FitResult:
-    """What fit returns, once every rank is here: rank 0 writes the last checkpoints after the others' last
-    collective, and a rank that went on (to tear down its process group, or exit) while rank 0 still wrote
-    ended now and then in an abort of gloo's threads (SIGABRT, "terminate called without an active exception")."""
+    """What fit returns, once every rank is here (a rank that tore down its process group while rank 0 still
+    wrote ended now and then in an abort of gloo's threads)."""
     barrier(ctx)
     return FitResult(run_dir, state.best_val, state.best_epoch, state.epoch, state.net_seconds,
                      state.eval_seconds, state.backtracks, state.stop_reason, state.cursor,

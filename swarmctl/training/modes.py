@@ -1,8 +1,6 @@
 """Which step mode a run trains in: eager, bf16 autocast (``amp``), the fused Triton cell (``triton``), CUDA
-graphs, torch.compile, or a combination (the Triton cell is not compiled); ``auto`` picks one: eager off CUDA,
-on CUDA the proven mode measured fastest for the budget on the card it runs on (``step_timings.json``), eager
-on a card not measured (why: docs/design.md, "The step mode"). Any other name forces that mode, on any device
-(off CUDA, graphs are ignored as ever).
+graphs, torch.compile, or a combination; ``auto`` picks one (why: docs/design.md, "The step mode"), any other
+name forces that mode.
 """
 
 from __future__ import annotations
@@ -142,9 +140,8 @@ def choose_step_mode(requested: str, device_type: str, measured: Mapping[str, Me
 
 
 def resolve_step(cfg: TrainConfig, device: Any, task: str, proven: Collection[str]) -> tuple[TrainConfig, Choice]:
-    """``cfg`` with its step mode settled for a new run of ``task`` (which lists ``proven`` modes) on the torch
-    ``device``: ``step`` the mode's name, and why. ``auto`` on CUDA reads the card's step timings
-    (:func:`step_timings`), or trains in :data:`UNMEASURED` where the card has none."""
+    """``cfg`` with its step mode settled for a new run of ``task`` on ``device``, and why. ``auto`` on CUDA
+    reads the card's step timings, or trains in :data:`UNMEASURED` where the card has none."""
     budget = cfg.minutes * 60
     if cfg.step != "auto" or device.type != "cuda":  # a named mode is as asked, on any card
         choice = choose_step_mode(cfg.step, device.type, {}, budget)

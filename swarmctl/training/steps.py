@@ -1,13 +1,8 @@
 """One optimisation step (forward, loss, backward, Adam), run eagerly or, on CUDA, replayed from a CUDA
-graph captured once per batch shape (a small model's step is hundreds of small kernels: launching them costs
-more than running them; a graph replays the whole step with one launch).
-
-What a graph needs and how it gets it (fixed shapes and memory, no host sync, the learning rate baked in) is
-in docs/design.md, "One step, optionally one graph". Every call is exactly one optimisation step on its
-batch, whichever path it takes: an eager step (each new shape's first ``WARMUP_STEPS``, on a side stream, as
-PyTorch requires before a capture), the capture of a new graph (recorded, then replayed once: the capture
-itself computes nothing), or a replay. :class:`HostGraphs` stands in for the CUDA backend on any device, so
-the bookkeeping is testable without a card.
+graph captured once per batch shape (docs/design.md, "One step, optionally one graph"). Every call is exactly
+one optimisation step on its batch: an eager step (each new shape's first ``WARMUP_STEPS``), the capture of a
+new graph (recorded, then replayed once), or a replay. :class:`HostGraphs` stands in for the CUDA backend on
+any device, so the bookkeeping is testable without a card.
 """
 
 from __future__ import annotations
@@ -128,10 +123,8 @@ class TrainStep:
     graphs the loss tensor belongs to the graph and is overwritten by a later step: use it (e.g. add it to
     a running sum) before the next step.
 
-    ``graphs`` asks for CUDA graphs; it is ignored off CUDA (``self.graphs`` says what is used) unless a
-    ``backend`` is given (tests pass :class:`HostGraphs`). The optimizer's state is placed for the mode at
-    construction and whenever it was replaced (a reloaded state dict or a new learning rate is noticed by
-    the next call; :meth:`optimizer_changed` says so at once).
+    ``graphs`` asks for CUDA graphs, ignored off CUDA unless a ``backend`` is given (tests pass
+    :class:`HostGraphs`). A reloaded optimizer state or a new learning rate is noticed by the next call.
     """
 
     def __init__(self, model: nn.Module, opt: torch.optim.Optimizer, loss_fn: Callable[[nn.Module, Any], Tensor],

@@ -251,6 +251,20 @@ def test_a_non_contiguous_mask_gives_the_same_outputs_and_gradients(path, poolin
     torch.testing.assert_close(outs[1], outs[0])
 
 
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_layer_inside_a_transform_that_does_not_trace_it(path, pooling):
+    """A frozen layer inside torch.func.grad and vmap of something else: its own tensors are constants there,
+    and the layer gives the same numbers as outside the transform."""
+    torch.manual_seed(0)
+    layer = SwarmLayer(2, 3, 2, 3, pooling=pooling).double()
+    x, _ = sets()
+    sab = SAB(layer(x).shape[-1], 1).double()
+    want = sab(layer(x))
+    scale = torch.tensor(2.0, dtype=torch.float64)
+    torch.testing.assert_close(torch.func.grad(lambda s: (sab(layer(x)) * s).sum())(scale), want.sum())
+    torch.testing.assert_close(torch.func.vmap(lambda s: sab(layer(x)) * s)(scale.expand(2))[1], 2 * want)
+
+
 @pytest.mark.filterwarnings("ignore:`torch.jit.script:FutureWarning")  # PyTorch's forward-AD decompositions
 @pytest.mark.parametrize("pooling", POOLINGS)
 def test_forward_mode_derivatives_are_right(path, pooling):

@@ -1,6 +1,8 @@
 """The training step helper: on the CPU a step is the plain eager step whatever is asked for (CUDA graphs
 are guarded to CUDA); the graphed path itself is checked against eager steps in tests/gpu."""
 
+import copy
+
 import numpy as np
 import torch
 
@@ -55,7 +57,6 @@ def test_a_checkpoint_saved_with_capturable_adam_loads_for_a_cpu_step():
 
 # ---- the graphed path on a stand-in backend (capture runs the step, replay runs it again) ----------------
 
-import copy  # noqa: E402
 import io  # noqa: E402
 import warnings  # noqa: E402
 
@@ -141,14 +142,17 @@ def test_the_uncaptured_capturable_adam_warning_is_silenced_and_only_it(monkeypa
 
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
     monkeypatch.setattr(torch.accelerator, "current_stream", lambda *a, **k: Idle())
+    def uncaptured_step():
+        """A step of a copy of the optimizer, without gradients (only PyTorch's checks run): a new optimizer
+        is marked as warned already, a copy warns once."""
+        copy.deepcopy(opt).step()
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        opt._warned_capturable_if_run_uncaptured = False  # PyTorch warns once per optimizer (and may start at True)
         with uncaptured_adam_ok():
-            opt._accelerator_graph_capture_health_check()
-        opt._warned_capturable_if_run_uncaptured = False
-        with pytest.raises(UserWarning, match="capturable=True"):  # the same check outside: the real warning
-            opt._accelerator_graph_capture_health_check()
+            uncaptured_step()
+        with pytest.raises(UserWarning, match="capturable=True"):  # the same step outside: the real warning
+            uncaptured_step()
         with pytest.raises(UserWarning, match="another"), uncaptured_adam_ok():
             warnings.warn("another warning", UserWarning, stacklevel=1)
 
