@@ -47,17 +47,22 @@ def holding(folder: Path) -> Iterator[None]:
         _held.discard(folder)
 
 
-def check_regular_file(path: Path, what_file: str = "a regular file", *, follow: bool = True,
+def check_regular_file(path: Path, what_file: str | None = None, *, follow: bool = True,
                        fd: int | None = None) -> None:
     """"Input files": a FIFO, folder or device file in place of a file a command reads (links are followed;
-    ``fd``: the file as opened). "Outputs": with ``follow`` False, a link too, in place of one it writes."""
+    ``fd``: the file as opened). "Outputs": with ``follow`` False, a link too, in place of one it writes (or
+    ``what_file``, as the message calls it)."""
     try:
         mode = os.stat(path if fd is None else fd, follow_symlinks=follow).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return
-    if not stat.S_ISREG(mode):
-        raise ResourceError(f"{path} is {_KINDS.get(stat.S_IFMT(mode), 'a device file')}, not {what_file}; remove "
-                            "it or use another path")
+    if stat.S_ISREG(mode):
+        return
+    kind = _KINDS.get(stat.S_IFMT(mode), "a device file")
+    if follow:
+        raise ResourceError(f"cannot read {path}: it is {kind}, not a regular file; replace it with the file")
+    why = f"not {what_file}" if what_file else "which swarmctl never writes through or replaces"
+    raise ResourceError(f"cannot write {path}: it is {kind}, {why}; remove it or choose another path")
 
 
 def read_bytes(path: Path) -> bytes:

@@ -13,6 +13,7 @@ import logging
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import threading
 from pathlib import Path
@@ -83,8 +84,33 @@ def library_name(src: bytes, version: str, flags: list[str]) -> str:
     return f"{PREFIX}{key}.so"
 
 
+def _check_complete(path: Path | str) -> None:
+    """:class:`BadLibrary` where an ELF file is shorter than its headers say (a truncated copy): the dynamic
+    loader maps the pages its segments name and the process dies of SIGBUS when it touches the missing ones.
+    Files that are not ELF go to the loader, which refuses them with an error."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:  # the loader says why
+        return
+    if data[:4] != b"\x7fELF" or len(data) < 6 or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return
+    wide, end = data[4] == 2, "<" if data[5] == 1 else ">"
+    header = f"{end}24x8xQQ6xHHHH" if wide else f"{end}24x4xII6xHHHH"  # e_phoff, e_shoff, ph/sh size and count
+    try:
+        phoff, shoff, phentsize, phnum, shentsize, shnum = struct.unpack_from(header, data)
+        spans = [(phoff, phnum * phentsize), (shoff, shnum * shentsize)]
+        for k in range(phnum):  # every segment's bytes in the file: p_offset, p_filesz
+            spans.append(struct.unpack_from(f"{end}8xQ16xQ" if wide else f"{end}4xI8xI", data, phoff + k * phentsize))
+    except struct.error:
+        spans = [(len(data), 1)]
+    if any(offset + size > len(data) for offset, size in spans):
+        raise BadLibrary(f"{path} is cut short ({len(data):,} bytes, fewer than its ELF headers name)")
+
+
 def _open(path: Path | str) -> ctypes.CDLL:
     """Load a kernel library, checking its symbols and ABI version (:class:`BadLibrary` if it is not one)."""
+    _check_complete(path)
     dl = ctypes.CDLL(None)  # the process's own symbols: the C library's dlopen, dlerror and dlclose
     dl.dlopen.restype, dl.dlopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_int]
     dl.dlerror.restype, dl.dlclose.argtypes = ctypes.c_char_p, [ctypes.c_void_p]

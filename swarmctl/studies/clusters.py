@@ -153,7 +153,8 @@ def cluster_file(points: str, run: str | Path | None, runs_dir: Path, *, key: st
     source = () if points == STDIN else (Path(points),)
     run, chosen = _default_choice() if run is None else (run, "")
     named = (Path(run),) if run is not None and Path(run).is_file() else ()  # a checkpoint named as a file
-    if out is not None and plot is not None and os.path.realpath(out) == os.path.realpath(plot):
+    if out is not None and plot is not None and (os.path.realpath(out) == os.path.realpath(plot) or os.path.exists(
+            out) and os.path.exists(plot) and os.path.samefile(out, plot)):  # however written, or two hard links
         raise ConfigError(f"`out` and `plot` name the same file {plot}; give each its own path")
     with staged_outputs((*source, *named), replace=force) as outputs:  # every output checked before any work
         out = outputs.file(out) if out is not None else None

@@ -368,6 +368,17 @@ def test_an_option_wrong_in_itself_exits_2_and_one_the_files_refuse_exits_1(cli,
     assert _snapshot(tmp_path) == before
 
 
+def test_out_and_plot_naming_one_file_by_two_hard_links_exit_2_and_change_nothing(cli, trained_runs, values, tmp_path):
+    points = _csv(tmp_path / "pts.csv", values)
+    (tmp_path / "fig.png").write_bytes(b"the user's file")
+    os.link(tmp_path / "fig.png", tmp_path / "fig.csv")  # one file, two names
+    before = _snapshot(tmp_path)
+    r = cli("cluster", points, *_run_args(trained_runs), "--out", tmp_path / "fig.csv", "--plot", tmp_path / "fig.png",
+            "--force")
+    assert r.exit_code == 2 and "name the same file" in " ".join(r.output.split()), r.output
+    assert _snapshot(tmp_path) == before and os.path.samefile(tmp_path / "fig.png", tmp_path / "fig.csv")
+
+
 @pytest.mark.parametrize("refine", [True, False])
 def test_refining_a_large_set_the_model_sees_a_sample_and_every_point_is_clustered(cli, trained_runs, values, tmp_path,
                                                                                   monkeypatch, refine):

@@ -142,6 +142,8 @@ PLANTED = [
     Planted("garbage", _write(lambda libs: os.urandom(4096))),
     Planted("foreign-library", _write(lambda libs: libs["foreign"].read_bytes())),
     Planted("older-abi", _write(lambda libs: libs["old-abi"].read_bytes())),
+    # the loader would map pages past the end of the file: SIGBUS, not an error, once they are touched
+    Planted("truncated-library", _write(lambda libs: libs["good"].read_bytes()[: libs["good"].stat().st_size // 2])),
     Planted("dangling-link", lambda path, libs: path.symlink_to(path.with_name("nowhere.so")), rebuilt=False,
             message="symbolic link"),
     Planted("link-to-foreign", lambda path, libs: path.symlink_to(libs["foreign"])),  # the link goes
@@ -200,6 +202,7 @@ COMPILERS = [
     Compiler("exits-0-writes-garbage", 'head -c 4096 /dev/urandom > "$out"'),
     Compiler("exits-0-writes-foreign-library", 'cp "$FOREIGN" "$out"'),
     Compiler("exits-0-writes-older-abi", 'cp "$OLD_ABI" "$out"'),
+    Compiler("exits-0-writes-truncated-library", 'head -c $(($(wc -c < "$GOOD") / 2)) "$GOOD" > "$out"'),
     Compiler("fails", 'echo "error: broken" >&2; exit 1'),
     Compiler("killed", 'kill -9 $$'),
     Compiler("fails-with-openmp-only",
