@@ -68,14 +68,24 @@ def _seed() -> None:
 TINY_PARAMS = dict(n_tasks=24, val_fraction=0.25, k_min=2, k_max=4, n_min=8, n_max=20)
 
 
-@pytest.fixture
-def tiny_h5(tmp_path):
-    """A tiny clustering dataset written by the real generator (18 train + 6 validation tasks)."""
+@pytest.fixture(scope="session")
+def _tiny_h5_once(tmp_path_factory):
     from swarmctl.data.clustering_generator import ClusteringParams
     from swarmctl.data.hdf5 import generate_dataset
 
-    path = tmp_path / "tiny.h5"
+    path = tmp_path_factory.mktemp("tiny-h5") / "tiny.h5"
     generate_dataset(path, ClusteringParams(**TINY_PARAMS), seed=0)
+    return path
+
+
+@pytest.fixture
+def tiny_h5(tmp_path, _tiny_h5_once):
+    """A tiny clustering dataset written by the real generator (18 train + 6 validation tasks): each test gets
+    its own copy of the one file the session generates (the generator takes 0.2 s or more; 190 tests use it)."""
+    import shutil
+
+    path = tmp_path / "tiny.h5"
+    shutil.copyfile(_tiny_h5_once, path)
     return path
 
 

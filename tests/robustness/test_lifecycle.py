@@ -34,13 +34,34 @@ def _temps(folder):
     return sorted(p.name for p in folder.rglob("*.tmp"))
 
 
-@pytest.fixture
-def trained(cli, tiny_h5, tmp_path):
-    """A run ``a`` trained for 2 epochs: (runs_dir, run_dir)."""
-    runs = tmp_path / "runs"
-    r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "a", "--max-epochs", 2)
+def _train_a(cli, data, runs):
+    r = cli("train", "swarm", *TINY, "--data", data, "--runs-dir", runs, "--name", "a", "--max-epochs", 2)
     assert r.exit_code == 0, r.output
     return runs, runs / "a"
+
+
+@pytest.fixture(scope="module")
+def _trained_once(tmp_path_factory):
+    from faults import cli
+
+    root = tmp_path_factory.mktemp("lifecycle")
+    generate_dataset(root / "tiny.h5", ClusteringParams(**PARAMS), seed=0)
+    return _train_a(cli, root / "tiny.h5", root / "runs")[0]
+
+
+@pytest.fixture
+def trained(_trained_once, tmp_path):
+    """A run ``a`` trained for 2 epochs, a copy of its own in each test (one training per module): (runs_dir,
+    run_dir)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(_trained_once, runs)
+    return runs, runs / "a"
+
+
+@pytest.fixture
+def trained_on_tiny_h5(cli, tiny_h5, tmp_path):
+    """A run ``a`` trained for 2 epochs on ``tiny_h5``, for a test that changes that file: (runs_dir, run_dir)."""
+    return _train_a(cli, tiny_h5, tmp_path / "runs")
 
 
 def _dead_run(tiny_h5, runs, name, monkeypatch):
@@ -163,8 +184,8 @@ def test_a_run_under_a_nested_name_resumes_with_the_printed_name(cli, tiny_h5, t
     assert _epochs(runs / "grp" / "exp [1]") == [0, 1]
 
 
-def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained, tiny_h5):
-    runs, run = trained
+def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained_on_tiny_h5, tiny_h5):
+    runs, run = trained_on_tiny_h5
     generate_dataset(tiny_h5, ClusteringParams(**PARAMS), seed=1, force=True)  # same path, other content
     r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu")
     assert "changed since" in _one_line_error(r) and "--data" in r.output
@@ -173,7 +194,8 @@ def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained, tiny_h5
     assert r.exit_code == 0, r.output
 
 
-def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, trained, tiny_h5, monkeypatch):
+def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, trained_on_tiny_h5, tiny_h5,
+                                                                           monkeypatch):
     """The default dataset regenerated on another machine (seed 0, the paper's generator) holds the same
     tasks but not always the same bytes: other scipy or BLAS builds round the covariances' last bits
     differently. A fresh install's `swarmctl eval` refused the shipped model on it; it now warns and scores.
@@ -181,7 +203,7 @@ def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, 
     as another machine's."""
     from swarmctl.tasks import clustering
 
-    runs, run = trained
+    runs, run = trained_on_tiny_h5
     monkeypatch.setattr(clustering.ClusteringTask, "default_data", str(tiny_h5))
     monkeypatch.setattr(clustering.ClusteringTask, "default_tasks", PARAMS["n_tasks"])
     recipe = {k: v for k, v in PARAMS.items() if k != "n_tasks"}
