@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import tiered
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.clustering_generator import ClusteringParams
@@ -126,8 +127,11 @@ def test_a_partial_last_metrics_line_is_skipped_with_a_warning(cli, trained):
     assert _epochs(run) == [0, 1, 2]
 
 
-@pytest.mark.parametrize("option", [["--lr", "0.5"], ["--hidden", "16"], ["--batch-size", "2"], ["--name", "b"],
-                                    ["--seed", "0"], ["--step", "amp"], ["--data", "x.h5"]])
+# one rule for every fixed setting (test_runs_train checks it on the library): in the default suite a training
+# option, a model option and a value equal to the run's own; the other options in the slow one
+@pytest.mark.parametrize("option", [tiered(option, default=option[0] in ("--lr", "--hidden", "--seed")) for option in (
+    ["--lr", "0.5"], ["--hidden", "16"], ["--batch-size", "2"], ["--name", "b"], ["--seed", "0"], ["--step", "amp"],
+    ["--data", "x.h5"])])
 def test_resume_refuses_options_that_cannot_change(cli, trained, option):
     runs, run = trained
     before = (run / "last.pt").read_bytes()
@@ -220,7 +224,9 @@ def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, 
     assert "changed since" in _one_line_error(r) and not (run / "eval-val.json").exists()
 
 
-@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"model": 3}', b"\xff\xfe\x00", b"[]"])
+# the default suite: text that is not JSON, and JSON that is not a config; the other damage in the slow one
+@pytest.mark.parametrize("damage", [tiered(damage, default=damage in (b"{not json", b'{"model": 3}'))
+                                    for damage in (b"", b"{not json", b'{"model": 3}', b"\xff\xfe\x00", b"[]")])
 def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, trained, damage):
     runs, run = trained
     r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 2)  # a second run "b"
