@@ -49,11 +49,20 @@ def _no_network(monkeypatch) -> None:
     monkeypatch.setenv("SWARMCTL_NO_DOWNLOAD", "1")  # tests never try torchvision's download
 
 
+@pytest.fixture(scope="session")
+def _empty_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("no-shipped-models")
+
+
 @pytest.fixture(autouse=True)
-def _no_shipped_models(monkeypatch, tmp_path_factory) -> None:
+def _no_shipped_models(monkeypatch, _empty_folder):
     """Commands fall back to the models in pretrained/ when no run is named; tests see none unless they
-    point SWARMCTL_PRETRAINED somewhere themselves."""
-    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path_factory.mktemp("no-shipped-models")))
+    point SWARMCTL_PRETRAINED somewhere themselves. One empty folder for the session (a new numbered folder a
+    test costs more the more tests ran: pytest lists the base folder to number it), checked still empty after
+    each test."""
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(_empty_folder))
+    yield
+    assert not any(_empty_folder.iterdir()), f"a test wrote into the shipped models' folder {_empty_folder}"
 
 
 @pytest.fixture(autouse=True)
