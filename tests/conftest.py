@@ -49,11 +49,20 @@ def _no_network(monkeypatch) -> None:
     monkeypatch.setenv("SWARMCTL_NO_DOWNLOAD", "1")  # tests never try torchvision's download
 
 
+@pytest.fixture(scope="session")
+def _empty_folder(tmp_path_factory):
+    return tmp_path_factory.mktemp("no-shipped-models")
+
+
 @pytest.fixture(autouse=True)
-def _no_shipped_models(monkeypatch, tmp_path_factory) -> None:
+def _no_shipped_models(monkeypatch, _empty_folder):
     """Commands fall back to the models in pretrained/ when no run is named; tests see none unless they
-    point SWARMCTL_PRETRAINED somewhere themselves."""
-    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(tmp_path_factory.mktemp("no-shipped-models")))
+    point SWARMCTL_PRETRAINED somewhere themselves. One empty folder for the session (a new numbered folder a
+    test costs more the more tests ran: pytest lists the base folder to number it), checked still empty after
+    each test."""
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(_empty_folder))
+    yield
+    assert not any(_empty_folder.iterdir()), f"a test wrote into the shipped models' folder {_empty_folder}"
 
 
 @pytest.fixture(autouse=True)
@@ -68,14 +77,24 @@ def _seed() -> None:
 TINY_PARAMS = dict(n_tasks=24, val_fraction=0.25, k_min=2, k_max=4, n_min=8, n_max=20)
 
 
-@pytest.fixture
-def tiny_h5(tmp_path):
-    """A tiny clustering dataset written by the real generator (18 train + 6 validation tasks)."""
+@pytest.fixture(scope="session")
+def _tiny_h5_once(tmp_path_factory):
     from swarmctl.data.clustering_generator import ClusteringParams
     from swarmctl.data.hdf5 import generate_dataset
 
-    path = tmp_path / "tiny.h5"
+    path = tmp_path_factory.mktemp("tiny-h5") / "tiny.h5"
     generate_dataset(path, ClusteringParams(**TINY_PARAMS), seed=0)
+    return path
+
+
+@pytest.fixture
+def tiny_h5(tmp_path, _tiny_h5_once):
+    """A tiny clustering dataset written by the real generator (18 train + 6 validation tasks): each test gets
+    its own copy of the one file the session generates (the generator takes 0.2 s or more; 190 tests use it)."""
+    import shutil
+
+    path = tmp_path / "tiny.h5"
+    shutil.copyfile(_tiny_h5_once, path)
     return path
 
 

@@ -247,11 +247,12 @@ def test_set_model_takes_a_set_with_no_real_entity_and_an_empty_batch(name):
 @pytest.mark.parametrize("name", SET_MODELS)
 def test_set_model_has_right_second_derivatives_or_refuses_them_in_words(name):
     """gradgradcheck on the input; the attention models' fused attention kernel has first derivatives only:
-    refused with a message naming the way to them (PyTorch's math attention), which then passes."""
+    refused with a message naming the way to them (PyTorch's math attention), which then passes. Two outputs per
+    entity where the task lets the model choose: the checks take a backward pass per output number."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     torch.manual_seed(0)
-    model = tiny(name).double().eval()
+    model = tiny(name, dim_out=2).double().eval()
     x, mask = inputs(name, 2, 3, dtype=torch.float64)
     attention = any(type(m).__name__ == "MultiheadAttention" for m in model.modules())
     if attention:

@@ -198,7 +198,9 @@ def test_a_bad_value_fails_in_one_line_and_changes_nothing(cli, world, command, 
             assert option in r.output, context
 
 
-@pytest.mark.parametrize("command", list(SWEEP))
+# each command in the tier that runs its drawn values: the default suite's cases are all of gen-data and train
+@pytest.mark.parametrize("command", [tiered(command, default=any(c.values[0] == command and not c.marks
+                                                                   for c in DRAWN)) for command in SWEEP])
 def test_the_base_arguments_work(cli, world, command):
     """Each bad value above is refused for itself: the arguments it replaces one of succeed."""
     r = cli(command, *[_fill(a, world) for a in SWEEP[command][0]])
@@ -328,7 +330,8 @@ def test_a_study_refuses_a_run_of_another_task_before_writing(cli, mog_run, args
     assert _snapshot(mog_run) == before
 
 
-@pytest.mark.parametrize("command", ["plot-entropy", "shuffle-variance"])
+# one reader of saved study results for both (studies.results): the cheaper study in the default suite
+@pytest.mark.parametrize("command", [tiered("plot-entropy", default=False), tiered("shuffle-variance", default=True)])
 def test_replot_of_an_empty_or_cut_saved_result_is_one_line(cli, world, command, tmp_path):
     out = tmp_path / "out"
     r = cli(command, "clu", "--runs-dir", world / "runs", "--device", "cpu", "--out", out,

@@ -1,6 +1,8 @@
 """torchrun's environment variables set by hand, wrongly: one line naming the variable, exit 1 (the
 environment is no option), nothing written."""
 
+import shutil
+
 import pytest
 from faults import snapshot
 from typer.testing import CliRunner
@@ -21,14 +23,34 @@ CASES = [
 ]
 
 
+def _train_args(data, runs):
+    return ["train", "swarm", "--hidden", "8", "--iters", "2", "--max-epochs", "1", "--batch-size", "6",
+            "--device", "cpu", "--data", str(data), "--runs-dir", str(runs), "--name", "a"]
+
+
+@pytest.fixture(scope="module")
+def _one_epoch_run(tmp_path_factory):
+    """A runs folder with run ``a`` trained for one epoch under a clean environment (trained once; each test
+    resumes a copy of its own)."""
+    from conftest import TINY_PARAMS
+
+    from swarmctl.data.clustering_generator import ClusteringParams
+    from swarmctl.data.hdf5 import generate_dataset
+
+    root = tmp_path_factory.mktemp("environment")
+    generate_dataset(root / "tiny.h5", ClusteringParams(**TINY_PARAMS), seed=0)
+    r = CliRunner().invoke(app, _train_args(root / "tiny.h5", root / "runs"), env=UNSET)
+    assert r.exit_code == 0, r.output
+    return root / "runs"
+
+
 @pytest.mark.parametrize(("env", "named"), CASES, ids=[" ".join(f"{k}={v}" for k, v in e.items()) for e, _ in CASES])
 @pytest.mark.parametrize("resume", [False, True])
-def test_a_bad_torchrun_environment_is_one_line(tmp_path, tiny_h5, env, named, resume):
+def test_a_bad_torchrun_environment_is_one_line(request, tmp_path, tiny_h5, env, named, resume):
     runs = tmp_path / "runs"
-    args = ["train", "swarm", "--hidden", "8", "--iters", "2", "--max-epochs", "1", "--batch-size", "6",
-            "--device", "cpu", "--data", str(tiny_h5), "--runs-dir", str(runs), "--name", "a"]
+    args = _train_args(tiny_h5, runs)
     if resume:
-        assert CliRunner().invoke(app, args, env=UNSET).exit_code == 0
+        shutil.copytree(request.getfixturevalue("_one_epoch_run"), runs)
         args = ["train", "swarm", "--resume", "a", "--runs-dir", str(runs), "--max-epochs", "2"]
     before = snapshot(tmp_path)
     r = CliRunner().invoke(app, args, env={**UNSET, **env})

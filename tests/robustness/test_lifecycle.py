@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import tiered
 
 from swarmctl.config import DataConfig, ModelConfig, TrainConfig
 from swarmctl.data.clustering_generator import ClusteringParams
@@ -34,29 +35,61 @@ def _temps(folder):
     return sorted(p.name for p in folder.rglob("*.tmp"))
 
 
-@pytest.fixture
-def trained(cli, tiny_h5, tmp_path):
-    """A run ``a`` trained for 2 epochs: (runs_dir, run_dir)."""
-    runs = tmp_path / "runs"
-    r = cli("train", "swarm", *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "a", "--max-epochs", 2)
+def _train_a(cli, data, runs):
+    r = cli("train", "swarm", *TINY, "--data", data, "--runs-dir", runs, "--name", "a", "--max-epochs", 2)
     assert r.exit_code == 0, r.output
     return runs, runs / "a"
 
 
-def _dead_run(tiny_h5, runs, name, monkeypatch):
-    """A run killed (SIGKILL) in its first epoch: its folder holds config.json and its lock only. (A run
-    that fails with an exception there removes its folder; a kill leaves it.)"""
+@pytest.fixture(scope="module")
+def _trained_once(tmp_path_factory):
+    from faults import cli
+
+    root = tmp_path_factory.mktemp("lifecycle")
+    generate_dataset(root / "tiny.h5", ClusteringParams(**PARAMS), seed=0)
+    return _train_a(cli, root / "tiny.h5", root / "runs")[0]
+
+
+@pytest.fixture
+def trained(_trained_once, tmp_path):
+    """A run ``a`` trained for 2 epochs, a copy of its own in each test (one training per module): (runs_dir,
+    run_dir)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(_trained_once, runs)
+    return runs, runs / "a"
+
+
+@pytest.fixture
+def trained_on_tiny_h5(cli, tiny_h5, tmp_path):
+    """A run ``a`` trained for 2 epochs on ``tiny_h5``, for a test that changes that file: (runs_dir, run_dir)."""
+    return _train_a(cli, tiny_h5, tmp_path / "runs")
+
+
+@pytest.fixture(scope="module")
+def _dead_once(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dead")
+    generate_dataset(root / "tiny.h5", ClusteringParams(**PARAMS), seed=0)
     start_run(ModelConfig(name="swarm", dim_hidden=8, n_iter=2), TrainConfig(batch_size=6, max_epochs=2,
-              device="cpu"), DataConfig(path=str(tiny_h5)), runs, name)
+              device="cpu"), DataConfig(path=str(root / "tiny.h5")), root / "runs", "dead")
     for file in ("last.pt", "best.pt", "metrics.jsonl"):  # what the first epoch would have written
-        (runs / name / file).unlink()
-    assert sorted(p.name for p in (runs / name).iterdir()) == [".lock", "config.json"]
+        (root / "runs" / "dead" / file).unlink()
+    assert sorted(p.name for p in (root / "runs" / "dead").iterdir()) == [".lock", "config.json"]
+    return root / "runs" / "dead"
+
+
+@pytest.fixture
+def dead_run(_dead_once, tmp_path):
+    """A run ``dead`` killed (SIGKILL) in its first epoch: its folder holds config.json and its lock only (a run
+    that fails with an exception there removes its folder; a kill leaves it). Made once per module, a copy of
+    its own in each test: the runs folder."""
+    runs = tmp_path / "runs"
+    shutil.copytree(_dead_once, runs / "dead")
+    return runs
 
 
 @pytest.mark.parametrize("how", ["resume", "restart"])
-def test_a_run_killed_before_its_first_checkpoint_keeps_its_name(cli, tiny_h5, tmp_path, monkeypatch, how):
-    runs = tmp_path / "runs"
-    _dead_run(tiny_h5, runs, "dead", monkeypatch)
+def test_a_run_killed_before_its_first_checkpoint_keeps_its_name(cli, dead_run, tiny_h5, how):
+    runs = dead_run
     if how == "resume":
         r = cli("train", "swarm", "--resume", "dead", "--runs-dir", runs)
     else:
@@ -105,8 +138,11 @@ def test_a_partial_last_metrics_line_is_skipped_with_a_warning(cli, trained):
     assert _epochs(run) == [0, 1, 2]
 
 
-@pytest.mark.parametrize("option", [["--lr", "0.5"], ["--hidden", "16"], ["--batch-size", "2"], ["--name", "b"],
-                                    ["--seed", "0"], ["--step", "amp"], ["--data", "x.h5"]])
+# one rule for every fixed setting (test_runs_train checks it on the library): in the default suite a training
+# option, a model option and a value equal to the run's own; the other options in the slow one
+@pytest.mark.parametrize("option", [tiered(option, default=option[0] in ("--lr", "--hidden", "--seed")) for option in (
+    ["--lr", "0.5"], ["--hidden", "16"], ["--batch-size", "2"], ["--name", "b"], ["--seed", "0"], ["--step", "amp"],
+    ["--data", "x.h5"])])
 def test_resume_refuses_options_that_cannot_change(cli, trained, option):
     runs, run = trained
     before = (run / "last.pt").read_bytes()
@@ -163,8 +199,8 @@ def test_a_run_under_a_nested_name_resumes_with_the_printed_name(cli, tiny_h5, t
     assert _epochs(runs / "grp" / "exp [1]") == [0, 1]
 
 
-def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained, tiny_h5):
-    runs, run = trained
+def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained_on_tiny_h5, tiny_h5):
+    runs, run = trained_on_tiny_h5
     generate_dataset(tiny_h5, ClusteringParams(**PARAMS), seed=1, force=True)  # same path, other content
     r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu")
     assert "changed since" in _one_line_error(r) and "--data" in r.output
@@ -173,7 +209,8 @@ def test_eval_refuses_a_regenerated_data_file_unless_named(cli, trained, tiny_h5
     assert r.exit_code == 0, r.output
 
 
-def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, trained, tiny_h5, monkeypatch):
+def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, trained_on_tiny_h5, tiny_h5,
+                                                                           monkeypatch):
     """The default dataset regenerated on another machine (seed 0, the paper's generator) holds the same
     tasks but not always the same bytes: other scipy or BLAS builds round the covariances' last bits
     differently. A fresh install's `swarmctl eval` refused the shipped model on it; it now warns and scores.
@@ -181,7 +218,7 @@ def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, 
     as another machine's."""
     from swarmctl.tasks import clustering
 
-    runs, run = trained
+    runs, run = trained_on_tiny_h5
     monkeypatch.setattr(clustering.ClusteringTask, "default_data", str(tiny_h5))
     monkeypatch.setattr(clustering.ClusteringTask, "default_tasks", PARAMS["n_tasks"])
     recipe = {k: v for k, v in PARAMS.items() if k != "n_tasks"}
@@ -198,7 +235,9 @@ def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, 
     assert "changed since" in _one_line_error(r) and not (run / "eval-val.json").exists()
 
 
-@pytest.mark.parametrize("damage", [b"", b"{not json", b'{"model": 3}', b"\xff\xfe\x00", b"[]"])
+# the default suite: text that is not JSON, and JSON that is not a config; the other damage in the slow one
+@pytest.mark.parametrize("damage", [tiered(damage, default=damage in (b"{not json", b'{"model": 3}'))
+                                    for damage in (b"", b"{not json", b'{"model": 3}', b"\xff\xfe\x00", b"[]")])
 def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, trained, damage):
     runs, run = trained
     r = cli("train", "swarm", "--resume", "a", "--runs-dir", runs, "--max-epochs", 2)  # a second run "b"
@@ -212,12 +251,12 @@ def test_a_damaged_config_is_skipped_by_the_commands_that_scan_the_runs(cli, tra
     assert "damaged" in _one_line_error(r)
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_a_dead_run_with_a_damaged_config_is_refused_in_one_line(cli, tiny_h5, tmp_path, monkeypatch, seed):
+# six drawn damages of one kind (a value of a type no field has): two in the default suite, all in the slow one
+@pytest.mark.parametrize("seed", [tiered(seed, default=seed < 2) for seed in range(6)])
+def test_a_dead_run_with_a_damaged_config_is_refused_in_one_line(cli, dead_run, seed):
     import random
 
-    runs = tmp_path / "runs"
-    _dead_run(tiny_h5, runs, "dead", monkeypatch)
+    runs = dead_run
     config = json.loads((runs / "dead" / "config.json").read_text())
     rng = random.Random(seed)
     section = rng.choice(["model", "train", "data"])

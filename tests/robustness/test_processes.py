@@ -45,6 +45,7 @@ def _epochs(run_dir):
     return [json.loads(line)["epoch"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # the default suite: test_lifecycle's second writer refused beside a lock held in-process
 def test_a_second_writer_on_a_running_run_is_refused(cli, tiny_h5, tmp_path):
     runs = tmp_path / "runs"
     first = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 100000])
