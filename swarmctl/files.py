@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import secrets
 import shutil
 import stat
 import tempfile
@@ -142,7 +141,7 @@ class staged_outputs:  # noqa: N801 (used as a function: ``with staged_outputs(.
             replace = self.named.get(os.path.realpath(path), (path, self.replace))[1]
         self.file(path, replace=replace)
         self.created.extend(make_folders(path.parent))
-        tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        tmp = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
         with _named_after(path):
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         try:
