@@ -119,7 +119,9 @@ def flag_names(text: str) -> str:
     if "`" not in text or ctx is None:
         return text
     names: dict[str, str] = {}
-    for param in ctx.command.params:  # no library message names an argument
+    for param in ctx.command.params:
+        if param.param_type_name == "argument":
+            names[str(param.name)] = param.metavar or str(param.name).upper()
         for name, opts in ((param.name, param.opts), (f"no_{param.name}", param.secondary_opts)):
             longs = [o for o in opts if o.startswith("--")]
             if longs:
