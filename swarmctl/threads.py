@@ -87,7 +87,7 @@ def free_cores(cores: int, busy: float) -> int:
 def choose(requested: int | None = None, environ: dict[str, str] | None = None, cores: int | None = None,
            load: float | None = None, since: CpuTimes | None = None) -> Threads:
     """The count by the rule; ``load``: the cores busy elsewhere, else measured from ``since`` over WINDOW s (none
-    where there is no /proc/stat). A variable that is no whole number 1..MAX_COUNT in ASCII digits is ignored."""
+    without /proc/stat). "Terminals and environment": a variable not 1..MAX_COUNT in ASCII digits is ignored."""
     env = os.environ if environ is None else environ
     if requested is not None:
         return Threads(requested, "--threads")

@@ -114,8 +114,8 @@ _WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG
 
 
 def _stdout_failed(exc: BaseException) -> OSError | None:
-    """A standard stream's failed write behind ``exc`` (an OSError of a write, naming no file: swarmctl's own files
-    name themselves), or None; standard output then goes to /dev/null, so that it cannot fail again at exit."""
+    """"Outputs": a standard stream's failed write behind ``exc`` (an OSError of a write naming no file), or None;
+    standard output then goes to /dev/null, so that it cannot fail again at exit."""
     error: BaseException | None = exc
     while error is not None and not (isinstance(error, OSError) and error.errno in _WRITE_ERRNOS):
         error = error.__context__
