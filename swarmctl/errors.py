@@ -1,6 +1,5 @@
-"""User-facing errors, which the CLI turns into one line, and the exit codes of docs/guarantees.md by one rule:
-an option value wrong in itself, whatever the files and the machine, is a :class:`ConfigError` and exits 2,
-like a value Typer refuses; a problem with a file, a run, a sweep spec or the machine exits 1."""
+"""User-facing errors and the exit codes of docs/guarantees.md: a :class:`ConfigError` (a value wrong in itself) exits
+2, like a value Typer refuses, any other :class:`SwarmctlError` (a file, a run, the machine) 1."""
 
 import errno
 import shlex
@@ -10,11 +9,11 @@ OK, ERROR, USAGE, SIGNAL = 0, 1, 2, 130  # done; a file, run or the machine; an 
 
 
 class SwarmctlError(Exception):
-    """A problem the user can fix (bad option, bad file); never a bug. Exit code 1 unless a subclass says."""
+    """A problem the user can fix (bad option, bad file); never a bug."""
 
 
 class ConfigError(SwarmctlError):
-    """A configuration value is out of range, of the wrong kind, or inconsistent with another: exit 2."""
+    """A configuration value out of range, of the wrong kind, or inconsistent with another."""
 
 
 class ResourceError(SwarmctlError):
@@ -41,17 +40,13 @@ class SwarmctlWarning(UserWarning):
     """Something was skipped or repaired that the user should know; the CLI prints one "warning:" line."""
 
 
-_OS_FIXES = {
-    errno.EACCES: "choose a folder you can write to",
-    errno.EPERM: "choose a folder you can write to",
-    errno.EROFS: "the file system is read-only; choose another folder",
+_OS_FIXES = {  # the fix for a cause; where none is here (a name too long, say), "check the path"
     errno.EISDIR: "it is a folder; give a file path",
-    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
     errno.ENOSPC: "the disk is full; free space or choose another folder",
-    errno.EDQUOT: "the disk quota is used up; free space or choose another folder",
+    errno.EDQUOT: "free space or choose another folder",
     errno.EFBIG: "the file-size limit (ulimit -f) was reached; raise it or choose a smaller output",
-    errno.ENAMETOOLONG: "choose a shorter path",
     errno.ELOOP: "a link points in a circle or swarmctl refused to follow it; remove it",
+    **dict.fromkeys((errno.EACCES, errno.EPERM, errno.EROFS), "choose a folder you can write to"),
 }
 
 
@@ -64,9 +59,7 @@ def describe_os_error(exc: OSError) -> str:
 
 
 def shell_command(command: str, *words: object, **options: object) -> str:
-    """A swarmctl command as a shell line that works as printed: ``shell_command("train", "swarm", resume="r 1")``
-    is ``swarmctl train swarm --resume 'r 1'`` (True: the flag alone). The one place outside the CLI that turns
-    a parameter into a flag."""
+    """A swarmctl command as a shell line that works as printed: ``swarmctl train swarm --resume 'r 1'``."""
     parts = ["swarmctl", command, *(shlex.quote(str(w)) for w in words)]
     for name, value in options.items():
         parts.append("--" + name.replace("_", "-"))
@@ -76,8 +69,7 @@ def shell_command(command: str, *words: object, **options: object) -> str:
 
 
 def command_line(command: str, *words: object, **options: object) -> str:
-    """A command to run next, for a message's fix: :func:`shell_command` in backticks. (A message names its own
-    command's options by parameter, ```force```, which the CLI prints as the flag.)"""
+    """A command to run next, for a message's fix: :func:`shell_command` in backticks."""
     return "`" + shell_command(command, *words, **options) + "`"
 
 

@@ -1,13 +1,11 @@
-"""The file rules of docs/guarantees.md, in the one module that writes. Each rule names the section whose
-promise it keeps: "Outputs", "Input files", "Runs and training" or "Terminals and environment"."""
+"""The file rules of docs/guarantees.md, in the one module that writes; each rule names the section whose promise it
+keeps: "Outputs", "Input files", "Runs and training" or "Terminals and environment"."""
 
 from __future__ import annotations
 
 import atexit
 import contextlib
 import contextvars
-import dataclasses
-import errno
 import glob
 import io
 import json
@@ -28,7 +26,6 @@ from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 _held: set[Path] = set()  # the folders whose one writer this process is (:func:`holding`)
 _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
           stat.S_IFSOCK: "a socket"}
-_NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV)
 
 
 def shipped_folder() -> Path:
@@ -49,9 +46,7 @@ def holding(folder: Path) -> Iterator[None]:
 
 def check_regular_file(path: Path, what_file: str | None = None, *, follow: bool = True,
                        fd: int | None = None) -> None:
-    """"Input files": a FIFO, folder or device file in place of a file a command reads (links are followed;
-    ``fd``: the file as opened). "Outputs": with ``follow`` False, a link too, in place of one it writes (or
-    ``what_file``, as the message calls it)."""
+    """"Input files": no FIFO, folder or device read (``fd``: as opened); "Outputs" (not ``follow``): nor a link."""
     try:
         mode = os.stat(path if fd is None else fd, follow_symlinks=follow).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -86,8 +81,7 @@ def check_output_folder(folder: Path, target: Path | None = None) -> Path:
 
 
 def check_output_file(path: Path, inputs: Iterable[Path | None] = ()) -> None:
-    """"Outputs": refused with or without --force, before any work: a link, FIFO or folder in its place, an
-    input, a run's lock, a run's own file or a shipped model (unless this process holds its folder)."""
+    """"Outputs": refused even with --force: a link, FIFO or folder, an input, a lock, a run's file, a shipped model."""
     def refuse(why: str) -> None:
         raise ResourceError(f"cannot write {path}: {why}; choose another output path")
 
@@ -114,18 +108,15 @@ def check_png(path: Path | None, name: str) -> Path | None:
     return path
 
 
-# ---- a command's outputs, all or none ----------------------------------------------------------------------
+class staged_outputs:  # noqa: N801 (used as a function: ``with staged_outputs(...) as outputs``)
+    """"Outputs": a command's files, each checked when named, appear all together when the block ends, or none do, nor
+    the folders made for them; ``replace`` False: no --force. A block inside another publishes when it ends."""
 
-@dataclasses.dataclass
-class Outputs:
-    """The files of one :func:`staged_outputs` block; each output is checked when the command names it."""
-
-    inputs: list[Path]
-    replace: bool
-    pending: list[tuple[str, Path, bool]] = dataclasses.field(default_factory=list)  # (temporary, target, replace)
-    created: list[Path] = dataclasses.field(default_factory=list)  # folders made, outermost first
-    named: dict[str, tuple[Path, bool]] = dataclasses.field(default_factory=dict)  # by resolved path
-    folder = staticmethod(check_output_folder)
+    def __init__(self, inputs: Iterable[Path | None] = (), *, replace: bool = True) -> None:
+        self.inputs, self.replace = [Path(p) for p in inputs if p is not None], replace
+        self.named: dict[str, tuple[Path, bool]] = {}  # resolved path -> (the output as named, its replace)
+        self.pending: list[tuple[Path, Path, bool]] = []  # (temporary file, target, replace)
+        self.created: list[Path] = []  # folders made, outermost first
 
     def input(self, *paths: Path | None) -> None:
         """Files the command reads; the outputs named so far are checked against them too."""
@@ -134,8 +125,7 @@ class Outputs:
             check_output_file(path, new)
 
     def file(self, path: Path | str, *, replace: bool | None = None) -> Path:
-        """"Outputs": check the output ``path``; one you named that exists is replaced only with --force
-        (``replace``: the block's unless given)."""
+        """Check the output ``path``: one that exists is replaced only with --force (``replace``, else the block's)."""
         path, replace = Path(path), self.replace if replace is None else replace
         check_output_file(path, self.inputs)
         self.named.setdefault(os.path.realpath(path), (path, replace))
@@ -143,63 +133,75 @@ class Outputs:
             raise OutputExists(f"{path} exists; pass `force` to overwrite it or choose another path")
         return path
 
+    folder = staticmethod(check_output_folder)
 
-_staging: contextvars.ContextVar[Outputs | None] = contextvars.ContextVar("swarmctl_staging", default=None)
+    def write(self, path: Path, fill: Callable[[int, Path], None], replace: bool | None) -> None:
+        """Check ``path``, then ``fill`` a temporary file beside it named with the PID (:func:`remove_orphan_temps`)."""
+        if replace is None:  # the output's own, as the command named it, else the block's
+            replace = self.named.get(os.path.realpath(path), (path, self.replace))[1]
+        self.file(path, replace=replace)
+        self.created.extend(make_folders(path.parent))
+        tmp = path.parent / f".{path.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+        with _named_after(path):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            fill(fd, tmp)
+            os.fsync(fd)  # the content is on the disk before the name is
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        self.pending.append((tmp, path, replace))
 
+    def __enter__(self) -> staged_outputs:
+        self._token = _staging.set(self)
+        return self
 
-@contextlib.contextmanager
-def staged_outputs(inputs: Iterable[Path | None] = (), *, replace: bool = True) -> Iterator[Outputs]:
-    """"Outputs": a command's outputs are renamed once all are written; one that fails leaves no new file or
-    folder. ``replace`` False: no --force. A block inside another publishes when it ends (a file read next)."""
-    stage = Outputs([Path(p) for p in inputs if p is not None], replace)
-    token, done = _staging.set(stage), False
-    try:
-        yield stage
-        _publish(stage.pending)
-        done = True
-    finally:
-        _staging.reset(token)
-        for tmp, _, _ in stage.pending:
-            Path(tmp).unlink(missing_ok=True)  # after a hard link, its second name
-        if not done:
-            remove_folders(stage.created)
+    def __exit__(self, failed: type[BaseException] | None, *_: object) -> None:
+        _staging.reset(self._token)
+        done = False
+        try:
+            if failed is None:
+                self._publish()
+                done = True
+        finally:
+            for tmp, _, _ in self.pending:
+                tmp.unlink(missing_ok=True)  # after a hard link, its second name
+            if not done:
+                remove_folders(self.created)
 
-
-def _publish(pending: list[tuple[str, Path, bool]]) -> None:
-    """Each temporary file takes its name, new files first by hard link ("Outputs": an output that another
-    process creates meanwhile is never replaced without --force), then the folders are synced."""
-    linked: list[Path] = []
-    try:
-        for tmp, path, replace in sorted(pending, key=lambda p: p[2]):
-            if replace:
-                os.replace(tmp, path)
-                continue
-            with _named_after(path):
+    def _publish(self) -> None:
+        """Each file takes its name, new ones first by hard link, which fails where another process took the name
+        meanwhile ("Outputs": never replaced without --force; those linked go again); then the folders are synced."""
+        linked: list[Path] = []
+        try:
+            for tmp, path, replace in sorted(self.pending, key=lambda p: p[2]):
+                with _named_after(path):
+                    if replace:
+                        os.replace(tmp, path)
+                    else:
+                        os.link(tmp, path)
+                        linked.append(path)
+        except BaseException:
+            for path in linked:
+                path.unlink(missing_ok=True)
+            raise
+        for folder in {path.parent for _, path, _ in self.pending}:
+            with contextlib.suppress(OSError):  # where the file system can sync a folder: the new names too
+                fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    os.link(tmp, path)
-                except OSError as exc:  # a file system without hard links: the name taken with O_EXCL, then replaced
-                    if exc.errno not in _NO_HARD_LINKS:
-                        raise
-                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC))
-                    os.replace(tmp, path)
-            linked.append(path)
-    except BaseException:  # "a command that fails leaves no new file": the files linked so far go again
-        for path in linked:
-            path.unlink(missing_ok=True)
-        raise
-    for folder in {path.parent for _, path, _ in pending}:
-        with contextlib.suppress(OSError):  # where the file system can sync a folder: the new names too
-            fd = os.open(folder, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+
+_staging: contextvars.ContextVar[staged_outputs | None] = contextvars.ContextVar("swarmctl_staging", default=None)
 
 
 @contextlib.contextmanager
 def _named_after(path: Path) -> Iterator[None]:
-    """"Outputs": a failed write is an OSError naming the file asked for, not its temporary file ("A full
-    disk ..."); a name another process took meanwhile is OutputExists."""
+    """"Outputs": a failed write names the file asked for, not its temporary file; a name taken meanwhile exists."""
     try:
         yield
     except FileExistsError:
@@ -209,12 +211,9 @@ def _named_after(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
-# ---- one file ------------------------------------------------------------------------------------------------
-
 def atomic_write(path: Path, write: Callable[[BinaryIO], None], *, replace: bool | None = None) -> None:
-    """"Outputs": every file is written to a temporary file (synced) and renamed; ``write`` fills a buffer, so
-    that no library opens the target. ``replace`` None: the output's own, else the block's (outside one: True)."""
-    def fill(fd: int, tmp: str) -> None:
+    """"Outputs": ``write`` fills a buffer (no library opens the target), synced in a temporary file, renamed."""
+    def fill(fd: int, tmp: Path) -> None:
         buffer = io.BytesIO()
         write(buffer)
         view = buffer.getbuffer()
@@ -231,33 +230,14 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_file(path: Path, write: Callable[[str], None]) -> None:
     """:func:`atomic_write` for a writer that needs a file name (the kernel compiler): ``write(tmp)``."""
-    _write_beside(Path(path), lambda fd, tmp: write(tmp), True)
+    _write_beside(Path(path), lambda fd, tmp: write(str(tmp)), True)
 
 
-def _write_beside(path: Path, fill: Callable[[int, str], None], replace: bool | None) -> None:
-    """Check ``path``, fill and sync a temporary file beside it (named with the writer's PID, for
-    :func:`remove_orphan_temps`), to publish when the block ends (outside one, a block of its own)."""
+def _write_beside(path: Path, fill: Callable[[int, Path], None], replace: bool | None) -> None:
+    """A temporary file for ``path``, published when the block ends (outside one, a block of its own)."""
     stage = _staging.get()
-    if stage is None:
-        with staged_outputs():
-            return _write_beside(path, fill, replace)
-    if replace is None:  # the output's own, as the command named it, else the block's
-        replace = stage.named.get(os.path.realpath(path), (path, stage.replace))[1]
-    stage.file(path, replace=replace)
-    stage.created.extend(make_folders(path.parent))
-    with _named_after(path):
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp", dir=path.parent)
-    try:
-        fill(fd, tmp)
-        os.umask(mask := os.umask(0))
-        os.fchmod(fd, 0o666 & ~mask)  # mkstemp creates 0600; give the file the usual permissions
-        os.fsync(fd)  # the content is on the disk before the name is
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    finally:
-        os.close(fd)
-    stage.pending.append((tmp, path, replace))
+    with staged_outputs() if stage is None else contextlib.nullcontext(stage) as outputs:
+        outputs.write(path, fill, replace)
 
 
 def make_folders(folder: Path) -> list[Path]:
@@ -275,15 +255,14 @@ def remove_folders(created: list[Path]) -> None:
 
 
 def open_regular(path: Path, flags: int, what_file: str) -> int:
-    """"Outputs": never writes through a symbolic link, never waits on a FIFO: ``path`` opened with ``flags``,
-    a link, FIFO, folder or device in its place refused as not ``what_file`` (one put there meanwhile: ELOOP)."""
+    """"Outputs": ``path`` opened with ``flags``, never through a link or on a FIFO (one put there meanwhile: ELOOP)."""
     check_regular_file(path, what_file, follow=False)
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
 
 
 def remove_orphan_temps(folder: Path, prefix: str = ".", *, held: bool = False) -> None:
-    """"Runs and training": temporary files a killed writer left are removed (``held``: the caller holds the
-    folder's lock, so all are; else those whose writer, the PID in the name, is gone)."""
+    """"Runs and training": temporary files a killed writer left are removed (``held``: all, as the folder's lock
+    holder; else those whose writer, the PID in the name, is gone)."""
     for tmp in Path(folder).glob(f"{glob.escape(prefix)}*.tmp"):
         pid = re.search(r"\.(\d+)-[^.]*\.tmp$", tmp.name)
         try:
@@ -298,8 +277,7 @@ def remove_orphan_temps(folder: Path, prefix: str = ".", *, held: bool = False) 
 
 
 def private_temp_folder(name: str) -> Path:
-    """"Terminals and environment": ``$TMPDIR/swarmctl-UID/name`` if it is this user's alone, else a fresh
-    private folder removed at exit."""
+    """"Terminals and environment": ``$TMPDIR/swarmctl-UID/name`` if this user's alone, else a private one for now."""
     base = Path(tempfile.gettempdir()) / f"swarmctl-{os.getuid()}"
     with contextlib.suppress(OSError):
         for folder in (base, base / name):
@@ -312,8 +290,6 @@ def private_temp_folder(name: str) -> Path:
     atexit.register(shutil.rmtree, private, True)
     return private
 
-
-# ---- readers -------------------------------------------------------------------------------------------------
 
 @contextlib.contextmanager
 def read_errors(path: Path, what: str) -> Iterator[None]:

@@ -1,8 +1,5 @@
-"""SIGINT and SIGTERM, one path (docs/design.md, "Signals"): from a command's start to its last line a signal
-raises :class:`Interrupted` (:class:`Interruption`), so that atomic writes remove their temporary files on the
-way out and `swarmctl.cli.run` ends the command with one line and exit 130; a run being trained turns them
-into the flag of :class:`StopSignals`, which the trainer answers between batches with a saved last.pt.
-Handlers are installed in the main thread only (elsewhere Python refuses them)."""
+"""SIGINT and SIGTERM, one path (docs/design.md, "Signals"): raised as :class:`Interrupted` until a command's exit code
+is decided, or a flag the trainer checks between batches (:class:`StopSignals`); handlers in the main thread only."""
 
 from __future__ import annotations
 
@@ -25,18 +22,15 @@ def restore(previous: dict[int, Any]) -> None:
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGINT or SIGTERM, raised like Ctrl-C. ``args``: the signal's name, and the report to print instead of
-    the usual line (a saved run's)."""
+    """SIGINT or SIGTERM, raised like Ctrl-C; ``args``: the signal's name, and a saved run's report to print instead."""
 
 
 class Interruption:
-    """A command's handler: it raises :class:`Interrupted` until the command's exit code is decided (``done``;
-    a signal is then dropped). ``hint``: how to continue, set by the command once it knows it; ``starting``:
-    its modules still load, nothing is written yet; ``signal``: the name of the one received."""
+    """A command's handler ("Signals": one line, exit 130): it raises :class:`Interrupted` until ``done``."""
 
     def __init__(self, starting: bool = False) -> None:
-        self.starting, self.done = starting, False
-        self.hint: str | None = None
+        self.starting, self.done = starting, False  # starting: the commands still load, nothing is written yet
+        self.hint: str | None = None  # how to continue, once the command knows it
         self.signal: str | None = None
 
     def __call__(self, signum: int, frame: Any) -> None:
@@ -56,8 +50,7 @@ class Interruption:
 
 
 class StopSignals:
-    """Signals as a flag, ``received`` (the signal's name), that the trainer checks between batches. Callers
-    that write a run enter it before the run's first file, so a signal at any later point saves last.pt."""
+    """"Signals" in `train`: a flag, ``received``, checked between batches, so that a signal saves last.pt."""
 
     received: str | None = None
 

@@ -35,23 +35,22 @@ ONE_BUSY = ((1000, 5000, 10), (2000, 4000, 0)), ((1000, 5020, 10), (2020, 4000, 
 def test_threads_read_the_usable_cores_busy_and_idle_time_from_proc_stat():
     reading = threads.cpu_times(_stat((7, 100, 3), (5, 50, 1), (9, 9, 9)), own=4.0, cpus={0, 2}, at=1.0)
     assert reading == threads.CpuTimes(cpus=2, busy=16, idle=121, own=4.0, at=1.0)  # cpu1 is not usable
-    assert threads.cpu_times("intr 1 2 3\n", own=0.0) is None  # no core lines: no reading, the load rule decides
+    assert threads.cpu_times("intr 1 2 3\n", own=0.0) is None  # no core lines: no reading, every core counts as free
     assert threads.cpu_times(_stat((1, 2, 3)), own=0.0, cpus={5}) is None
 
 
 def test_threads_right_after_another_job_ends_every_core_is_free():
     """The one-minute load average is still near 2 when a 2-core job has just ended: the window sees idle
-    cores, and the command gets both (the load rule gave 1 thread for the whole run)."""
+    cores, and the command gets both."""
     assert _window(*IDLE) == 0.0
-    assert choose(environ={}, cores=2, busy=_window(*IDLE)) == Threads(2, "2 usable cores", cores=2)
-    assert choose(environ={}, cores=2, load=2.0).count == 1  # what the one-minute average said
+    assert choose(environ={}, cores=2, load=_window(*IDLE)) == Threads(2, "2 usable cores", cores=2)
 
 
 def test_threads_a_busy_process_takes_a_core_away():
     assert _window(*ONE_BUSY) == 1.0
-    assert choose(environ={}, cores=2, busy=_window(*ONE_BUSY)) == Threads(1, "2 usable cores, 1.00 busy elsewhere", 2)
-    assert choose(environ={}, cores=8, busy=2.0).count == 6
-    assert choose(environ={}, cores=1, busy=1.0).count == 1  # never fewer than one
+    assert choose(environ={}, cores=2, load=_window(*ONE_BUSY)) == Threads(1, "2 usable cores, 1.00 busy elsewhere", 2)
+    assert choose(environ={}, cores=8, load=2.0).count == 6
+    assert choose(environ={}, cores=1, load=1.0).count == 1  # never fewer than one
 
 
 def test_threads_beside_a_busy_process_our_two_threads_would_thrash():
@@ -59,13 +58,13 @@ def test_threads_beside_a_busy_process_our_two_threads_would_thrash():
     core away (two threads there took 0.79 s a step against 54 ms with one)."""
     before, after = ((0, 0, 0), (0, 0, 0)), ((14, 0, 0), (26, 0, 0))  # 40 ticks on 2 cores, busy throughout
     assert abs(_window(before, after, own=26.7) - 0.665) < 0.01  # our threads took the other 26.7 ticks
-    assert choose(environ={}, cores=2, busy=_window(before, after, own=26.7)).count == 1
+    assert choose(environ={}, cores=2, load=_window(before, after, own=26.7)).count == 1
 
 
 def test_threads_this_process_own_time_is_not_another_process():
     before, after = ((0, 100, 0), (0, 100, 0)), ((20, 100, 0), (0, 120, 0))  # one core busy: this process
     assert _window(before, after, own=20.0) == 0.0
-    assert choose(environ={}, cores=2, busy=_window(before, after, own=20.0)).count == 2
+    assert choose(environ={}, cores=2, load=_window(before, after, own=20.0)).count == 2
 
 
 def test_threads_under_a_cpu_quota_only_the_cores_beyond_it_are_free_to_others():
@@ -81,12 +80,12 @@ def test_threads_under_a_cpu_quota_only_the_cores_beyond_it_are_free_to_others()
 
 @pytest.mark.parametrize(("busy", "expected"), [(0.0, 2), (0.49, 2), (0.5, 1), (1.4, 1), (2.0, 1)])
 def test_threads_half_a_core_taken_elsewhere_takes_a_core_away(busy, expected):
-    assert choose(environ={}, cores=2, busy=busy).count == expected
+    assert choose(environ={}, cores=2, load=busy).count == expected
 
 
-@pytest.mark.parametrize(("cores", "load", "expected"), [(2, 0.74, 2), (2, 0.75, 1), (2, 3.9, 1), (8, 2.0, 6)])
-def test_threads_without_proc_stat_the_load_average_decides(cores, load, expected):
-    assert choose(environ={}, cores=cores, load=load).count == expected
+def test_threads_without_proc_stat_every_usable_core_is_used(monkeypatch):
+    monkeypatch.setattr(threads, "STAT", threads.Path("/proc/no-such-stat"))
+    assert threads.cpu_times() is None and choose(environ={}, cores=3) == Threads(3, "3 usable cores", cores=3)
 
 
 @pytest.fixture
@@ -230,7 +229,7 @@ _HOST = """
 import os, sys, torch
 torch.set_num_threads(1)  # a host process (a benchmark's runner, a notebook) chose its threads
 import swarmctl.threads as rule
-rule.usable_cores, rule.measure = (lambda: 2), (lambda *reading: 0.0)  # the rule's own count: 2, whatever runs
+rule.usable_cores, rule.cpu_times = (lambda: 2), (lambda: None)  # the rule's own count: 2, whatever runs
 sys.argv = ["swarmctl", *sys.argv[1:]]
 from swarmctl.cli import main
 try:

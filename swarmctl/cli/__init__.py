@@ -1,7 +1,5 @@
-"""The swarmctl command line: one module per command, each a thin wrapper over a library function, and
-:func:`run`, the one place where an exception becomes an exit code and one line. Imports nothing heavy: ``app``
-is loaded on first use, after :func:`prepare`, and the command modules import no PyTorch (their help comes from
-:mod:`swarmctl.catalog`)."""
+"""The swarmctl command line: one module per command, and :func:`run`, the one place where an exception becomes an exit
+code and one line. Imports nothing heavy: the commands load on first use, after :func:`prepare`, without PyTorch."""
 
 from __future__ import annotations
 
@@ -35,11 +33,8 @@ def continue_with(command: str) -> None:
 
 
 def run(work: Callable[[], object], *, starting: bool = False, last: bool = False) -> int:
-    """Run ``work`` (a command: its options parsed, its work, its output) and end it as docs/guarantees.md
-    promises: an exception becomes an exit code and one line (a bug keeps its traceback), a warning one line,
-    and SIGINT or SIGTERM raise :class:`swarmctl.signals.Interrupted` (one Python drops, in a ``__del__``, still
-    ends it with 130). ``starting``: the commands still load; ``last``: the process ends after it, and the
-    signals are ignored then, so that its teardown keeps the exit code (else the handlers found before are back)."""
+    """Run the command ``work`` and end it as docs/guarantees.md promises ("Exit codes", "Signals"); ``starting``: the
+    commands still load; ``last``: the process ends after it, so signals are ignored from then on."""
     global _state
     state = _state = signals.Interruption(starting)
     running, hook = RUNNING.set(None), sys.unraisablehook
@@ -57,14 +52,11 @@ def run(work: Callable[[], object], *, starting: bool = False, last: bool = Fals
                         sys.stdout.flush()  # what the command left buffered fails here, not at exit
                 finally:
                     state.done = True  # the exit code is decided now: a signal from here on is dropped
+                status = (SIGNAL, state.line()) if state.signal else (OK, None)  # a signal Python dropped
             except BaseException as exc:
-                status = _status(exc, state)
-                if status is None:
-                    raise
-                code, line = status
-            else:
-                code, line = (SIGNAL, state.line()) if state.signal else (OK, None)
-            _say(line)
+                if (status := _status(exc, state)) is None:
+                    raise  # a bug keeps its traceback
+            _say(status[1])
     finally:
         sys.unraisablehook = hook
         RUNNING.reset(running)
@@ -72,29 +64,35 @@ def run(work: Callable[[], object], *, starting: bool = False, last: bool = Fals
             signals.install(signal.SIG_IGN)  # kept through the teardown, where Python resets a handler's
         else:
             signals.restore(previous)
-    return code
+    return status[0]
 
 
 def _status(exc: BaseException, state: signals.Interruption) -> tuple[int, str | None] | None:
-    """The exit code and line for ``exc``; None for a bug."""
+    """"Exit codes": the code and line for ``exc``, by its kind; None for a bug."""
     typer = sys.modules.get("typer")  # not loaded: no Typer exception either
     if isinstance(exc, KeyboardInterrupt):
         return SIGNAL, state.line(exc)
     if typer is not None and isinstance(exc, typer.Exit):
         return exc.exit_code, None
     if typer is not None and isinstance(exc, typer.TyperException):  # click's usage errors and their kin
-        from swarmctl.cli._app import usage_line
-
-        return exc.exit_code, f"error: {usage_line(exc)}"
+        return exc.exit_code, f"error: {_usage_line(exc)}"
     if isinstance(exc, SwarmctlError):
         return USAGE if isinstance(exc, ConfigError) else ERROR, f"error: {_flags(str(exc))}"
     if isinstance(exc, MemoryError):
         return ERROR, "error: out of memory; choose smaller sizes (fewer tasks, points, hidden units or grid locations)"
-    failed = _stdout_failed(exc)
-    if failed is not None:
+    if (failed := _stdout_failed(exc)) is not None:
         return ERROR, (f"error: cannot write to standard output ({failed.strerror.lower()}); send it somewhere "
                        "that takes it (a disk with free space, a pipe that is read to the end)")
     return (ERROR, f"error: {describe_os_error(exc)}") if isinstance(exc, OSError) else None
+
+
+def _usage_line(exc: typer.TyperException) -> str:
+    """A usage error in one line and where to read more; a root option after a command says where it goes."""
+    ctx, name = getattr(exc, "ctx", None), getattr(exc, "option_name", None)
+    if ctx is not None and ctx.parent is not None and any(name in p.opts for p in ctx.find_root().command.params):
+        root = ctx.find_root().command_path
+        return f"{name} is an option of {root} itself: give it before the command, `{root} {name} ...`"
+    return " ".join(exc.format_message().split()) + (f" (see `{ctx.command_path} --help`)" if ctx is not None else "")
 
 
 def _flags(text: str) -> str:
@@ -112,9 +110,28 @@ def _say(line: str | None) -> None:
             sys.stderr.flush()
 
 
+_WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}  # what a failed write gives
+
+
+def _stdout_failed(exc: BaseException) -> OSError | None:
+    """"Outputs": a standard stream's failed write behind ``exc`` (an OSError of a write naming no file), or None;
+    standard output then goes to /dev/null, so that it cannot fail again at exit."""
+    error: BaseException | None = exc
+    while error is not None and not (isinstance(error, OSError) and error.errno in _WRITE_ERRNOS):
+        error = error.__context__
+    if not isinstance(error, OSError) or error.filename is not None or error.strerror is None:
+        return None
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # None; io.UnsupportedOperation: no descriptor
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd, null = sys.stdout.fileno(), os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    return error
+
+
 def _escape(exc: UnicodeError) -> tuple[str | bytes, int]:
-    """The standard streams' encoding errors: a byte of a name the locale could not decode (a lone surrogate,
-    PEP 383) is written back as that byte; any other character the encoding lacks (``é`` in ASCII) escaped."""
+    """"Terminals": a byte of a name the locale could not decode (PEP 383) written back as that byte, else escaped."""
     if not isinstance(exc, UnicodeEncodeError):
         raise exc
     chunk = exc.object[exc.start:exc.end]
@@ -127,16 +144,10 @@ codecs.register_error("swarmctl-escape", _escape)
 
 
 def prepare() -> None:
-    """Standard streams and terminal settings a command can use (docs/guarantees.md, "Terminals")."""
-    for fd in (0, 1, 2):  # one closed at start (``cmd >&-``) on /dev/null: no file swarmctl opens takes it;
-        # ``sys.stdin`` and friends stay None (text for a closed stream is dropped, ``-`` is refused)
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+    """"Terminals and environment": the standard streams and terminal settings made safe, before anything loads."""
+    while (fd := os.open(os.devnull, os.O_RDWR)) <= 2:  # a stream closed at start (``cmd >&-``) takes the lowest
+        pass  # number free: on /dev/null, no file swarmctl opens takes it (``sys.stdin`` and friends stay None)
+    os.close(fd)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness
@@ -148,40 +159,18 @@ def prepare() -> None:
             del os.environ[name]
 
 
-_WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG}  # what a failed write gives
-
-
-def _stdout_failed(exc: BaseException) -> OSError | None:
-    """A standard stream's failed write behind ``exc`` (or what it was raised while handling), or None: an
-    OSError of a kind writes give and without a file name (every file swarmctl writes names itself). Standard
-    output is then pointed at /dev/null, so that text still buffered cannot fail again at exit."""
-    error: BaseException | None = exc
-    while error is not None and not (isinstance(error, OSError) and error.errno in _WRITE_ERRNOS):
-        error = error.__context__
-    if not isinstance(error, OSError) or error.filename is not None or error.strerror is None:
-        return None
-    if sys.stdout is not None:
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # io.UnsupportedOperation: no descriptor
-            sys.stdout.flush()
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            fd, null = sys.stdout.fileno(), os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, fd)
-            os.close(null)
-    return error
-
-
 def main(load: Callable[[], Typer] | None = None) -> None:
     """The `swarmctl` program (``load``: another application of swarmctl's kind, run the same way)."""
     sys.exit(run(lambda: _start(load or _load_app), starting=True, last=True))
 
 
 def _start(load: Callable[[], Typer]) -> None:
-    prepare()  # closed streams reopened, any text printable, a usable terminal width: before anything loads
+    prepare()
     from swarmctl import threads
 
     start = threads.cpu_times()  # the window over which the other processes' CPU time is measured begins
     app = load()  # loads no PyTorch: the count below is set before it reads its variables
-    threads.apply(threads.choose(since=start))  # the cores free to this process now
+    threads.apply(threads.choose(since=start))
     from typer.main import get_command
 
     group = get_command(app)

@@ -1,6 +1,5 @@
-"""The Typer application every command module registers with: click's plain help (each paragraph wrapped
-at the terminal's width, descriptions in a column of their own), usage errors in one line, every command
-run by :func:`swarmctl.cli.run`. Public Typer API only: command classes given by ``cls=``, Typer's exceptions."""
+"""The Typer application every command registers with: click's plain help at the terminal's width, arguments named
+in upper case, every command run by :func:`swarmctl.cli.run`; public Typer API only (command classes by ``cls=``)."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ _OPTIONAL_MANY = re.compile(r"^\[([^\]]*)\]\.\.\.$")
 
 
 class _Command(TyperCommand):
-    """Every command: its arguments named in upper case (``RUN``; ``[RUN]`` when optional, ``RUN...`` for
-    several) in the usage line and the help, its context known while it runs (:data:`RUNNING`)."""
+    """Every command: its arguments as ``RUN``, ``[RUN]`` or ``RUN...``, its context known while it runs (RUNNING)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -60,11 +58,9 @@ class _Typer(typer.Typer):
 
 
 class _OneLineErrors(TyperGroup):
-    """The application's group: Typer's entry (``app()``) runs :meth:`start` through :func:`swarmctl.cli.run`,
-    and no arguments at all print the help on stderr with exit code 2."""
+    """The application: ``app()`` runs :meth:`start` through :func:`swarmctl.cli.run`; no arguments: help, exit 2."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> Any:
         sys.exit(run(lambda: self.start(args, prog_name, **extra)))
 
     def start(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> None:
@@ -79,27 +75,6 @@ class _OneLineErrors(TyperGroup):
             typer.echo(ctx.get_help(), err=True)
             raise typer.Exit(USAGE)
         return super().parse_args(ctx, args)
-
-
-# options of an earlier version and what takes their place (told instead of click's guesses)
-RETIRED = {"--amp": "--step amp", "--compile": "--step compile", "--triton": "--step triton",
-           "--cuda-graphs": "--step graphs"}
-
-
-def usage_line(exc: typer.TyperException) -> str:
-    """A usage error's message in one line, and where to read more; an option of swarmctl itself given after
-    a command (``--threads``) says where it goes."""
-    ctx, name = getattr(exc, "ctx", None), getattr(exc, "option_name", None)
-    own = [p for p in ctx.find_root().command.params if name in getattr(p, "opts", ())] if ctx and ctx.parent else []
-    if own:
-        root = ctx.find_root().command_path
-        value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
-        command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."  # --version: alone
-        return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
-    if name in RETIRED:  # no command has such an option: the error says there is no such option
-        return f"No such option: {name}; since version 0.2.0 the step mode is one option: {RETIRED[name]}"
-    hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-    return " ".join(exc.format_message().split()) + hint
 
 
 # its help is root's (cli/root.py); rich_markup_mode None: click's plain help (descriptions in a column of their

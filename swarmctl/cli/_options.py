@@ -1,5 +1,5 @@
-"""What the commands share: the options several of them take, the console, and the running command's
-flags in messages (a library message names a parameter in backticks, ```data_dir```; the CLI prints the flag)."""
+"""What the commands share: options, the console, and the running command's flags for a library message's
+backticked parameters (```data_dir```: ``--data-dir``)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ _BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 
 def _help_flags(text: str | None) -> str | None:
-    """Help text with its backticked parameters as flags (```data_dir``` as ``--data-dir``): help is built
-    before any command runs, so by the flag rule, not by a command's parameters (:func:`flag_names`)."""
+    """Help text with its backticked parameters as flags by the flag rule (no command runs yet: :func:`flag_names`)."""
     return None if text is None else _BACKTICKED.sub(lambda m: "--" + m.group(1).replace("_", "-"), text)
 
 
@@ -44,9 +43,7 @@ def argument(*, help: str | None = None, **kwargs: Any) -> Any:
 
 
 def checked(check: Any) -> Any:
-    """An option callback running ``check(value, flag)`` for a value whose check is the library's (a device
-    name, a choice among names known at run time); its ConfigError becomes a usage error (exit 2) naming
-    the option."""
+    """"Option values": a callback running the library's ``check(value, flag)``: exit 2 naming the option."""
     def callback(param: typer.CallbackParam, value: Any) -> Any:
         if value is not None:
             flag = max((o for o in param.opts if o.startswith("--")), key=len, default=param.name or "value")
@@ -63,9 +60,8 @@ _WHOLE = re.compile(r"\s*[+-]?[0-9]+\s*")
 
 def number(kind: type, *param_decls: str, help: str | None = None, low: float | None = None,
            high: float | None = None, above: bool = False, **kwargs: Any) -> Any:
-    """A numeric option, its bounds shown in its help, and any other value a usage error (exit 2) naming the
-    option: our parser, as Typer's own ``min``/``max`` take ``8.0`` and ``8_000`` for an ``int`` and ``inf`` for
-    a ``float`` (Typer 0.29), and cannot exclude ``low`` itself (``above``)."""
+    """"Option values": a number within bounds shown in its help, else exit 2 naming the option (Typer's ``min`` and
+    ``max`` take ``8.0`` and ``8_000`` for an ``int``, ``nan`` and ``inf`` for a ``float``)."""
     bounds = ([] if low is None else [f"{'>' if above else '>='} {low:g}"]) + ([] if high is None else [f"<= {high}"])
 
     def parse(text: Any) -> Any:
@@ -98,22 +94,19 @@ Force = Annotated[bool, option("--force", help="Replace the command's files in a
 
 
 def flush_output() -> None:
-    """Push what was printed to standard output, so that a stream that cannot take it (a full disk, a closed
-    pipe) fails here, inside the command's work, before its files appear."""
+    """"Outputs": what was printed fails here, inside the command's work, before its files appear."""
     if sys.stdout is not None:
         sys.stdout.flush()
 
 
 def stop_if_interrupted(message: str | None) -> None:
-    """After `train` or `sweep`: an interrupted run's ``message`` (where it was saved, how to continue) ends
-    the command, exit 130."""
+    """After `train` or `sweep`: an interrupted run's ``message`` (what was saved, how to go on) ends it, exit 130."""
     if message is not None:
         raise signals.Interrupted(None, message)
 
 
 def say(text: str) -> None:
-    """Print plain text (paths, run names, numbers): brackets in it are shown, never read as markup. A
-    terminal gets it wrapped to its width; a pipe or a file gets each line whole (a path never broken)."""
+    """Plain text, brackets never read as markup; wrapped to a terminal's width, whole lines to a pipe or file."""
     console.print(text, markup=False, highlight=False, soft_wrap=not console.is_terminal)
 
 
@@ -121,9 +114,7 @@ FIELD_OPTIONS = {"n_tasks": "tasks"}  # config fields whose option has another n
 
 
 def flag_names(text: str) -> str:
-    """``text`` with every backticked parameter of the running command (```force```) written as its flag
-    (``--force``; ``no_NAME``: a switch's off side, ``--no-NAME``; an argument: its metavar, ``RUN``), a
-    config field as its option's flag (```dim_hidden```: ``--hidden``); other backticked words as they are."""
+    """"Option values": backticked parameters of the running command and config fields as their flags or metavars."""
     ctx = RUNNING.get()
     if "`" not in text or ctx is None:
         return text

@@ -248,4 +248,3 @@ def test_train_help_says_what_a_resume_takes_and_step_is_the_one_way_to_a_mode(c
         assert f"{part} " not in text
         refused = cli("train", "swarm", "--step", "graphs", part)
         assert refused.exit_code == 2 and f"No such option: {part}" in refused.output, refused.output
-        assert "the step mode is one option: --step " in refused.output, refused.output
