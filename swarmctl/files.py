@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
+import errno
 import glob
 import io
 import json
@@ -26,6 +27,7 @@ from swarmctl.rundir import LOCK, METRICS_KEYS, is_run_file
 _held: set[Path] = set()  # the folders whose one writer this process is (:func:`holding`)
 _KINDS = {stat.S_IFDIR: "a folder", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
           stat.S_IFSOCK: "a socket"}
+_NO_HARD_LINKS = (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV)
 
 
 def shipped_folder() -> Path:
@@ -181,7 +183,13 @@ class staged_outputs:  # noqa: N801 (used as a function: ``with staged_outputs(.
                     if replace:
                         os.replace(tmp, path)
                     else:
-                        os.link(tmp, path)
+                        try:
+                            os.link(tmp, path)
+                        except OSError as exc:  # no hard links on this file system: the name taken with O_EXCL
+                            if exc.errno not in _NO_HARD_LINKS:
+                                raise
+                            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC))
+                            os.replace(tmp, path)
                         linked.append(path)
         except BaseException:
             for path in linked:

@@ -162,6 +162,29 @@ def test_without_replace_an_existing_file_or_one_that_appears_meanwhile_is_kept(
     assert path.read_text() == "ours"
 
 
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EXDEV])
+def test_where_the_file_system_has_no_hard_links_a_new_output_is_still_written_and_none_replaced(
+        tmp_path, monkeypatch, code):
+    def no_links(src, dst, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "link", no_links)  # as on a file system without hard links
+    path = tmp_path / "out.txt"
+    atomic_write_text(path, "ours")  # replace: no link needed
+    path.unlink()
+    atomic_write(path, lambda fh: fh.write(b"ours"), replace=False)
+    assert path.read_text() == "ours" and _names(tmp_path) == ["out.txt"]
+    path.unlink()
+
+    def competitor(fh):
+        path.write_text("theirs")  # another process creates the name while this one writes
+        fh.write(b"ours")
+
+    with pytest.raises(OutputExists, match="appeared while this command ran"):
+        atomic_write(path, competitor, replace=False)
+    assert path.read_text() == "theirs" and _names(tmp_path) == ["out.txt"]
+
+
 # ---- a command's outputs: all or none ------------------------------------------------------------------------
 
 def test_outputs_appear_together_when_the_block_ends(tmp_path):
