@@ -4,6 +4,7 @@ as CSV (docs/cluster.md, "Point files")."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import io
@@ -32,7 +33,7 @@ _EXACT = 2**53  # from here on float64 cannot hold every integer
 _DIGITS, _INTEGER = re.compile(r"[0-9]+"), re.compile(r"\s*[+-]?[0-9]+\s*")
 _NOT_TEXT = "is neither text nor a .npy, .npz or HDF5 file"
 _TEXT_FIX = "give a CSV or text file of numbers (UTF-8)"
-Record = tuple[int, int, list[str]]  # a text file's record: its first and last line (from 1), its fields
+_Record = tuple[int, int, list[str]]  # a text file's record: its first and last line (from 1), its fields
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,7 @@ class PointSet:
 
     @property
     def shown_names(self) -> tuple[str, ...]:
-        """The names of ``values``' columns as drawn: a shifted column says by how much (``x - 4611686018427387904``).
-        """
+        """The names of the columns as drawn: a shifted column says by how much (``x - 4611686018427387904``)."""
         if self.offset is None:
             return self.names
         return tuple(f"{n} - {o}" if o else n for n, o in zip(self.names, self.offset, strict=True))
@@ -116,8 +116,13 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     else:
         where = str(Path(path))
         with read_errors(Path(path), "a point file (CSV, text, .npy, .npz or HDF5)"):
-            raw = _read_file(Path(path))
-    if raw is None:
+            if stat.S_IFMT(os.stat(path).st_mode) in (stat.S_IFCHR, stat.S_IFBLK):  # /dev/zero would never end
+                raise DataError(f"{where} is a device file, not a point file; give a regular file, a pipe, or - for "
+                                "standard input")
+            with open(path, "rb") as fh:  # in one pass: a pipe (<(zcat points.csv.gz)) gives its bytes only once
+                head = fh.read(len(_HDF5))
+                raw = None if head == _HDF5 and Path(path).is_file() else _read_stream(fh, where, head)
+    if raw is None:  # h5py opens an HDF5 file by its name
         arr, label = _read_hdf5(Path(path), key)
     elif not raw.strip():
         raise DataError(f"{where} is empty; give a file with one point per row")
@@ -134,18 +139,6 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
     else:
         return _read_text(raw, where, source, columns, skip_bad_rows)
     return _array_points(arr, where + label, source + label, columns, skip_bad_rows)
-
-
-def _read_file(file: Path) -> bytes | None:
-    """The bytes of ``file``, or None for an HDF5 file (h5py opens it by name). A device file (/dev/zero, which
-    never ends) is refused unread. One pass: a pipe (``swarmctl cluster <(zcat points.csv.gz)``) gives its bytes
-    only once, so the format is told from the first bytes of the same read."""
-    if stat.S_IFMT(os.stat(file).st_mode) in (stat.S_IFCHR, stat.S_IFBLK):
-        raise DataError(f"{file} is a device file, not a point file; give a regular file, a pipe, or - for "
-                        "standard input")
-    with open(file, "rb") as fh:
-        head = fh.read(len(_HDF5))
-        return None if head == _HDF5 and file.is_file() else _read_stream(fh, str(file), head)
 
 
 def _read_stream(fh: BinaryIO, where: str, head: bytes = b"") -> bytes:
@@ -300,7 +293,7 @@ def _text_points(lines: list[str], plain: bool, where: str, source: str, columns
                  skip_bad_rows: bool) -> PointSet:
     """The points of a text file's ``lines``: the first record is a header when none of its fields is a finite
     number; only the picked columns need to hold numbers, the others ride along. ``plain``: the file is ASCII
-    without ``_`` (so that Python's float reads its cells as a CSV file means them)."""
+    without ``_``, so that float reads its cells as a CSV file means them."""
     records = _records(lines, where)
     if not records:
         raise DataError(f"{where} holds no data rows (only blank or comment lines); give one point per row")
@@ -318,58 +311,54 @@ def _text_points(lines: list[str], plain: bool, where: str, source: str, columns
     use = list(range(width)) if columns is None else _column_indices(columns, names, where)
     skipped = 0
     if skip_bad_rows:
-        kept = [r for r in records if len(r[2]) == width and all(_finite(r[2][j]) for j in use)]
+        kept = [r for r in records if not _problem(r, first, width, use)]
         if not kept:
             raise DataError(f"{where}: every one of its {len(records):,} data rows has an empty, non-numeric or "
                             "missing value in the columns picked; check the file and `columns`")
         records, skipped = kept, len(records) - len(kept)
-    if any(len(r[2]) != width for r in records):
-        raise _first_bad_place(records, first, width, use, where)
-    cells = np.empty((len(records), width), dtype=object)
-    cells[:] = [r[2] for r in records]
-    try:
-        values = cells[:, use].astype(np.float64)
-    except ValueError:
-        raise _first_bad_place(records, first, width, use, where) from None
-    if not plain and not all(_number(c) is not None for c in cells[:, use].ravel().tolist()):
-        raise _first_bad_place(records, first, width, use, where)
+    cells = values = None
+    if all(len(r[2]) == width for r in records):
+        cells = np.empty((len(records), width), dtype=object)
+        cells[:] = [r[2] for r in records]
+        with contextlib.suppress(ValueError):
+            values = cells[:, use].astype(np.float64)
+    if values is None or not (plain or all(_number(c) is not None for c in cells[:, use].ravel().tolist())):
+        line, problem = next((r[0], p) for r in records if (p := _problem(r, first, width, use)))  # the first
+        raise DataError(f"{where}, line {line}{problem}")
     return _points(values, names, use, where, source, cells, np.array([r[0] for r in records]), skipped)
 
 
-def _first_bad_place(records: list[Record], first: Record, width: int, use: list[int], where: str) -> DataError:
-    """The error for the first place, in the file's order, that is not right: a row of another width, or a
-    picked cell that is no number or not finite."""
-    for line, last, fields in records:
-        if len(fields) != width:
-            hint = f" (a quoted field runs on to line {last}: check its quotes)" if last > line else \
-                " (a # starts a comment only at the start of a line)" if "#" in "".join(first[2] + fields) else ""
-            return DataError(f"{where}, line {line}: {len(fields)} values where the first row has {width}{hint}; every "
-                             "row needs the same number of columns (or skip the others with `skip_bad_rows`)")
-        for col in use:
-            if (value := _number(fields[col])) is None:
-                shown = repr(fields[col][:30]) if fields[col] else "an empty value"
-                rule = "; a first line is a header only when none of its fields is a finite number" \
-                    if line == first[0] else ""
-                rule += "; a # starts a comment only at the start of a line" if "#" in shown else ""
-                return DataError(f"{where}, line {line}, column {col + 1}: {shown} is not a number; fix the value, "
-                                 f"pick numeric columns with `columns`, or skip such rows with `skip_bad_rows`{rule}")
-            if not math.isfinite(value):
-                return _not_finite(f"{where}, line {line}, column {col + 1}", fields[col])
-    raise AssertionError("every row is right")  # pragma: no cover
+def _problem(record: _Record, first: _Record, width: int, use: list[int]) -> str:
+    """What is wrong with a data record, said from its line on (", column 2: 'x' is not a number; ..."), or ""."""
+    line, last, fields = record
+    if len(fields) != width:
+        hint = f" (a quoted field runs on to line {last}: check its quotes)" if last > line else \
+            " (a # starts a comment only at the start of a line)" if "#" in "".join(first[2] + fields) else ""
+        return (f": {len(fields)} values where the first row has {width}{hint}; every row needs the same number of "
+                "columns (or skip the others with `skip_bad_rows`)")
+    for col in use:
+        if (value := _number(fields[col])) is None:
+            shown = repr(fields[col][:30]) if fields[col] else "an empty value"
+            rule = "; a first line is a header only when none of its fields is a finite number" if record is first \
+                else ""
+            rule += "; a # starts a comment only at the start of a line" if "#" in shown else ""
+            return (f", column {col + 1}: {shown} is not a number; fix the value, pick numeric columns with `columns`, "
+                    f"or skip such rows with `skip_bad_rows`{rule}")
+        if not math.isfinite(value):
+            return _not_finite(col, fields[col])
+    return ""
 
 
-def _records(lines: list[str], where: str) -> list[Record]:
-    """The records of a text file, blank and comment lines left out. The file is comma-separated when its
-    first record (read as CSV: it may run over lines) holds a comma; else whitespace-separated, one line a
-    record, without quoting."""
+def _records(lines: list[str], where: str) -> list[_Record]:
+    """The records of a text file, blank and comment lines left out: comma-separated when its first record
+    (read as CSV: it may run over lines) holds a comma; else whitespace-separated, a line a record, unquoted."""
     records = _csv_records(lines, where)
-    first = next(records, None)
-    if first is not None and "," in "".join(lines[first[0] - 1:first[1]]):
+    if (first := next(records, None)) and "," in "".join(lines[first[0] - 1:first[1]]):
         return [first, *records]
     return [(n, n, line.split()) for n, line in enumerate(lines, start=1) if not _skipped(line)]
 
 
-def _csv_records(lines: list[str], where: str) -> Iterator[Record]:
+def _csv_records(lines: list[str], where: str) -> Iterator[_Record]:
     """The records of comma-separated ``lines``, read by the csv module: a quoted field may hold commas,
     doubled quotes and line breaks. A blank or comment line is one only between records."""
     start = 0  # the lines read before the next record
@@ -445,8 +434,8 @@ def _points(values: np.ndarray, columns: tuple[str, ...], use: list[int], where:
     if not (finite := np.isfinite(values)).all():
         row, col = (int(i) for i in np.argwhere(~finite)[0])
         place = f"line {lines[row]}" if lines is not None else f"row {row + 1}"
-        raise _not_finite(f"{where}, {place}, column {use[col] + 1}",
-                          values[row, col] if cells is None else cells[row, use[col]])
+        raise DataError(f"{where}, {place}" + _not_finite(use[col], values[row, col] if cells is None else
+                                                          cells[row, use[col]]))
     if len(values) < 2:
         raise DataError(f"{where} holds {len(values)} point(s); clustering needs at least 2")
     offset = _shift_large_integers(values, cells, use)
@@ -454,9 +443,9 @@ def _points(values: np.ndarray, columns: tuple[str, ...], use: list[int], where:
                     skipped, offset)
 
 
-def _not_finite(place: str, shown: object) -> DataError:
-    return DataError(f"{place}: {shown} is not a finite number; remove or fill the rows with NaN or inf, or skip "
-                     "them with `skip_bad_rows`")
+def _not_finite(col: int, shown: object) -> str:
+    return (f", column {col + 1}: {shown} is not a finite number; remove or fill the rows with NaN or inf, or skip "
+            "them with `skip_bad_rows`")
 
 
 def _shift_large_integers(values: np.ndarray, cells: np.ndarray | None, use: list[int]) -> tuple[int, ...] | None:
@@ -511,9 +500,7 @@ def write_cluster_csv(path: Path, points: PointSet, cluster: np.ndarray, probabi
 def _csv_field(text: str) -> str:
     """``text`` as one CSV field that swarmctl and the csv module read back as ``text``: quoted when it holds
     a comma, a quote, a line break or a ``#`` (which could start a comment)."""
-    if any(c in text for c in ',"\n\r#'):
-        return '"' + text.replace('"', '""') + '"'
-    return text
+    return '"' + text.replace('"', '""') + '"' if any(c in text for c in ',"\n\r#') else text
 
 
 __all__ = ["STDIN", "PointSet", "is_plain_name", "parse_columns", "read_points", "write_cluster_csv"]
