@@ -245,29 +245,21 @@ def test_many_more_text_files_read_to_their_data_rows_one_to_one(tmp_path, seed)
     ("x,y\r1,2\r3,4\r", [[1, 2], [3, 4]], ("x", "y")),  # CR-only line endings
     ('# say, "hi\nx,y\n1,2\n3,4\n', [[1, 2], [3, 4]], ("x", "y")),  # a comment's quote opens no field
     ("nan,inf\n1,2\n3,4\n", [[1, 2], [3, 4]], ("nan", "inf")),  # no finite number: a header, whatever its names
-    ("x y\ninf -inf\n1 2\n3 4\n", None, None),  # the header rule reads the first row only: NaN, inf are data
     ('"1","2"\n1,2\n3,4\n', [[1, 2], [3, 4]], ("1", "2")),  # quoted fields are text
-    ("1,nan\n3,4\n5,6\n", None, None),  # a number beside it: data, refused as not finite
+    # refused (the message instead of the rows): the header rule reads the first row only, NaN and inf are data
+    ("x y\ninf -inf\n1 2\n3 4\n", "line 2, column 1: inf is not a finite number", None),
+    ("1,nan\n3,4\n5,6\n", "line 1, column 2: nan is not a finite number", None),  # a number beside it: data
+    ("id,2019,2020\n1,2,3\n", "line 1, column 1: 'id' is not a number.*none of its fields is a finite number", None),
 ])
 def test_the_first_row_is_a_header_only_when_none_of_its_fields_is_a_number(tmp_path, text, rows, names):
     path = tmp_path / "p.csv"
     path.write_text(text, newline="")
-    if rows is None:
-        message = {"x y": "line 2, column 1: inf is not a finite number",
-                   "1,nan": "line 1, column 2: nan is not a finite number"}[text.split("\n")[0][:5]]
-        with pytest.raises(DataError, match=message):
+    if isinstance(rows, str):
+        with pytest.raises(DataError, match=rows):
             read_points(path)
         return
     got = read_points(path, columns=("0", "1") if "a" in text.split("\n")[0] else None)
     assert got.values.tolist() == rows and got.names == names
-
-
-def test_a_header_with_a_number_in_it_is_data_and_the_message_says_the_rule(tmp_path):
-    path = tmp_path / "p.csv"
-    path.write_text("id,2019,2020\n1,2,3\n4,5,6\n")
-    with pytest.raises(DataError, match=r"line 1, column 1: 'id' is not a number.*none of its fields is a finite "
-                                        r"number"):
-        read_points(path)
 
 
 # ---- --columns: names, indices and the explicit forms -----------------------------------------------------------
@@ -284,6 +276,7 @@ def test_columns_by_name_or_index(tmp_path):
         read_points(path, columns=("3",))
     path.write_text(_text(POINTS))  # no header: the columns are x0, x1, x2
     assert read_points(path, columns=("2", "0")).names == ("x2", "x0")
+    assert parse_columns(" x , y ") == ("x", "y")  # as written on the command line
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -294,10 +287,6 @@ def test_columns_by_name_or_index(tmp_path):
 def test_a_malformed_columns_option_is_a_usage_error(text, message):
     with pytest.raises(ConfigError, match=message):
         parse_columns(text)
-
-
-def test_columns_option_items_are_stripped():
-    assert parse_columns(" x , y ") == ("x", "y")
 
 
 def test_columns_take_an_explicit_form_for_names_and_for_indices(tmp_path):
@@ -398,20 +387,12 @@ def test_missing_unreadable_and_folder_paths_are_refused(tmp_path):
     locked.write_text(_text(POINTS))
     locked.chmod(0)
     try:
-        if locked.stat().st_mode and _can_read(locked):
+        if os.access(locked, os.R_OK):
             pytest.skip("running as a user who can read any file (root)")
         with pytest.raises(DataError, match="not readable"):
             read_points(locked)
     finally:
         locked.chmod(0o644)
-
-
-def _can_read(path):
-    try:
-        path.read_bytes()
-    except PermissionError:
-        return False
-    return True
 
 
 def _zip(path, members):
