@@ -124,7 +124,7 @@ def read_points(path: str | Path, key: str | None = None, columns: tuple[str, ..
                 raw = None if head == _HDF5 and Path(path).is_file() else _read_stream(fh, where, head)
     if raw is None:  # h5py opens an HDF5 file by its name
         arr, label = _read_hdf5(Path(path), key)
-    elif not raw.strip():
+    elif not raw or raw.isspace():
         raise DataError(f"{where} is empty; give a file with one point per row")
     elif raw.startswith(_HDF5):  # only a stream gets here: h5py reads files, not streams
         fix = "give its path instead of -" if source == STDIN else "save it to a file and give that path"
@@ -159,8 +159,7 @@ def _read_stream(fh: BinaryIO, where: str, head: bytes = b"") -> bytes:
 
 
 def max_input_bytes() -> int:
-    """The most bytes of a point file read: an eighth of the machine's memory (a text file's points and
-    cells take several times its bytes while they are parsed)."""
+    """The most bytes of a point file read: an eighth of memory (parsed text takes several times its bytes)."""
     return host_memory() // 8
 
 
@@ -168,8 +167,8 @@ def max_input_bytes() -> int:
 
 def _array_points(arr: np.ndarray, where: str, source: str, columns: tuple[str, ...] | None,
                   skip_bad_rows: bool) -> PointSet:
-    """An array of a binary file as points, columns x0, x1, ... Its cells ride along as text (exactly) when
-    columns are picked or integers reach 2^53 (:func:`_points` shifts those)."""
+    """An array of a binary file as points (columns x0, x1, ...), its cells as text when columns are picked or
+    integers reach 2^53 (:func:`_points` shifts those exactly)."""
     if arr.dtype.kind not in "biuf":
         raise DataError(f"{where} holds {arr.dtype} values, not numbers; give a numeric array of points x features")
     arr = arr[:, None] if arr.ndim == 1 else arr
@@ -243,9 +242,8 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, str]:
 
 
 def _hdf5_datasets(group: h5py.Group, prefix: str = "", seen: set[tuple[str, int]] | None = None) -> list[str]:
-    """The paths of every dataset under ``group``, in groups too, through soft and external links (which
-    ``visititems`` does not follow); each group once, so a link back up ends there; a dangling link is
-    left out."""
+    """The paths of every dataset under ``group``, through soft and external links (``visititems`` follows
+    none); each group once, so a link back up ends there; a dangling link is left out."""
     seen = set() if seen is None else seen
     out: list[str] = []
     for name in group:
@@ -383,8 +381,7 @@ def _skipped(line: str) -> bool:
 
 
 def _number(text: str) -> float | None:
-    """The cell as a number (NaN and inf included), or None: Python's float also reads ``1_000`` and digits
-    of other scripts, which a CSV file does not mean as numbers."""
+    """The cell as a number (NaN and inf included), or None (float also reads ``1_000`` and other scripts' digits)."""
     try:
         return float(text) if text.isascii() and "_" not in text else None
     except ValueError:

@@ -243,7 +243,7 @@ def test_many_more_text_files_read_to_their_data_rows_one_to_one(tmp_path, seed)
     ("x,y\n# the header\n1,2\n3,4\n", [[1, 2], [3, 4]], ("x", "y")),
     ("x,y\n\n  \n1,2\n\t\n3,4\n", [[1, 2], [3, 4]], ("x", "y")),  # whitespace lines are blank lines
     ("x,y\r1,2\r3,4\r", [[1, 2], [3, 4]], ("x", "y")),  # CR-only line endings
-    ('# say, "hi\nx,y\n1,2\n3,4\n', [[1, 2], [3, 4]], ("x", "y")),  # a comment's quote opens no field
+    ('# tip, "open\nx,y\n1,2\n3,4\n', [[1, 2], [3, 4]], ("x", "y")),  # a comment's quote opens no field
     ("nan,inf\n1,2\n3,4\n", [[1, 2], [3, 4]], ("nan", "inf")),  # no finite number: a header, whatever its names
     ('"1","2"\n1,2\n3,4\n', [[1, 2], [3, 4]], ("1", "2")),  # quoted fields are text
     # refused (the message instead of the rows): the header rule reads the first row only, NaN and inf are data
