@@ -191,7 +191,7 @@ def _load_npy(raw: bytes, where: str) -> np.ndarray:
     """The array of an .npy file's bytes; one whose header promises more bytes than follow it (a damaged
     or cut file) is refused before any array of that size is allocated."""
     fh = io.BytesIO(raw)
-    try:
+    with contextlib.suppress(ValueError, OSError, EOFError, SyntaxError, TypeError):  # np.load names them below
         major, _ = np.lib.format.read_magic(fh)
         read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
         shape, _, dtype = read_header(fh, max_header_size=1 << 20)
@@ -199,8 +199,9 @@ def _load_npy(raw: bytes, where: str) -> np.ndarray:
         if not dtype.hasobject and needed > held:
             raise DataError(f"{where} is damaged: its header promises an array of shape {shape} ({needed:,} bytes) "
                             f"but it holds {held:,} bytes; write it again with numpy.save")
+    try:
         return np.load(io.BytesIO(raw), allow_pickle=False)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:
+    except (ValueError, OSError, EOFError) as exc:
         raise DataError(f"{where} is not a readable .npy file ({_short(exc)}); write it with numpy.save") from None
 
 
@@ -350,9 +351,12 @@ def _problem(record: _Record, first: _Record, width: int, use: list[int]) -> str
 def _records(lines: list[str], where: str) -> list[_Record]:
     """The records of a text file, blank and comment lines left out: comma-separated when its first record
     (read as CSV: it may run over lines) holds a comma; else whitespace-separated, a line a record, unquoted."""
-    records = _csv_records(lines, where)
-    if (first := next(records, None)) and "," in "".join(lines[first[0] - 1:first[1]]):
-        return [first, *records]
+    head = next((line for line in lines if not _skipped(line)), "")
+    if '"' in head and "," not in head:  # a quoted field may run on over lines: the whole first record decides
+        line, last, _ = next(_csv_records(lines, where))
+        head = "".join(lines[line - 1:last])
+    if "," in head:
+        return list(_csv_records(lines, where))
     return [(n, n, line.split()) for n, line in enumerate(lines, start=1) if not _skipped(line)]
 
 
