@@ -176,7 +176,7 @@ def _array_points(arr: np.ndarray, where: str, source: str, columns: tuple[str, 
         raise DataError(f"{where} holds an array of shape {arr.shape}; give a 2-D array (points x features)")
     names = tuple(f"x{j}" for j in range(arr.shape[1]))
     use = list(range(len(names))) if columns is None else _column_indices(columns, names, where)
-    values, cells = arr.astype(np.float64), None
+    values, cells = arr.astype(np.float64, copy=False), None  # a float64 array is the points: no copy
     if columns is not None or (arr.dtype.kind in "iu" and np.abs(values).max(initial=0) >= _EXACT):
         cells = _as_text(arr if arr.dtype.kind in "iu" else values)
         values = values[:, use]
