@@ -213,10 +213,7 @@ def _read_npz(raw: bytes, where: str, key: str | None) -> tuple[np.ndarray, str]
                                 "points from it (a spreadsheet: save the sheet as CSV) and give that file")
             if not npz.files:
                 raise DataError(f"{where} holds no arrays; write the points with numpy.savez")
-            if key is None and len(npz.files) != 1:
-                raise DataError(f"{where} holds {len(npz.files)} arrays ({', '.join(npz.files)}); pick one with `key`")
-            key = npz.files[0] if key is None else key
-            if key not in npz.files:
+            if (key := _key(npz.files, key, where, "arrays")) not in npz.files:
                 raise DataError(f"`key`: {where} has no array {key!r}; it has {', '.join(npz.files)}")
             return npz[key], f"[{key}]"
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
@@ -227,12 +224,8 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, str]:
     try:
         with h5py.File(file, "r") as f:
             datasets = _hdf5_datasets(f)
-            if key is None and len(datasets) != 1:
-                raise DataError(f"{file} holds {len(datasets)} datasets ({_few(datasets, 8) or 'none'}); pick one "
-                                "with `key` PATH")
-            key = datasets[0] if key is None else key
-            obj = f.get(key.strip("/"))
-            if not isinstance(obj, h5py.Dataset):
+            key = _key(datasets, key, str(file), "datasets")
+            if not isinstance(obj := f.get(key.strip("/")), h5py.Dataset):
                 raise DataError(f"`key`: {file} has no dataset {key!r}; its datasets are {_few(datasets, 8) or 'none'}")
             # read as stored, then as float64: both at once, checked from the metadata before anything is read
             check_memory(obj.size * (obj.dtype.itemsize + 8), host_memory(), f"{file}[{key}] ({obj.shape})",
@@ -240,6 +233,13 @@ def _read_hdf5(file: Path, key: str | None) -> tuple[np.ndarray, str]:
             return np.asarray(obj[()]), f"[{key}]"
     except OSError as exc:
         raise DataError(f"{file} is not a readable HDF5 file ({_short(exc)}); check the file") from None
+
+
+def _key(keys: list[str], key: str | None, where: str, kind: str) -> str:
+    """``key``, or the one array or dataset (``kind``) of the file when none is given."""
+    if key is None and len(keys) != 1:
+        raise DataError(f"{where} holds {len(keys)} {kind} ({_few(keys, 8) or 'none'}); pick one with `key`")
+    return keys[0] if key is None else key
 
 
 def _hdf5_datasets(group: h5py.Group, prefix: str = "", seen: set[tuple[str, int]] | None = None) -> list[str]:
