@@ -410,7 +410,7 @@ def _column_indices(columns: tuple[str, ...], names: tuple[str, ...], where: str
                 raise DataError(f"`columns`: {where} has no column {value!r}; its columns are {', '.join(names)} (or "
                                 "give 0-based indices)")
             value = found[0]
-        elif column in names and names.index(column) != value:  # a plain integer that is another column's name
+        elif _DIGITS.fullmatch(column) and column in names and names.index(column) != value:  # another's name too
             raise DataError(f"`columns` {column} could mean the column named {column!r} (index {names.index(column)}) "
                             f"or index {column}; write name:{column} or index:{column}")
         elif value >= len(names):
