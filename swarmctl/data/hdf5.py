@@ -254,11 +254,22 @@ def _cluster_range(info: dict[str, Any]) -> tuple[int, int]:
     return 1, MAX_CLUSTERS
 
 
+def read_splits(path: Path, *splits: str, kind: str | None = None,
+                fix: str = "") -> tuple[dict[str, ClusteringTasks], dict[str, Any]]:
+    """:func:`read_dataset`, refusing a file of another ``kind`` of tasks (``fix`` says what to use) or one
+    without each of ``splits``."""
+    data, info = read_dataset(path)
+    if kind is not None and info["kind"] != kind:
+        raise DataError(f"{path} holds {info['kind']!r} tasks, not {kind} tasks{fix}")
+    for split in splits:
+        if split not in data:
+            raise DataError(f"{path} has no split {split!r}; it has {', '.join(repr(s) for s in data)}")
+    return data, info
+
+
 def read_split(path: Path, split: str) -> tuple[ClusteringTasks, dict[str, Any]]:
     """One split (checksum of the whole file verified)."""
-    splits, info = read_dataset(path)
-    if split not in splits:
-        raise DataError(f"{path} has no split {split!r}; it has {', '.join(repr(s) for s in splits)}")
+    splits, info = read_splits(path, split)
     return splits[split], info
 
 

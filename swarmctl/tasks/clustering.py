@@ -27,7 +27,7 @@ from swarmctl.data.clustering_generator import (
     training_range,
 )
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
-from swarmctl.data.hdf5 import generate_dataset, read_dataset
+from swarmctl.data.hdf5 import generate_dataset, read_splits
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
 from swarmctl.files import staged_outputs
 from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
@@ -65,17 +65,6 @@ def cluster_counts(labels: torch.Tensor, mask: torch.Tensor, classes: int) -> to
 def count_accuracy(count: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Whether the most probable K of count logits (B, C) is the true number of clusters (B,) bool."""
     return count.argmax(dim=-1) + 1 == cluster_counts(labels, mask, count.shape[-1]).clamp_min(1)
-
-
-def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
-    """All splits of a clustering dataset, checking that it is one and has ``splits``."""
-    data, info = read_dataset(Path(path))
-    if info["kind"] != "clustering":
-        raise DataError(f"{path} holds {info['kind']!r} tasks, not clustering tasks")
-    for split in splits:
-        if split not in data:
-            raise DataError(f"{path} has no split {split!r}; it has: {', '.join(data)}")
-    return data, info
 
 
 _GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
@@ -128,7 +117,7 @@ class ClusteringTask(Task):
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> TrainingData:
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; name it with `data` (create one with `swarmctl gen-data`)")
-        splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
+        splits, info = read_splits(Path(data_cfg.path), "train", "val", kind="clustering")
         pad_to = GRAPH_N_BUCKET if StepMode.of(train_cfg).graphs else 1  # a few step shapes for the graphs to capture
         return TrainingData(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
                             val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
@@ -147,7 +136,7 @@ class ClusteringTask(Task):
               device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
         data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
-        splits, info = load_clustering_data(data_path, split)
+        splits, info = read_splits(data_path, split, kind="clustering")
         trained_on = ckpt.data_config.checksum
         if data is None and trained_on is not None and info["checksum"] != trained_on:
             if not self._paper_recipe(data_path, info):
