@@ -99,10 +99,6 @@ class Checkpoint:
         return from_dict(ModelConfig, self.config["model"])
 
     @property
-    def train_config(self) -> TrainConfig:
-        return from_dict(TrainConfig, self.config["train"])
-
-    @property
     def data_config(self) -> DataConfig:
         return from_dict(DataConfig, self.config["data"])
 
