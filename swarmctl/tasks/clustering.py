@@ -181,11 +181,9 @@ class ClusteringTask(Task):
         return ClusteringParams().point_std()
 
     def training_range(self, model_cfg: ModelConfig) -> TrainingRange:
-        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads): a model with
-        more cluster slots than the paper's generator fills (10) was trained on the broad prior as
-        benchmarks/train_broad.py draws it (N up to 800) and on the paper's tasks (a quarter of each epoch), so
-        its range holds both; a model with a count head, on the wide prior (``WIDE_PRIOR``, as
-        benchmarks/train_broad.py --count draws it) and the paper's tasks; any other, on the paper's generator."""
+        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads): the paper's
+        generator's range, joined for a model with more than 10 slots with the broad prior's (N up to 800; a
+        count head: ``WIDE_PRIOR``), as benchmarks/train_broad.py trains them."""
         if model_cfg.dim_out <= MAX_CLUSTERS:
             return _range_of(ClusteringParams())
         prior = WIDE_PRIOR if model_cfg.name == COUNT_MODEL else BroadParams(n_max=800)
@@ -197,16 +195,10 @@ class ClusteringTask(Task):
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
                        chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
                        per_coordinate: bool = False, keep_probabilities: bool = False) -> PointClusters:
-        """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``.
-
-        With ``standardize`` the points are first mapped affinely to the training scale
-        (:func:`standardization`: one factor for all coordinates or, ``per_coordinate``, one each). A
-        model with ``forward_chunked`` and mean pooling (SWARM) runs the entity axis ``chunk_size``
-        entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
-        model runs all N at once. A model with a count head (``forward_with_count``) run in one pass also
-        gives its distribution over the number of clusters (``counts``). ``progress(fraction_done)``.
-        ``keep_probabilities``: also every point's probabilities of the clusters found (for a refinement).
-        """
+        """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``, first mapped to the
+        training scale with ``standardize`` (:func:`standardization`). An equivariant model with
+        ``forward_chunked`` (SWARM) runs ``chunk_size`` entities at a time; a count head run in one pass adds
+        ``counts``; ``keep_probabilities`` keeps every point's probabilities of the clusters found."""
         if not standardize:
             check_as_given(values)
         transform = standardization(values, self.point_std(), per_coordinate) if standardize else None
