@@ -184,38 +184,35 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
 def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
     """Every split is a group holding the seven arrays with the right ranks, trailing shapes, kinds and
     consistent lengths, and all of them fit in memory; read from the metadata alone, nothing allocated."""
+
+    def broken(problem: str) -> DataError:
+        return DataError(f"{path}{problem}; regenerate the file with {REGENERATE}")
+
     total_bytes = 0
     for name in splits:
         group = f.get(name)
         if not isinstance(group, h5py.Group):
-            raise DataError(f"{path} lacks the split {name!r} its splits attribute lists; the file is incomplete, "
-                            f"regenerate it with {REGENERATE}")
+            raise broken(f" lacks the split {name!r} its splits attribute lists; the file is incomplete")
         shapes = {}
         for key in ARRAYS:
             ds = group.get(key)
             if not isinstance(ds, h5py.Dataset):
-                raise DataError(f"{path} lacks {name}/{key}; the file is incomplete, regenerate it with "
-                                f"{REGENERATE}")
+                raise broken(f" lacks {name}/{key}; the file is incomplete")
             want = SHAPES[key]
             if len(ds.shape) != len(want) + 1 or tuple(ds.shape[1:]) != want:
-                expected = "(" + ", ".join(["n", *map(str, want)]) + ")"
-                raise DataError(f"{path}: {name}/{key} has shape {ds.shape}, expected {expected}; regenerate the file "
-                                f"with {REGENERATE}")
+                raise broken(f": {name}/{key} has shape {ds.shape}, expected ({', '.join(['n', *map(str, want)])})")
             if ds.dtype.kind not in KINDS_OF[key]:
-                raise DataError(f"{path}: {name}/{key} has dtype {ds.dtype}, expected "
-                                f"{np.dtype(DTYPES[key]).name}; regenerate the file with {REGENERATE}")
+                raise broken(f": {name}/{key} has dtype {ds.dtype}, expected {np.dtype(DTYPES[key]).name}")
             shapes[key] = ds.shape
             total_bytes += int(np.prod(ds.shape, dtype=np.float64)) * 8
         n = shapes["offsets"][0] - 1
         if n < 1:
-            raise DataError(f"{path}: split {name!r} holds no tasks; regenerate the file with `swarmctl gen-data`")
+            raise broken(f": split {name!r} holds no tasks")
         for key in ("n_clusters", "means", "covs", "weights"):
             if shapes[key][0] != n:
-                raise DataError(f"{path}: {name}/{key} describes {shapes[key][0]} tasks, offsets {n}; "
-                                f"regenerate the file with {REGENERATE}")
+                raise broken(f": {name}/{key} describes {shapes[key][0]} tasks, offsets {n}")
         if shapes["points"][0] != shapes["labels"][0]:
-            raise DataError(f"{path}: split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} "
-                            f"labels; regenerate the file with {REGENERATE}")
+            raise broken(f": split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} labels")
     limit = host_memory() // 2
     if total_bytes > limit:
         raise DataError(f"{path} needs {total_bytes / 2**30:.1f} GiB to read, more than half of this machine's "
