@@ -241,11 +241,11 @@ def resume_run(
                                   f"use {resume_command(model_cfg.name, folder.path, runs_dir)}")
         task = task_of(model_cfg.name)
         train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
+        dev = resolve_device(train_cfg.device, ctx.local_rank)  # the run's own device, unless `device` changes it
         seen = list(config.get("run", {}).get("hardware", []))  # every session's hardware, for the report
         config = {**config, "train": to_dict(train_cfg), "run": {
             **config.get("run", {}), "hardware": seen + [h for h in [hardware(dev, ctx.world_size)] if h not in seen]}}
         data_cfg = from_dict(DataConfig, config["data"])
-        dev = resolve_device(train_cfg.device, ctx.local_rank)
         prepared = task.prepare(train_cfg, data_cfg)
         if prepared.checksum != data_cfg.checksum:
             raise DataError(f"{data_cfg.path} changed since run {folder.name} started (checksum differs); "
