@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from swarmctl import __version__
-from swarmctl.config import DataConfig, ModelConfig, current_sections, from_dict, has_type
+from swarmctl.config import DataConfig, ModelConfig, TrainConfig, current_sections, from_dict, has_type
 from swarmctl.errors import CheckpointError
 from swarmctl.files import atomic_write, atomic_write_text, check_regular_file, read_bytes, read_metrics
 from swarmctl.models import create_model, get_spec, paper_code
@@ -97,6 +97,10 @@ class Checkpoint:
     @property
     def model_config(self) -> ModelConfig:
         return from_dict(ModelConfig, self.config["model"])
+
+    @property
+    def train_config(self) -> TrainConfig:
+        return from_dict(TrainConfig, self.config["train"])
 
     @property
     def data_config(self) -> DataConfig:
