@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import h5py
 import numpy as np
@@ -273,6 +273,10 @@ def read_split(path: Path, split: str) -> tuple[ClusteringTasks, dict[str, Any]]
 def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = (1, MAX_CLUSTERS)) -> None:
     """Reject content no model can train on, with one line naming the first bad task."""
     fix = f"regenerate the dataset with {REGENERATE}"
+
+    def refuse(task: int, problem: str) -> NoReturn:
+        raise DataError(f"{where} task {task} {problem}; {fix}")
+
     n = len(tasks)
     if n < 1:
         raise DataError(f"{where} holds no tasks")
@@ -282,31 +286,29 @@ def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] =
                         f"{len(tasks.points)} points and {len(tasks.labels)} labels; {fix}")
     if (sizes < 2).any():
         bad = int(np.flatnonzero(sizes < 2)[0])
-        raise DataError(f"{where} task {bad} has {sizes[bad]} entities; every set needs at least 2, {fix}")
+        refuse(bad, f"has {sizes[bad]} entities; every set needs at least 2")
     if sizes.max() > MAX_SET_SIZE:
         bad = int(np.argmax(sizes))
-        raise DataError(f"{where} task {bad} has {sizes[bad]:,} entities, more than the {MAX_SET_SIZE:,} "
-                        f"swarmctl accepts; {fix}")
+        refuse(bad, f"has {sizes[bad]:,} entities, more than the {MAX_SET_SIZE:,} swarmctl accepts")
     if not np.isfinite(tasks.points).all():
         bad = int(np.searchsorted(offsets, np.flatnonzero(~np.isfinite(tasks.points).all(1))[0], "right") - 1)
-        raise DataError(f"{where} task {bad} has NaN or infinite points; {fix}")
+        refuse(bad, "has NaN or infinite points")
     k = tasks.n_clusters
     lo, hi = clusters
     if ((k < lo) | (k > hi)).any():
         bad = int(np.flatnonzero((k < lo) | (k > hi))[0])
-        raise DataError(f"{where} task {bad} has {k[bad]} clusters, outside its generator's range {lo}..{hi}; {fix}")
+        refuse(bad, f"has {k[bad]} clusters, outside its generator's range {lo}..{hi}")
     task_k = np.repeat(k, sizes)
     out = (tasks.labels < 0) | (tasks.labels >= task_k)
     if out.any():
         first = int(np.flatnonzero(out)[0])
         bad = int(np.searchsorted(offsets, first, "right") - 1)
-        raise DataError(f"{where} task {bad} has label {tasks.labels[first]}, outside 0..{k[bad] - 1}; {fix}")
+        refuse(bad, f"has label {tasks.labels[first]}, outside 0..{k[bad] - 1}")
     used = np.arange(MAX_CLUSTERS)[None, :] < k[:, None]  # (n, 10): the clusters each task draws
     for key, arr in (("means", tasks.means), ("covs", tasks.covs), ("weights", tasks.weights)):
         finite = np.isfinite(arr.reshape(n, -1)).all(1)
         if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0])
-            raise DataError(f"{where} task {bad} has NaN or infinite {key}; {fix}")
+            refuse(int(np.flatnonzero(~finite)[0]), f"has NaN or infinite {key}")
     c = tasks.covs
     a, b, b2, d = c[..., 0, 0], c[..., 0, 1], c[..., 1, 0], c[..., 1, 1]
     with np.errstate(all="ignore"):  # an overflow makes a check fail, silently; the message says which
@@ -315,11 +317,9 @@ def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] =
         w = np.where(used, tasks.weights, 0.0)
         sums_ok = (w >= 0).all(1) & (np.abs(w.sum(1) - 1.0) <= 1e-6)
     if (used & ~pd).any():
-        bad = int(np.flatnonzero((used & ~pd).any(1))[0])
-        raise DataError(f"{where} task {bad} has a covariance that is not symmetric positive definite; {fix}")
+        refuse(int(np.flatnonzero((used & ~pd).any(1))[0]), "has a covariance that is not symmetric positive definite")
     if not sums_ok.all():
-        bad = int(np.flatnonzero(~sums_ok)[0])
-        raise DataError(f"{where} task {bad} has mixture weights that are not a distribution; {fix}")
+        refuse(int(np.flatnonzero(~sums_ok)[0]), "has mixture weights that are not a distribution")
 
 
 def generate_dataset(
