@@ -91,10 +91,8 @@ def _print_dry_run(plan: SweepPlan, where: str, fmt: str) -> None:
 
     spec = plan.spec
     rows, left = dry_run(plan)
-    hidden = 0
-    if plan.count > 1:  # a shard lists the configurations it trains
-        hidden = sum(1 for r in rows if not r.here)
-        rows = [r for r in rows if r.here]
+    hidden = sum(1 for r in rows if not r.here)  # a shard lists the configurations it trains (one shard: all)
+    rows = [r for r in rows if r.here]
     columns = ("model", "code", "parameters", "runs here", "done", "partial")  # the seeds: once, in the summary
     table = [(r.config.name, paper_code(r.config), f"{r.parameters:,}", str(r.here), str(r.done), str(r.partial))
              for r in rows]
