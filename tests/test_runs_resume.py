@@ -79,3 +79,21 @@ def test_resume_refuses_a_changed_data_file(tmp_path):
     with pytest.raises(DataError, match="changed since"):
         resume_run("a", tmp_path / "runs")
     assert {p.name: p.read_bytes() for p in cut.run_dir.iterdir()} == before
+
+
+def test_resume_records_the_hardware_of_the_runs_own_device(tiny_h5, tmp_path, monkeypatch):
+    """A run on `device` cpu resumed without `device` trains on the CPU again, and its config records that,
+    not what `auto` would pick on this machine (a card, where there is one)."""
+    import json
+
+    from swarmctl.runs import lifecycle
+
+    model = ModelConfig(name="swarm", dim_hidden=8, n_iter=2, n_layers=1)
+    start_run(model, TrainConfig(batch_size=8, max_epochs=1, device="cpu"), DataConfig(path=str(tiny_h5)), tmp_path,
+              "r")
+    resolve = lifecycle.resolve_device
+    monkeypatch.setattr(lifecycle, "resolve_device",  # a machine whose `auto` is another device
+                        lambda name, rank=0: torch.device("meta") if name == "auto" else resolve(name, rank))
+    resume_run("r", tmp_path, max_epochs=2)
+    hardware = json.loads((tmp_path / "r" / "config.json").read_text())["run"]["hardware"]
+    assert all(h.startswith("cpu") for h in hardware), hardware

@@ -125,7 +125,6 @@ class EpochProgress(DataGenerationProgress):
         best = "-" if r["best_val"] is None else f"{r['best_val']:.4f}"
         note = "  [red]backtrack[/]" if r["backtracked"] else ""
         val += escape(self._task_info.progress_note(r))
-        self._done, self._epoch = 0, r["epoch"] + 1
         self._progress.console.print(
             f"epoch {r['epoch']:>3}  train {r['train_loss']:.4f}  val {val}  best {best}  lr {r['lr']:.3g}  "
             f"{escape(self._budget(r['net_seconds']))}{note}", highlight=False, soft_wrap=True,

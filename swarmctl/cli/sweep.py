@@ -91,29 +91,23 @@ def _print_dry_run(plan: SweepPlan, where: str, fmt: str) -> None:
 
     spec = plan.spec
     rows, left = dry_run(plan)
-    hidden = 0
-    if plan.count > 1:  # a shard lists the configurations it trains
-        hidden = sum(1 for r in rows if not r.here)
-        rows = [r for r in rows if r.here]
-    seeds = {r.seeds for r in rows}
-    one_seed_list = len(seeds) == 1  # the usual spec: the seeds once in the summary, not on every row
-    columns = ("model", "code", "parameters", *(() if one_seed_list else ("seeds",)), "runs here", "done", "partial")
-    table = [(r.config.name, paper_code(r.config), f"{r.parameters:,}",
-              *(() if one_seed_list else (",".join(map(str, r.seeds)),)), str(r.here), str(r.done), str(r.partial))
+    hidden = sum(1 for r in rows if not r.here)  # a shard lists the configurations it trains (one shard: all)
+    rows = [r for r in rows if r.here]
+    columns = ("model", "code", "parameters", "runs here", "done", "partial")  # the seeds: once, in the summary
+    table = [(r.config.name, paper_code(r.config), f"{r.parameters:,}", str(r.here), str(r.done), str(r.partial))
              for r in rows]
     records = [{"model": r.config.name, "code": paper_code(r.config), "parameters": r.parameters,
-                "seeds": list(r.seeds), "runs_here": r.here, "done": r.done, "partial": r.partial} for r in rows]
+                "seeds": list(spec.seeds), "runs_here": r.here, "done": r.done, "partial": r.partial} for r in rows]
     title = f"sweep {spec.name}{where and ', ' + where.removesuffix(': ')} -> {plan.folder}"
     print_table(columns, table, title=title, right=("parameters", "runs here", "done", "partial"), records=records,
                 fmt=fmt)
     if fmt != "text":
         return
-    n_all, n_here = len(plan.all_runs), len(plan.runs)
-    seed_list = f" ({','.join(map(str, next(iter(seeds))))})" if one_seed_list and seeds else ""
+    n_all, n_here, seeds = len(plan.all_runs), len(plan.runs), ",".join(map(str, spec.seeds))
     say(DRY_RUN_LEGEND)
     if hidden:
         say(f"{hidden} configurations with no run in this shard are not listed")
-    say(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds{seed_list} = {n_all} runs of {spec.minutes:g} "
+    say(f"{len(spec.configs)} configurations x {len(spec.seeds)} seeds ({seeds}) = {n_all} runs of {spec.minutes:g} "
         f"min = {format_minutes(n_all * spec.minutes)} net (validation and checkpoints extra); "
         + (f"{where}{n_here} runs, {format_minutes(n_here * spec.minutes)}, " if plan.count > 1 else "")
         + f"{left} not finished; data {data_path(spec) or 'drawn fresh'}, device {spec.device}")

@@ -3,7 +3,9 @@ sets (the inputs every set model takes)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -12,8 +14,22 @@ from torch import Tensor
 from swarmctl.data.clustering_generator import ClusteringTasks
 
 
+class TensorBatch:
+    """Base of the batches: a frozen dataclass of tensors, the first field's first axis the batch's."""
+
+    def to(self: B, device: torch.device) -> B:
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device, non_blocking=True)
+                                            for f in dataclasses.fields(self)})  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(getattr(self, dataclasses.fields(self)[0].name))  # type: ignore[arg-type]
+
+
+B = TypeVar("B", bound=TensorBatch)
+
+
 @dataclass(frozen=True)
-class ClusteringBatch:
+class ClusteringBatch(TensorBatch):
     """x (B, N, 2) float32 (zeros at padding), labels (B, N) int64 (0 at padding), mask (B, N) bool
     (True = real entity), index (B,) task indices in the split."""
 
@@ -21,12 +37,6 @@ class ClusteringBatch:
     labels: Tensor
     mask: Tensor
     index: Tensor
-
-    def to(self, device: torch.device) -> ClusteringBatch:
-        return ClusteringBatch(*(t.to(device, non_blocking=True) for t in (self.x, self.labels, self.mask, self.index)))
-
-    def __len__(self) -> int:
-        return self.x.shape[0]
 
 
 def _collate(tasks: ClusteringTasks, index: np.ndarray, pad_to: int = 1) -> ClusteringBatch:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import h5py
 import numpy as np
@@ -184,38 +184,35 @@ def _info(f: h5py.File, path: Path) -> dict[str, Any]:
 def _check_layout(f: h5py.File, path: Path, splits: list[str]) -> None:
     """Every split is a group holding the seven arrays with the right ranks, trailing shapes, kinds and
     consistent lengths, and all of them fit in memory; read from the metadata alone, nothing allocated."""
+
+    def broken(problem: str) -> DataError:
+        return DataError(f"{path}{problem}; regenerate the file with {REGENERATE}")
+
     total_bytes = 0
     for name in splits:
         group = f.get(name)
         if not isinstance(group, h5py.Group):
-            raise DataError(f"{path} lacks the split {name!r} its splits attribute lists; the file is incomplete, "
-                            f"regenerate it with {REGENERATE}")
+            raise broken(f" lacks the split {name!r} its splits attribute lists; the file is incomplete")
         shapes = {}
         for key in ARRAYS:
             ds = group.get(key)
             if not isinstance(ds, h5py.Dataset):
-                raise DataError(f"{path} lacks {name}/{key}; the file is incomplete, regenerate it with "
-                                f"{REGENERATE}")
+                raise broken(f" lacks {name}/{key}; the file is incomplete")
             want = SHAPES[key]
             if len(ds.shape) != len(want) + 1 or tuple(ds.shape[1:]) != want:
-                expected = "(" + ", ".join(["n", *map(str, want)]) + ")"
-                raise DataError(f"{path}: {name}/{key} has shape {ds.shape}, expected {expected}; regenerate the file "
-                                f"with {REGENERATE}")
+                raise broken(f": {name}/{key} has shape {ds.shape}, expected ({', '.join(['n', *map(str, want)])})")
             if ds.dtype.kind not in KINDS_OF[key]:
-                raise DataError(f"{path}: {name}/{key} has dtype {ds.dtype}, expected "
-                                f"{np.dtype(DTYPES[key]).name}; regenerate the file with {REGENERATE}")
+                raise broken(f": {name}/{key} has dtype {ds.dtype}, expected {np.dtype(DTYPES[key]).name}")
             shapes[key] = ds.shape
             total_bytes += int(np.prod(ds.shape, dtype=np.float64)) * 8
         n = shapes["offsets"][0] - 1
         if n < 1:
-            raise DataError(f"{path}: split {name!r} holds no tasks; regenerate the file with `swarmctl gen-data`")
+            raise broken(f": split {name!r} holds no tasks")
         for key in ("n_clusters", "means", "covs", "weights"):
             if shapes[key][0] != n:
-                raise DataError(f"{path}: {name}/{key} describes {shapes[key][0]} tasks, offsets {n}; "
-                                f"regenerate the file with {REGENERATE}")
+                raise broken(f": {name}/{key} describes {shapes[key][0]} tasks, offsets {n}")
         if shapes["points"][0] != shapes["labels"][0]:
-            raise DataError(f"{path}: split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} "
-                            f"labels; regenerate the file with {REGENERATE}")
+            raise broken(f": split {name!r} has {shapes['points'][0]} points but {shapes['labels'][0]} labels")
     limit = host_memory() // 2
     if total_bytes > limit:
         raise DataError(f"{path} needs {total_bytes / 2**30:.1f} GiB to read, more than half of this machine's "
@@ -254,17 +251,32 @@ def _cluster_range(info: dict[str, Any]) -> tuple[int, int]:
     return 1, MAX_CLUSTERS
 
 
+def read_splits(path: Path, *splits: str, kind: str | None = None,
+                fix: str = "") -> tuple[dict[str, ClusteringTasks], dict[str, Any]]:
+    """:func:`read_dataset`, refusing a file of another ``kind`` of tasks (``fix`` says what to use) or one
+    without each of ``splits``."""
+    data, info = read_dataset(path)
+    if kind is not None and info["kind"] != kind:
+        raise DataError(f"{path} holds {info['kind']!r} tasks, not {kind} tasks{fix}")
+    for split in splits:
+        if split not in data:
+            raise DataError(f"{path} has no split {split!r}; it has {', '.join(repr(s) for s in data)}")
+    return data, info
+
+
 def read_split(path: Path, split: str) -> tuple[ClusteringTasks, dict[str, Any]]:
     """One split (checksum of the whole file verified)."""
-    splits, info = read_dataset(path)
-    if split not in splits:
-        raise DataError(f"{path} has no split {split!r}; it has {', '.join(repr(s) for s in splits)}")
+    splits, info = read_splits(path, split)
     return splits[split], info
 
 
 def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] = (1, MAX_CLUSTERS)) -> None:
     """Reject content no model can train on, with one line naming the first bad task."""
     fix = f"regenerate the dataset with {REGENERATE}"
+
+    def refuse(task: int, problem: str) -> NoReturn:
+        raise DataError(f"{where} task {task} {problem}; {fix}")
+
     n = len(tasks)
     if n < 1:
         raise DataError(f"{where} holds no tasks")
@@ -274,31 +286,29 @@ def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] =
                         f"{len(tasks.points)} points and {len(tasks.labels)} labels; {fix}")
     if (sizes < 2).any():
         bad = int(np.flatnonzero(sizes < 2)[0])
-        raise DataError(f"{where} task {bad} has {sizes[bad]} entities; every set needs at least 2, {fix}")
+        refuse(bad, f"has {sizes[bad]} entities; every set needs at least 2")
     if sizes.max() > MAX_SET_SIZE:
         bad = int(np.argmax(sizes))
-        raise DataError(f"{where} task {bad} has {sizes[bad]:,} entities, more than the {MAX_SET_SIZE:,} "
-                        f"swarmctl accepts; {fix}")
+        refuse(bad, f"has {sizes[bad]:,} entities, more than the {MAX_SET_SIZE:,} swarmctl accepts")
     if not np.isfinite(tasks.points).all():
         bad = int(np.searchsorted(offsets, np.flatnonzero(~np.isfinite(tasks.points).all(1))[0], "right") - 1)
-        raise DataError(f"{where} task {bad} has NaN or infinite points; {fix}")
+        refuse(bad, "has NaN or infinite points")
     k = tasks.n_clusters
     lo, hi = clusters
     if ((k < lo) | (k > hi)).any():
         bad = int(np.flatnonzero((k < lo) | (k > hi))[0])
-        raise DataError(f"{where} task {bad} has {k[bad]} clusters, outside its generator's range {lo}..{hi}; {fix}")
+        refuse(bad, f"has {k[bad]} clusters, outside its generator's range {lo}..{hi}")
     task_k = np.repeat(k, sizes)
     out = (tasks.labels < 0) | (tasks.labels >= task_k)
     if out.any():
         first = int(np.flatnonzero(out)[0])
         bad = int(np.searchsorted(offsets, first, "right") - 1)
-        raise DataError(f"{where} task {bad} has label {tasks.labels[first]}, outside 0..{k[bad] - 1}; {fix}")
+        refuse(bad, f"has label {tasks.labels[first]}, outside 0..{k[bad] - 1}")
     used = np.arange(MAX_CLUSTERS)[None, :] < k[:, None]  # (n, 10): the clusters each task draws
     for key, arr in (("means", tasks.means), ("covs", tasks.covs), ("weights", tasks.weights)):
         finite = np.isfinite(arr.reshape(n, -1)).all(1)
         if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0])
-            raise DataError(f"{where} task {bad} has NaN or infinite {key}; {fix}")
+            refuse(int(np.flatnonzero(~finite)[0]), f"has NaN or infinite {key}")
     c = tasks.covs
     a, b, b2, d = c[..., 0, 0], c[..., 0, 1], c[..., 1, 0], c[..., 1, 1]
     with np.errstate(all="ignore"):  # an overflow makes a check fail, silently; the message says which
@@ -307,11 +317,9 @@ def _check_tasks(tasks: ClusteringTasks, where: str, clusters: tuple[int, int] =
         w = np.where(used, tasks.weights, 0.0)
         sums_ok = (w >= 0).all(1) & (np.abs(w.sum(1) - 1.0) <= 1e-6)
     if (used & ~pd).any():
-        bad = int(np.flatnonzero((used & ~pd).any(1))[0])
-        raise DataError(f"{where} task {bad} has a covariance that is not symmetric positive definite; {fix}")
+        refuse(int(np.flatnonzero((used & ~pd).any(1))[0]), "has a covariance that is not symmetric positive definite")
     if not sums_ok.all():
-        bad = int(np.flatnonzero(~sums_ok)[0])
-        raise DataError(f"{where} task {bad} has mixture weights that are not a distribution; {fix}")
+        refuse(int(np.flatnonzero(~sums_ok)[0]), "has mixture weights that are not a distribution")
 
 
 def generate_dataset(

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from swarmctl.data.dataset import TensorBatch
 from swarmctl.errors import DataError
 
 # name -> (torchvision class name, folder torchvision reads, (channels, height, width))
@@ -208,17 +209,11 @@ def _missing(dataset: str, root: Path) -> str:
 
 
 @dataclass(frozen=True)
-class ImageBatch:
+class ImageBatch(TensorBatch):
     """x (B, C, H, W) int64 pixel values 0..255, y (B,) class labels."""
 
     x: Tensor
     y: Tensor
-
-    def to(self, device: torch.device) -> ImageBatch:
-        return ImageBatch(self.x.to(device, non_blocking=True), self.y.to(device, non_blocking=True))
-
-    def __len__(self) -> int:
-        return len(self.y)
 
 
 class ImageBatches:

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from swarmctl.data.clustering_generator import MAX_CLUSTERS, ClusteringTasks
+from swarmctl.data.dataset import TensorBatch
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class MogParams:
 
 
 @dataclass(frozen=True)
-class MogBatch:
+class MogBatch(TensorBatch):
     """x (B, N, 2) float32, mask (B, N) bool (True = present), means (B, K, 2), weights (B, K),
     sigma (B,) of the generating mixtures, labels (B, N) the generating component of each point."""
 
@@ -35,13 +36,6 @@ class MogBatch:
     weights: Tensor
     sigma: Tensor
     labels: Tensor
-
-    def to(self, device: torch.device) -> MogBatch:
-        return MogBatch(*(t.to(device) for t in (self.x, self.mask, self.means, self.weights, self.sigma,
-                                                 self.labels)))
-
-    def __len__(self) -> int:
-        return self.x.shape[0]
 
 
 def sample_mog_batch(rng: np.random.Generator, batch_size: int, params: MogParams = MogParams()) -> MogBatch:

@@ -43,7 +43,7 @@ from swarmctl.tasks import DataProgress, Task, task_of
 from swarmctl.training.checkpoint import RunWriter, load_checkpoint
 from swarmctl.training.device import DistContext, barrier, init_distributed, is_main_process, seed_everything
 from swarmctl.training.loop import FitResult, ProgressHook, TrainingData, any_rank, fit
-from swarmctl.training.modes import resolve_step, resumed_step
+from swarmctl.training.modes import Choice, resolve_step, resumed_step
 
 
 class Progress(ProgressHook, DataProgress, Protocol):
@@ -101,16 +101,21 @@ class _Plan:
     config: dict[str, Any]  # the run's config, as written
     task: Task
     device: torch.device
+    step: Choice  # the step mode and why, for the run's first line
     resume: bool  # continue from the last checkpoint; False: train from scratch
     restarted: bool  # a folder that never saved a checkpoint is trained again from scratch (a warning)
     new: bool  # a start: a failure before the first checkpoint removes the run's files again
 
 
 def _train_locked(run: RunDir, runs_dir: Path, plan: _Plan, ctx: DistContext, signals: StopSignals,
-                  progress: Progress | None) -> FitResult:
-    """Under the lock: clear a run trained from scratch, write its config, train. A file that cannot be
-    written (a full disk) ends training with one line naming it and how to continue."""
+                  progress: Progress | None, announce: Callable[[str], None] | None) -> FitResult:
+    """Under the lock: say what trains where, clear a run trained from scratch, write its config, train. A file
+    that cannot be written (a full disk) ends training with one line naming it and how to continue."""
     if ctx.is_main:
+        if announce is not None:
+            announce(f"{'training' if plan.new else 'continuing'} {run.name}: {plan.config['model']['name']} "
+                     f"({plan.config['run'].get('code', '?')}) on {_where(plan.device)}, {plan.step.mode.name} step "
+                     f"({plan.step.reason})")
         if plan.restarted:
             warnings.warn(f"run {run.path} never saved a checkpoint (stopped in its first epoch): training it "
                           "again from scratch", SwarmctlWarning, stacklevel=3)
@@ -195,12 +200,9 @@ def start_run(
 
     with StopSignals() as signals, writing(run, ctx):
         restarted = _checked(free, ctx, device)
-        if announce is not None and ctx.is_main:
-            announce(f"training {run.name}: {model_cfg.name} ({config['run']['code']}) on {_where(device)}, "
-                     f"{step.mode.name} step ({step.reason})")
-        plan = _Plan(model, prepared, train_cfg, config, task, device, resume=False, restarted=bool(restarted),
+        plan = _Plan(model, prepared, train_cfg, config, task, device, step, resume=False, restarted=bool(restarted),
                      new=True)
-        return _train_locked(run, runs_dir, plan, ctx, signals, progress)
+        return _train_locked(run, runs_dir, plan, ctx, signals, progress, announce)
 
 
 def check_resumable(given: Sequence[str]) -> None:
@@ -239,24 +241,21 @@ def resume_run(
                                   f"use {resume_command(model_cfg.name, folder.path, runs_dir)}")
         task = task_of(model_cfg.name)
         train_cfg = dataclasses.replace(from_dict(TrainConfig, config["train"]), **changes)
+        dev = resolve_device(train_cfg.device, ctx.local_rank)  # the run's own device, unless `device` changes it
         seen = list(config.get("run", {}).get("hardware", []))  # every session's hardware, for the report
         config = {**config, "train": to_dict(train_cfg), "run": {
             **config.get("run", {}), "hardware": seen + [h for h in [hardware(dev, ctx.world_size)] if h not in seen]}}
         data_cfg = from_dict(DataConfig, config["data"])
-        dev = resolve_device(train_cfg.device, ctx.local_rank)
         prepared = task.prepare(train_cfg, data_cfg)
         if prepared.checksum != data_cfg.checksum:
             raise DataError(f"{data_cfg.path} changed since run {folder.name} started (checksum differs); "
                             "resume with the original file")
         seed_everything(train_cfg.seed)
         model = create_model(model_cfg)
-        plan = _Plan(model, prepared, train_cfg, config, task, dev, resume=not from_scratch, restarted=from_scratch,
-                     new=False)
         step = resumed_step(train_cfg, dev.type)  # on every rank: refused here where the mode cannot run
-        if announce is not None and ctx.is_main:
-            announce(f"continuing {folder.name}: {model_cfg.name} ({config['run'].get('code', '?')}) on "
-                     f"{_where(dev)}, {step.mode.name} step ({step.reason})")
-        return _train_locked(folder, runs_dir, plan, ctx, signals, progress)
+        plan = _Plan(model, prepared, train_cfg, config, task, dev, step, resume=not from_scratch,
+                     restarted=from_scratch, new=False)
+        return _train_locked(folder, runs_dir, plan, ctx, signals, progress, announce)
 
 
 def _where(device: torch.device) -> str:

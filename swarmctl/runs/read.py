@@ -173,10 +173,10 @@ class Run:
 
 def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *, study: str = "eval",
              dataset: str | None = None, data: Path | None = None, progress: DataProgress | None = None,
-             needs_data: bool = True) -> Run:
+             needs_data: bool = True, announce: Callable[[str], None] | None = None) -> Run:
     """Open a run (:func:`find_checkpoint`) on ``device`` for ``study``, which must be able to use its task.
-    ``target`` None opens the shipped model for ``study`` (and ``dataset``), its default dataset generated
-    when missing unless the caller names its own ``data`` or needs none (``needs_data``)."""
+    ``target`` None opens the shipped model for ``study`` (and ``dataset``; ``announce`` is told), its default
+    dataset generated when missing unless the caller names its own ``data`` or needs none (``needs_data``)."""
     dev = resolve_device(device)
     checkpoint = shipped_for(study, dataset) if target is None else find_checkpoint(target, runs_dir)
     model, ckpt = load_model(checkpoint, dev)
@@ -186,6 +186,8 @@ def open_run(target: str | Path | None, runs_dir: Path, device: str = "auto", *,
     run = Run(folder, checkpoint, model, ckpt, ckpt.model_config, dev, shipped)
     if shipped and needs_data and data is None:
         run.task.ensure_data(ckpt.data_config, progress)
+    if shipped and announce is not None:
+        announce(f"using the shipped model {checkpoint}")
     return run
 
 

@@ -143,9 +143,7 @@ def entropy_maps(run: str | None, runs_dir: Path, device: str = "auto", data: Pa
             elif run is None:
                 outputs.folder(runs_dir)
             opened = open_run(resolve_run(run, runs_dir, shipped=True) if run is not None else None, runs_dir, device,
-                              study=STUDY, data=data, progress=data_progress)
-            if opened.shipped and announce is not None:
-                announce(f"using the shipped model {opened.checkpoint}")
+                              study=STUDY, data=data, progress=data_progress, announce=announce)
             out_dir = outputs.folder(out or opened.dir / "entropy")
             outputs.input(opened.checkpoint)  # checks the files already named against it too
             if out is None:  # a named out's files were named above

@@ -147,9 +147,7 @@ def shuffle_variance(
             for name in ("summary.json", "shuffle-variance.png", *(f"{key}.npz" for key in keys)):
                 outputs.file(out_dir / name)
             opened = [open_run(run_dir, runs_dir, device, study=STUDY) for run_dir in run_dirs] if runs else \
-                [open_run(None, runs_dir, device, study=STUDY, data=data, progress=data_progress)]
-            if opened[0].shipped and announce is not None:
-                announce(f"using the shipped model {opened[0].checkpoint}")
+                [open_run(None, runs_dir, device, study=STUDY, data=data, progress=data_progress, announce=announce)]
             results = []
             for run in opened:
                 with nullcontext() if progress is None else progress(run.label) as update:

@@ -275,11 +275,10 @@ def plan_sweep(spec_file: Path, runs_dir: Path, index: int = 0, count: int = 1) 
 
 @dataclass(frozen=True)
 class DryRunRow:
-    """One configuration in the ``--dry-run`` table."""
+    """One configuration in the ``--dry-run`` table (each configuration runs every seed of the spec)."""
 
     config: ModelConfig
     parameters: int
-    seeds: tuple[int, ...]
     here: int  # runs of this shard
     done: int
     partial: int
@@ -290,14 +289,10 @@ def dry_run(plan: SweepPlan) -> tuple[list[DryRunRow], int]:
     :func:`_check_runs` (the memory check is left to the machine that trains). One pass over the runs: a grid
     may have 10,000 configurations."""
     status = _check_runs(plan.spec, plan.runs, plan.folder.parent)
-    by_config: dict[ModelConfig, tuple[list[int], list[str]]] = {cfg: ([], []) for cfg in plan.spec.configs}
-    for r in plan.all_runs:
-        seeds, states = by_config[r.model]
-        seeds.append(r.seed)
-        if r.name in status:
-            states.append(status[r.name])
-    rows = [DryRunRow(cfg, n, tuple(by_config[cfg][0]), len(by_config[cfg][1]), by_config[cfg][1].count("done"),
-                      by_config[cfg][1].count("partial"))
+    states: dict[ModelConfig, list[str]] = {cfg: [] for cfg in plan.spec.configs}
+    for r in plan.runs:
+        states[r.model].append(status[r.name])
+    rows = [DryRunRow(cfg, n, len(states[cfg]), states[cfg].count("done"), states[cfg].count("partial"))
             for cfg, n in zip(plan.spec.configs, plan.spec.parameters, strict=True)]
     return rows, sum(1 for s in status.values() if s != "done")
 

@@ -27,7 +27,7 @@ from swarmctl.data.clustering_generator import (
     training_range,
 )
 from swarmctl.data.dataset import ClusteringBatch, bucketed_batches
-from swarmctl.data.hdf5 import generate_dataset, read_dataset
+from swarmctl.data.hdf5 import generate_dataset, read_splits
 from swarmctl.errors import DataError, OutputExists, SwarmctlWarning
 from swarmctl.files import staged_outputs
 from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
@@ -65,17 +65,6 @@ def cluster_counts(labels: torch.Tensor, mask: torch.Tensor, classes: int) -> to
 def count_accuracy(count: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Whether the most probable K of count logits (B, C) is the true number of clusters (B,) bool."""
     return count.argmax(dim=-1) + 1 == cluster_counts(labels, mask, count.shape[-1]).clamp_min(1)
-
-
-def load_clustering_data(path: Path, *splits: str) -> tuple[dict, dict[str, Any]]:
-    """All splits of a clustering dataset, checking that it is one and has ``splits``."""
-    data, info = read_dataset(Path(path))
-    if info["kind"] != "clustering":
-        raise DataError(f"{path} holds {info['kind']!r} tasks, not clustering tasks")
-    for split in splits:
-        if split not in data:
-            raise DataError(f"{path} has no split {split!r}; it has: {', '.join(data)}")
-    return data, info
 
 
 _GENERATOR = {f.name: f.default for f in dataclasses.fields(ClusteringParams) if f.name != "n_tasks"}
@@ -128,7 +117,7 @@ class ClusteringTask(Task):
     def prepare(self, train_cfg: TrainConfig, data_cfg: DataConfig) -> TrainingData:
         if data_cfg.path is None:
             raise DataError("clustering needs a dataset; name it with `data` (create one with `swarmctl gen-data`)")
-        splits, info = load_clustering_data(Path(data_cfg.path), "train", "val")
+        splits, info = read_splits(Path(data_cfg.path), "train", "val", kind="clustering")
         pad_to = GRAPH_N_BUCKET if StepMode.of(train_cfg).graphs else 1  # a few step shapes for the graphs to capture
         return TrainingData(train=bucketed_batches(splits["train"], train_cfg.batch_size, pad_to),
                             val=bucketed_batches(splits["val"], EVAL_BATCH), loss_fn=clustering_loss,
@@ -147,7 +136,7 @@ class ClusteringTask(Task):
               device: torch.device, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Hungarian-matched loss, matched accuracy and the oracle loss of the true mixture on ``split``."""
         data_path = Path(data) if data is not None else Path(ckpt.data_config.path or self.default_data)
-        splits, info = load_clustering_data(data_path, split)
+        splits, info = read_splits(data_path, split, kind="clustering")
         trained_on = ckpt.data_config.checksum
         if data is None and trained_on is not None and info["checksum"] != trained_on:
             if not self._paper_recipe(data_path, info):
@@ -192,11 +181,9 @@ class ClusteringTask(Task):
         return ClusteringParams().point_std()
 
     def training_range(self, model_cfg: ModelConfig) -> TrainingRange:
-        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads): a model with
-        more cluster slots than the paper's generator fills (10) was trained on the broad prior as
-        benchmarks/train_broad.py draws it (N up to 800) and on the paper's tasks (a quarter of each epoch), so
-        its range holds both; a model with a count head, on the wide prior (``WIDE_PRIOR``, as
-        benchmarks/train_broad.py --count draws it) and the paper's tasks; any other, on the paper's generator."""
+        """What a model has seen in training (set sizes, numbers of clusters, cluster spreads): the paper's
+        generator's range, joined for a model with more than 10 slots with the broad prior's (N up to 800; a
+        count head: ``WIDE_PRIOR``), as benchmarks/train_broad.py trains them."""
         if model_cfg.dim_out <= MAX_CLUSTERS:
             return _range_of(ClusteringParams())
         prior = WIDE_PRIOR if model_cfg.name == COUNT_MODEL else BroadParams(n_max=800)
@@ -208,16 +195,10 @@ class ClusteringTask(Task):
     def cluster_points(self, model: nn.Module, values: np.ndarray, device: torch.device, standardize: bool = True,
                        chunk_size: int | None = None, progress: Callable[[float], None] | None = None,
                        per_coordinate: bool = False, keep_probabilities: bool = False) -> PointClusters:
-        """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``.
-
-        With ``standardize`` the points are first mapped affinely to the training scale
-        (:func:`standardization`: one factor for all coordinates or, ``per_coordinate``, one each). A
-        model with ``forward_chunked`` and mean pooling (SWARM) runs the entity axis ``chunk_size``
-        entities at a time, so memory grows only by its states (2 x hidden floats per point); any other
-        model runs all N at once. A model with a count head (``forward_with_count``) run in one pass also
-        gives its distribution over the number of clusters (``counts``). ``progress(fraction_done)``.
-        ``keep_probabilities``: also every point's probabilities of the clusters found (for a refinement).
-        """
+        """Cluster one set of points ``values`` (N, D) in one forward pass of ``model``, first mapped to the
+        training scale with ``standardize`` (:func:`standardization`). An equivariant model with
+        ``forward_chunked`` (SWARM) runs ``chunk_size`` entities at a time; a count head run in one pass adds
+        ``counts``; ``keep_probabilities`` keeps every point's probabilities of the clusters found."""
         if not standardize:
             check_as_given(values)
         transform = standardization(values, self.point_std(), per_coordinate) if standardize else None

@@ -16,9 +16,9 @@ from torch import Tensor, nn
 from swarmctl.config import DATA_DIR, DataConfig, TrainConfig, check_memory, host_memory
 from swarmctl.data.clustering_generator import ClusteringParams, ClusteringTasks
 from swarmctl.data.dataset import bucketed_batches
-from swarmctl.data.hdf5 import generate_mog_dataset, read_dataset
+from swarmctl.data.hdf5 import generate_mog_dataset, read_splits
 from swarmctl.data.mog import FreshBatches, MogBatch, MogParams, generate_mog_tasks
-from swarmctl.errors import ConfigError, DataError, command_line
+from swarmctl.errors import ConfigError, command_line
 from swarmctl.models.mog import mixture_parameters
 from swarmctl.tasks.base import DataProgress, Task, check_generator_params, prepare_output
 from swarmctl.training.checkpoint import Checkpoint
@@ -118,13 +118,8 @@ class MogTask(Task):
             tasks = generate_mog_tasks(TEST_BATCHES, TEST_BATCH_SIZE, TEST_SEED)
             source = f"fixed test set (seed {TEST_SEED}, {len(tasks):,} tasks)"
         else:
-            splits, info = read_dataset(Path(data))
-            if info["kind"] != "mog":
-                raise DataError(f"{data} holds {info['kind']!r} tasks; score mog models on a "
-                                f"{command_line('gen-data', kind='mog4')} file")
-            if split not in splits:
-                raise DataError(f"{data} has no split {split!r}; it has: {', '.join(splits)}")
-            tasks, source = splits[split], str(data)
+            fix = f"; score mog models on a {command_line('gen-data', kind='mog4')} file"
+            tasks, source = read_splits(Path(data), split, kind="mog", fix=fix)[0][split], str(data)
         model.eval()
         ll_sum = oracle_sum = 0.0
         batches = mog_batches(tasks, TEST_BATCH_SIZE)

@@ -199,7 +199,8 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Che
     weights that fit the model its config builds, the digest); every problem is a one-line CheckpointError."""
     path = Path(path)
     raw, state = _read(path, map_location)
-    model_cfg = _validate_config(raw["config"], path)
+    config = _validate_config(raw["config"], path)
+    model_cfg = from_dict(ModelConfig, config["model"])
     spec = get_spec(model_cfg.name)
     if raw["task"] != spec.task:
         raise CheckpointError(f"{path} is a {raw['task']!r} checkpoint but model {model_cfg.name!r} solves "
@@ -208,7 +209,7 @@ def load_checkpoint(path: Path, map_location: str | torch.device = "cpu") -> Che
     if raw["digest"] != content_digest(raw):  # last: a foreign checkpoint is better named by the checks above
         raise _damaged(path, "does not match its content digest (bytes were changed)")
     version = raw.get("swarmctl_version")
-    return Checkpoint(raw["task"], current_sections(raw["config"]), state, raw["model"], raw["optimizer"],
+    return Checkpoint(raw["task"], config, state, raw["model"], raw["optimizer"],
                       version if isinstance(version, str) else "?")
 
 
@@ -216,19 +217,18 @@ def _damaged(path: Path, problem: str) -> CheckpointError:
     return CheckpointError(f"{path} {problem}; the checkpoint is damaged or foreign, use another one or train again")
 
 
-def _validate_config(config: Any, path: Path) -> ModelConfig:
-    """The ModelConfig of ``config``, whose sections must rebuild valid config objects of a registered model."""
+def _validate_config(config: Any, path: Path) -> dict[str, Any]:
+    """``config`` as this version writes it (:func:`current_sections`): its sections must rebuild valid config
+    objects of a registered model."""
     for section in ("model", "train", "data"):
         if not isinstance(config.get(section), dict):
             raise _damaged(path, f"has no {section!r} section in its config")
     try:
-        model_cfg = from_dict(ModelConfig, config["model"])
-        get_spec(model_cfg.name)
-        from_dict(TrainConfig, config["train"])
-        from_dict(DataConfig, config["data"])
+        config = current_sections(config)
+        get_spec(config["model"]["name"])
     except Exception as exc:  # ConfigError, or TypeError for a value of the wrong type
         raise _damaged(path, f"has an invalid config ({_one_line(exc)})") from None
-    return model_cfg
+    return config
 
 
 def _validate_fit(weights: dict[str, torch.Tensor], model_cfg: ModelConfig, path: Path) -> None:

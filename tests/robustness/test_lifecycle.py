@@ -223,9 +223,9 @@ def test_eval_scores_the_paper_recipe_regenerated_elsewhere_with_a_warning(cli, 
     monkeypatch.setattr(clustering.ClusteringTask, "default_tasks", PARAMS["n_tasks"])
     recipe = {k: v for k, v in PARAMS.items() if k != "n_tasks"}
     monkeypatch.setattr(clustering, "_GENERATOR", {**clustering._GENERATOR, **recipe})
-    real = clustering.load_clustering_data
-    monkeypatch.setattr(clustering, "load_clustering_data",
-                        lambda path, *splits: (lambda d, i: (d, {**i, "checksum": "f" * 64}))(*real(path, *splits)))
+    real = clustering.read_splits
+    monkeypatch.setattr(clustering, "read_splits", lambda path, *splits, **kw: (
+        lambda d, i: (d, {**i, "checksum": "f" * 64}))(*real(path, *splits, **kw)))
     r = cli("eval", "a", "--runs-dir", runs, "--device", "cpu")
     assert r.exit_code == 0, r.output
     assert "holds the paper's seed-0 tasks" in r.output and (run / "eval-val.json").is_file()
