@@ -121,9 +121,13 @@ def _swarmctl(args, *, env=None, **kwargs):
         **kwargs)
 
 
-@pytest.mark.parametrize("command", ["models", pytest.param("cluster", marks=pytest.mark.slow)])
+# a process each: the help (which loads no PyTorch) in the default suite, a command that loads it and one that
+# computes first in the slow one
+@pytest.mark.parametrize("command", [tiered("help", default=True), tiered("models", default=False),
+                                     tiered("cluster", default=False)])
 def test_a_command_on_dev_full(case, command):
-    """A real full device as standard output (every command, in process: test_an_output_that_cannot_be_printed)."""
+    """A real full device as standard output, what is left in the buffers at exit included (every command, in
+    process: test_an_output_that_cannot_be_printed_is_one_line_and_leaves_no_file)."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     before = snapshot(case)
