@@ -66,7 +66,7 @@ def test_a_second_writer_on_a_running_run_is_refused(cli, tiny_h5, tmp_path):
 def test_sigterm_as_the_run_folder_appears_saves_a_resumable_run(cli, tiny_h5, tmp_path):
     """SIGTERM right after config.json is written (before the first optimizer exists) stops cleanly."""
     runs = tmp_path / "runs"
-    proc = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 3])
+    proc = _popen([*TRAIN, *TINY, "--data", tiny_h5, "--runs-dir", runs, "--name", "x", "--max-epochs", 1])
     _wait_for(lambda: (runs / "x" / "config.json").is_file(), proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
@@ -74,7 +74,7 @@ def test_sigterm_as_the_run_folder_appears_saves_a_resumable_run(cli, tiny_h5, t
     assert "--resume x" in err
     r = cli("train", "swarm", "--resume", "x", "--runs-dir", runs)
     assert r.exit_code == 0, r.output
-    assert _epochs(runs / "x") == [0, 1, 2] and _temps(runs) == []
+    assert _epochs(runs / "x") == [0] and _temps(runs) == []
 
 
 @pytest.mark.slow
