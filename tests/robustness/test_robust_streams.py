@@ -166,7 +166,8 @@ def test_closed_standard_streams_are_never_taken_by_a_file(case):
     assert back.shape == (60, 5)
 
 
-@pytest.mark.slow  # the default suite: test_closed_standard_streams_are_never_taken_by_a_file (one start-up, 0 to 2 closed)
+# the default suite: test_closed_standard_streams_are_never_taken_by_a_file (one start-up with 0, 1 and 2 closed)
+@pytest.mark.slow
 def test_a_closed_standard_input_is_named(case):
     proc = _swarmctl(["cluster", "-", case / "runs" / "x", "--device", "cpu"], cwd=case, stdin=subprocess.DEVNULL,
                      preexec_fn=lambda: os.close(0))
