@@ -399,7 +399,8 @@ def test_a_run_of_another_task_is_named_with_its_article_and_every_usable_model(
 @pytest.mark.parametrize("args", [["train", "swarm", "--threads", "2"], ["cluster", "p.csv", "--threads=2"],
                                   ["report", "--threads", "2"], ["models", "--version"]])
 def test_an_option_of_swarmctl_itself_after_the_command_says_where_it_goes(cli, args):
-    """`swarmctl train --threads 2` was 'No such option: --threads (Possible options: --heads, --iters)'."""
+    """`swarmctl train --threads 2`: one line saying that --threads goes before the command (`swarmctl --threads 2
+    train`), not click's "No such option" with options of the command's own."""
     r = cli(*args)
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert r.exit_code == 2 and len(lines) == 1, r.output
