@@ -68,11 +68,12 @@ READS = {"cluster": ("points", "checkpoint"), "eval": ("checkpoint", "data"), "g
 
 
 def _cases():
+    """(command, target, force): each target of each command once in the default suite, with and without --force in
+    turn; the other half in the slow one."""
     out = []
     for command, reads in READS.items():
-        for target in (*reads, *(t for t in TARGETS if t.startswith(("run-", "shipped-")))):
-            for force in (False, True):
-                out.append((command, target, force))
+        for i, target in enumerate((*reads, *(t for t in TARGETS if t.startswith(("run-", "shipped-"))))):
+            out += [tiered(command, target, force, default=force == bool(i % 2)) for force in (False, True)]
     return out
 
 
