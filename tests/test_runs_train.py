@@ -4,6 +4,7 @@ what follows training in `train` and `sweep`."""
 import errno
 
 import pytest
+from conftest import tiered
 
 from swarmctl.errors import ConfigError, ResourceError
 from swarmctl.plots.curves import save_run_curves
@@ -38,9 +39,11 @@ def test_train_with_resume_continues_the_run_with_its_resumable_options(tiny_h5,
     assert more.finished.curves == (RunDir(runs / "a").curves,)
 
 
+# a training option and a model option in the default suite (the command line's every option: test_lifecycle);
+# the data and the name slow
 @pytest.mark.parametrize("setting, model_options, train_options, named", [
-    ("lr", {}, {"lr": 123.0}, {}), ("dim_hidden", {"dim_hidden": 8}, {}, {}), ("data", {}, {}, {"data": "other.h5"}),
-    ("name", {}, {}, {"name": "b"})])
+    tiered("lr", {}, {"lr": 123.0}, {}, default=True), tiered("dim_hidden", {"dim_hidden": 8}, {}, {}, default=True),
+    tiered("data", {}, {}, {"data": "other.h5"}, default=False), tiered("name", {}, {}, {"name": "b"}, default=False)])
 def test_train_with_resume_refuses_a_setting_the_run_cannot_change(tiny_h5, tmp_path, setting, model_options,
                                                                    train_options, named):
     """A Python caller who resumes with a new ``lr`` (or model size, data, name) is told, not ignored."""

@@ -36,8 +36,8 @@ def test_train_eval_and_sample_an_image_model(fake_mnist, tmp_path, cli):
     grid = np.load(run / "samples-s3.npy")
     assert grid.shape == (10, 1, 1, 28, 28) and grid.dtype == np.uint8
 
-    # refused before any work, nothing written: an output that is not a PNG (it used to write x.png), and
-    # more images than memory holds (it used to try an 8 TB allocation)
+    # refused before any work, nothing written: an output that is not a PNG (never written as x.png), and more
+    # images than memory holds (refused from the estimate, never allocated)
     before = snapshot(tmp_path)
     r = cli("sample", "--dataset", "mnist", "--runs-dir", runs, "--out", tmp_path / "x.jpg")
     assert r.exit_code == 2 and "does not end in .png" in r.output and snapshot(tmp_path) == before

@@ -201,9 +201,10 @@ def _assert_every_value_whole(output, rows, columns):
     return "table" + (f" without {', '.join(left_out)}" if left_out else "")
 
 
+# every layout once in the default suite; the odd runs at 120 columns (blocks, as at 80) slow
 @pytest.mark.parametrize(("columns", "which", "shown"), [
     (80, "paper", "blocks"), (120, "paper", "table without seed ids, parameters"), (200, "paper", "table"),
-    (80, "odd", "blocks"), (120, "odd", "blocks"), (200, "odd", "table")])
+    (80, "odd", "blocks"), pytest.param(120, "odd", "blocks", marks=pytest.mark.slow), (200, "odd", "table")])
 def test_a_terminal_of_80_120_or_200_columns_shows_every_value_whole(runs, tmp_path, columns, which, shown):
     """Narrower than the table, the headers wrap, then the optional columns go (a line names them), then each
     row becomes a block: never a value cut. "odd": long names, an unfinished run, a file name with markup."""

@@ -4,23 +4,30 @@ environment is no option), nothing written."""
 import shutil
 
 import pytest
+from conftest import tiered
 from faults import snapshot
 from typer.testing import CliRunner
 
 from swarmctl.cli import app
 
 UNSET = {"WORLD_SIZE": None, "RANK": None, "LOCAL_RANK": None, "MASTER_ADDR": None, "MASTER_PORT": None}
+LAUNCH = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
 CASES = [
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
     ({"WORLD_SIZE": "-2", "RANK": "0"}, "WORLD_SIZE"),
     ({"WORLD_SIZE": "2"}, "RANK"),
-    ({"WORLD_SIZE": "2", "RANK": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}, "RANK"),
-    ({"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}, "not below WORLD_SIZE"),
-    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"},
-     "LOCAL_RANK"),
+    ({"WORLD_SIZE": "2", "RANK": "x", **LAUNCH}, "RANK"),
+    ({"WORLD_SIZE": "2", "RANK": "2", **LAUNCH}, "not below WORLD_SIZE"),
+    ({"WORLD_SIZE": "2", "RANK": "5", **LAUNCH}, "not below WORLD_SIZE"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1", **LAUNCH}, "LOCAL_RANK"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "zero", **LAUNCH}, "LOCAL_RANK"),
     ({"RANK": "abc"}, "RANK"),
+    ({"RANK": "-1"}, "RANK"),
 ]
+# the default suite: a fresh start with each variable named once (WORLD_SIZE, RANK, a RANK not below WORLD_SIZE,
+# LOCAL_RANK) and one resume; every case both ways in the slow one
+DEFAULT = {(0, False), (3, False), (5, False), (7, False), (0, True)}
 
 
 def _train_args(data, runs):
@@ -44,8 +51,11 @@ def _one_epoch_run(tmp_path_factory):
     return root / "runs"
 
 
-@pytest.mark.parametrize(("env", "named"), CASES, ids=[" ".join(f"{k}={v}" for k, v in e.items()) for e, _ in CASES])
-@pytest.mark.parametrize("resume", [False, True])
+@pytest.mark.parametrize(("env", "named", "resume"), [
+    tiered(env, named, resume, default=(i, resume) in DEFAULT) for resume in (False, True)
+    for i, (env, named) in enumerate(CASES)], ids=[
+    ("resume " if resume else "") + " ".join(f"{k}={v}" for k, v in env.items())
+    for resume in (False, True) for env, _ in CASES])
 def test_a_bad_torchrun_environment_is_one_line(request, tmp_path, tiny_h5, env, named, resume):
     runs = tmp_path / "runs"
     args = _train_args(tiny_h5, runs)

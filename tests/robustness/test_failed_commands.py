@@ -1,9 +1,10 @@
 """A command that fails leaves nothing new behind: a run that runs out of memory before its first
 checkpoint is removed (folder, config.json, lock and the runs folder it made), one that fails later keeps
-its last.pt to resume from, and a refused resume leaves no lock file it created."""
+its last.pt to resume from, a refused resume leaves no lock file it created, and CUDA asked for where there is
+none is refused before anything is written."""
 
 import pytest
-from faults import cli, snapshot
+from faults import assert_clean_failure, cli, snapshot
 
 TINY = ["--hidden", 8, "--iters", 2, "--batch-size", 6, "--device", "cpu"]
 
@@ -70,3 +71,16 @@ def test_a_refused_resume_leaves_no_lock_it_made(tmp_path, tiny_h5):
     r = cli("train", "lstm", "--resume", "a", "--runs-dir", runs)
     assert r.exit_code == 1 and "trains model 'swarm', not 'lstm'" in r.output, r.output
     assert snapshot(tmp_path) == before and not (runs / "a" / ".lock").exists()
+
+
+def test_cuda_asked_for_where_there_is_none_is_one_line_and_writes_nothing(tiny_h5, tmp_path, monkeypatch):
+    """`--device cuda` is a valid value the machine cannot serve: exit 1, one line naming CUDA and the device that
+    works instead, no run folder."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without CUDA, wherever this runs
+    before = snapshot(tmp_path)
+    r = cli("train", "swarm", *TINY[:4], "--device", "cuda", "--max-epochs", 1, "--data", tiny_h5,
+            "--runs-dir", tmp_path / "runs")
+    assert_clean_failure(r, tmp_path, before)
+    assert "CUDA is not available" in r.output and "cpu" in r.output, r.output

@@ -2,6 +2,7 @@
 nothing written): a value the model would ignore, yet record in its config.json, is a mistake."""
 
 import pytest
+from conftest import tiered
 
 from swarmctl.models import get_spec, list_models
 from swarmctl.models.registry import OPTION_NAMES
@@ -25,7 +26,8 @@ def test_an_option_the_model_does_not_have_is_refused(cli, tmp_path, model, opti
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("model", ["swarm", "lstm"])
+# swarm (every option but the attention ones) in the default suite; lstm (no --iters, no --pooling) slow
+@pytest.mark.parametrize("model", [tiered("swarm", default=True), tiered("lstm", default=False)])
 def test_the_options_a_model_has_are_accepted(cli, tmp_path, tiny_h5, model):
     own = [o for f, o in OPTION_NAMES.items() if f in get_spec(model).fields and o not in ("heads", "inducing")]
     args = [a for o in own for a in (f"--{o}", VALUES[o])]

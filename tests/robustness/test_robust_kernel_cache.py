@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiered
 
 from swarmctl.layers import _ext
 from swarmctl.layers.swarm import SwarmLayer
@@ -152,8 +153,12 @@ PLANTED = [
 ]
 
 
-@pytest.mark.parametrize("after_a_build", [False, True], ids=["planted", "over-a-good-build"])
-@pytest.mark.parametrize("case", PLANTED, ids=lambda c: c.name)
+# every kind planted in an empty cache in the default suite, and over a good build one that is rebuilt and one that is
+# left alone; every kind over a good build in the slow one
+@pytest.mark.parametrize(("case", "after_a_build"), [
+    tiered(case, after_a_build, default=not after_a_build or case.name in ("zero-bytes", "fifo"))
+    for after_a_build in (False, True) for case in PLANTED],
+    ids=[f"{c.name}-{'over-a-good-build' if after else 'planted'}" for after in (False, True) for c in PLANTED])
 def test_a_bad_cached_library_is_rebuilt_once(case, after_a_build, libs, fresh, monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("CXX", str(fake_compiler(tmp_path, libs, 'cp "$GOOD" "$out"')))
     originals = {name: path.read_bytes() for name, path in libs.items()}
@@ -308,8 +313,9 @@ def _train_in_process(cli, tiny_h5, runs):
     return result
 
 
-@pytest.mark.parametrize("case", [c for c in PLANTED if c.name in ("zero-bytes", "foreign-library")],
-                         ids=lambda c: c.name)
+# a library of no bytes in the default suite, another build's library slow
+@pytest.mark.parametrize("case", [tiered(c, default=c.name == "zero-bytes") for c in PLANTED
+                                  if c.name in ("zero-bytes", "foreign-library")], ids=lambda c: c.name)
 def test_train_runs_on_rebuilt_kernels_after_a_poisoned_cache(case, libs, fresh, monkeypatch, tmp_path, tiny_h5,
                                                              cli):
     monkeypatch.setenv("CXX", str(fake_compiler(tmp_path, libs, 'cp "$GOOD" "$out"')))

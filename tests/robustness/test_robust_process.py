@@ -1,5 +1,6 @@
-"""Damaged files through a real `python -m swarmctl` process: what a user sees on the terminal, including
-anything C libraries (HDF5, zlib) or warnings would print beside Python's own output, is one error line."""
+"""Damaged files, and what a user sees on the terminal: one error line, with nothing that C libraries (HDF5, zlib)
+or warnings would print beside Python's own output (this process's file descriptors captured in the default
+suite; a real `python -m swarmctl` process for each kind of file in the slow one)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 
 import pytest
 from conftest import write_fake_mnist
-from faults import flip_bits, overwrite_block, snapshot, truncate
+from faults import assert_clean_failure, cli, flip_bits, overwrite_block, snapshot, truncate
 
 from swarmctl.data.hdf5 import read_dataset
 from swarmctl.errors import DataError
@@ -31,19 +32,41 @@ def _assert_one_line(proc, root, before):
     assert snapshot(root) == before
 
 
-@pytest.mark.parametrize("fault", [overwrite_block, pytest.param(flip_bits, marks=pytest.mark.slow)])
-def test_damaged_hdf5_in_a_real_process(tiny_h5, tmp_path, fault):
-    root = tmp_path / "case"
+def _damaged_copy(tiny_h5, root, fault):
+    """A copy of ``tiny_h5`` in ``root`` with the first such fault the reader refuses (a few change nothing it
+    reads)."""
     root.mkdir()
     path = root / "data.h5"
     shutil.copyfile(tiny_h5, path)
-    for seed in range(20):  # the first such fault the reader refuses (a few change nothing it reads)
+    for seed in range(20):
         fault(random.Random(seed)).apply(path)
         try:
             read_dataset(path)
         except DataError:
             break
         shutil.copyfile(tiny_h5, path)
+    return path
+
+
+def test_damaged_hdf5_prints_nothing_below_python(tiny_h5, tmp_path, capfd):
+    """In this process, its file descriptors captured: the command's one line, and nothing that HDF5's C library
+    or a warning would write to the terminal beside it."""
+    root = tmp_path / "case"
+    path = _damaged_copy(tiny_h5, root, overwrite_block)
+    capfd.readouterr()
+    before = snapshot(root)
+    r = cli("train", "swarm", "--data", path, "--runs-dir", root / "runs", "--device", "cpu")
+    assert_clean_failure(r, root, before)
+    assert r.output.startswith("error:"), r.output
+    assert capfd.readouterr() == ("", "")
+
+
+# a process each (the default suite: the same fault in this process, above)
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [overwrite_block, flip_bits])
+def test_damaged_hdf5_in_a_real_process(tiny_h5, tmp_path, fault):
+    root = tmp_path / "case"
+    path = _damaged_copy(tiny_h5, root, fault)
     before = snapshot(root)
     _assert_one_line(_run(["train", "swarm", "--data", path, "--runs-dir", root / "runs", "--device", "cpu"], root),
                      root, before)

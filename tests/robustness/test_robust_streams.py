@@ -121,9 +121,13 @@ def _swarmctl(args, *, env=None, **kwargs):
         **kwargs)
 
 
-@pytest.mark.parametrize("command", ["models", pytest.param("cluster", marks=pytest.mark.slow)])
+# a process each: the help (which loads no PyTorch) in the default suite, a command that loads it and one that
+# computes first in the slow one
+@pytest.mark.parametrize("command", [tiered("help", default=True), tiered("models", default=False),
+                                     tiered("cluster", default=False)])
 def test_a_command_on_dev_full(case, command):
-    """A real full device as standard output (every command, in process: test_an_output_that_cannot_be_printed)."""
+    """A real full device as standard output, what is left in the buffers at exit included (every command, in
+    process: test_an_output_that_cannot_be_printed_is_one_line_and_leaves_no_file)."""
     if not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
     before = snapshot(case)
@@ -152,7 +156,7 @@ def test_closed_standard_streams_are_never_taken_by_a_file(case):
     """With 0, 1 and 2 closed, the files swarmctl opens would get those numbers (and whatever writes to
     stdout or stderr would write into them): they are reopened on /dev/null first, and the CSV is whole."""
     report = case / "fds.txt"
-    args = _commands(case)["cluster"]
+    args = ["cluster", case / "p.csv", case / "runs" / "x", "--device", "cpu", "--out", case / "o.csv"]  # no figure
     proc = subprocess.run([sys.executable, "-c", _CHECK_FDS, str(report), *map(str, args)], timeout=180,
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           preexec_fn=lambda: [os.close(fd) for fd in (0, 1, 2)])
@@ -162,6 +166,8 @@ def test_closed_standard_streams_are_never_taken_by_a_file(case):
     assert back.shape == (60, 5)
 
 
+# the default suite: test_closed_standard_streams_are_never_taken_by_a_file (one start-up with 0, 1 and 2 closed)
+@pytest.mark.slow
 def test_a_closed_standard_input_is_named(case):
     proc = _swarmctl(["cluster", "-", case / "runs" / "x", "--device", "cpu"], cwd=case, stdin=subprocess.DEVNULL,
                      preexec_fn=lambda: os.close(0))
@@ -237,11 +243,14 @@ def test_an_unwritable_mplconfigdir_prints_no_matplotlib_warning(case, config):
     assert (case / "o.png").read_bytes()[:4] == b"\x89PNG"
 
 
-# every value for the commands that print at once; `cluster`, which computes first, with one (COLUMNS=0 in the
-# default suite's hostile terminal), the others slow
+# each value once in the default suite, the help and `models` in turn, and `cluster`, which computes first, with
+# one (COLUMNS=0 in the default suite's hostile terminal); every other pair slow
+COLUMNS_VALUES = ("0", "5", "-3", "abc", "")
+
+
 @pytest.mark.parametrize(("command", "columns"), [
-    tiered(command, columns, default=command != "cluster" or columns == "abc")
-    for command in ("cluster", "help", "models") for columns in ("0", "5", "-3", "abc", "")])
+    tiered(command, columns, default=(command, i % 2) in (("help", 0), ("models", 1)) or (command, columns) == (
+        "cluster", "abc")) for command in ("cluster", "help", "models") for i, columns in enumerate(COLUMNS_VALUES)])
 def test_an_odd_columns_value_still_prints_readable_lines(case, command, columns):
     args = [str(a) for a in _commands(case)[command]]
     r = CliRunner().invoke(app, args, env={"COLUMNS": columns})

@@ -331,7 +331,7 @@ def test_commit_refuses_an_evaluation_without_the_checkpoints_it_scored(assets, 
     refused_unchanged(spec, "mnist/progress.json", "no checkpoint")
 
 
-# ---- the hostile review's cases ---------------------------------------------------------------------------
+# ---- names, links, numbers and checkpoints that do not belong: refused, nothing changed -------------------
 
 def test_commit_refuses_a_campaign_named_dotdot(assets, refused_unchanged):
     spec = good_spec(assets)
