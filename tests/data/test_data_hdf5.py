@@ -90,8 +90,8 @@ def test_unknown_split(tiny_h5):
 
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
 def test_a_data_path_that_is_not_a_file_is_named_for_what_it_is(tmp_path, kind):
-    """`train --data DIR` used to say "no such dataset file; create one with gen-data --out DIR", a fix
-    that gen-data refuses; a FIFO must not be waited on."""
+    """`train --data DIR` names a folder as a folder (not as a missing file whose fix, gen-data --out DIR,
+    gen-data would refuse); a FIFO is not waited on."""
     import os
 
     from swarmctl.errors import SwarmctlError
