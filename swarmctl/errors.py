@@ -40,8 +40,10 @@ class SwarmctlWarning(UserWarning):
     """Something was skipped or repaired that the user should know; the CLI prints one "warning:" line."""
 
 
-_OS_FIXES = {  # the fix for a cause; where none is here (a name too long, say), "check the path"
+_OS_FIXES = {  # the fix for a cause; where none is here, "check the path"
     errno.EISDIR: "it is a folder; give a file path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder; choose another path",
+    errno.ENAMETOOLONG: "choose a shorter path",
     errno.ENOSPC: "the disk is full; free space or choose another folder",
     errno.EDQUOT: "free space or choose another folder",
     errno.EFBIG: "the file-size limit (ulimit -f) was reached; raise it or choose a smaller output",

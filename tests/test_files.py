@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from swarmctl import files
-from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError, SwarmctlWarning
+from swarmctl.errors import ConfigError, DataError, OutputExists, ResourceError, SwarmctlWarning, describe_os_error
 from swarmctl.files import (
     atomic_write,
     atomic_write_text,
@@ -65,6 +65,17 @@ def test_a_full_disk_names_the_file_asked_for_and_keeps_the_old_one(tmp_path, mo
     assert err.value.filename == str(path)
     monkeypatch.undo()
     assert path.read_text() == "old" and _names(tmp_path) == ["f.txt"]
+
+
+def test_a_name_too_long_or_a_file_in_the_path_is_told_with_its_fix(tmp_path):
+    with pytest.raises(OSError) as err:
+        atomic_write_text(tmp_path / ("x" * 300), "new")
+    assert describe_os_error(err.value).endswith("file name too long; choose a shorter path")
+    assert _names(tmp_path) == []
+    (tmp_path / "f.txt").write_text("f")
+    with pytest.raises(OSError) as err:
+        (tmp_path / "f.txt" / "g.txt").read_text()
+    assert describe_os_error(err.value).endswith("a part of the path is a file, not a folder; choose another path")
 
 
 def test_the_temporary_file_is_synced_before_it_takes_the_name(tmp_path, monkeypatch):

@@ -89,9 +89,12 @@ def _status(exc: BaseException, state: signals.Interruption) -> tuple[int, str |
 def _usage_line(exc: typer.TyperException) -> str:
     """A usage error in one line and where to read more; a root option after a command says where it goes."""
     ctx, name = getattr(exc, "ctx", None), getattr(exc, "option_name", None)
-    if ctx is not None and ctx.parent is not None and any(name in p.opts for p in ctx.find_root().command.params):
+    own = [p for p in ctx.find_root().command.params if name in p.opts] if ctx is not None and ctx.parent else []
+    if own:  # the fix as it works: the option's value, then the command (an eager one, --version, alone)
         root = ctx.find_root().command_path
-        return f"{name} is an option of {root} itself: give it before the command, `{root} {name} ...`"
+        value = "" if own[0].is_flag else f" {own[0].metavar or 'VALUE'}"
+        command = "" if own[0].is_eager else f" {ctx.command_path[len(root) + 1:]} ..."
+        return f"{name} is an option of {root} itself: give it before the command, `{root} {name}{value}{command}`"
     return " ".join(exc.format_message().split()) + (f" (see `{ctx.command_path} --help`)" if ctx is not None else "")
 
 

@@ -371,6 +371,14 @@ def test_an_option_wrong_in_itself_exits_2_and_one_the_files_refuse_exits_1(cli,
     assert _snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize(("option", "fix"), [(["--threads", "2"], "`swarmctl --threads N cluster ...`"),
+                                           (["--version"], "`swarmctl --version`")])
+def test_an_option_of_swarmctl_itself_after_the_command_is_shown_before_it_as_it_works(cli, tmp_path, option, fix):
+    """The usage line's fix works as printed: the option's value, then the command (--version: alone)."""
+    r = cli("cluster", tmp_path / "pts.csv", *option)
+    assert r.exit_code == 2 and " ".join(r.output.split()).endswith(f"give it before the command, {fix}"), r.output
+
+
 def test_out_and_plot_naming_one_file_by_two_hard_links_exit_2_and_change_nothing(cli, trained_runs, values, tmp_path):
     points = _csv(tmp_path / "pts.csv", values)
     (tmp_path / "fig.png").write_bytes(b"the user's file")
