@@ -148,9 +148,10 @@ codecs.register_error("swarmctl-escape", _escape)
 
 def prepare() -> None:
     """"Terminals and environment": the standard streams and terminal settings made safe, before anything loads."""
-    while (fd := os.open(os.devnull, os.O_RDWR)) <= 2:  # a stream closed at start (``cmd >&-``) takes the lowest
-        pass  # number free: on /dev/null, no file swarmctl opens takes it (``sys.stdin`` and friends stay None)
-    os.close(fd)
+    with contextlib.suppress(OSError):  # no /dev/null to open (a bare container): nothing to fill streams with
+        while (fd := os.open(os.devnull, os.O_RDWR)) <= 2:  # a stream closed at start (``cmd >&-``) takes the
+            pass  # lowest number free: on /dev/null, no file swarmctl opens takes it (``sys.stdin`` stays None)
+        os.close(fd)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None and hasattr(stream, "reconfigure"):
             with contextlib.suppress(ValueError, OSError):  # closed, or detached by a test harness

@@ -91,3 +91,21 @@ def test_models_fits_80_columns():
 def test_user_text_with_brackets_is_printed_as_written(cli, tmp_path):
     result = cli("eval", "run[bold]x", "--runs-dir", tmp_path)  # rich would read [bold] as a style
     assert result.exit_code == 1 and "run[bold]x" in result.output
+
+
+def test_a_machine_without_dev_null_still_starts(monkeypatch):
+    """The standard streams are refilled from /dev/null only where it opens; a bare container without it
+    still runs every command."""
+    import os
+
+    from swarmctl.cli import prepare
+
+    real_open = os.open
+
+    def no_dev_null(path, *args, **kwargs):
+        if path == os.devnull:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_dev_null)
+    prepare()  # no OSError
