@@ -155,20 +155,24 @@ def test_an_input_a_lock_a_runs_own_file_or_a_shipped_model_is_never_an_output(t
 
 # ---- --force, and a file that appears meanwhile --------------------------------------------------------------
 
+def _a_name_taken_meanwhile_is_kept(path):
+    """Another process creates ``path`` while a write without replace runs: theirs stays, ours goes."""
+    def competitor(fh):
+        path.write_text("theirs")
+        fh.write(b"ours")
+
+    with pytest.raises(OutputExists, match="appeared while this command ran"):
+        atomic_write(path, competitor, replace=False)
+    assert path.read_text() == "theirs" and _names(path.parent) == ["out.txt"]
+
+
 def test_without_replace_an_existing_file_or_one_that_appears_meanwhile_is_kept(tmp_path):
     path = tmp_path / "out.txt"
     path.write_text("theirs")
     with pytest.raises(OutputExists, match="exists"):
         atomic_write(path, lambda fh: _fail("the work ran"), replace=False)
     path.unlink()
-
-    def competitor(fh):
-        path.write_text("theirs")  # another process creates the name while this one writes
-        fh.write(b"ours")
-
-    with pytest.raises(OutputExists, match="appeared while this command ran"):
-        atomic_write(path, competitor, replace=False)
-    assert path.read_text() == "theirs" and _names(tmp_path) == ["out.txt"]
+    _a_name_taken_meanwhile_is_kept(path)
     atomic_write_text(path, "ours")  # replace: the default outside a block
     assert path.read_text() == "ours"
 
@@ -186,14 +190,7 @@ def test_where_the_file_system_has_no_hard_links_a_new_output_is_still_written_a
     atomic_write(path, lambda fh: fh.write(b"ours"), replace=False)
     assert path.read_text() == "ours" and _names(tmp_path) == ["out.txt"]
     path.unlink()
-
-    def competitor(fh):
-        path.write_text("theirs")  # another process creates the name while this one writes
-        fh.write(b"ours")
-
-    with pytest.raises(OutputExists, match="appeared while this command ran"):
-        atomic_write(path, competitor, replace=False)
-    assert path.read_text() == "theirs" and _names(tmp_path) == ["out.txt"]
+    _a_name_taken_meanwhile_is_kept(path)
 
 
 # ---- a command's outputs: all or none ------------------------------------------------------------------------
