@@ -31,6 +31,17 @@ def tiny_runs(linear_seeds=(0, 1)):
     return out
 
 
+@pytest.fixture(autouse=True)
+def _signals_as_they_were():
+    """The job in this process takes SIGINT and SIGTERM for itself: give them back after each test, with its
+    stop flag cleared, so that no later test in this process is stopped by that handler."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    processes.STOPPING.clear()
+    for s, h in handlers.items():
+        signal.signal(s, h)
+
+
 @pytest.fixture
 def table(tmp_path, monkeypatch):
     from swarmctl.data.clustering_generator import ClusteringParams

@@ -208,9 +208,18 @@ def _log_lines() -> None:
     import logging
     import sys
 
-    log = logging.StreamHandler(sys.stdout)
+    class Current(logging.StreamHandler):  # the stream of the moment (a test harness swaps and closes them)
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name_ = name
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.stream = getattr(sys, self.name_)
+            super().emit(record)
+
+    log = Current("stdout")
     log.addFilter(lambda record: record.levelno < logging.WARNING)
-    errors = logging.StreamHandler(sys.stderr)
+    errors = Current("stderr")
     errors.setLevel(logging.WARNING)
     for handler in (log, errors):
         handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", datefmt="%H:%M:%S"))
