@@ -3,8 +3,10 @@ the shipped models (swarmctl/pretrained/) and the committed runs (campaigns/), o
 that no figure in docs/ is older than the code that draws it.
 
 Each figure names what it is drawn from; a figure whose source is not in the repository is not in docs/ either
-(tests/tools/test_figures.py holds docs/*.png to :func:`figures`). The commands write into a scratch folder and
-the figures replace docs/'s only once every one of them is drawn, so a failure leaves docs/ as it was.
+(tests/tools/test_make_figures.py holds docs/*.png to :func:`figures`, and docs/'s figures to what the tool draws
+now). The commands write into a scratch folder and the figures replace docs/'s only once every one of them is
+drawn, so a failure leaves docs/ as it was. ``--check`` draws them into a scratch folder only and names each
+figure in docs/ that differs from what the code draws now.
 """
 
 from __future__ import annotations
@@ -49,9 +51,14 @@ def _entropy(repo: Path, work: Path) -> None:
               "--device", "cpu", "--runs-dir", str(work / "runs"), "--out", str(work / "entropy"))
 
 
+def iris_args(work: Path) -> list[str]:
+    """The `swarmctl` arguments that draw work/iris.png (run from the repository), as the README's command."""
+    return ["cluster", "docs/iris.csv", "--columns", "petal_length,petal_width", "--device", "cpu",
+            "--runs-dir", str(work / "runs"), "--plot", str(work / "iris.png"), "--out", str(work / "iris.csv")]
+
+
 def _iris(repo: Path, work: Path) -> None:
-    _swarmctl(repo, "cluster", "docs/iris.csv", "--columns", "petal_length,petal_width", "--device", "cpu",
-              "--runs-dir", str(work / "runs"), "--plot", str(work / "iris.png"), "--out", str(work / "iris.csv"))
+    _swarmctl(repo, *iris_args(work))
 
 
 def _mnist_samples(repo: Path, work: Path) -> None:
@@ -120,17 +127,58 @@ def make_figures(repo: Path = REPO, out: Path | None = None, only: list[str] | N
     return written
 
 
+# Two drawings of one figure are the same picture when they have the same size and at most this share of their
+# pixels differs by more than PIXEL_STEP of 255 in a channel: what another build of the font rasteriser or a last
+# bit of the arithmetic moves, far below a changed word in a title (0.5 % of the iris figure) or a recoloured panel.
+PIXEL_STEP = 32
+PIXEL_SHARE = 0.001
+
+
+def difference(drawn: Path, kept: Path) -> str | None:
+    """Why the figure ``kept`` is not the picture ``drawn`` (sizes, or the share of pixels that differ); None
+    when it is."""
+    import numpy as np
+    from PIL import Image
+
+    a, b = (np.asarray(Image.open(p).convert("RGB"), dtype=np.int16) for p in (drawn, kept))
+    if a.shape != b.shape:
+        return f"{a.shape[1]} x {a.shape[0]} pixels drawn, {b.shape[1]} x {b.shape[0]} kept"
+    share = float((np.abs(a - b).max(axis=2) > PIXEL_STEP).mean())
+    return None if share <= PIXEL_SHARE else f"{share:.2%} of its pixels differ"
+
+
+def check_figures(repo: Path = REPO, only: list[str] | None = None) -> dict[str, str]:
+    """Draw the figures (``only``: those named) into a scratch folder; each figure of docs/ that is not what the
+    code draws now (missing, or another picture) with the reason."""
+    with tempfile.TemporaryDirectory(prefix="figures-check-") as tmp:
+        out = {}
+        for made in make_figures(repo, Path(tmp), only):
+            kept = repo / DOCS / made.name
+            why = "missing from docs/" if not kept.is_file() else difference(made, kept)
+            if why:
+                out[made.name] = why
+        return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.figures", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="figures to draw (default: all)")
     ap.add_argument("--out", type=Path, help="folder to put them in [default: docs/]")
     ap.add_argument("--list", action="store_true", help="print the figures' names and sources, draw nothing")
+    ap.add_argument("--check", action="store_true",
+                    help="draw into a scratch folder and name each figure in docs/ that differs; docs/ is not changed")
     args = ap.parse_args(argv)
     if args.list:
         for step in figures():
             for name in step.outputs:
                 print(f"{name}\t{step.source}")
         return 0
+    if args.check:
+        stale = check_figures(only=args.names or None)
+        for name, why in stale.items():
+            print(f"docs/{name} is not what the code draws now: {why}; redraw it with `make figures`", file=sys.stderr)
+        print(f"{len(stale)} of the figures checked differ" if stale else "docs/'s figures are what the code draws")
+        return 1 if stale else 0
     written = make_figures(out=args.out, only=args.names or None)
     if args.out is None and not args.names:
         stray = sorted(p.name for p in (REPO / DOCS).glob("*.png") if p.name not in figure_names())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.figures import TABLE_RUNS, figure_names, figures
+from tools.figures import TABLE_RUNS, check_figures, difference, figure_names, figures, iris_args, make_figures
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,6 +43,34 @@ def test_the_frontier_is_drawn_once_the_table_runs_are_committed(tmp_path):
     assert "frontier.png" in figure_names(tmp_path)
 
 
+def test_the_figures_drawn_in_seconds_are_docs_figures(tmp_path, cli, monkeypatch):
+    """The iris figure (its command in this process) and the MNIST campaign's curves are what the code draws now
+    from what the repository holds; the slow test below checks every figure."""
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("SWARMCTL_PRETRAINED", raising=False)
+    r = cli(*iris_args(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert difference(tmp_path / "iris.png", REPO / "docs" / "cluster-iris.png") is None, "make figures"
+    curves = "curves-swarm-image-256-10-1-mnist-gpu.png"
+    make_figures(out=tmp_path, only=[curves])
+    assert difference(tmp_path / curves, REPO / "docs" / curves) is None, "make figures"
+
+
+def test_a_figure_differs_from_another_picture_and_not_from_itself(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    picture = np.full((200, 300, 3), 255, dtype=np.uint8)
+    picture[50:60, 20:100] = 0  # a word of a title
+    Image.fromarray(picture).save(tmp_path / "a.png")
+    assert difference(tmp_path / "a.png", tmp_path / "a.png") is None
+    picture[50:60, 100:130] = 0  # the word one longer
+    Image.fromarray(picture).save(tmp_path / "b.png")
+    assert "of its pixels differ" in difference(tmp_path / "b.png", tmp_path / "a.png")
+    Image.fromarray(picture[:, :200]).save(tmp_path / "c.png")
+    assert difference(tmp_path / "c.png", tmp_path / "a.png") == "200 x 200 pixels drawn, 300 x 200 kept"
+
+
 @pytest.mark.slow
 def test_make_figures_draws_every_figure_it_lists(tmp_path):
     """The whole tool, as `make figures` runs it, into a scratch folder (about 15 minutes on 2 busy cores, most
@@ -55,3 +83,17 @@ def test_make_figures_draws_every_figure_it_lists(tmp_path):
         assert head[:8] == b"\x89PNG\r\n\x1a\n", name
         width, height = struct.unpack(">II", head[16:24])
         assert width > 100 and height > 100, name
+        assert difference(tmp_path / name, REPO / "docs" / name) is None, f"docs/{name}: redraw it with make figures"
+
+
+@pytest.mark.slow
+def test_the_check_names_a_figure_older_than_the_code(tmp_path):
+    """`--check` against a copy of the repository whose iris figure is another picture (the curves' figure)."""
+    import shutil
+
+    copy = tmp_path / "repo"
+    top = {".git", ".venv", "runs", "data"}  # the checkout's own, not the repository's
+    shutil.copytree(REPO, copy, ignore=lambda folder, names: top & set(names) if Path(folder) == REPO else ())
+    shutil.copyfile(copy / "docs" / "frontier.png", copy / "docs" / "cluster-iris.png")
+    stale = check_figures(copy, only=["cluster-iris.png", "frontier.png"])
+    assert list(stale) == ["cluster-iris.png"], stale
