@@ -194,8 +194,9 @@ MOG_MONTE_CARLO = "-1.4755"  # the expected value over all tasks (2026-11-29, 10
 def test_every_stated_mog_oracle_is_one_of_its_records_at_four_decimals():
     """Every log-likelihood near the MoG oracle's on a page (any -1.4...) is the fixed test set's oracle (what
     `eval` prints) or the CPU benchmark's, at four decimals as both print them, or a paper's mean (its record in
-    paper_results.json, or a number followed by its ±); the expected value over all tasks (about -1.4755) only where it is called a Monte-Carlo
-    estimate. docs/experiments.md states the fixed test set's, where `eval` is described."""
+    paper_results.json, or a number followed by its ±); the expected value over all tasks (about -1.4755) only
+    where it is called a Monte-Carlo estimate. docs/experiments.md states the fixed test set's, where `eval` is
+    described."""
     fixed, bench = _mog_oracles()
     allowed = {f"{fixed:.4f}", f"{bench:.4f}"}
     paper = {f"{r['reported']:.4f}" for r in _json("swarmctl/studies/paper_results.json")["rows"] if r["task"] == "mog"}
@@ -204,12 +205,13 @@ def test_every_stated_mog_oracle_is_one_of_its_records_at_four_decimals():
         text = _words(page)
         for found in re.finditer(r"(?<![\d.])-1\.4\d+", text):
             value, after = found.group(), text[found.end():found.end() + 30]
+            around = text[found.start() - 60:found.end()]
             if value in paper or after.startswith(" ±"):  # a mean over runs (the paper's), not an oracle
                 continue
             if value == MOG_MONTE_CARLO:
-                assert re.match(r",? \(?a Monte-Carlo estimate", after), (page, text[found.start() - 60:found.end() + 30])
+                assert re.match(r",? \(?a Monte-Carlo estimate", after), (page, around + after)
                 continue
-            assert value in allowed, f"{page}: {text[found.start() - 60:found.end()]!r}; records: {sorted(allowed)}"
+            assert value in allowed, f"{page}: {around!r}; records: {sorted(allowed)}"
             seen.add(value)
     assert seen == allowed
     experiments = _words("docs/experiments.md")
