@@ -265,6 +265,20 @@ def test_swarm_epoch_times_on_the_h200_are_the_timing_records():
     assert checked >= 3
 
 
+def test_the_h200_step_times_and_targets_read_as_the_timing_records_and_as_status_prints_them():
+    """docs/benchmarks.md's step times of MoG and MNIST are campaigns/timing.json's, at one decimal as `campaigns
+    status` prints a step (9.853 ms reads 9.9), and the page states one target per task."""
+    timing = _json("campaigns/timing.json")
+    probes = timing["compile_probes"]
+    page = _words("docs/benchmarks.md")
+    row = page.split("| step times, fastest mode", 1)[1][:400]
+    assert (f"MoG {timing['mog_ms_per_step']['graphs']:.1f} ms per step (CUDA graphs; "
+            f"{probes['mog']['steady_ms_per_step']:.1f} ms compiled after a {probes['mog']['compile_s']:.0f} s "
+            f"compile), MNIST {probes['image']['steady_s_per_epoch']:.1f} s per epoch (compiled)") in row, row
+    targets = re.findall(r"targets?:? (?:MoG )?(\d+(?:\.\d+)?) ms", page)
+    assert len(set(targets)) == 1, targets  # the MoG step's target, the only one in milliseconds
+
+
 def test_mog_backtracking_reads_the_same_in_models_and_the_docs_and_is_what_the_trainer_does(cli):
     """With the MoG task's beta the authors' rule cannot fire on any finite history (checked on the trainer's own
     rule), so `models` and docs/experiments.md both say it backtracks only on a non-finite loss, with its alpha."""
