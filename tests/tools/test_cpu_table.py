@@ -115,6 +115,36 @@ def test_a_flat_curve_is_read_off_the_finished_runs_metrics(tmp_path):
     assert cpu._flat_minutes(run) == pytest.approx(4.0)  # 0.505 is within 1 % of 0.5: epoch 3, 4 net minutes
 
 
+def test_the_plan_states_each_rows_hours_for_three_seeds_and_to_a_flat_curve_only_where_one_was_seen(table,
+                                                                                                     monkeypatch):
+    """Every row: CPU hours for three seeds at the protocol; to a flat curve an estimate where the finished seeds'
+    curves went flat, 'more than' the protocol's hours where they were still improving at its end."""
+    from tools.campaigns.cli import cpu_plan_line
+
+    root, _ = table
+    monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0,)))
+    runs = root / cpu.CPU / "runs"
+    curves = {"set-linear-8-1-s0": [1.0, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5],  # flat after 3 of 10 minutes
+              "swarm-8-2-1-s0": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]}  # still improving at the end
+    for name, losses in curves.items():
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"epoch": i, "train_loss": v, "val_loss": v, "best_val": v, "lr": 0.01,
+                        "net_seconds": 360.0 * (i + 1), "eval_seconds": 0.0, "backtracked": False}) + "\n"
+            for i, v in enumerate(losses)))
+    (root / cpu.CPU / "progress.json").write_text(json.dumps({"campaign": cpu.CPU, "sessions": [], "runs": {
+        name: {"eval_loss": 0.5, "epochs": 10} for name in curves}}))
+    rows = {r.model: r for r in cpu.cpu_plan(root)}
+    flat, improving = rows["set-linear"], rows["swarm"]
+    assert flat.hours_seeds == pytest.approx(3.0) and flat.hours_protocol == pytest.approx(2.0)  # 2 seeds left
+    assert flat.hours_flat == pytest.approx(3 * 18 / 60)  # three seeds to the third epoch's 18 net minutes
+    assert improving.flat_minutes == pytest.approx(60) and improving.hours_flat is None
+    assert "3.0 CPU h for 3 seeds at 60 net min a run, 2.0 left; to a flat curve: 0.9 CPU h for 3 seeds" \
+        in cpu_plan_line(flat)
+    assert "3.0 CPU h for 3 seeds at 60 net min a run, 2.0 left; to a flat curve: more than 3.0 CPU h for 3 seeds" \
+        in cpu_plan_line(improving)
+
+
 def test_the_cpu_job_refuses_a_missing_data_file_in_one_line(campaigns_cli, tmp_path):
     (tmp_path / "campaigns").mkdir()
     r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--campaigns", tmp_path / "campaigns",

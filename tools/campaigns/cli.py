@@ -186,16 +186,26 @@ def _print_cpu_plan(status: Status) -> None:
     say(f"the clustering table on a CPU (campaigns/clustering-cpu; {measured}), rows in the order the CPU job "
         "runs them:")
     for r in status.cpu:
-        cost = ", ".join(f"{s:.0f} s an epoch on {t} thread{'s' if t > 1 else ''}"
-                         for t, s in sorted(r.epoch_s.items()))
-        epochs = "" if r.epochs_per_run is None else f" ({r.epochs_per_run:.0f} epochs in 60 net min on 1 thread)"
-        done = f"{r.done} of 3 seeds done" + (f" (val loss {', '.join(f'{v:.4f}' for v in r.losses)}; epochs "
-                                              f"{', '.join(map(str, r.epochs))})" if r.done else "")
-        flat = "" if r.hours_flat is None else f"; to a flat curve: {r.hours_flat:.1f} CPU h for 3 seeds"
-        if r.in_progress:
-            done += f"; in progress: {r.in_progress}"
-        say(f"  {r.model} ({r.code}): {cost or 'cost not measured'}{epochs}; {done}; "
-            f"{r.hours_protocol:.1f} CPU h left at 60 net min a run{flat}; {r.note}")
+        say(cpu_plan_line(r))
+
+
+def cpu_plan_line(r) -> str:
+    """One row of the CPU plan: its measured cost, its seeds, and its CPU hours for three seeds at the protocol
+    and to a flat validation curve (``r``: a :class:`tools.campaigns.cpu.CpuRow`)."""
+    cost = ", ".join(f"{s:.0f} s an epoch on {t} thread{'s' if t > 1 else ''}" for t, s in sorted(r.epoch_s.items()))
+    epochs = "" if r.epochs_per_run is None else f" ({r.epochs_per_run:.0f} epochs in 60 net min on 1 thread)"
+    done = f"{r.done} of 3 seeds done" + (f" (val loss {', '.join(f'{v:.4f}' for v in r.losses)}; epochs "
+                                          f"{', '.join(map(str, r.epochs))})" if r.done else "")
+    if r.in_progress:
+        done += f"; in progress: {r.in_progress}"
+    if r.hours_flat is not None:
+        flat = f"; to a flat curve: {r.hours_flat:.1f} CPU h for 3 seeds"
+    elif r.flat_minutes is not None:  # still improving at the end of its runs
+        flat = f"; to a flat curve: more than {r.hours_seeds:.1f} CPU h for 3 seeds"
+    else:
+        flat = ""
+    return (f"  {r.model} ({r.code}): {cost or 'cost not measured'}{epochs}; {done}; {r.hours_seeds:.1f} CPU h for "
+            f"3 seeds at 60 net min a run, {r.hours_protocol:.1f} left{flat}; {r.note}")
 
 
 def _ordinal(n: int) -> str:

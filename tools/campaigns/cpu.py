@@ -91,9 +91,10 @@ class CpuRow:
     epochs: tuple[int, ...]  # their epochs
     hours_protocol: float  # CPU hours (one core) for the seeds left at 60 net minutes each, evaluation included
     flat_minutes: float | None  # net minutes to a flat validation curve (the finished seeds' median)
-    hours_flat: float | None  # CPU hours for three seeds trained to that point
+    hours_flat: float | None  # CPU hours for three seeds trained to that point (None: not flat within the runs)
     note: str
     in_progress: str | None = None  # the run a job stopped in this row: its epochs and best loss so far
+    hours_seeds: float = 0.0  # CPU hours for all three seeds at 60 net minutes each, evaluation included
 
 
 def _in_progress(runs_dir: Path, runs: list[dict], finished: dict) -> str | None:
@@ -145,17 +146,18 @@ def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
         flats = [m for m in (_flat_minutes(runs_dir / r["name"]) for r in runs if r["name"] in progress["runs"])
                  if m is not None]
         flat = statistics.median(flats) if flats else None
+        improving = flat is not None and flat >= 0.9 * MINUTES
         if flat is None:
             note = "to a flat curve: known once a seed has finished"
-        elif flat >= 0.9 * MINUTES:
+        elif improving:  # not flat within the runs: the protocol's hours are a lower bound, no estimate
             note = f"still improving near the end of its {MINUTES:g} net minutes: a flat curve needs more"
         else:
             note = f"flat after {flat:.0f} of its {MINUTES:g} net minutes"
         out.append(CpuRow(model, code, epoch_s, None if per_run is None else MINUTES * 60 / per_run, len(finished),
                           tuple(f["eval_loss"] for f in finished), tuple(f["epochs"] for f in finished),
                           left * MINUTES * (1 + share) / 60, flat,
-                          None if flat is None else SEEDS * flat * (1 + share) / 60, note,
-                          _in_progress(runs_dir, runs, progress["runs"])))
+                          None if flat is None or improving else SEEDS * flat * (1 + share) / 60, note,
+                          _in_progress(runs_dir, runs, progress["runs"]), SEEDS * MINUTES * (1 + share) / 60))
     return tuple(out)
 
 
