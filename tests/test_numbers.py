@@ -352,3 +352,21 @@ def test_the_cpu_tables_best_epochs_are_the_finished_runs():
     stated = {m: re.findall(r"\d+ of \d+", epochs)
               for m, epochs in re.findall(r"`([a-z-]+)` ((?:\d+ of \d+(?:, |; |\.))+)", section)}
     assert stated == want, f"README: {stated}; the runs' metrics: {want}"
+
+
+def test_the_exact_150_map_times_are_the_benchmarks_record():
+    """The exact entropy map of 150 x 150 locations at N 500, on the H200 and on the 2-core CPU, as
+    benchmarks/RESULTS.md recorded them; every page that states one states these."""
+    results = _words("benchmarks/RESULTS.md")
+    card = re.search(r"exact entropy map \(150 × 150 grid, 500-entity task\) took (\d+(?:\.\d+)?) s on the card",
+                     results).group(1)
+    cpu = re.search(r"\*\*1,239 s \((\d+\.\d) min\)\*\*", results).group(1)
+    stated = {"H200": [], "CPU": []}
+    for page in _docs():
+        text = _words(page)
+        within = r"(?:(?!\. ).){0,120}?"  # in the same sentence
+        stated["H200"] += re.findall(rf"150 × 150 (?:map|grid){within} (\d+(?:\.\d+)?) s on (?:an|the) H200", text)
+        stated["CPU"] += re.findall(r"(\d+(?:\.\d+)?) minutes for the 150 × 150 map", text)
+        stated["CPU"] += re.findall(rf"150 × 150 map{within} (\d+(?:\.\d+)?) minutes on the 2-core CPU", text)
+    assert stated["H200"] and set(stated["H200"]) == {card}, (stated, card)
+    assert stated["CPU"] and set(stated["CPU"]) == {cpu}, (stated, cpu)
