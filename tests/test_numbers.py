@@ -370,3 +370,17 @@ def test_the_exact_150_map_times_are_the_benchmarks_record():
         stated["CPU"] += re.findall(rf"150 × 150 map{within} (\d+(?:\.\d+)?) minutes on the 2-core CPU", text)
     assert stated["H200"] and set(stated["H200"]) == {card}, (stated, card)
     assert stated["CPU"] and set(stated["CPU"]) == {cpu}, (stated, cpu)
+
+
+def test_the_pages_state_the_entropy_figures_grid_and_points_as_make_figures_draws_them():
+    """docs/entropy.png's grid (tools/figures.py's options) and its task's points (its title, as the README's
+    caption states them) wherever a page describes that figure."""
+    from tools.figures import ENTROPY_OPTIONS
+
+    grid = ENTROPY_OPTIONS[ENTROPY_OPTIONS.index("--grid") + 1]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    points = re.search(r"!\[entropy map\]\(docs/entropy\.png\) \*[^*]*?(\d+) points", readme).group(1)
+    assert re.findall(r"the figure above: (\d+) x (\d+), N (\d+)", readme) == [(grid, grid, points)]
+    experiments = _words("docs/experiments.md")
+    caption = experiments[experiments.index("![entropy map](entropy.png)"):][:600]
+    assert f"{points} points" in caption and f"each of {grid} × {grid} locations" in caption, caption
