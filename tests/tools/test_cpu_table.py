@@ -145,6 +145,40 @@ def test_the_plan_states_each_rows_hours_for_three_seeds_and_to_a_flat_curve_onl
         in cpu_plan_line(improving)
 
 
+def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_still_improving(table,
+                                                                                                  monkeypatch):
+    """Before any CPU seed of a row has finished: a shipped model of the same configuration, data and batch size
+    that still improved near its last epoch means a flat curve needs more than that many epochs on this CPU."""
+    from tools.campaigns.cli import cpu_plan_line
+
+    root, _ = table
+    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
+        {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]},
+        {"model": "set-linear", "code": "8-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 10.0}]}]}))
+    shipped = root / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+
+    def ship(name, model, code, epochs, best, batch=100, data="data/clustering-seed0.h5"):
+        (shipped / f"{name}.pt").write_bytes(b"weights")
+        (shipped / f"{name}.json").write_text(json.dumps({
+            "file": f"{name}.pt", "model": model, "code": code, "task": "clustering", "epochs": epochs,
+            "best_epoch": best, "trained_on": "NVIDIA H200 (torch 2.11.0+cu130), alone on the card",
+            "config": {"model": {"name": model}, "train": {"batch_size": batch}, "data": {"path": data}}}))
+
+    ship("swarm-improving", "swarm", "8-2-1", epochs=100, best=97)
+    ship("linear-flat", "set-linear", "8-1", epochs=100, best=40)  # flat long before its end: no bound
+    rows = {r.model: r for r in cpu.cpu_plan(root)}
+    assert rows["swarm"].hours_flat_more == pytest.approx(3 * 100 * 100.0 * 1.05 / 3600)  # 5 % evaluation
+    assert "to a flat curve: more than 8.8 CPU h for 3 seeds" in cpu_plan_line(rows["swarm"])
+    assert "NVIDIA H200, the same data) still improved at epoch 97 of its 100" in rows["swarm"].note
+    assert rows["set-linear"].hours_flat_more is None and "once a seed has finished" in rows["set-linear"].note
+    for other in ({"batch": 50}, {"data": "data/demo-seed0.h5"}):  # another batch size or data: not comparable
+        (shipped / "swarm-improving.json").unlink()
+        ship("swarm-improving", "swarm", "8-2-1", epochs=100, best=97, **other)
+        assert {r.model: r for r in cpu.cpu_plan(root)}["swarm"].hours_flat_more is None
+
+
 def test_the_cpu_job_refuses_a_missing_data_file_in_one_line(campaigns_cli, tmp_path):
     (tmp_path / "campaigns").mkdir()
     r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--campaigns", tmp_path / "campaigns",

@@ -200,8 +200,8 @@ def cpu_plan_line(r) -> str:
         done += f"; in progress: {r.in_progress}"
     if r.hours_flat is not None:
         flat = f"; to a flat curve: {r.hours_flat:.1f} CPU h for 3 seeds"
-    elif r.flat_minutes is not None:  # still improving at the end of its runs
-        flat = f"; to a flat curve: more than {r.hours_seeds:.1f} CPU h for 3 seeds"
+    elif r.hours_flat_more is not None:  # still improving at the end of its runs, or of a shipped model's
+        flat = f"; to a flat curve: more than {r.hours_flat_more:.1f} CPU h for 3 seeds"
     else:
         flat = ""
     return (f"  {r.model} ({r.code}): {cost or 'cost not measured'}{epochs}; {done}; {r.hours_seeds:.1f} CPU h for "

@@ -25,11 +25,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmctl.config import TrainConfig
 from swarmctl.devices import cpu_model
 from swarmctl.errors import DataError, ResourceError
 from swarmctl.files import atomic_write_text, read_metrics
 from swarmctl.rundir import RunDir
 from swarmctl.runs import parameter_count, run_lock, run_progress
+from swarmctl.runs.shipped import shipped_models
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
 from tools.campaigns.plan import PROGRESS, table_runs
 from tools.campaigns.plan import read_progress as campaign_progress
@@ -43,6 +45,7 @@ COST = "cost.json"  # benchmarks/table2_cpu_cost.py's measurement, in that folde
 MINUTES = 60.0  # the paper's protocol: 60 net minutes a run
 SEEDS = 3
 FLAT = 0.01  # a curve is flat from the first epoch whose best loss is within 1 % of the run's final best
+SEED0 = "clustering-seed0.h5"  # the table's data, as `swarmctl gen-data --seed 0` names it
 EVAL_RESERVE = 120.0  # seconds a job keeps after a training for its evaluation on the validation split
 
 
@@ -95,6 +98,7 @@ class CpuRow:
     note: str
     in_progress: str | None = None  # the run a job stopped in this row: its epochs and best loss so far
     hours_seeds: float = 0.0  # CPU hours for all three seeds at 60 net minutes each, evaluation included
+    hours_flat_more: float | None = None  # a flat curve needs more than these CPU hours for three seeds
 
 
 def _in_progress(runs_dir: Path, runs: list[dict], finished: dict) -> str | None:
@@ -117,6 +121,19 @@ def _flat_minutes(run_dir: Path) -> float | None:
     final = best[-1]["best_val"]
     first = next(r for r in best if r["best_val"] <= final * (1 + FLAT))
     return first["net_seconds"] / 60
+
+
+def _shipped_curve(model: str, code: str) -> tuple[int, int, str] | None:
+    """(epochs, best epoch, hardware) of a shipped model of this configuration trained on the seed-0 data with the
+    CPU table's batch size (train's default); else None."""
+    for m in shipped_models():
+        rec, cfg = m.record, m.record.get("config", {})
+        epochs, best = rec.get("epochs"), rec.get("best_epoch")
+        if (rec.get("model"), rec.get("code")) == (model, code) and isinstance(epochs, int) and epochs >= 1 \
+                and isinstance(best, int) and cfg.get("train", {}).get("batch_size") == TrainConfig().batch_size \
+                and Path(cfg.get("data", {}).get("path") or "").name == SEED0:
+            return epochs, best, str(rec.get("trained_on", "a GPU")).split(" (")[0]
+    return None
 
 
 def _eval_share(run_dir: Path) -> float:
@@ -147,7 +164,13 @@ def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
                  if m is not None]
         flat = statistics.median(flats) if flats else None
         improving = flat is not None and flat >= 0.9 * MINUTES
-        if flat is None:
+        shipped = _shipped_curve(model, code) if flat is None and per_run else None
+        more = SEEDS * MINUTES * (1 + share) / 60 if improving else None
+        if flat is None and shipped is not None and shipped[1] >= 0.9 * (shipped[0] - 1):
+            more = SEEDS * shipped[0] * per_run * (1 + share) / 3600
+            note = (f"the shipped model of this configuration ({shipped[2]}, the same data) still improved at epoch "
+                    f"{shipped[1]} of its {shipped[0]}: a flat curve needs more than {shipped[0]} epochs")
+        elif flat is None:
             note = "to a flat curve: known once a seed has finished"
         elif improving:  # not flat within the runs: the protocol's hours are a lower bound, no estimate
             note = f"still improving near the end of its {MINUTES:g} net minutes: a flat curve needs more"
@@ -157,7 +180,7 @@ def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
                           tuple(f["eval_loss"] for f in finished), tuple(f["epochs"] for f in finished),
                           left * MINUTES * (1 + share) / 60, flat,
                           None if flat is None or improving else SEEDS * flat * (1 + share) / 60, note,
-                          _in_progress(runs_dir, runs, progress["runs"]), SEEDS * MINUTES * (1 + share) / 60))
+                          _in_progress(runs_dir, runs, progress["runs"]), SEEDS * MINUTES * (1 + share) / 60, more))
     return tuple(out)
 
 
