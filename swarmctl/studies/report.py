@@ -111,8 +111,8 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
             continue
         if not _spent(cfg["train"], records):  # a run still training, or stopped before its budget: no seed yet
             unfinished.append(dataclasses.replace(summary, why=(
-                f"stopped before its budget: {summary.epochs} epochs, {summary.net_minutes:.1f} of "
-                f"{float(cfg['train']['minutes']):g} net min (resume it to count it)")))
+                f"stopped before its budget: {summary.epochs} epoch{'s' * (summary.epochs != 1)}, "
+                f"{summary.net_minutes:.1f} of {float(cfg['train']['minutes']):g} net min (resume it to count it)")))
             continue
         if not math.isfinite(summary.best_val) or not math.isfinite(summary.net_minutes):
             warnings.warn(f"skipped run {run.path}: its best validation loss is {summary.best_val} (not a "
@@ -300,7 +300,7 @@ def _record(r: ConfigSummary | RunSummary) -> dict[str, Any]:
     return {"model": r.model, "code": r.code, "data": r.data if done else r.data_name, "parameters": r.parameters,
             "n": len(r.seeds) if done else 0, "seeds": list(r.seeds) if done else [r.seed],
             "val_loss_mean": r.val_mean if done else None, "val_loss_std": r.error if done else None,
-            "paper": paper and paper.mean, "paper_std": paper and paper.std, "epochs": r.epochs if done else 0,
+            "paper": paper and paper.mean, "paper_std": paper and paper.std, "epochs": r.epochs if done else None,
             "net_minutes": r.net_minutes if done else None, "devices": list(r.devices) if done else [r.device],
             "status": "finished" if done else "unfinished", "note": "" if done else f"{r.name}: {r.why}",
             "hardware": "; ".join(r.hardware or (r.devices if done else (r.device,))), "papers_data": ours}
@@ -312,7 +312,7 @@ def _cells(rec: dict[str, Any]) -> tuple[str, ...]:
         f"{rec['val_loss_mean']:.4f}" + (f" ± {rec['val_loss_std']:.4f}" if rec["val_loss_std"] is not None else "")
     paper = "" if rec["paper"] is None else PaperNumber(rec["paper"], rec["paper_std"]).text()
     return (rec["model"], rec["code"], rec["data"], f"{rec['parameters']:,}", str(rec["n"]),
-            ",".join(map(str, rec["seeds"])), val, paper, f"{rec['epochs']:.0f}",
+            ",".join(map(str, rec["seeds"])), val, paper, "" if rec["epochs"] is None else f"{rec['epochs']:.0f}",
             "" if rec["net_minutes"] is None else f"{rec['net_minutes']:.1f}", rec["hardware"])
 
 

@@ -254,4 +254,8 @@ def test_report_leaves_a_run_stopped_before_its_budget_out_of_the_means(tmp_path
     (done,) = [row for row in rows if row["status"] == "finished"]
     assert done["n"] == 2 and done["val_loss_mean"] == pytest.approx(0.6)
     (stopped,) = [row for row in rows if row["status"] == "unfinished"]
-    assert "swarm-8-3-1-s2" in stopped["note"] and "1.0 of 2 net min" in stopped["note"]
+    assert "swarm-8-3-1-s2" in stopped["note"] and "1 epoch, 1.0 of 2 net min" in stopped["note"]
+    assert stopped["epochs"] is None and stopped["net_minutes"] is None  # as its loss: no seed yet, no number
+    row = next(line for line in piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--force").stdout
+               .splitlines() if "unfinished" in line and "8-3-1" in line)
+    assert row.split()[-3:] == ["2", "unfinished", "cpu"]  # no epochs nor minutes beside it, as no loss
