@@ -14,7 +14,6 @@ import pytest
 from conftest import TINY_PARAMS, tiered
 
 import swarmctl
-
 from swarmctl.training.checkpoint import load_checkpoint
 from tools.campaigns import cpu, processes
 
