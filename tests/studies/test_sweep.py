@@ -19,6 +19,10 @@ from swarmctl.studies.sweep import expand, load_spec, parse_shard, parse_spec, s
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
+# what a sweep trains, skips and reports is what these tests read: its runs' curves and the report's frontier are
+# saved undrawn (a sweep's curves are drawn for real in tests/robustness/test_signal_edges.py, where a signal stops
+# the drawing and a re-run draws what is missing)
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def cli(*args):
