@@ -140,11 +140,9 @@ def figures_unrendered(monkeypatch):
     from matplotlib.figure import Figure
 
     png = _one_pixel_png()
-    saved = []
 
     def savefig(self, fname, **kwargs):
         assert kwargs.get("format", "png") == "png", kwargs
-        saved.append(self)
         if hasattr(fname, "write"):
             fname.write(png)
         else:
@@ -152,7 +150,6 @@ def figures_unrendered(monkeypatch):
                 fh.write(png)
 
     monkeypatch.setattr(Figure, "savefig", savefig)
-    return saved
 
 
 def write_fake_mnist(root, folder="MNIST", n_train=40, n_test=20, size=28, gz=False):
