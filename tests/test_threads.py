@@ -201,9 +201,12 @@ def _threads_of(args: list[str], **env: str) -> tuple[str, int]:
     return variable, int(count)
 
 
-# Each check below is a process of its own (PyTorch takes its thread count once); the default suite runs one
-# of each pair, the slow suite the other.
-@pytest.mark.parametrize(("option", "variable"), [("1", "2"), pytest.param("2", "1", marks=pytest.mark.slow)])
+# Each check below is a process of its own (PyTorch takes its thread count once): the default suite starts one,
+# test_threads_command_line_default_reaches_pytorch (the rule's count, written before PyTorch loads, is PyTorch's);
+# the option's precedence is test_threads_option_wins_over_variables_and_load, and an option applied to a loaded
+# PyTorch test_threads_a_host_process_keeps_its_threads_unless_the_option_asks.
+@pytest.mark.slow
+@pytest.mark.parametrize(("option", "variable"), [("1", "2"), ("2", "1")])
 def test_threads_command_line_option_reaches_pytorch(option, variable):
     assert _threads_of(["--threads", option, "models"], SWARMCTL_THREADS=variable) == (option, int(option))
 
@@ -240,8 +243,39 @@ print(torch.get_num_threads(), file=sys.stderr)
 """
 
 
-@pytest.mark.parametrize(("args", "expected"), [(["models"], "1"),
-                                              pytest.param(["--threads", "2", "models"], "2", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(("args", "expected"), [(["models"], 1), (["--threads", "2", "models"], 2)])
+def test_threads_a_host_process_keeps_its_threads_unless_the_option_asks(args, expected, monkeypatch):
+    """This process loaded PyTorch and chose one thread before calling the program's entry, as a host process does
+    (a benchmark's runner, a notebook): the rule's own count (2 cores, idle) leaves it alone; --threads is applied.
+    In a process started for it: test_threads_default_rule_leaves_a_host_process_threads_alone."""
+    import signal
+
+    import torch
+
+    from swarmctl.cli import main
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "SWARMCTL_THREADS", threads.SET_BY_SWARMCTL):
+        monkeypatch.setenv(name, "1")
+        monkeypatch.delenv(name)  # unset while the command runs, as they were after the test
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    monkeypatch.setattr(threads, "cpu_times", lambda *args, **kwargs: None)
+    monkeypatch.setattr(sys, "argv", ["swarmctl", *args])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}  # main() ignores them at its end
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.raises(SystemExit) as end:
+            main()
+        assert end.value.code == 0
+        assert torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(before)
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
+@pytest.mark.slow  # the default suite: test_threads_a_host_process_keeps_its_threads_unless_the_option_asks
+@pytest.mark.parametrize(("args", "expected"), [(["models"], "1"), (["--threads", "2", "models"], "2")])
 def test_threads_default_rule_leaves_a_host_process_threads_alone(args, expected):
     """A process that loaded PyTorch and set one thread before calling the CLI kept two after it (the rule's
     count on an idle machine): `mog_vs_authors.py --threads 1` measured swarmctl on two threads. A count asked

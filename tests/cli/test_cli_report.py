@@ -25,6 +25,10 @@ from swarmctl.errors import SwarmctlWarning
 from swarmctl.rundir import RunDir
 from swarmctl.studies.report import REPORT_COLUMNS, report
 
+# the table is what these tests read: the frontier figure beside it is saved undrawn in this process (drawn for real
+# by test_a_real_80_column_terminal_gets_one_block_per_row's process and tests/studies/test_studies.py)
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
+
 
 def fake_run(runs, name, model="swarm", code="8-3-1", seed=0, losses=(0.9, 0.8), data="/data/train.h5",
              parameters=1234, dataset=None, checkpoint=False, hardware=None):

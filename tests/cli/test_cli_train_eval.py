@@ -12,6 +12,9 @@ from swarmctl.data.hdf5 import read_dataset, write_dataset
 from swarmctl.training.checkpoint import load_checkpoint
 
 TINY_TRAIN = ["--hidden", "8", "--iters", "3", "--batch-size", "6", "--max-epochs", "2"]
+# what the commands print and keep is what these tests read: the curves after each training are saved undrawn (drawn
+# for real in tests/robustness/test_robust_results.py and tests/test_runs_train.py)
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def assert_user_error(result, *fragments, code=1):

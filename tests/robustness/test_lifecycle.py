@@ -17,6 +17,9 @@ from swarmctl.data.hdf5 import generate_dataset
 from swarmctl.runs import resume_command, run_lock, start_run
 
 TINY = ["--hidden", "8", "--iters", "2", "--batch-size", "6", "--device", "cpu"]
+# a run's files and lock are what these tests read: the curves after each training are saved undrawn (drawn for real
+# in tests/robustness/test_robust_results.py and tests/test_runs_train.py)
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 PARAMS = dict(n_tasks=24, val_fraction=0.25, k_min=2, k_max=4, n_min=8, n_max=20)
 
 

@@ -123,7 +123,7 @@ def cli(*args):
     return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
 
 
-def test_cli_method_defaults_and_errors(trained_runs, tmp_path):
+def test_cli_method_defaults_and_errors(trained_runs, tmp_path, figures_unrendered):  # the method, not its maps
     runs, _ = trained_runs
     r = cli("plot-entropy", "swarm", "--runs-dir", runs, "--index", 0, "--grid", 4, "--out", tmp_path / "a")
     assert r.exit_code == 0, r.output

@@ -19,6 +19,10 @@ from swarmctl.studies.sweep import expand, load_spec, parse_shard, parse_spec, s
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
+# what a sweep trains, skips and reports is what these tests read: its runs' curves and the report's frontier are
+# saved undrawn (a sweep's curves are drawn for real in tests/robustness/test_signal_edges.py, where a signal stops
+# the drawing and a re-run draws what is missing)
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def cli(*args):
@@ -38,8 +42,19 @@ def run_files(folder):
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_paper_spec_is_the_papers_grid_plus_the_two_setlinear_extras():
-    spec = load_spec(REPO / "sweeps" / "paper.toml")
+@pytest.fixture(scope="module")
+def paper_spec():
+    """The paper's spec, read once for the module (reading it builds its 214 models: a second or more)."""
+    return load_spec(REPO / "sweeps" / "paper.toml")
+
+
+@pytest.fixture(scope="module")
+def paper_runs(paper_spec):
+    return expand(paper_spec)
+
+
+def test_paper_spec_is_the_papers_grid_plus_the_two_setlinear_extras(paper_spec):
+    spec = paper_spec
     per_family = {}
     for cfg in spec.configs:
         per_family[cfg.name] = per_family.get(cfg.name, 0) + 1
@@ -56,10 +71,6 @@ def test_paper_spec_is_the_papers_grid_plus_the_two_setlinear_extras():
     assert {r.name for r in best} <= names
 
 
-@pytest.fixture(scope="module")
-def paper_runs():
-    """The runs of the paper's spec, read once for the module (reading it takes seconds)."""
-    return expand(load_spec(REPO / "sweeps" / "paper.toml"))
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 8, 642, 700])
@@ -136,7 +147,7 @@ def test_dry_run_lists_configurations_and_budget_and_writes_nothing(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_dry_run_is_one_table_with_a_legend_and_its_summary_once(tmp_path):
+def test_dry_run_is_one_table_with_a_legend_and_its_summary_once(tmp_path, paper_spec):
     """A pipe gets the table whole (no "…"), its columns explained, the budget said once; a shard lists the
     configurations it trains."""
     r = runner.invoke(app, ["sweep", str(REPO / "sweeps" / "paper.toml"), "--dry-run", "--runs-dir",
@@ -146,7 +157,7 @@ def test_dry_run_is_one_table_with_a_legend_and_its_summary_once(tmp_path):
     header = next(k for k, line in enumerate(lines) if line.split()[:1] == ["model"])
     assert lines[header].split() == ["model", "code", "parameters", "runs", "here", "done", "partial"]
     rows = [line.split() for line in lines[header + 2 :] if line.strip()][:214]
-    assert rows[0][:3] == ["swarm", "16-2-1", f"{load_spec(REPO / 'sweeps' / 'paper.toml').parameters[0]:,}"]
+    assert rows[0][:3] == ["swarm", "16-2-1", f"{paper_spec.parameters[0]:,}"]
     assert all(row[3:] == ["3", "0", "0"] for row in rows)
     assert "…" not in r.output and max(len(line) for line in lines[header : header + 216]) <= 80
     assert sum("642 runs" in line for line in lines) == 1  # the summary once

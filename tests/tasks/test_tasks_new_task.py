@@ -18,6 +18,9 @@ from swarmctl.tasks import TASKS, Task
 from swarmctl.training.loop import TrainingData
 
 runner = CliRunner()
+# that a task and a model plug in is what these tests read: the curves and the report's frontier are saved undrawn
+# (the figures take any task's records: tests/robustness/test_robust_results.py draws each kind for real)
+pytestmark = pytest.mark.usefixtures("figures_unrendered")
 
 
 def cli(*args):

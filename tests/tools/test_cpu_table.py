@@ -3,6 +3,7 @@ another in plan order, each finished run evaluated and recorded with its hardwar
 next job, and the plan's CPU hours from the measured cost."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -10,8 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_PARAMS
+from conftest import TINY_PARAMS, tiered
 
+import swarmctl
 from swarmctl.training.checkpoint import load_checkpoint
 from tools.campaigns import cpu, processes
 
@@ -55,8 +57,60 @@ def table(tmp_path, monkeypatch):
     return root, data
 
 
-def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, tmp_path, monkeypatch, cli):
+class _Finished:
+    """What :func:`processes.launch` returns, for a command already run to its end: its exit code."""
+
+    def __init__(self, code: int) -> None:
+        self.returncode, self.pid = code, os.getpid()
+
+    def wait(self, timeout=None) -> int:
+        return self.returncode
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def _launch_in_this_process(cmd, logfile, extra_env=None):
+    """``processes.launch`` for a ``python -m swarmctl ...`` command, run to its end in this process: the command's
+    own arguments and the variables the job sets for swarmctl, its output appended to ``logfile`` (the process
+    launch itself: test_a_job_command_runs_in_a_process_of_its_own_with_its_log)."""
+    from typer.testing import CliRunner
+
+    from swarmctl.cli import app
+
+    assert cmd[:3] == [sys.executable, "-m", "swarmctl"], cmd
+    import torch
+
+    env = {k: v for k, v in processes.env(extra_env).items() if k.startswith("SWARMCTL_") or k == "COLUMNS"}
+    threads = torch.get_num_threads()  # the command's --threads applies to this process: given back after it
+    try:
+        result = CliRunner().invoke(app, cmd[3:], env=env)
+    finally:
+        torch.set_num_threads(threads)
+    with open(logfile, "a") as fh:
+        fh.write(result.output)
+    return _Finished(result.exit_code)
+
+
+def test_a_job_command_runs_in_a_process_of_its_own_with_its_log(tmp_path):
+    """Every command of a job is `python -m swarmctl ...` in a process of its own, with this swarmctl first on its
+    path, its output appended to its log file."""
+    log = tmp_path / "logs" / "version.txt"
+    log.parent.mkdir()
+    log.write_text("earlier\n")
+    proc = processes.start(["--version"], log)
+    assert isinstance(proc, subprocess.Popen) and processes.finish(proc, 120) == 0
+    text = log.read_text()
+    assert text.startswith("earlier\n") and swarmctl.__version__ in text
+
+
+# the job's commands in this process in the default suite, in processes of their own in the slow one
+@pytest.mark.parametrize("own_processes", [tiered(False, default=True), tiered(True, default=False)])
+def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, tmp_path, monkeypatch, cli,
+                                                                        own_processes):
     root, data = table
+    if not own_processes:
+        monkeypatch.setattr(processes, "launch", _launch_in_this_process)
     (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [  # SWARM measured cheaper: its row runs first
         {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 1.0}]},
         {"model": "set-linear", "code": "8-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 2.0}]}]}))
