@@ -114,6 +114,14 @@ def test_plain_gaussian_blobs_come_back_without_a_warning():
     assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) == 3
 
 
+def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():
+    """Three pairs of touching Gaussians: 6 clusters in 3 groups of touching ones, exactly twice as many, whose
+    points are as peaked as Gaussians': no shape warning (the warped clusters' rule must stay silent here)."""
+    x, _ = _blobs(np.random.RandomState(2), [[0, 0], [2.5, 0], [12, 0], [14.5, 0], [0, 12], [2.5, 12]], 100, 0.7)
+    est = _fit(x)
+    assert est.n_clusters_ == 6 and est.warnings_ == (), est.warnings_
+
+
 def test_the_api_follows_scikit_learns_conventions():
     x, _ = _blobs(np.random.RandomState(3), [[0, 0], [6, 0], [0, 6]], 100, 0.5)
     est = SwarmClustering(n_clusters=3)

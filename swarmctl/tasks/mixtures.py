@@ -448,10 +448,10 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     three or more is flat when its points are flatter than Gaussians (Mardia's kurtosis, weighted by the
     responsibilities, more than :data:`FLAT_Z` standard errors below a Gaussian's D(D + 2)): pieces of a
     shape that is not a Gaussian, not overlapping Gaussians; ``chained``: all components that touch another,
-    pooled, are flat by :data:`CHAINED_Z` standard errors (pieces of curves, each group perhaps only two
-    pieces: a curve's end piece may touch its neighbour too little). A touching pair is nested when one covariance's
-    determinant is :data:`NESTED` times the other's and the narrow one's mean lies within one standard
-    deviation (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
+    pooled, are flat by :data:`CHAINED_Z` standard errors (pieces of curves, perhaps two to a group: a curve's
+    end piece may touch its neighbour too little). A touching pair is nested when one covariance's determinant
+    is :data:`NESTED` times the other's and the narrow one's mean lies within one standard deviation
+    (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
     are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
     errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
     K, D = mix.means.shape
