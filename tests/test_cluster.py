@@ -42,6 +42,15 @@ def _moons(rs, n=600):
     return x + 0.07 * rs.randn(n, 2)
 
 
+def _warped(rs, k, n=600):
+    """k Gaussians bent into arcs (benchmarks/cluster_vs_em.py's warped clusters): each an arc of radius 4."""
+    y = rs.randint(k, size=n)
+    turn = rs.uniform(0, 2 * np.pi, k)[y]
+    a, r = turn + rs.uniform(-1.2, 1.2, n), 4.0 + 0.35 * rs.randn(n)
+    centre = 9.0 * np.stack([np.cos(2 * np.pi * y / k), np.sin(2 * np.pi * y / k)], axis=1)
+    return centre + np.stack([r * np.cos(a) - 4.0 * np.cos(turn), r * np.sin(a) - 4.0 * np.sin(turn)], axis=1)
+
+
 def _blobs(rs, centres, per, sd):
     labels = np.repeat(np.arange(len(centres)), per)
     return np.asarray(centres, dtype=float)[labels] + sd * rs.randn(len(labels), 2), labels
@@ -57,6 +66,14 @@ def test_a_ring_or_a_curve_cut_into_many_gaussians_says_so(make, seed):
     curved shape into Gaussians. Any answer of more than twice the 2 shapes now carries the shape warning."""
     est = _fit(make(np.random.RandomState(seed)))
     assert est.n_clusters_ > 4 and any(SHAPE in w for w in est.warnings_), (est.n_clusters_, est.warnings_)
+
+
+def test_warped_clusters_cut_into_more_than_twice_as_many_say_so():
+    """Five arcs came back as 12 clusters in 6 groups of touching ones (an end piece touched its arc too little),
+    without a warning: 12 is not over twice 6. The clusters that touch, pooled, are flatter than Gaussians, and
+    twice as many clusters as groups of them now says so."""
+    est = _fit(_warped(np.random.RandomState(15), 5))
+    assert est.n_clusters_ > 10 and any(SHAPE in w for w in est.warnings_), (est.n_clusters_, est.warnings_)
 
 
 @pytest.mark.parametrize("seed", [tiered(s, default=s == 0) for s in (0, 1)])
@@ -95,6 +112,14 @@ def test_plain_gaussian_blobs_come_back_without_a_warning():
     est = _fit(x)
     assert est.n_clusters_ == 3 and est.warnings_ == (), est.warnings_
     assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) == 3
+
+
+def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():
+    """Three pairs of touching Gaussians: 6 clusters in 3 groups of touching ones, exactly twice as many, whose
+    points are as peaked as Gaussians': no shape warning (the warped clusters' rule must stay silent here)."""
+    x, _ = _blobs(np.random.RandomState(2), [[0, 0], [2.5, 0], [12, 0], [14.5, 0], [0, 12], [2.5, 12]], 100, 0.7)
+    est = _fit(x)
+    assert est.n_clusters_ == 6 and est.warnings_ == (), est.warnings_
 
 
 def test_the_api_follows_scikit_learns_conventions():

@@ -37,7 +37,7 @@ from swarmctl.tasks.point_clusters import CHUNK_SIZE, PointClusters, standardiza
 __all__ = ["CHUNK_SIZE", "ClusterResult", "choose_k", "cluster_file", "cluster_values", "cluster_warnings",
            "made_by", "mergeable_pairs", "parse_columns", "shape_warnings", "start_of", "values_warnings"]
 
-CHAIN_MIN = 5  # this many clusters or more, over twice as many as the groups of touching ones: a shape cut up?
+CHAIN_MIN = 5  # this many clusters or more, over twice the groups of touching ones (twice, if chained): cut shapes?
 LOW_CONFIDENCE = 0.5  # a point is unsure when its cluster's probability is below this
 UNSURE_SHARE = 0.2  # warn when more than this share of the points is unsure
 SCALE_FACTOR = 3.0  # points used as given: warn when their spread is this far from the training scale
@@ -404,7 +404,8 @@ def shape_warnings(fit: EMResult, K: int, given: bool = False) -> list[str]:
     lines = []
     shapes = fit.shapes
     groups = shapes.n_groups() if shapes is not None else K
-    if shapes is not None and (shapes.pieces or (K >= CHAIN_MIN and K > 2 * groups)):
+    if shapes is not None and (shapes.pieces or (K >= CHAIN_MIN and (K > 2 * groups or K == 2 * groups and
+                                                                     shapes.chained))):
         flat = f", {shapes.pieces} of them flatter than Gaussians" if shapes.pieces else ""
         lines.append(f"the {plural(K, 'cluster')} lie in {plural(groups, 'group')} of clusters that touch{flat}: the "
                      "points may not be a mixture of Gaussians (a ring, a curve, a warped cluster?), and the "

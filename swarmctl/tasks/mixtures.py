@@ -31,6 +31,7 @@ WEAK_EVIDENCE = 10.0  # a BIC margin below this between the K chosen and another
 SHARED = 0.02  # two components touch when they share more than this share of the smaller's probability mass
 SHAPE_POINTS = 4000  # the shapes of a fit are judged on an even sample of this many points at most
 FLAT_Z = 1.5  # standard errors of the kurtosis below a Gaussian's: flat (a ring's or a curve's pieces)
+CHAINED_Z = 2.0  # the same, pooled over every touching component (touching Gaussians, truncated, reach 1.75)
 NESTED = 4.0  # a component whose covariance's determinant is this many times another's, about the same centre
 SEARCH_POINTS = 2000  # the search for K runs on a sample of this many points at most
 KMEANS_ITER = 20
@@ -138,6 +139,7 @@ class Shapes:
     nested: int  # pairs of components about one centre, one much wider (a dense core in a wide halo)
     flat: bool  # one component whose points are flatter along its major axis than a Gaussian's (two overlapping?)
     pieces: int = 0  # components in flat groups of three or more: pieces of a shape that is not Gaussian
+    chained: bool = False  # the components that touch another, pooled, are flat by CHAINED_Z: pieces of shapes
 
     def n_groups(self) -> int:
         return len(set(self.groups))
@@ -445,9 +447,11 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     (separate blobs are groups of one; a ring or a curve cut into Gaussians is one chain of many). A group of
     three or more is flat when its points are flatter than Gaussians (Mardia's kurtosis, weighted by the
     responsibilities, more than :data:`FLAT_Z` standard errors below a Gaussian's D(D + 2)): pieces of a
-    shape that is not a Gaussian, not overlapping Gaussians. A touching pair is nested when one covariance's
-    determinant is :data:`NESTED` times the other's and the narrow one's mean lies within one standard
-    deviation (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
+    shape that is not a Gaussian, not overlapping Gaussians; ``chained``: all components that touch another,
+    pooled, are flat by :data:`CHAINED_Z` standard errors (pieces of curves, perhaps two to a group: a curve's
+    end piece may touch its neighbour too little). A touching pair is nested when one covariance's determinant
+    is :data:`NESTED` times the other's and the narrow one's mean lies within one standard deviation
+    (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
     are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
     errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
     K, D = mix.means.shape
@@ -477,18 +481,21 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     groups = np.array([root(k) for k in range(K)])
     diff = x[:, None, :] - mix.means[None]  # (N, K, D)
     d2 = np.einsum("nkd,kde,nke->nk", diff, prec, diff)  # squared Mahalanobis distances
-    pieces = 0
-    for g in np.unique(groups):
-        members = np.flatnonzero(groups == g)
+
+    def flatter(members: np.ndarray, z: float = FLAT_Z) -> bool:  # their Mardia kurtosis, z standard errors low
         w = resp[:, members]
-        if len(members) >= 3 and w.sum() > 0:
-            mardia = float((w * d2[:, members] ** 2).sum() / w.sum())
-            pieces += len(members) * int(mardia < D * (D + 2) - FLAT_Z * np.sqrt(8 * D * (D + 2) / w.sum()))
+        total = float(w.sum())
+        return total > 0 and bool((w * d2[:, members] ** 2).sum() / total < D * (D + 2) - z * np.sqrt(
+            8 * D * (D + 2) / total))
+
+    size = np.bincount(groups, minlength=K)
+    pieces = sum(int(size[g]) for g in np.unique(groups) if size[g] >= 3 and flatter(np.flatnonzero(groups == g)))
+    chained = flatter(np.flatnonzero(size[groups] >= 2), CHAINED_Z)
     flat = False
     if K == 1 and len(x) > 8:
         z = (x - mix.means[0]) @ np.linalg.eigh(mix.covs[0])[1][:, -1]
         flat = float(np.mean(z**4) / max(np.mean(z**2) ** 2, 1e-300)) < 3.0 - FLAT_Z * np.sqrt(24.0 / len(x))
-    return Shapes(tuple(int(g) for g in groups), nested, flat, pieces)
+    return Shapes(tuple(int(g) for g in groups), nested, flat, pieces, chained)
 
 
 def sample_rows(x: np.ndarray, m: int) -> np.ndarray:
