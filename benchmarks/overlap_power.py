@@ -5,7 +5,12 @@ Gaussians d standard deviations apart (equal weights), per threshold. Beside it,
 there is at the same false-alarm rate: the likelihood ratio of the true pair against one Gaussian, told the
 axis, the means and the scale (Neyman-Pearson), along the axis.
 
-    python benchmarks/overlap_power.py [--sets 4000]
+With ``--command N``, the whole of `cluster` too (the benchmark's default model, refined; K by BIC): on how
+many of N sets per group (3 N pairs 1.5 apart) it warns that the evidence for its K is weak, and the BIC's
+margin of 1 cluster over 2 (BIC(2) - BIC(1), on the search's points), for such pairs turned and scaled at
+random, single Gaussians of 30..2,000 points (round, 1:3, 1:20) and pairs 3 and 4 apart.
+
+    python benchmarks/overlap_power.py [--sets 4000] [--command 40]
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import numpy as np
 from scipy import stats
 
 from swarmctl.tasks.mixtures import FLAT_Z, Mixture, shapes
+
+WEAK = "the evidence for"  # the weak-evidence warning's first words
 
 SIZES = np.arange(400, 801, 50)
 
@@ -47,9 +54,41 @@ def oracle(along: np.ndarray, d: float) -> np.ndarray:
     return (pair - stats.norm.logpdf(along, 0, np.sqrt(1 + d * d / 4))).sum(axis=1)
 
 
+def command(sets: int, rs: np.random.RandomState) -> None:
+    """The whole of `cluster` on ``sets`` sets per group: K found, weak-evidence warnings, the BIC's margin."""
+    import torch
+    from cluster_vs_em import CPU, TASK
+
+    from swarmctl.runs import load_model
+    from swarmctl.studies.clusters import cluster_values, default_model, values_warnings
+
+    torch.set_num_threads(1)
+    model, checkpoint = load_model(default_model(), CPU)
+    groups = {"pair, d = 1.5, 400..800": (1.5, 1.0, 400, 801)}
+    groups |= {f"one Gaussian 1:{r}, {n}": (0.0, float(r), n, n + 1) for n in (30, 100, 400, 800, 2000)
+               for r in (1, 3, 20)}
+    groups |= {f"pair, d = {d}, 400..800": (float(d), 1.0, 400, 801) for d in (3, 4)}
+    print("\n| sets | K found (sets) | weak evidence | BIC(2) - BIC(1): 5/50/95 % |\n|---|---|---|---|")
+    for name, (d, ratio, lo, hi) in groups.items():
+        found, weak, margin = [], 0, []
+        count = 3 * sets if d == 1.5 else sets
+        for _ in range(count):
+            x = draw(rs, 1, rs.randint(lo, hi), d, ratio)[0][0] * rs.uniform(0.5, 5)
+            clusters, model_k, fit = cluster_values(TASK, model, x, CPU)
+            warned = values_warnings(TASK, checkpoint.model_config, x, clusters, model_k, fit)
+            found.append(len(clusters.sizes))
+            weak += any(w.startswith(WEAK) for w in warned)
+            scores = dict(fit.scores)
+            margin += [scores[2] - scores[1]] if 1 in scores and 2 in scores else []
+        ks = ", ".join(f"{k}: {c}" for k, c in zip(*np.unique(found, return_counts=True), strict=True))
+        q = " / ".join(f"{v:.0f}" for v in np.quantile(margin, [0.05, 0.5, 0.95])) if margin else "-"
+        print(f"| {name} | {ks} | {weak} of {count} | {q} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", type=int, default=4000, help="sets per group (spread over 400..800 points)")
+    ap.add_argument("--command", type=int, default=0, help="sets per group for the whole command (0: none)")
     args = ap.parse_args()
     rs = np.random.RandomState(8)
     per = max(1, args.sets // len(SIZES))
@@ -78,6 +117,8 @@ def main() -> None:
     cut = np.quantile(lr["one"], 1 - alarm)
     print(f"\nthe best test (told the axis, means and scale) at the rule's false-alarm rate {alarm:.1%} on one "
           f"Gaussian: {np.mean(lr['pair'] > cut):.1%} of the pairs 1.5 apart")
+    if args.command:
+        command(args.command, rs)
 
 
 if __name__ == "__main__":
