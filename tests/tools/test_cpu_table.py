@@ -199,6 +199,18 @@ def test_the_plan_states_each_rows_hours_for_three_seeds_and_to_a_flat_curve_onl
         in cpu_plan_line(improving)
 
 
+def _shipped_record(name, model, code, epochs, best, batch=100, data="data/clustering-seed0.h5") -> dict:
+    """A shipped model's record as the GPU campaigns write it (the fields the CPU plan reads)."""
+    return {"file": f"{name}.pt", "model": model, "code": code, "task": "clustering", "epochs": epochs,
+            "best_epoch": best, "trained_on": "NVIDIA H200 (torch 2.11.0+cu130), alone on the card",
+            "config": {"model": {"name": model}, "train": {"batch_size": batch}, "data": {"path": data}}}
+
+
+def _ship(shipped: Path, record: dict) -> None:
+    (shipped / record["file"]).write_bytes(b"weights")
+    (shipped / record["file"]).with_suffix(".json").write_text(json.dumps(record))
+
+
 def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_still_improving(table,
                                                                                                   monkeypatch):
     """Before any CPU seed of a row has finished: a shipped model of the same configuration, data and batch size
@@ -214,11 +226,7 @@ def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_
     monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
 
     def ship(name, model, code, epochs, best, batch=100, data="data/clustering-seed0.h5"):
-        (shipped / f"{name}.pt").write_bytes(b"weights")
-        (shipped / f"{name}.json").write_text(json.dumps({
-            "file": f"{name}.pt", "model": model, "code": code, "task": "clustering", "epochs": epochs,
-            "best_epoch": best, "trained_on": "NVIDIA H200 (torch 2.11.0+cu130), alone on the card",
-            "config": {"model": {"name": model}, "train": {"batch_size": batch}, "data": {"path": data}}}))
+        _ship(shipped, _shipped_record(name, model, code, epochs, best, batch, data))
 
     ship("swarm-improving", "swarm", "8-2-1", epochs=100, best=97)
     ship("linear-flat", "set-linear", "8-1", epochs=100, best=40)  # flat long before its end: no bound
@@ -231,6 +239,54 @@ def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_
         (shipped / "swarm-improving.json").unlink()
         ship("swarm-improving", "swarm", "8-2-1", epochs=100, best=97, **other)
         assert {r.model: r for r in cpu.cpu_plan(root)}["swarm"].hours_flat_more is None
+
+
+def _spoil(record: dict, where: str, value) -> dict:
+    """``record`` with the field at the dotted path ``where`` set to ``value`` (``KeyError``: removed)."""
+    *parents, key = where.split(".")
+    inner = record
+    for k in parents:
+        inner = inner[k]
+    if value is KeyError:
+        del inner[key]
+    else:
+        inner[key] = value
+    return record
+
+
+@pytest.mark.parametrize("where, value", [
+    ("best_epoch", 100), ("best_epoch", 250), ("best_epoch", -1), ("best_epoch", 97.5), ("best_epoch", "97"),
+    ("best_epoch", True), ("epochs", 0), ("epochs", True), ("epochs", KeyError), ("best_epoch", KeyError),
+    ("config.train", KeyError), ("config.data", KeyError), ("config.train", [100]), ("config.data", "seed0.h5"),
+    ("config.data.path", 5), ("config.train.batch_size", None)])
+def test_a_shipped_record_that_does_not_hold_a_curve_gives_no_bound_and_no_traceback(table, monkeypatch, campaigns_cli,
+                                                                                      where, value):
+    """A shipped record whose epochs, best epoch or training config are missing, of the wrong type or out of range
+    (the best epoch counts from 0: 100 of 100 epochs is past its last) claims no lower bound, and status says so
+    without a traceback."""
+    root, _ = table
+    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
+        {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]}]}))
+    shipped = root / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=97), where, value))
+    assert {r.model: r for r in cpu.cpu_plan(root)}["swarm"].hours_flat_more is None
+    r = campaigns_cli("status", "--campaigns", root)
+    assert r.exit_code == 0 and "Traceback" not in r.output and "more than" not in r.output, r.output
+
+
+def test_a_shipped_records_card_is_named_only_where_the_record_names_one(table, monkeypatch):
+    root, _ = table
+    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
+        {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]}]}))
+    shipped = root / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=99), "trained_on",
+                          None))
+    note = {r.model: r for r in cpu.cpu_plan(root)}["swarm"].note
+    assert "(a GPU, the same data) still improved at epoch 99 of its 100" in note and "None" not in note
 
 
 def test_the_cpu_job_refuses_a_missing_data_file_in_one_line(campaigns_cli, tmp_path):

@@ -123,16 +123,25 @@ def _flat_minutes(run_dir: Path) -> float | None:
     return first["net_seconds"] / 60
 
 
+def _count(value) -> int | None:
+    """A record's count (an int, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _shipped_curve(model: str, code: str) -> tuple[int, int, str] | None:
     """(epochs, best epoch, hardware) of a shipped model of this configuration trained on the seed-0 data with the
-    CPU table's batch size (train's default); else None."""
+    CPU table's batch size (train's default); else None. A record whose epochs, best epoch (counted from 0, so
+    below its epochs) or training config are missing or malformed holds no curve."""
     for m in shipped_models():
-        rec, cfg = m.record, m.record.get("config", {})
-        epochs, best = rec.get("epochs"), rec.get("best_epoch")
-        if (rec.get("model"), rec.get("code")) == (model, code) and isinstance(epochs, int) and epochs >= 1 \
-                and isinstance(best, int) and cfg.get("train", {}).get("batch_size") == TrainConfig().batch_size \
-                and Path(cfg.get("data", {}).get("path") or "").name == SEED0:
-            return epochs, best, str(rec.get("trained_on", "a GPU")).split(" (")[0]
+        rec = m.record
+        cfg = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+        train, data = (cfg.get(k) if isinstance(cfg.get(k), dict) else {} for k in ("train", "data"))
+        epochs, best, path = _count(rec.get("epochs")), _count(rec.get("best_epoch")), data.get("path")
+        card = rec.get("trained_on")
+        if (rec.get("model"), rec.get("code")) == (model, code) and epochs is not None and best is not None \
+                and 0 <= best < epochs and train.get("batch_size") == TrainConfig().batch_size \
+                and isinstance(path, str) and Path(path).name == SEED0:
+            return epochs, best, card.split(" (")[0] if isinstance(card, str) and card.strip() else "a GPU"
     return None
 
 
