@@ -328,3 +328,24 @@ def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_
     assert cpu.run_cpu_job(root, tmp_path / "out2", wall=600, threads=1, data=data, minutes=0.05) == 0
     progress = json.loads((root / cpu.CPU / "progress.json").read_text())
     assert progress["runs"][run.name]["epochs"] >= epochs  # continued: its earlier epochs are still there
+
+
+@pytest.mark.parametrize("cost", ['{"rows": [', "[1]", '{"rows": 5}', '{"rows": [5, {"model": "swarm"}]}',
+                                  '{"rows": [{"model": "swarm", "code": "8-2-1", "timings": "x"}]}',
+                                  '{"rows": [{"model": "swarm", "code": "8-2-1", "timings": [5, {"threads": "1"}, '
+                                  '{"threads": 0, "s_per_epoch": 3}, {"threads": 1, "cpu_s_per_epoch": true}]}]}'])
+def test_a_damaged_cost_record_reads_as_not_measured(table, campaigns_cli, cost):
+    root, _ = table
+    (root / cpu.CPU / cpu.COST).write_text(cost)
+    assert cpu.read_cost(root) == {}
+    r = campaigns_cli("status", "--campaigns", root)
+    assert r.exit_code == 0 and "Traceback" not in r.output and "cost not measured" in r.output, r.output
+
+
+@pytest.mark.parametrize("runs", ['{"set-linear-8-1-s0": {"eval_loss": "x", "epochs": 3}}',
+                                  '{"set-linear-8-1-s0": {"eval_loss": 0.5}}', '{"set-linear-8-1-s0": 5}', "[1]"])
+def test_a_progress_record_with_a_damaged_run_is_refused_in_one_line(table, campaigns_cli, runs):
+    root, _ = table
+    (root / cpu.CPU / "progress.json").write_text(f'{{"campaign": "{cpu.CPU}", "sessions": [], "runs": {runs}}}')
+    r = campaigns_cli("status", "--campaigns", root)
+    assert r.exit_code == 1 and "Traceback" not in r.output and "progress.json is damaged" in r.output, r.output

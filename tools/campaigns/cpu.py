@@ -58,11 +58,17 @@ def read_cost(root: Path) -> dict[tuple[str, str], dict[int, float]]:
     """Seconds per epoch (training steps only) by (model, code) and threads, from cost.json; empty without it.
     On one thread the CPU seconds are read (they hold on a shared machine); on more, the wall seconds."""
     out: dict[tuple[str, str], dict[int, float]] = {}
-    for row in read_json(root / CPU / COST).get("rows", []):
-        for t in row.get("timings", []):
-            value = t.get("cpu_s_per_epoch") if t.get("threads") == 1 else t.get("s_per_epoch")
-            if isinstance(value, (int, float)) and value > 0:
-                out.setdefault((row["model"], row["code"]), {})[t["threads"]] = float(value)
+    rows = read_json(root / CPU / COST).get("rows", [])
+    for row in rows if isinstance(rows, list) else []:  # a row or timing not in the benchmark's shape: not measured
+        if not (isinstance(row, dict) and isinstance(row.get("timings"), list)):
+            continue
+        for t in row["timings"]:
+            threads = _count(t.get("threads")) if isinstance(t, dict) else None
+            if threads is None or threads < 1:
+                continue
+            value = t.get("cpu_s_per_epoch") if threads == 1 else t.get("s_per_epoch")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+                out.setdefault((str(row.get("model")), str(row.get("code"))), {})[threads] = float(value)
     return out
 
 
@@ -201,6 +207,12 @@ def read_progress(root: Path) -> dict:
     p = campaign_progress(root, CPU)
     p.setdefault("minutes_per_run", MINUTES)
     p.setdefault("runs", {})
+    if not (isinstance(p["runs"], dict) and all(
+            isinstance(r, dict) and isinstance(r.get("eval_loss"), (int, float)) and _count(r.get("epochs")) is not None
+            for r in p["runs"].values())):
+        path = root / CPU / PROGRESS
+        raise DataError(f"{path} is damaged (a finished run without its validation loss and epochs); restore it "
+                        f"(git checkout {path}) first")
     return p
 
 
