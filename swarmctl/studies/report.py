@@ -122,8 +122,8 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
         out.append(summary)
     if not out:
         left = f" (unfinished: {', '.join(u.name for u in unfinished)})" if unfinished else ""
-        raise DataError(f"{runs_dir} holds no runs with a finished epoch{left}; train a model with `swarmctl train` "
-                        "first")
+        fix = "resume one with `swarmctl train --resume RUN` or train" if unfinished else "train"
+        raise DataError(f"{runs_dir} holds no finished run{left}; {fix} a model with `swarmctl train` first")
     return out, unfinished
 
 
