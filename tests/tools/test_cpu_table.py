@@ -349,3 +349,17 @@ def test_a_progress_record_with_a_damaged_run_is_refused_in_one_line(table, camp
     (root / cpu.CPU / "progress.json").write_text(f'{{"campaign": "{cpu.CPU}", "sessions": [], "runs": {runs}}}')
     r = campaigns_cli("status", "--campaigns", root)
     assert r.exit_code == 1 and "Traceback" not in r.output and "progress.json is damaged" in r.output, r.output
+
+
+def test_a_damaged_shipped_record_is_named_once(table, monkeypatch, campaigns_cli):
+    """status reads the shipped records once per row and per table: their warnings are said once each, not once a
+    reading (a damaged record was named 26 times)."""
+    root, _ = table
+    shipped = root / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    (shipped / "swarm.pt").write_bytes(b"weights")
+    (shipped / "swarm.json").write_text('{"file": "swarm.pt", "epo')
+    r = campaigns_cli("status", "--campaigns", root)
+    warned = [line for line in r.output.splitlines() if line.startswith("warning:")]
+    assert r.exit_code == 0 and warned and len(warned) == len(set(warned)), r.output
