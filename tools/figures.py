@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -176,16 +177,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("interrupted before the figures were put in place: docs/ is as it was", file=sys.stderr)
-        return 130
+        return _interrupted()
     except subprocess.CalledProcessError as e:
+        if e.returncode in (130, -signal.SIGINT):  # Ctrl-C reached the command first: interrupted all the same
+            return _interrupted()
         print(f"error: `{' '.join(map(str, e.cmd[1:]))}` failed (exit {e.returncode}, its message above); "
-              "docs/ is as it was", file=sys.stderr)
+              "no figure was replaced", file=sys.stderr)
         return 1
     except OSError as e:
         print(f"error: {e.filename}: {e.strerror or e}; the figures need a folder they can be written to (--out)",
               file=sys.stderr)
         return 1
+
+
+def _interrupted() -> int:
+    print("interrupted before the figures were put in place: no figure was replaced", file=sys.stderr)
+    return 130
 
 
 def _main(argv: list[str] | None) -> int:

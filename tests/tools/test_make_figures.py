@@ -125,17 +125,20 @@ def _main(monkeypatch, capsys, drawn, *args):
     return code, err
 
 
-@pytest.mark.parametrize("failure", [KeyboardInterrupt(), subprocess.CalledProcessError(1, ["python", "-m", "x"]),
+@pytest.mark.parametrize("failure", [KeyboardInterrupt(), subprocess.CalledProcessError(130, ["python", "-m", "x"]),
+                                     subprocess.CalledProcessError(1, ["python", "-m", "x"]),
                                      "a figure its step never drew"])
 def test_a_failure_part_way_leaves_the_figures_as_they_were(tmp_path, monkeypatch, capsys, failure):
-    """Ctrl-C or a command failing while the figures are drawn, or one figure missing when they are put in place:
-    a one-line error, no figure replaced (the first one drawn neither), nothing half-written beside them."""
+    """Ctrl-C (here, or in a command that exits 130 first) or a command failing while the figures are drawn, or
+    one figure missing when they are put in place: a one-line error, no figure replaced (the first one drawn
+    neither), nothing half-written beside them."""
     out = tmp_path / "docs"
     out.mkdir()
     (out / "a.png").write_bytes(b"old a")
     drawn = {"a.png": b"new a", "b.png": failure if isinstance(failure, BaseException) else None}
     code, err = _main(monkeypatch, capsys, drawn, "--out", out)
-    assert code == (130 if isinstance(failure, KeyboardInterrupt) else 1) and len(err.strip().splitlines()) == 1, err
+    interrupted = isinstance(failure, KeyboardInterrupt) or getattr(failure, "returncode", 0) == 130  # Ctrl-C
+    assert code == (130 if interrupted else 1) and len(err.strip().splitlines()) == 1, err
     assert sorted(p.name for p in out.iterdir()) == ["a.png"] and (out / "a.png").read_bytes() == b"old a"
 
 
