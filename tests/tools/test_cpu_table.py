@@ -254,35 +254,37 @@ def _spoil(record: dict, where: str, value) -> dict:
     return record
 
 
-@pytest.mark.parametrize("where, value", [
-    ("best_epoch", 100), ("best_epoch", 250), ("best_epoch", -1), ("best_epoch", 97.5), ("best_epoch", "97"),
-    ("best_epoch", True), ("epochs", 0), ("epochs", True), ("epochs", KeyError), ("best_epoch", KeyError),
-    ("config.train", KeyError), ("config.data", KeyError), ("config.train", [100]), ("config.data", "seed0.h5"),
-    ("config.data.path", 5), ("config.train.batch_size", None)])
-def test_a_shipped_record_that_does_not_hold_a_curve_gives_no_bound_and_no_traceback(table, monkeypatch, campaigns_cli,
-                                                                                      where, value):
-    """A shipped record whose epochs, best epoch or training config are missing, of the wrong type or out of range
-    (the best epoch counts from 0: 100 of 100 epochs is past its last) claims no lower bound, and status says so
-    without a traceback."""
+@pytest.fixture
+def swarm_shipped(table, monkeypatch):
+    """The table's campaigns folder with SWARM's cost measured, and an empty folder of shipped models in use."""
     root, _ = table
     (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
         {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]}]}))
     shipped = root / "shipped"
     shipped.mkdir()
     monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    return root, shipped
+
+
+@pytest.mark.parametrize("where, value", [
+    ("best_epoch", 100), ("best_epoch", 250), ("best_epoch", -1), ("best_epoch", 97.5), ("best_epoch", "97"),
+    ("best_epoch", True), ("epochs", 0), ("epochs", True), ("epochs", KeyError), ("best_epoch", KeyError),
+    ("config.train", KeyError), ("config.data", KeyError), ("config.train", [100]), ("config.data", "seed0.h5"),
+    ("config.data.path", 5), ("config.train.batch_size", None)])
+def test_a_shipped_record_that_does_not_hold_a_curve_gives_no_bound_and_no_traceback(swarm_shipped, campaigns_cli,
+                                                                                      where, value):
+    """A shipped record whose epochs, best epoch or training config are missing, of the wrong type or out of range
+    (the best epoch counts from 0: 100 of 100 epochs is past its last) claims no lower bound, and status says so
+    without a traceback."""
+    root, shipped = swarm_shipped
     _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=97), where, value))
     assert {r.model: r for r in cpu.cpu_plan(root)}["swarm"].hours_flat_more is None
     r = campaigns_cli("status", "--campaigns", root)
     assert r.exit_code == 0 and "Traceback" not in r.output and "more than" not in r.output, r.output
 
 
-def test_a_shipped_records_card_is_named_only_where_the_record_names_one(table, monkeypatch):
-    root, _ = table
-    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
-        {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]}]}))
-    shipped = root / "shipped"
-    shipped.mkdir()
-    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+def test_a_shipped_records_card_is_named_only_where_the_record_names_one(swarm_shipped):
+    root, shipped = swarm_shipped
     _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=99), "trained_on",
                           None))
     note = {r.model: r for r in cpu.cpu_plan(root)}["swarm"].note
@@ -351,13 +353,10 @@ def test_a_progress_record_with_a_damaged_run_is_refused_in_one_line(table, camp
     assert r.exit_code == 1 and "Traceback" not in r.output and "progress.json is damaged" in r.output, r.output
 
 
-def test_a_damaged_shipped_record_is_named_once(table, monkeypatch, campaigns_cli):
+def test_a_damaged_shipped_record_is_named_once(swarm_shipped, campaigns_cli):
     """status reads the shipped records once per row and per table: their warnings are said once each, not once a
     reading (a damaged record was named 26 times)."""
-    root, _ = table
-    shipped = root / "shipped"
-    shipped.mkdir()
-    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    root, shipped = swarm_shipped
     (shipped / "swarm.pt").write_bytes(b"weights")
     (shipped / "swarm.json").write_text('{"file": "swarm.pt", "epo')
     r = campaigns_cli("status", "--campaigns", root)
