@@ -255,9 +255,18 @@ def _spoil(record: dict, where: str, value) -> dict:
 
 
 @pytest.fixture
-def swarm_shipped(table, monkeypatch):
-    """The table's campaigns folder with SWARM's cost measured, and an empty folder of shipped models in use."""
-    root, _ = table
+def plan_root(tmp_path, monkeypatch):
+    """A campaigns folder for the tiny table's plan, without its data (what status reads, no job)."""
+    root = tmp_path / "campaigns"
+    (root / cpu.CPU).mkdir(parents=True)
+    monkeypatch.setattr(cpu, "table_runs", tiny_runs)
+    return root
+
+
+@pytest.fixture
+def swarm_shipped(plan_root, monkeypatch):
+    """The tiny table's campaigns folder with SWARM's cost measured, and an empty folder of shipped models in use."""
+    root = plan_root
     (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
         {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]}]}))
     shipped = root / "shipped"
@@ -271,16 +280,15 @@ def swarm_shipped(table, monkeypatch):
     ("best_epoch", True), ("epochs", 0), ("epochs", True), ("epochs", KeyError), ("best_epoch", KeyError),
     ("config.train", KeyError), ("config.data", KeyError), ("config.train", [100]), ("config.data", "seed0.h5"),
     ("config.data.path", 5), ("config.train.batch_size", None)])
-def test_a_shipped_record_that_does_not_hold_a_curve_gives_no_bound_and_no_traceback(swarm_shipped, campaigns_cli,
-                                                                                      where, value):
+def test_a_shipped_record_that_does_not_hold_a_curve_gives_no_bound_and_no_traceback(swarm_shipped, where, value):
     """A shipped record whose epochs, best epoch or training config are missing, of the wrong type or out of range
-    (the best epoch counts from 0: 100 of 100 epochs is past its last) claims no lower bound, and status says so
-    without a traceback."""
+    (the best epoch counts from 0: 100 of 100 epochs is past its last) claims no lower bound, and raises nothing."""
+    from tools.campaigns.cli import cpu_plan_line
+
     root, shipped = swarm_shipped
     _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=97), where, value))
-    assert {r.model: r for r in cpu.cpu_plan(root)}["swarm"].hours_flat_more is None
-    r = campaigns_cli("status", "--campaigns", root)
-    assert r.exit_code == 0 and "Traceback" not in r.output and "more than" not in r.output, r.output
+    row = {r.model: r for r in cpu.cpu_plan(root)}["swarm"]  # what status prints: no exception out of it
+    assert row.hours_flat_more is None and "more than" not in cpu_plan_line(row)
 
 
 def test_a_shipped_records_card_is_named_only_where_the_record_names_one(swarm_shipped):
@@ -336,8 +344,8 @@ def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_
                                   '{"rows": [{"model": "swarm", "code": "8-2-1", "timings": "x"}]}',
                                   '{"rows": [{"model": "swarm", "code": "8-2-1", "timings": [5, {"threads": "1"}, '
                                   '{"threads": 0, "s_per_epoch": 3}, {"threads": 1, "cpu_s_per_epoch": true}]}]}'])
-def test_a_damaged_cost_record_reads_as_not_measured(table, campaigns_cli, cost):
-    root, _ = table
+def test_a_damaged_cost_record_reads_as_not_measured(plan_root, campaigns_cli, cost):
+    root = plan_root
     (root / cpu.CPU / cpu.COST).write_text(cost)
     assert cpu.read_cost(root) == {}
     r = campaigns_cli("status", "--campaigns", root)
@@ -346,8 +354,8 @@ def test_a_damaged_cost_record_reads_as_not_measured(table, campaigns_cli, cost)
 
 @pytest.mark.parametrize("runs", ['{"set-linear-8-1-s0": {"eval_loss": "x", "epochs": 3}}',
                                   '{"set-linear-8-1-s0": {"eval_loss": 0.5}}', '{"set-linear-8-1-s0": 5}', "[1]"])
-def test_a_progress_record_with_a_damaged_run_is_refused_in_one_line(table, campaigns_cli, runs):
-    root, _ = table
+def test_a_progress_record_with_a_damaged_run_is_refused_in_one_line(plan_root, campaigns_cli, runs):
+    root = plan_root
     (root / cpu.CPU / "progress.json").write_text(f'{{"campaign": "{cpu.CPU}", "sessions": [], "runs": {runs}}}')
     r = campaigns_cli("status", "--campaigns", root)
     assert r.exit_code == 1 and "Traceback" not in r.output and "progress.json is damaged" in r.output, r.output
