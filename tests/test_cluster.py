@@ -110,6 +110,14 @@ def test_one_elongated_gaussian_comes_back_as_one_cluster_without_a_warning():
     assert est.n_clusters_ == 1 and est.warnings_ == (), est.warnings_
 
 
+@pytest.mark.parametrize("point", [(1.0, 1.0), (0.1, -3.7)])
+def test_identical_points_are_one_cluster_without_a_flatness_warning(point):
+    """50 copies of one point have no spread along any axis, so no kurtosis: they are one cluster, not 'flatter
+    along their long axis than one Gaussian's, as two or more overlapping clusters are' (it said so)."""
+    est = _fit(np.tile(np.array(point), (50, 1)))
+    assert est.n_clusters_ == 1 and not any("flatter" in w for w in est.warnings_), est.warnings_
+
+
 @pytest.mark.slow
 def test_fifty_neighbouring_blobs_come_back_as_fifty():
     """50 blobs of 20 points on a 10 x 5 grid, 8 standard deviations apart, came back as 33: the search for K

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,13 +122,16 @@ def make_figures(repo: Path = REPO, out: Path | None = None, only: list[str] | N
             print(f"drawing {', '.join(step.outputs)} from {step.source}", flush=True)
             step.draw(repo, work)
         out.mkdir(parents=True, exist_ok=True)
-        written = []
-        for step in steps:
-            for name, made in step.outputs.items():
-                shutil.copyfile(work / made, out / f".{name}.tmp")
-                os.replace(out / f".{name}.tmp", out / name)
-                written.append(out / name)
-    return written
+        pairs = [(work / made, out / name) for step in steps for name, made in step.outputs.items()]
+        try:  # every figure copied beside its place first, then each renamed over it: a failure copying leaves none
+            for made, dest in pairs:
+                shutil.copyfile(made, dest.with_name(f".{dest.name}.tmp"))
+            for _, dest in pairs:
+                os.replace(dest.with_name(f".{dest.name}.tmp"), dest)
+        finally:
+            for _, dest in pairs:
+                dest.with_name(f".{dest.name}.tmp").unlink(missing_ok=True)
+    return [dest for _, dest in pairs]
 
 
 # Two drawings of one figure are the same picture when they have the same size and at most this share of their
@@ -143,7 +147,11 @@ def difference(drawn: Path, kept: Path) -> str | None:
     import numpy as np
     from PIL import Image
 
-    a, b = (np.asarray(Image.open(p).convert("RGB"), dtype=np.int16) for p in (drawn, kept))
+    a = np.asarray(Image.open(drawn).convert("RGB"), dtype=np.int16)
+    try:
+        b = np.asarray(Image.open(kept).convert("RGB"), dtype=np.int16)
+    except (OSError, ValueError, SyntaxError) as e:  # PIL's errors for a damaged or truncated file
+        return f"not a readable image ({e})"
     if a.shape != b.shape:
         return f"{a.shape[1]} x {a.shape[0]} pixels drawn, {b.shape[1]} x {b.shape[0]} kept"
     share = float((np.abs(a - b).max(axis=2) > PIXEL_STEP).mean())
@@ -164,6 +172,30 @@ def check_figures(repo: Path = REPO, only: list[str] | None = None) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command: its exit code (1: a figure differs, a command failed or a folder cannot be written; 2: a bad
+    option; 130: interrupted), with a one-line error, docs/ as it was where no figure was put there."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _interrupted()
+    except subprocess.CalledProcessError as e:
+        if e.returncode in (130, -signal.SIGINT):  # Ctrl-C reached the command first: interrupted all the same
+            return _interrupted()
+        print(f"error: `{' '.join(map(str, e.cmd[1:]))}` failed (exit {e.returncode}, its message above); "
+              "no figure was replaced", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"error: {e.filename}: {e.strerror or e}; the figures need a folder they can be written to (--out)",
+              file=sys.stderr)
+        return 1
+
+
+def _interrupted() -> int:
+    print("interrupted before the figures were put in place: no figure was replaced", file=sys.stderr)
+    return 130
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.figures", description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="figures to draw (default: all)")
     ap.add_argument("--out", type=Path, help="folder to put them in [default: docs/]")
@@ -171,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="draw into a scratch folder and name each figure in docs/ that differs; docs/ is not changed")
     args = ap.parse_args(argv)
+    unknown = sorted(set(args.names) - set(figure_names()))
+    if unknown:  # a bad argument, as argparse's: exit 2
+        print(f"error: no figure named {', '.join(unknown)}; the figures (--list): {', '.join(figure_names())}",
+              file=sys.stderr)
+        return 2
     if args.list:
         for step in figures():
             for name in step.outputs:
@@ -189,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"docs/ holds figures no step draws: {', '.join(stray)}; delete them or add their step",
                   file=sys.stderr)
             return 1
-    print(f"{len(written)} figures -> {args.out or DOCS}/")
+    print(f"{len(written)} figure{'s' * (len(written) != 1)} -> {args.out or DOCS}/")
     return 0
 
 

@@ -44,7 +44,14 @@ def run(work: Callable[[], object], *, starting: bool = False, last: bool = Fals
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("always", SwarmctlWarning)
-            warnings.showwarning = lambda message, *args, **kwargs: _say(f"warning: {_flags(str(message))}")
+            shown: set[str] = set()  # a warning said again (a record read once per row) is said once
+
+            def show(message, *args, **kwargs) -> None:
+                if (line := f"warning: {_flags(str(message))}") not in shown:
+                    shown.add(line)
+                    _say(line)
+
+            warnings.showwarning = show
             try:
                 try:
                     work()

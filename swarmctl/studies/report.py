@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmctl.config import SEED_RANGE
-from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning
+from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning, shell_command
 from swarmctl.files import atomic_write_text, read_bytes, read_metrics, staged_outputs
 from swarmctl.rundir import CONFIG, RunDir
 
@@ -122,6 +122,11 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
         out.append(summary)
     if not out:
         left = f" (unfinished: {', '.join(u.name for u in unfinished)})" if unfinished else ""
+        stopped = [u for u in unfinished if u.epochs]  # stopped before its budget, with epochs to build on
+        if stopped:
+            raise DataError(f"{runs_dir} holds no finished run{left}; resume one to its budget: "
+                            + shell_command("train", stopped[0].model, resume=stopped[0].name,
+                                            **({} if Path(runs_dir) == Path("runs") else {"runs_dir": runs_dir})))
         raise DataError(f"{runs_dir} holds no runs with a finished epoch{left}; train a model with `swarmctl train` "
                         "first")
     return out, unfinished

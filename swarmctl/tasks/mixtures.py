@@ -494,7 +494,8 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     flat = False
     if K == 1 and len(x) > 8:
         z = (x - mix.means[0]) @ np.linalg.eigh(mix.covs[0])[1][:, -1]
-        flat = float(np.mean(z**4) / max(np.mean(z**2) ** 2, 1e-300)) < 3.0 - FLAT_Z * np.sqrt(24.0 / len(x))
+        z = z - z.mean()  # identical points give identical z: no spread, no kurtosis, not flat
+        flat = bool(np.ptp(z) > 0) and float(np.mean(z**4) / np.mean(z**2) ** 2) < 3.0 - FLAT_Z * np.sqrt(24.0 / len(x))
     return Shapes(tuple(int(g) for g in groups), nested, flat, pieces, chained)
 
 

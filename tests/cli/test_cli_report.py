@@ -263,3 +263,18 @@ def test_report_leaves_a_run_stopped_before_its_budget_out_of_the_means(tmp_path
     row = next(line for line in piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--force").stdout
                .splitlines() if "unfinished" in line and "8-3-1" in line)
     assert row.split()[-3:] == ["2", "unfinished", "cpu"]  # no epochs nor minutes beside it, as no loss
+
+
+def test_a_folder_of_runs_stopped_before_their_budget_says_to_resume_them(tmp_path):
+    """Runs with finished epochs but none of them finished: the one-line error says so and gives the command that
+    resumes one, not 'no runs with a finished epoch' and 'train a model' (one has an epoch; training anew loses it)."""
+    runs = tmp_path / "runs"
+    run = fake_run(runs, "swarm-8-3-1-s0", losses=(0.9,))
+    cfg = json.loads(run.config.read_text())
+    cfg["train"].update(minutes=2.0, max_epochs=1000)
+    run.config.write_text(json.dumps(cfg))
+    fake_run(runs, "swarm-8-3-1-s1", losses=(), checkpoint=True)
+    r = piped("report", "--runs-dir", runs, "--out", tmp_path / "rep", "--csv")
+    assert r.exit_code == 1 and "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert "holds no finished run (unfinished: swarm-8-3-1-s0, swarm-8-3-1-s1)" in r.output
+    assert "resume one to its budget: swarmctl train swarm --resume swarm-8-3-1-s0 --runs-dir" in r.output

@@ -199,6 +199,18 @@ def test_the_plan_states_each_rows_hours_for_three_seeds_and_to_a_flat_curve_onl
         in cpu_plan_line(improving)
 
 
+def _shipped_record(name, model, code, epochs, best, batch=100, data="data/clustering-seed0.h5") -> dict:
+    """A shipped model's record as the GPU campaigns write it (the fields the CPU plan reads)."""
+    return {"file": f"{name}.pt", "model": model, "code": code, "task": "clustering", "epochs": epochs,
+            "best_epoch": best, "trained_on": "NVIDIA H200 (torch 2.11.0+cu130), alone on the card",
+            "config": {"model": {"name": model}, "train": {"batch_size": batch}, "data": {"path": data}}}
+
+
+def _ship(shipped: Path, record: dict) -> None:
+    (shipped / record["file"]).write_bytes(b"weights")
+    (shipped / record["file"]).with_suffix(".json").write_text(json.dumps(record))
+
+
 def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_still_improving(table,
                                                                                                   monkeypatch):
     """Before any CPU seed of a row has finished: a shipped model of the same configuration, data and batch size
@@ -214,11 +226,7 @@ def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_
     monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
 
     def ship(name, model, code, epochs, best, batch=100, data="data/clustering-seed0.h5"):
-        (shipped / f"{name}.pt").write_bytes(b"weights")
-        (shipped / f"{name}.json").write_text(json.dumps({
-            "file": f"{name}.pt", "model": model, "code": code, "task": "clustering", "epochs": epochs,
-            "best_epoch": best, "trained_on": "NVIDIA H200 (torch 2.11.0+cu130), alone on the card",
-            "config": {"model": {"name": model}, "train": {"batch_size": batch}, "data": {"path": data}}}))
+        _ship(shipped, _shipped_record(name, model, code, epochs, best, batch, data))
 
     ship("swarm-improving", "swarm", "8-2-1", epochs=100, best=97)
     ship("linear-flat", "set-linear", "8-1", epochs=100, best=40)  # flat long before its end: no bound
@@ -231,6 +239,64 @@ def test_a_row_without_a_finished_seed_takes_a_lower_bound_from_a_shipped_model_
         (shipped / "swarm-improving.json").unlink()
         ship("swarm-improving", "swarm", "8-2-1", epochs=100, best=97, **other)
         assert {r.model: r for r in cpu.cpu_plan(root)}["swarm"].hours_flat_more is None
+
+
+def _spoil(record: dict, where: str, value) -> dict:
+    """``record`` with the field at the dotted path ``where`` set to ``value`` (``KeyError``: removed)."""
+    *parents, key = where.split(".")
+    inner = record
+    for k in parents:
+        inner = inner[k]
+    if value is KeyError:
+        del inner[key]
+    else:
+        inner[key] = value
+    return record
+
+
+@pytest.fixture
+def plan_root(tmp_path, monkeypatch):
+    """A campaigns folder for the tiny table's plan, without its data (what status reads, no job)."""
+    root = tmp_path / "campaigns"
+    (root / cpu.CPU).mkdir(parents=True)
+    monkeypatch.setattr(cpu, "table_runs", tiny_runs)
+    return root
+
+
+@pytest.fixture
+def swarm_shipped(plan_root, monkeypatch):
+    """The tiny table's campaigns folder with SWARM's cost measured, and an empty folder of shipped models in use."""
+    root = plan_root
+    (root / cpu.CPU / cpu.COST).write_text(json.dumps({"rows": [
+        {"model": "swarm", "code": "8-2-1", "timings": [{"threads": 1, "cpu_s_per_epoch": 100.0}]}]}))
+    shipped = root / "shipped"
+    shipped.mkdir()
+    monkeypatch.setenv("SWARMCTL_PRETRAINED", str(shipped))
+    return root, shipped
+
+
+@pytest.mark.parametrize("where, value", [
+    ("best_epoch", 100), ("best_epoch", 250), ("best_epoch", -1), ("best_epoch", 97.5), ("best_epoch", "97"),
+    ("best_epoch", True), ("epochs", 0), ("epochs", True), ("epochs", KeyError), ("best_epoch", KeyError),
+    ("config.train", KeyError), ("config.data", KeyError), ("config.train", [100]), ("config.data", "seed0.h5"),
+    ("config.data.path", 5), ("config.train.batch_size", None)])
+def test_a_shipped_record_that_does_not_hold_a_curve_gives_no_bound_and_no_traceback(swarm_shipped, where, value):
+    """A shipped record whose epochs, best epoch or training config are missing, of the wrong type or out of range
+    (the best epoch counts from 0: 100 of 100 epochs is past its last) claims no lower bound, and raises nothing."""
+    from tools.campaigns.cli import cpu_plan_line
+
+    root, shipped = swarm_shipped
+    _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=97), where, value))
+    row = {r.model: r for r in cpu.cpu_plan(root)}["swarm"]  # what status prints: no exception out of it
+    assert row.hours_flat_more is None and "more than" not in cpu_plan_line(row)
+
+
+def test_a_shipped_records_card_is_named_only_where_the_record_names_one(swarm_shipped):
+    root, shipped = swarm_shipped
+    _ship(shipped, _spoil(_shipped_record("swarm-improving", "swarm", "8-2-1", epochs=100, best=99), "trained_on",
+                          None))
+    note = {r.model: r for r in cpu.cpu_plan(root)}["swarm"].note
+    assert "(a GPU, the same data) still improved at epoch 99 of its 100" in note and "None" not in note
 
 
 def test_the_cpu_job_refuses_a_missing_data_file_in_one_line(campaigns_cli, tmp_path):
@@ -272,3 +338,35 @@ def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_
     assert cpu.run_cpu_job(root, tmp_path / "out2", wall=600, threads=1, data=data, minutes=0.05) == 0
     progress = json.loads((root / cpu.CPU / "progress.json").read_text())
     assert progress["runs"][run.name]["epochs"] >= epochs  # continued: its earlier epochs are still there
+
+
+@pytest.mark.parametrize("cost", ['{"rows": [', "[1]", '{"rows": 5}', '{"rows": [5, {"model": "swarm"}]}',
+                                  '{"rows": [{"model": "swarm", "code": "8-2-1", "timings": "x"}]}',
+                                  '{"rows": [{"model": "swarm", "code": "8-2-1", "timings": [5, {"threads": "1"}, '
+                                  '{"threads": 0, "s_per_epoch": 3}, {"threads": 1, "cpu_s_per_epoch": true}]}]}'])
+def test_a_damaged_cost_record_reads_as_not_measured(plan_root, campaigns_cli, cost):
+    root = plan_root
+    (root / cpu.CPU / cpu.COST).write_text(cost)
+    assert cpu.read_cost(root) == {}
+    r = campaigns_cli("status", "--campaigns", root)
+    assert r.exit_code == 0 and "Traceback" not in r.output and "cost not measured" in r.output, r.output
+
+
+@pytest.mark.parametrize("runs", ['{"set-linear-8-1-s0": {"eval_loss": "x", "epochs": 3}}',
+                                  '{"set-linear-8-1-s0": {"eval_loss": 0.5}}', '{"set-linear-8-1-s0": 5}', "[1]"])
+def test_a_progress_record_with_a_damaged_run_is_refused_in_one_line(plan_root, campaigns_cli, runs):
+    root = plan_root
+    (root / cpu.CPU / "progress.json").write_text(f'{{"campaign": "{cpu.CPU}", "sessions": [], "runs": {runs}}}')
+    r = campaigns_cli("status", "--campaigns", root)
+    assert r.exit_code == 1 and "Traceback" not in r.output and "progress.json is damaged" in r.output, r.output
+
+
+def test_a_damaged_shipped_record_is_named_once(swarm_shipped, campaigns_cli):
+    """status reads the shipped records once per row and per table: their warnings are said once each, not once a
+    reading (a damaged record was named 26 times)."""
+    root, shipped = swarm_shipped
+    (shipped / "swarm.pt").write_bytes(b"weights")
+    (shipped / "swarm.json").write_text('{"file": "swarm.pt", "epo')
+    r = campaigns_cli("status", "--campaigns", root)
+    warned = [line for line in r.output.splitlines() if line.startswith("warning:")]
+    assert r.exit_code == 0 and warned and len(warned) == len(set(warned)), r.output

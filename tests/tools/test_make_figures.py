@@ -97,3 +97,68 @@ def test_the_check_names_a_figure_older_than_the_code(tmp_path):
     shutil.copyfile(copy / "docs" / "frontier.png", copy / "docs" / "cluster-iris.png")
     stale = check_figures(copy, only=["cluster-iris.png", "frontier.png"])
     assert list(stale) == ["cluster-iris.png"], stale
+
+
+def _steps(drawn: dict[str, bytes | BaseException | None]):
+    """Steps of one figure each that write its bytes, raise the exception given, or (None) write nothing, in the
+    order given."""
+    from tools.figures import Step
+
+    def draw(name, what):
+        def run(repo, work):
+            if isinstance(what, BaseException):
+                raise what
+            if what is not None:
+                (work / name).write_bytes(what)
+        return run
+
+    return lambda repo=REPO: [Step("a test", {name: name}, draw(name, what)) for name, what in drawn.items()]
+
+
+def _main(monkeypatch, capsys, drawn, *args):
+    import tools.figures
+
+    monkeypatch.setattr(tools.figures, "figures", _steps(drawn))
+    code = tools.figures.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, err
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt(), subprocess.CalledProcessError(130, ["python", "-m", "x"]),
+                                     subprocess.CalledProcessError(1, ["python", "-m", "x"]),
+                                     "a figure its step never drew"])
+def test_a_failure_part_way_leaves_the_figures_as_they_were(tmp_path, monkeypatch, capsys, failure):
+    """Ctrl-C (here, or in a command that exits 130 first) or a command failing while the figures are drawn, or
+    one figure missing when they are put in place: a one-line error, no figure replaced (the first one drawn
+    neither), nothing half-written beside them."""
+    out = tmp_path / "docs"
+    out.mkdir()
+    (out / "a.png").write_bytes(b"old a")
+    drawn = {"a.png": b"new a", "b.png": failure if isinstance(failure, BaseException) else None}
+    code, err = _main(monkeypatch, capsys, drawn, "--out", out)
+    interrupted = isinstance(failure, KeyboardInterrupt) or getattr(failure, "returncode", 0) == 130  # Ctrl-C
+    assert code == (130 if interrupted else 1) and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in out.iterdir()) == ["a.png"] and (out / "a.png").read_bytes() == b"old a"
+
+
+def test_a_folder_that_cannot_be_written_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a-file").write_text("")
+    code, err = _main(monkeypatch, capsys, {"a.png": b"new a"}, "--out", tmp_path / "a-file")
+    assert code == 1 and "a-file" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_figure_name_that_is_not_drawn_is_a_bad_argument(tmp_path, monkeypatch, capsys):
+    code, err = _main(monkeypatch, capsys, {"a.png": b"new a"}, "--check", "nosuch.png")
+    assert code == 2 and "no figure named nosuch.png" in err and "a.png" in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("kept", [b"not a png", b"\x89PNG\r\n\x1a\n" + b"\0" * 40])
+def test_a_damaged_figure_in_docs_differs_from_the_drawn_one(tmp_path, kept):
+    """--check names a damaged or truncated figure in docs/ as one to redraw, instead of stopping on it."""
+    from PIL import Image
+
+    Image.new("RGB", (30, 20), "white").save(tmp_path / "drawn.png")
+    (tmp_path / "kept.png").write_bytes(kept)
+    assert difference(tmp_path / "drawn.png", tmp_path / "kept.png").startswith("not a readable image")

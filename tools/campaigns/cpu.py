@@ -58,11 +58,17 @@ def read_cost(root: Path) -> dict[tuple[str, str], dict[int, float]]:
     """Seconds per epoch (training steps only) by (model, code) and threads, from cost.json; empty without it.
     On one thread the CPU seconds are read (they hold on a shared machine); on more, the wall seconds."""
     out: dict[tuple[str, str], dict[int, float]] = {}
-    for row in read_json(root / CPU / COST).get("rows", []):
-        for t in row.get("timings", []):
-            value = t.get("cpu_s_per_epoch") if t.get("threads") == 1 else t.get("s_per_epoch")
-            if isinstance(value, (int, float)) and value > 0:
-                out.setdefault((row["model"], row["code"]), {})[t["threads"]] = float(value)
+    rows = read_json(root / CPU / COST).get("rows", [])
+    for row in rows if isinstance(rows, list) else []:  # a row or timing not in the benchmark's shape: not measured
+        if not (isinstance(row, dict) and isinstance(row.get("timings"), list)):
+            continue
+        for t in row["timings"]:
+            threads = _count(t.get("threads")) if isinstance(t, dict) else None
+            if threads is None or threads < 1:
+                continue
+            value = t.get("cpu_s_per_epoch") if threads == 1 else t.get("s_per_epoch")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf"):
+                out.setdefault((str(row.get("model")), str(row.get("code"))), {})[threads] = float(value)
     return out
 
 
@@ -123,16 +129,25 @@ def _flat_minutes(run_dir: Path) -> float | None:
     return first["net_seconds"] / 60
 
 
+def _count(value) -> int | None:
+    """A record's count (an int, not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _shipped_curve(model: str, code: str) -> tuple[int, int, str] | None:
     """(epochs, best epoch, hardware) of a shipped model of this configuration trained on the seed-0 data with the
-    CPU table's batch size (train's default); else None."""
+    CPU table's batch size (train's default); else None. A record whose epochs, best epoch (counted from 0, so
+    below its epochs) or training config are missing or malformed holds no curve."""
     for m in shipped_models():
-        rec, cfg = m.record, m.record.get("config", {})
-        epochs, best = rec.get("epochs"), rec.get("best_epoch")
-        if (rec.get("model"), rec.get("code")) == (model, code) and isinstance(epochs, int) and epochs >= 1 \
-                and isinstance(best, int) and cfg.get("train", {}).get("batch_size") == TrainConfig().batch_size \
-                and Path(cfg.get("data", {}).get("path") or "").name == SEED0:
-            return epochs, best, str(rec.get("trained_on", "a GPU")).split(" (")[0]
+        rec = m.record
+        cfg = rec.get("config") if isinstance(rec.get("config"), dict) else {}
+        train, data = (cfg.get(k) if isinstance(cfg.get(k), dict) else {} for k in ("train", "data"))
+        epochs, best, path = _count(rec.get("epochs")), _count(rec.get("best_epoch")), data.get("path")
+        card = rec.get("trained_on")
+        if (rec.get("model"), rec.get("code")) == (model, code) and epochs is not None and best is not None \
+                and 0 <= best < epochs and train.get("batch_size") == TrainConfig().batch_size \
+                and isinstance(path, str) and Path(path).name == SEED0:
+            return epochs, best, card.split(" (")[0] if isinstance(card, str) and card.strip() else "a GPU"
     return None
 
 
@@ -192,6 +207,12 @@ def read_progress(root: Path) -> dict:
     p = campaign_progress(root, CPU)
     p.setdefault("minutes_per_run", MINUTES)
     p.setdefault("runs", {})
+    if not (isinstance(p["runs"], dict) and all(
+            isinstance(r, dict) and isinstance(r.get("eval_loss"), (int, float)) and _count(r.get("epochs")) is not None
+            for r in p["runs"].values())):
+        path = root / CPU / PROGRESS
+        raise DataError(f"{path} is damaged (a finished run without its validation loss and epochs); restore it "
+                        f"(git checkout {path}) first")
     return p
 
 
