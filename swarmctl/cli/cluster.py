@@ -225,7 +225,8 @@ def _json(res: ClusterResult) -> str:
     c = res.clusters
     fit = res.fit
     return json.dumps(ensure_ascii=False, indent=2, obj={
-        "points": len(res.points), "source": res.points.source, "model": res.model, "checkpoint": str(res.checkpoint),
+        "points": len(res.points), "skipped_rows": res.points.skipped, "source": res.points.source,
+        "model": res.model, "checkpoint": str(res.checkpoint),
         "clusters": len(c.sizes), "sizes": c.sizes.tolist(),
         "mean_confidence": [round(float(v), 6) for v in c.mean_confidence],
         "made_by": res.made_by, "start": res.start or None, "refined": res.refined,

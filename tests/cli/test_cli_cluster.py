@@ -3,6 +3,7 @@ and the bad inputs and options, each refused in one line with nothing written an
 
 import csv
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -262,6 +263,10 @@ def test_skip_bad_rows_leaves_them_out_and_says_how_many(cli, trained_runs, valu
     assert comment[0] == "# clusters by EM" and header == ["id", "lon", "lat", "cluster", "probability",
                                                                        "entropy"]
     assert [row[0] for row in rows] == [f"p{i}" for i in range(len(values))]  # the unpicked column, kept
+    r = cli("cluster", points, *_run_args(trained_runs), "--columns", "lon,lat", "--skip-bad-rows", "--json",
+            "--out", tmp_path / "j.csv")
+    result = json.loads(r.stdout)
+    assert (result["points"], result["skipped_rows"]) == (len(values), 3)  # --json says it as the summary does
 
 
 def test_refine_is_on_by_default_and_can_be_turned_off(cli, trained_runs, values, tmp_path):
@@ -506,7 +511,6 @@ def test_one_wording_says_what_made_the_clusters_and_which_start_won(cli, traine
     """With --clusters 3, stdout said "from the model's 4 clusters" while the figure's title said "from a fresh
     k-means++ start": the summary line, the CSV's comment, the figure's title and --json now say it in the same
     words, naming the start that won."""
-    import json
 
     import swarmctl.plots.clusters as plots
 
