@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from swarmctl.errors import plural
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = "docs"
 PRETRAINED = "swarmctl/pretrained"
@@ -226,7 +228,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"docs/ holds figures no step draws: {', '.join(stray)}; delete them or add their step",
                   file=sys.stderr)
             return 1
-    print(f"{len(written)} figure{'s' * (len(written) != 1)} -> {args.out or DOCS}/")
+    print(f"{plural(len(written), 'figure')} -> {args.out or DOCS}/")
     return 0
 
 

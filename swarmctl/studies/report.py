@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from swarmctl.config import SEED_RANGE
-from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning, shell_command
+from swarmctl.errors import ConfigError, DataError, ResourceError, SwarmctlWarning, plural, shell_command
 from swarmctl.files import atomic_write_text, read_bytes, read_metrics, staged_outputs
 from swarmctl.rundir import CONFIG, RunDir
 
@@ -111,7 +111,7 @@ def read_all_runs(runs_dir: Path) -> tuple[list[RunSummary], list[RunSummary]]:
             continue
         if not _spent(cfg["train"], records):  # a run still training, or stopped before its budget: no seed yet
             unfinished.append(dataclasses.replace(summary, why=(
-                f"stopped before its budget: {summary.epochs} epoch{'s' * (summary.epochs != 1)}, "
+                f"stopped before its budget: {plural(summary.epochs, 'epoch')}, "
                 f"{summary.net_minutes:.1f} of {float(cfg['train']['minutes']):g} net min (resume it to count it)")))
             continue
         if not math.isfinite(summary.best_val) or not math.isfinite(summary.net_minutes):

@@ -180,7 +180,8 @@ def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
         flat = statistics.median(flats) if flats else None
         improving = flat is not None and flat >= 0.9 * MINUTES
         shipped = _shipped_curve(model, code) if flat is None and per_run else None
-        more = SEEDS * MINUTES * (1 + share) / 60 if improving else None
+        seeds_hours = SEEDS * MINUTES * (1 + share) / 60
+        more = seeds_hours if improving else None
         if flat is None and shipped is not None and shipped[1] >= 0.9 * (shipped[0] - 1):
             more = SEEDS * shipped[0] * per_run * (1 + share) / 3600
             note = (f"the shipped model of this configuration ({shipped[2]}, the same data) still improved at epoch "
@@ -195,7 +196,7 @@ def cpu_plan(root: Path) -> tuple[CpuRow, ...]:
                           tuple(f["eval_loss"] for f in finished), tuple(f["epochs"] for f in finished),
                           left * MINUTES * (1 + share) / 60, flat,
                           None if flat is None or improving else SEEDS * flat * (1 + share) / 60, note,
-                          _in_progress(runs_dir, runs, progress["runs"]), SEEDS * MINUTES * (1 + share) / 60, more))
+                          _in_progress(runs_dir, runs, progress["runs"]), seeds_hours, more))
     return tuple(out)
 
 
