@@ -135,6 +135,19 @@ def test_plain_gaussian_blobs_come_back_without_a_warning():
     assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) == 3
 
 
+def test_points_rounded_to_whole_numbers_are_their_clusters_not_dozens():
+    """Three unit Gaussians whose points are rounded to whole numbers (counts, scores, ratings) came back as 26 to
+    30 clusters: EM shrank components onto stacks of repeated values. No component is now narrower than the
+    rounding's own variance (1/12), with or without K."""
+    x, labels = _blobs(np.random.RandomState(4), [[0, 0], [6, 0], [3, 5]], 200, 1.0)
+    x = np.round(x)
+    est = _fit(x)
+    assert est.n_clusters_ == 3, est.n_clusters_
+    assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) < 12  # nearly one class a cluster
+    for fitted in (est, _fit(x, n_clusters=3)):
+        assert np.linalg.eigvalsh(fitted.covariances_).min() >= 1 / 12 * (1 - 1e-9)
+
+
 def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():
     """Three pairs of touching Gaussians: 6 clusters in 3 groups of touching ones, exactly twice as many, whose
     points are as peaked as Gaussians': no shape warning (the warped clusters' rule must stay silent here)."""

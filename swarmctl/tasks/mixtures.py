@@ -23,6 +23,7 @@ TOL = 1e-4  # stop when the mean log-likelihood per point gains less than this
 SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fitted to TOL
 MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
+# (raised to the variance of the data's rounding where that is larger: :func:`rounding_variance`)
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
 SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
@@ -63,25 +64,26 @@ def too_few_points(d: int) -> int:
     return gaussian_parameters(d) + 1
 
 
-def gaussian_log_likelihood(x: np.ndarray) -> float:
-    """The total log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian
-    (+inf when they are degenerate, e.g. on a line)."""
+def gaussian_log_likelihood(x: np.ndarray, reg: float = 1e-9) -> float:
+    """The total log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian, ``reg`` on its
+    covariance's diagonal (+inf when they are degenerate, e.g. on a line)."""
     n, D = x.shape
-    cov = np.cov(x, rowvar=False, bias=True).reshape(D, D) + 1e-9 * np.eye(D)
+    cov = np.cov(x, rowvar=False, bias=True).reshape(D, D) + reg * np.eye(D)
     sign, logdet = np.linalg.slogdet(cov)
     if sign <= 0:
         return float("inf")
     return float(-0.5 * n * (D * np.log(2 * np.pi) + logdet + D))
 
 
-def one_gaussian_is_better(a: np.ndarray, b: np.ndarray) -> bool:
+def one_gaussian_is_better(a: np.ndarray, b: np.ndarray, reg: float = 1e-9) -> bool:
     """Whether the points ``a`` and ``b`` (each (n, D)) together are explained better by one Gaussian than
     by a mixture of two, one per group (BIC on the hard assignment)."""
     both = np.concatenate([a, b])
     n_a, n_b, n = len(a), len(b), len(both)
     D = both.shape[1]
-    two = gaussian_log_likelihood(a) + gaussian_log_likelihood(b) + n_a * np.log(n_a / n) + n_b * np.log(n_b / n)
-    return bic(gaussian_log_likelihood(both), mixture_parameters(1, D), n) < bic(two, mixture_parameters(2, D), n)
+    two = gaussian_log_likelihood(a, reg) + gaussian_log_likelihood(b, reg) + n_a * np.log(n_a / n) + n_b * np.log(
+        n_b / n)
+    return bic(gaussian_log_likelihood(both, reg), mixture_parameters(1, D), n) < bic(two, mixture_parameters(2, D), n)
 
 
 @dataclass(frozen=True)
@@ -211,14 +213,23 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None
-         ) -> tuple[Mixture, np.ndarray, list[float], int]:
+def rounding_variance(x: np.ndarray) -> float:
+    """The variance that rounding to a step h adds, h^2 / 12, h a coordinate's smallest gap between distinct
+    values (mean over the coordinates). Real data is often rounded (iris to 0.1 cm): no component of a fit
+    is narrower than that, else EM buys likelihood without limit by shrinking one onto a stack of repeated
+    values. Continuous points have no step: their smallest gap is about their range over N^2."""
+    gaps = [np.diff(np.unique(c)) for c in np.asarray(x, dtype=np.float64).T]
+    return float(np.mean([g.min() ** 2 / 12 if len(g) else 0.0 for g in gaps]))
+
+
+def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None,
+         reg: float = REG) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
-    ``least`` points' worth (None: :func:`min_points`)."""
+    ``least`` points' worth (None: :func:`min_points`); ``reg`` on each covariance's diagonal."""
     history: list[float] = []
     dropped = 0
     least = min_points(x.shape[1]) if least is None else least
-    mix = m_step(x, resp, REG)
+    mix = m_step(x, resp, reg)
     for _ in range(max_iter):
         resp, ll = e_step(x, mix)
         history.append(ll)
@@ -226,7 +237,7 @@ def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, 
             break
         resp, gone = _drop_empty(resp, least)
         dropped += gone
-        mix = m_step(x, resp, REG)
+        mix = m_step(x, resp, reg)
     return mix, resp, history, dropped
 
 
@@ -295,7 +306,7 @@ def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
     return float(((x - _label_means(x, label, k)[0][label]) ** 2).sum())
 
 
-def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float]
+def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: float
                 ) -> tuple[Mixture, np.ndarray, list[float], int, int]:
     """While merging a pair of components and refitting lowers the BIC, the best such merge (of the
     :data:`MERGE_CANDIDATES` pairs whose responsibilities overlap most): (mixture, resp, history, merged,
@@ -312,7 +323,7 @@ def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[flo
         best = None
         for p in np.argsort(overlap[i_up, j_up])[::-1][:MERGE_CANDIDATES]:
             start = e_step(x, _merged(mix, int(i_up[p]), int(j_up[p])))[0]
-            m2, r2, h2, g2 = _fit(x, start, SEARCH_TOL)
+            m2, r2, h2, g2 = _fit(x, start, SEARCH_TOL, reg=reg)
             if _bic(h2[-1], m2, n) < current and (best is None or h2[-1] > best[2][-1]):
                 best = (m2, r2, h2, g2)
         if best is None:
@@ -329,26 +340,32 @@ def cluster_points(d: int) -> int:
     return gaussian_parameters(d) + 2
 
 
-def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState) -> np.ndarray | None:
+def _partition_log_likelihood(x: np.ndarray, cut: np.ndarray, counts: np.ndarray, reg: float) -> float:
+    """The classification log-likelihood of the parts ``cut`` of ``x`` (``counts`` points each), weights included."""
+    return sum(gaussian_log_likelihood(x[cut == j], reg) for j in range(len(counts))) + float(
+        (counts * np.log(counts / len(x))).sum())
+
+
+def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState, reg: float) -> np.ndarray | None:
     """The labels of the best cut of the points ``x`` (one component's) into 2, 4, 8, ... k-means clusters of
     ``least`` points or more each, by BIC on the hard assignment, when it beats one Gaussian; else None.
     Doubling, not 2 alone: a row of equal blobs looks, cut in two, like one uniform stretch (no gain) and
     shows its blobs only at a finer cut."""
     n, D = x.shape
-    best, labels, k = bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n), None, 2
+    best, labels, k = bic(gaussian_log_likelihood(x, reg), mixture_parameters(1, D), n), None, 2
     while k * least <= n:
         cut = kmeans_start(x, k, rs).argmax(axis=1)
         counts = np.bincount(cut, minlength=k)
         if counts.min() < least:
             break
-        ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+        ll = _partition_log_likelihood(x, cut, counts, reg)
         if np.isfinite(ll) and (score := bic(ll, mixture_parameters(k, D), n)) < best:
             best, labels = score, cut
         k *= 2
-    return None if labels is None else _merge_parts(x, labels)
+    return None if labels is None else _merge_parts(x, labels, reg)
 
 
-def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
+def _merge_parts(x: np.ndarray, labels: np.ndarray, reg: float) -> np.ndarray | None:
     """The parts ``labels`` of the points ``x`` with each part merged into its nearest (by their means) while
     one Gaussian explains the two better than two (a cut finer than the blobs splits some in two); None when
     one part is left."""
@@ -358,7 +375,7 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
         gaps = ((means[:, None] - means[None]) ** 2).sum(axis=2) + np.diag(np.full(len(parts), np.inf))
         for i in np.argsort(gaps.min(axis=1), kind="stable"):
             j = int(np.argmin(gaps[i]))
-            if one_gaussian_is_better(parts[i], parts[j]):
+            if one_gaussian_is_better(parts[i], parts[j], reg):
                 i, j = min(i, j), max(i, j)
                 parts[i] = np.concatenate([parts[i], parts[j]])
                 del parts[j]
@@ -370,7 +387,8 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
 
 
 def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int,
-                rs: np.random.RandomState, step: Callable[[], None]) -> tuple[Mixture, np.ndarray, list[float], int]:
+                rs: np.random.RandomState, step: Callable[[], None], reg: float
+                ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
     the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
     refitted, up to ``largest`` components: (the result, the number of components before the first split
@@ -383,7 +401,7 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
         cols: list[np.ndarray] = []
         for j in range(len(mix)):
             own = np.flatnonzero(label == j)
-            cut = _local_split(xs[own], least, rs) if len(own) >= 2 * least else None
+            cut = _local_split(xs[own], least, rs, reg) if len(own) >= 2 * least else None
             parts = 0 if cut is None else int(cut.max()) + 1
             if not parts or len(cols) + parts + len(mix) - j - 1 > largest:
                 cols.append(r[:, j])
@@ -393,7 +411,7 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
             cols += [r[:, j] * (near == p) for p in range(parts)]
         if len(cols) == len(mix):
             break
-        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], SEARCH_TOL)
+        m2, r2, h2, _ = _fit(xs, _drop_empty(np.column_stack(cols), min_points(D))[0], SEARCH_TOL, reg=reg)
         if _bic(h2[-1], m2, n) >= _bic(history[-1], mix, n):
             break
         start_k = start_k or len(mix)
@@ -402,7 +420,7 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
     return mix, r, history, start_k
 
 
-def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState) -> int:
+def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState, reg: float) -> int:
     """The K whose k-means++ partition of the points ``x`` scores the lowest BIC of hard-assigned Gaussians (the
     classification likelihood, weights included): every K from 1 to :data:`SCAN_ALL`, then upward by factors
     of :data:`SCAN_STEP` until :data:`SCAN_PATIENCE` steps in a row did not beat the best (or ``largest``),
@@ -415,12 +433,12 @@ def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState) -> int:
 
     def score(k: int) -> float:
         if k == 1:
-            return bic(gaussian_log_likelihood(x), mixture_parameters(1, D), n)
+            return bic(gaussian_log_likelihood(x, reg), mixture_parameters(1, D), n)
         cut = kmeans_start(x, k, rs).argmax(axis=1)
         counts = np.bincount(cut, minlength=k)
         if counts.min() < least:
             return np.inf
-        ll = sum(gaussian_log_likelihood(x[cut == j]) for j in range(k)) + float((counts * np.log(counts / n)).sum())
+        ll = _partition_log_likelihood(x, cut, counts, reg)
         return bic(ll, mixture_parameters(k, D), n) if np.isfinite(ll) else np.inf
 
     steps = list(range(1, min(SCAN_ALL, largest) + 1))
@@ -520,6 +538,7 @@ class _SortedPoints:
     unit: AffineMap
     centre: np.ndarray
     robust: float
+    reg: float  # on each covariance's diagonal: REG, or the rounding's variance where larger
 
     @classmethod
     def of(cls, x: np.ndarray, resp: np.ndarray, rows: np.ndarray | None) -> _SortedPoints:
@@ -540,8 +559,9 @@ class _SortedPoints:
         back[order] = np.arange(n)
         given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
         by_place = np.argsort(given, kind="stable")
-        return cls((z - centre) * robust, back, given[by_place], np.asarray(resp, dtype=np.float64)[by_place],
-                   unit, centre, robust)
+        z = (z - centre) * robust
+        return cls(z, back, given[by_place], np.asarray(resp, dtype=np.float64)[by_place], unit, centre, robust,
+                   max(REG, rounding_variance(z)))
 
     def in_units(self, mix: Mixture) -> Mixture:
         """``mix`` of the scaled points, in the units of the caller's."""
@@ -568,7 +588,7 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     each fit of the search (the split rounds, of unknown number, each take it half way to the end)."""
     report = _Report(progress)
     pts = _SortedPoints.of(x, resp, rows)
-    x, given, n, D = pts.x, pts.given, len(pts.x), pts.x.shape[1]
+    x, given, n, D, reg = pts.x, pts.given, len(pts.x), pts.x.shape[1], pts.reg
     resp, dropped = _drop_empty(pts.resp, min_points(D))
     rs = np.random.RandomState(SEED)
     if merge and len(given) > SEARCH_POINTS:
@@ -576,11 +596,11 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
         given, resp = given[pick], _drop_empty(resp[pick], min_points(D))[0]
     xs = x[given]
     coarse = SEARCH_TOL if merge else TOL
-    mix, r, history, gone = _fit(xs, resp, coarse)
+    mix, r, history, gone = _fit(xs, resp, coarse, reg=reg)
     dropped += gone
     merged, searched, from_model, largest, split_from = 0, (), True, 0, 0
     if merge:
-        mix, r, history, merged, gone = _merge_path(xs, mix, r, history)
+        mix, r, history, merged, gone = _merge_path(xs, mix, r, history, reg)
         dropped += gone
     scores: dict[int, float] = {}
     scanned = 0
@@ -591,23 +611,23 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
         k_model = len(mix)
         # where to fit: around the model's K and around the K of the best k-means partition by BIC, which a
         # scan finds whatever the model proposed (the model's K does not cap the search)
-        scanned = _scan_k(xs, largest, rs)
+        scanned = _scan_k(xs, largest, rs, reg)
         searched = tuple(sorted(set(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
                                 | set(range(max(1, scanned - SCAN_AROUND), min(scanned + SCAN_AROUND, largest) + 1))))
         for done, k in enumerate(searched, 1):
-            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL)
+            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL, reg=reg)
             score = _bic(h2[-1], m2, len(xs))
             scores[len(m2)] = min(score, scores.get(len(m2), np.inf))
             if score < best:
                 best, mix, r, history, from_model = score, m2, r2, h2, False
             report.to(0.5 * done / len(searched))
-        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way)
+        mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way, reg)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
-            mix, r, history, more, gone = _merge_path(xs, mix, r, history)
+            mix, r, history, more, gone = _merge_path(xs, mix, r, history, reg)
             merged, dropped = merged + more, dropped + gone
             scores[len(mix)] = min(_bic(history[-1], mix, len(xs)), scores.get(len(mix), np.inf))
     if merge or len(given) < n:  # the winner, fitted to all points to the full tolerance
-        mix, r, history, gone = _fit(x, e_step(x, mix)[0], TOL)
+        mix, r, history, gone = _fit(x, e_step(x, mix)[0], TOL, reg=reg)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
@@ -643,7 +663,7 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
     # k-means' first centres: the mean of the points of each of the model's k columns (those it is the most
     # probable for), or, for a column that no point picks, its responsibility-weighted mean
     given = pts.x[pts.given]
-    start = _k_columns(given, pts.resp, k)
+    start = _k_columns(given, pts.resp, k, pts.reg)
     means, counts = _label_means(given, start.argmax(axis=1), start.shape[1])
     centres = np.where(counts[:, None] > 0, means, (start.T @ given) / start.sum(axis=0)[:, None])
     rs = np.random.RandomState(SEED)
@@ -654,54 +674,55 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
     fresh = kmeans_start(xs, k, rs).argmax(axis=1)
     from_model = _within_sum_of_squares(xs, seeded, k) <= _within_sum_of_squares(xs, fresh, k)
     report.to(0.2)
-    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, report.half_way)
+    mix, r, history, dropped = _fit_exactly(xs, np.eye(k)[seeded if from_model else fresh], k, report.half_way,
+                                            pts.reg)
     if len(search) < n:  # the fit, taken to all points
-        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, report.half_way)
+        mix, r, history, gone = _fit_exactly(pts.x, e_step(pts.x, mix)[0], k, report.half_way, pts.reg)
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model,
                     shapes=shapes(pts.x, mix, r))
 
 
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None]
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None], reg: float
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
     that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
     round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
-    mix, r, history, gone = _fit(x, _k_columns(x, resp, k), K_TOL, K_MAX_ITER, 1.0)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k, reg), K_TOL, K_MAX_ITER, 1.0, reg)
     dropped += gone
     step()
     for _ in range(k):
         if len(mix) >= k:
             break
-        start = _k_columns(x, r, k)
+        start = _k_columns(x, r, k, reg)
         if start.shape[1] == len(mix):  # nothing left to split
             break
         held = len(mix)
-        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0)
+        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0, reg)
         dropped += gone
         step()
         if len(mix) <= held:  # the split components went empty again: another round would repeat this one
             break
-    mix = m_step(x, r, REG)
+    mix = m_step(x, r, reg)
     r, ll = e_step(x, mix)
     return mix, r, [*history, ll], dropped
 
 
-def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
+def _k_columns(x: np.ndarray, resp: np.ndarray, k: int, reg: float = REG) -> np.ndarray:
     """Responsibilities (N, k) from ``resp`` (N, C): with C >= k, the E-step of the Gaussians of the k
     columns of most mass (their M-step); with C < k, the widest component split across its major axis
     (the points on either side of its mean) until there are k, or fewer when no component has points on
     both sides."""
     if resp.shape[1] >= k:
         top = np.sort(np.argsort(-resp.sum(axis=0), kind="stable")[:k])
-        return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], REG))[0]
+        return resp if resp.shape[1] == k else e_step(x, m_step(x, resp[:, top], reg))[0]
     c, total = resp.shape[1], resp.sum()
     out = np.zeros((len(x), k))
     out[:, :c] = resp
-    mix = m_step(x, resp, REG)  # each split then refits its two halves alone: k splits cost k, not k squared
+    mix = m_step(x, resp, reg)  # each split then refits its two halves alone: k splits cost k, not k squared
     values, vectors = np.linalg.eigh(mix.covs)  # ascending: the last is the major axis
     weights, means = np.append(mix.weights, np.zeros(k - c)), np.vstack([mix.means, np.zeros((k - c, x.shape[1]))])
     major = np.append(values[:, -1], np.zeros(k - c))
@@ -715,7 +736,7 @@ def _k_columns(x: np.ndarray, resp: np.ndarray, k: int) -> np.ndarray:
         else:  # no component has points on both sides
             break
         out[:, j], out[:, c] = a, b
-        two = m_step(x, np.column_stack([a, b]), REG)
+        two = m_step(x, np.column_stack([a, b]), reg)
         values, vectors = np.linalg.eigh(two.covs)
         for col, half in ((j, 0), (c, 1)):
             weights[col] = out[:, col].sum() / total

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from swarmctl.tasks.mixtures import Mixture, component_log_density, e_step, fit_k, m_step, refine
+from swarmctl.tasks.mixtures import Mixture, component_log_density, e_step, fit_k, m_step, refine, rounding_variance
 
 
 def _two_blobs(n: int, rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray, Mixture]:
@@ -186,6 +186,17 @@ def test_rounded_points_give_the_same_clusters_in_any_row_order():
         back = refine(x[perm], start[perm])
         assert _same_partition(back.resp.argmax(1), res.resp.argmax(1)[perm])
 
+
+
+def test_the_rounding_variance_is_that_of_the_step_between_values():
+    """h^2 / 12 for points on a grid of step h in each coordinate (brute force: a uniform error over one step);
+    continuous points have no step worth the name; a constant coordinate adds nothing."""
+    rs = np.random.RandomState(0)
+    grid = np.round(rs.randn(500, 2) * [3.0, 0.4] / [0.5, 0.1]) * [0.5, 0.1]
+    err = np.linspace(-0.5, 0.5, 100_001)
+    assert rounding_variance(grid) == pytest.approx(np.mean([(err * h).var() for h in (0.5, 0.1)]), rel=1e-4)
+    assert rounding_variance(rs.randn(500, 2)) < 1e-9
+    assert rounding_variance(np.column_stack([np.full(9, 2.0), np.arange(9.0) * 2])) == pytest.approx(4 / 24)
 
 
 def test_a_gaussians_parameters_are_counted_once_for_bic():
