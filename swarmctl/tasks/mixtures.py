@@ -24,6 +24,7 @@ SEARCH_TOL = 1e-3  # the same while merging and searching: the winner is then fi
 MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at each merge
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 # (raised to the variance of the data's rounding where that is larger: :func:`rounding_variance`)
+Floor = float | np.ndarray  # what goes on a covariance's diagonal: one number, or one per coordinate
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
 SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
@@ -64,7 +65,7 @@ def too_few_points(d: int) -> int:
     return gaussian_parameters(d) + 1
 
 
-def gaussian_log_likelihood(x: np.ndarray, reg: float = 1e-9) -> float:
+def gaussian_log_likelihood(x: np.ndarray, reg: Floor = 1e-9) -> float:
     """The total log-likelihood of points ``x`` (n, D) under their own maximum-likelihood Gaussian, ``reg`` on its
     covariance's diagonal (+inf when they are degenerate, e.g. on a line)."""
     n, D = x.shape
@@ -75,7 +76,7 @@ def gaussian_log_likelihood(x: np.ndarray, reg: float = 1e-9) -> float:
     return float(-0.5 * n * (D * np.log(2 * np.pi) + logdet + D))
 
 
-def one_gaussian_is_better(a: np.ndarray, b: np.ndarray, reg: float = 1e-9) -> bool:
+def one_gaussian_is_better(a: np.ndarray, b: np.ndarray, reg: Floor = 1e-9) -> bool:
     """Whether the points ``a`` and ``b`` (each (n, D)) together are explained better by one Gaussian than
     by a mixture of two, one per group (BIC on the hard assignment)."""
     both = np.concatenate([a, b])
@@ -181,8 +182,9 @@ def e_step(x: np.ndarray, mix: Mixture) -> tuple[np.ndarray, float]:
     return np.exp(joint - norm[:, None]), float(norm.mean())
 
 
-def m_step(x: np.ndarray, resp: np.ndarray, reg: float) -> Mixture:
-    """Maximum-likelihood weights, means and covariances for responsibilities ``resp`` (N, K)."""
+def m_step(x: np.ndarray, resp: np.ndarray, reg: Floor) -> Mixture:
+    """Maximum-likelihood weights, means and covariances for responsibilities ``resp`` (N, K); ``reg`` on each
+    covariance's diagonal (one number, or one per coordinate)."""
     nk = resp.sum(axis=0)  # (K,)
     means = (resp.T @ x) / nk[:, None]
     D = x.shape[1]
@@ -213,17 +215,18 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def rounding_variance(x: np.ndarray) -> float:
-    """The variance that rounding to a step h adds, h^2 / 12, h a coordinate's smallest gap between distinct
-    values (mean over the coordinates). Real data is often rounded (iris to 0.1 cm): no component of a fit
-    is narrower than that, else EM buys likelihood without limit by shrinking one onto a stack of repeated
-    values. Continuous points have no step: their smallest gap is about their range over N^2."""
+def rounding_variance(x: np.ndarray) -> np.ndarray:
+    """Per coordinate (D,), the variance that rounding to a step h adds, h^2 / 12, h the coordinate's smallest gap
+    between distinct values. Real data is often rounded (iris to 0.1 cm): no component of a fit is narrower
+    than that along a coordinate, else EM buys likelihood without limit by shrinking one onto a stack of
+    repeated values. Continuous points have no step: their smallest gap is about their range over N^2. Per
+    coordinate, not one number: a coarse column (an indicator, 0 or 10) must not blur a fine one."""
     gaps = [np.diff(np.unique(c)) for c in np.asarray(x, dtype=np.float64).T]
-    return float(np.mean([g.min() ** 2 / 12 if len(g) else 0.0 for g in gaps]))
+    return np.array([g.min() ** 2 / 12 if len(g) else 0.0 for g in gaps])
 
 
 def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None,
-         reg: float = REG) -> tuple[Mixture, np.ndarray, list[float], int]:
+         reg: Floor = REG) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
     ``least`` points' worth (None: :func:`min_points`); ``reg`` on each covariance's diagonal."""
     history: list[float] = []
@@ -306,7 +309,7 @@ def _within_sum_of_squares(x: np.ndarray, label: np.ndarray, k: int) -> float:
     return float(((x - _label_means(x, label, k)[0][label]) ** 2).sum())
 
 
-def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: float
+def _merge_path(x: np.ndarray, mix: Mixture, resp: np.ndarray, history: list[float], reg: Floor
                 ) -> tuple[Mixture, np.ndarray, list[float], int, int]:
     """While merging a pair of components and refitting lowers the BIC, the best such merge (of the
     :data:`MERGE_CANDIDATES` pairs whose responsibilities overlap most): (mixture, resp, history, merged,
@@ -340,13 +343,13 @@ def cluster_points(d: int) -> int:
     return gaussian_parameters(d) + 2
 
 
-def _partition_log_likelihood(x: np.ndarray, cut: np.ndarray, counts: np.ndarray, reg: float) -> float:
+def _partition_log_likelihood(x: np.ndarray, cut: np.ndarray, counts: np.ndarray, reg: Floor) -> float:
     """The classification log-likelihood of the parts ``cut`` of ``x`` (``counts`` points each), weights included."""
     return sum(gaussian_log_likelihood(x[cut == j], reg) for j in range(len(counts))) + float(
         (counts * np.log(counts / len(x))).sum())
 
 
-def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState, reg: float) -> np.ndarray | None:
+def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState, reg: Floor) -> np.ndarray | None:
     """The labels of the best cut of the points ``x`` (one component's) into 2, 4, 8, ... k-means clusters of
     ``least`` points or more each, by BIC on the hard assignment, when it beats one Gaussian; else None.
     Doubling, not 2 alone: a row of equal blobs looks, cut in two, like one uniform stretch (no gain) and
@@ -365,7 +368,7 @@ def _local_split(x: np.ndarray, least: int, rs: np.random.RandomState, reg: floa
     return None if labels is None else _merge_parts(x, labels, reg)
 
 
-def _merge_parts(x: np.ndarray, labels: np.ndarray, reg: float) -> np.ndarray | None:
+def _merge_parts(x: np.ndarray, labels: np.ndarray, reg: Floor) -> np.ndarray | None:
     """The parts ``labels`` of the points ``x`` with each part merged into its nearest (by their means) while
     one Gaussian explains the two better than two (a cut finer than the blobs splits some in two); None when
     one part is left."""
@@ -387,7 +390,7 @@ def _merge_parts(x: np.ndarray, labels: np.ndarray, reg: float) -> np.ndarray | 
 
 
 def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float], largest: int,
-                rs: np.random.RandomState, step: Callable[[], None], reg: float
+                rs: np.random.RandomState, step: Callable[[], None], reg: Floor
                 ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """The search for K beyond its range: while it lowers the BIC, every component whose points (those it is
     the most probable for) several Gaussians explain better than one (:func:`_local_split`) is split and EM
@@ -420,7 +423,7 @@ def _split_path(xs: np.ndarray, mix: Mixture, r: np.ndarray, history: list[float
     return mix, r, history, start_k
 
 
-def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState, reg: float) -> int:
+def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState, reg: Floor) -> int:
     """The K whose k-means++ partition of the points ``x`` scores the lowest BIC of hard-assigned Gaussians (the
     classification likelihood, weights included): every K from 1 to :data:`SCAN_ALL`, then upward by factors
     of :data:`SCAN_STEP` until :data:`SCAN_PATIENCE` steps in a row did not beat the best (or ``largest``),
@@ -538,7 +541,7 @@ class _SortedPoints:
     unit: AffineMap
     centre: np.ndarray
     robust: float
-    reg: float  # on each covariance's diagonal: REG, or the rounding's variance where larger
+    reg: np.ndarray  # (D,) on each covariance's diagonal: REG, or the rounding's variance where larger
 
     @classmethod
     def of(cls, x: np.ndarray, resp: np.ndarray, rows: np.ndarray | None) -> _SortedPoints:
@@ -561,7 +564,7 @@ class _SortedPoints:
         by_place = np.argsort(given, kind="stable")
         z = (z - centre) * robust
         return cls(z, back, given[by_place], np.asarray(resp, dtype=np.float64)[by_place], unit, centre, robust,
-                   max(REG, rounding_variance(z)))
+                   np.maximum(REG, rounding_variance(z)))
 
     def in_units(self, mix: Mixture) -> Mixture:
         """``mix`` of the scaled points, in the units of the caller's."""
@@ -684,7 +687,7 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
                     shapes=shapes(pts.x, mix, r))
 
 
-def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None], reg: float
+def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None], reg: Floor
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
@@ -711,7 +714,7 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], Non
     return mix, r, [*history, ll], dropped
 
 
-def _k_columns(x: np.ndarray, resp: np.ndarray, k: int, reg: float = REG) -> np.ndarray:
+def _k_columns(x: np.ndarray, resp: np.ndarray, k: int, reg: Floor = REG) -> np.ndarray:
     """Responsibilities (N, k) from ``resp`` (N, C): with C >= k, the E-step of the Gaussians of the k
     columns of most mass (their M-step); with C < k, the widest component split across its major axis
     (the points on either side of its mean) until there are k, or fewer when no component has points on
