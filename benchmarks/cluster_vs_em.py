@@ -1,8 +1,8 @@
-"""`swarmctl cluster` against EM, side by side on one machine: adjusted Rand index (ARI), matched accuracy,
-clusters found and seconds per set, on the paper's seed-0 validation split, on held-out tasks of the broad
-prior and of the wide prior, on scikit-learn's `make_blobs` families, on real data sets that scikit-learn
-ships (two columns or two principal components each), on sets of 25..60 well-separated blobs (more than the
-models' cluster slots) and at N = 10,000.
+"""`swarmctl cluster` against EM, side by side on one machine: adjusted Rand index (ARI), matched accuracy, clusters
+found and seconds per set, on the paper's seed-0 validation split, on held-out tasks of the broad prior and of
+the wide prior, on scikit-learn's `make_blobs` families, on real data sets (eleven: those scikit-learn ships and
+two in benchmarks/data; two columns or two principal components each), on sets of 25..60 well-separated blobs
+(more than the models' cluster slots) and at N = 10,000.
 
     pip install -e '.[bench]'          # scikit-learn, for the baselines and the real data sets only
     python benchmarks/cluster_vs_em.py [--val-tasks 1000] [--broad-tasks 200] [--large 10] [--json results.json]
@@ -228,7 +228,8 @@ def shape_sets(count: int) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
 
 def real_sets():
     """Labelled data sets that scikit-learn ships, two columns or the first two principal components of the
-    standardized features each."""
+    standardized features each, then the two of ``benchmarks/data`` (its README: Old Faithful split at 3
+    minutes of eruption, penguins' bills by species)."""
     from sklearn import datasets
     from sklearn.decomposition import PCA
 
@@ -239,6 +240,9 @@ def real_sets():
     iris, wine, cancer, digits = (datasets.load_iris(), datasets.load_wine(), datasets.load_breast_cancer(),
                                   datasets.load_digits())
     small = digits.target < 5
+    here = Path(__file__).resolve().parent / "data"
+    faithful = np.loadtxt(here / "old-faithful.csv", delimiter=",", skiprows=1)
+    bills = np.loadtxt(here / "penguin-bills.csv", delimiter=",", skiprows=1, dtype=str)
     return {
         "iris petals (2 columns)": (iris.data[:, 2:4], iris.target),
         "iris sepals (2 columns)": (iris.data[:, 0:2], iris.target),
@@ -248,6 +252,9 @@ def real_sets():
         "breast cancer, 2 PCs": (pcs(cancer.data), cancer.target),
         "digits, 2 PCs": (pcs(digits.data), digits.target),
         "digits 0-4, 2 PCs": (pcs(digits.data[small]), digits.target[small]),
+        "wine: alcohol, malic acid (2 columns)": (wine.data[:, [0, 1]], wine.target),
+        "Old Faithful (2 columns)": (faithful, (faithful[:, 0] > 3).astype(int)),
+        "penguins' bills (2 columns)": (bills[:, :2].astype(float), np.unique(bills[:, 2], return_inverse=True)[1]),
     }
 
 
