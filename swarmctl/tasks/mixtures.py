@@ -25,6 +25,8 @@ MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at 
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 # (raised to the variance of the data's rounding where that is larger: :func:`rounding_variance`)
 Floor = float | np.ndarray  # what goes on a covariance's diagonal: one number, or one per coordinate
+SAME_VALUE = 1e-6  # scaled points (unit robust spread) closer than this: one value written two ways (far below REG's
+# resolution, its square root: merging them cannot floor points that have no step)
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
 SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
@@ -215,14 +217,28 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def rounding_variance(x: np.ndarray) -> np.ndarray:
+def rounding_variance(x: np.ndarray, same: float = 0.0) -> np.ndarray:
     """Per coordinate (D,), the variance that rounding to a step h adds, h^2 / 12, h the coordinate's smallest gap
     between distinct values. Real data is often rounded (iris to 0.1 cm): no component of a fit is narrower
     than that along a coordinate, else EM buys likelihood without limit by shrinking one onto a stack of
     repeated values. Continuous points have no step: their smallest gap is about their range over N^2. Per
-    coordinate, not one number: a coarse column (an indicator, 0 or 10) must not blur a fine one."""
-    gaps = [np.diff(np.unique(c)) for c in np.asarray(x, dtype=np.float64).T]
-    return np.array([g.min() ** 2 / 12 if len(g) else 0.0 for g in gaps])
+    coordinate, not one number: a coarse column (an indicator, 0 or 10) must not blur a fine one.
+
+    The step is that of the stacks: when most points sit on values that repeat (two or more of them), values
+    held by one point each (a few left unrounded, or typed in full) lie off the step, not on a finer one, and
+    their gaps do not count; one stray point would otherwise take the floor away. Values less than ``same``
+    apart are one value written two ways (0.1 * 3 is 0.30000000000000004, 0.3 is 0.3), not a step."""
+    out = []
+    for c in np.asarray(x, dtype=np.float64).T:
+        values, counts = np.unique(c, return_counts=True)
+        first = np.concatenate([[True], np.diff(values) >= same])  # (every value, with ``same`` 0)
+        values, counts = values[first], np.add.reduceat(counts, np.flatnonzero(first))
+        stacked = counts >= 2
+        if stacked.sum() >= 2 and 2 * counts[stacked].sum() > len(c):
+            values = values[stacked]
+        gaps = np.diff(values)
+        out.append(gaps.min() ** 2 / 12 if len(gaps) else 0.0)
+    return np.array(out)
 
 
 def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None,
@@ -564,7 +580,7 @@ class _SortedPoints:
         by_place = np.argsort(given, kind="stable")
         z = (z - centre) * robust
         return cls(z, back, given[by_place], np.asarray(resp, dtype=np.float64)[by_place], unit, centre, robust,
-                   np.maximum(REG, rounding_variance(z)))
+                   np.maximum(REG, rounding_variance(z, SAME_VALUE)))
 
     def in_units(self, mix: Mixture) -> Mixture:
         """``mix`` of the scaled points, in the units of the caller's."""

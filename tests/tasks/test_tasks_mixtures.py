@@ -210,6 +210,44 @@ def test_the_rounding_variance_is_that_of_the_step_between_values():
     assert rounding_variance(np.column_stack([np.full(9, 2.0), np.arange(9.0) * 2])).tolist() == [0.0, 4 / 12]
 
 
+def _rounded_blobs(rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
+    """Three unit Gaussians, 200 points each, before rounding, and their labels."""
+    y = np.repeat(np.arange(3), 200)
+    return np.array([[0.0, 0.0], [6.0, 0.0], [3.0, 5.0]])[y] + rs.randn(600, 2), y
+
+
+def test_a_few_values_off_the_rounding_step_do_not_take_the_floor_away():
+    """Whole numbers with 1% of the points left unrounded (5 of 600), or decimals written two ways (0.1 * 3 is
+    0.30000000000000004, np.round gives 0.3): the smallest gap is then a stray's or float64's, the floor
+    vanished and EM shrank components onto stacks of repeated values again (27 to 29 clusters for 3)."""
+    rs = np.random.RandomState(4)
+    x0, y = _rounded_blobs(rs)
+    x = np.round(x0)
+    stray = np.where((rs.rand(600) < 0.01)[:, None], x0, x)
+    two_ways = np.round(x / 10, 1)
+    two_ways[::3] = 0.1 * x[::3]
+    for points in (stray, two_ways):
+        res = refine(points, rs.dirichlet(np.ones(5), size=600))
+        assert len(res.mixture) == 3
+        assert len(set(zip(res.resp.argmax(axis=1).tolist(), y.tolist(), strict=True))) < 12
+
+
+def test_the_rounding_step_is_that_of_the_stacks_of_repeated_values():
+    """A step holds when most points sit on values that repeat: values held by one point each (a few strays, a
+    mean imputed) are off the step, not a finer one; continuous points, or continuous points with a few
+    duplicated rows, keep no step worth the name; values closer than ``same`` are one value."""
+    rs = np.random.RandomState(0)
+    grid = np.round(rs.randn(500, 2) * 3.0 / 0.5) * 0.5
+    grid[:5] += rs.rand(5, 2) * 1e-3  # 1% strays
+    assert rounding_variance(grid) == pytest.approx([0.25 / 12] * 2)
+    continuous = rs.randn(500, 2)
+    continuous[:6] = continuous[[10, 10, 10, 200, 200, 200]]  # a few repeated rows: no step
+    assert rounding_variance(continuous).max() < 1e-9
+    twice = np.round(rs.randn(400, 1) * 30) / 10
+    twice[::2] = np.round(twice[::2] * 10) * 0.1  # the same decimals, a few 1 ulp off
+    assert rounding_variance(twice, same=1e-9) == pytest.approx([0.01 / 12])
+
+
 def test_a_gaussians_parameters_are_counted_once_for_bic():
     """2-D: 2 means and 3 covariances; a mixture adds K - 1 weights; BIC is -2 log L + p log n."""
     from swarmctl.tasks.mixtures import bic, gaussian_parameters, mixture_parameters, too_few_points
