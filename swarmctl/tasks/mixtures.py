@@ -231,11 +231,10 @@ def rounding_variance(x: np.ndarray, same: float = 0.0) -> np.ndarray:
     out = []
     for c in np.asarray(x, dtype=np.float64).T:
         values, counts = np.unique(c, return_counts=True)
-        first = np.concatenate([[True], np.diff(values) >= same])  # (every value, with ``same`` 0)
-        values, counts = values[first], np.add.reduceat(counts, np.flatnonzero(first))
-        stacked = counts >= 2
+        stacked = counts >= 2  # exact repeats: strays close together are no stack
         if stacked.sum() >= 2 and 2 * counts[stacked].sum() > len(c):
             values = values[stacked]
+        values = values[np.concatenate([[True], np.diff(values) >= same])]  # (every value, with ``same`` 0)
         gaps = np.diff(values)
         out.append(gaps.min() ** 2 / 12 if len(gaps) else 0.0)
     return np.array(out)

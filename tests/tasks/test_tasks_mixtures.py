@@ -240,6 +240,9 @@ def test_the_rounding_step_is_that_of_the_stacks_of_repeated_values():
     grid = np.round(rs.randn(500, 2) * 3.0 / 0.5) * 0.5
     grid[:5] += rs.rand(5, 2) * 1e-3  # 1% strays
     assert rounding_variance(grid) == pytest.approx([0.25 / 12] * 2)
+    dense = np.round(rs.randn(20_000, 1) * 3.0 / 0.5) * 0.5
+    dense[:1000] += rs.rand(1000, 1) * 1e-4  # 5% strays, closer to each other than ``same``: still no stack
+    assert rounding_variance(dense, same=1e-6) == pytest.approx([0.25 / 12])
     continuous = rs.randn(500, 2)
     continuous[:6] = continuous[[10, 10, 10, 200, 200, 200]]  # a few repeated rows: no step
     assert rounding_variance(continuous).max() < 1e-9
