@@ -206,9 +206,13 @@ def min_points(d: int) -> float:
     return d + 1.0
 
 
-def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
+def _drop_empty(resp: np.ndarray, least: float, owned: bool = False) -> tuple[np.ndarray, int]:
+    """``resp`` without the components that hold less than ``least`` points' worth (with ``owned``, unless they are
+    the most probable for a point), renormalized; and how many went."""
     mass = resp.sum(axis=0)
     keep = mass >= least
+    if owned:  # the rounding floor spreads a point's probability onto its neighbours: one point's is just under 1
+        keep |= np.bincount(resp.argmax(axis=1), minlength=resp.shape[1]) > 0
     if not keep.any():  # no component holds enough: the one of most mass for all
         keep[np.argmax(mass)] = True
     resp = resp[:, keep]
@@ -241,9 +245,10 @@ def rounding_variance(x: np.ndarray, same: float = 0.0) -> np.ndarray:
 
 
 def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None,
-         reg: Floor = REG) -> tuple[Mixture, np.ndarray, list[float], int]:
+         reg: Floor = REG, owned: bool = False) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
-    ``least`` points' worth (None: :func:`min_points`); ``reg`` on each covariance's diagonal."""
+    ``least`` points' worth (None: :func:`min_points`; ``owned``: see :func:`_drop_empty`); ``reg`` on each
+    covariance's diagonal."""
     history: list[float] = []
     dropped = 0
     least = min_points(x.shape[1]) if least is None else least
@@ -253,7 +258,7 @@ def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, 
         history.append(ll)
         if len(history) > 1 and history[-1] - history[-2] < tol:
             break
-        resp, gone = _drop_empty(resp, least)
+        resp, gone = _drop_empty(resp, least, owned)
         dropped += gone
         mix = m_step(x, resp, reg)
     return mix, resp, history, dropped
@@ -706,10 +711,10 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], Non
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
-    that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
+    that goes empty (under one point's worth, the most probable for no point) is split off the widest again and EM rerun, at most ``k`` times, and no more once a
     round keeps no more components than the last (it would repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
-    mix, r, history, gone = _fit(x, _k_columns(x, resp, k, reg), K_TOL, K_MAX_ITER, 1.0, reg)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k, reg), K_TOL, K_MAX_ITER, 1.0, reg, owned=True)
     dropped += gone
     step()
     for _ in range(k):
@@ -719,7 +724,7 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], Non
         if start.shape[1] == len(mix):  # nothing left to split
             break
         held = len(mix)
-        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0, reg)
+        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0, reg, owned=True)
         dropped += gone
         step()
         if len(mix) <= held:  # the split components went empty again: another round would repeat this one

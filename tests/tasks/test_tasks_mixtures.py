@@ -375,6 +375,18 @@ def test_fit_k_near_the_number_of_points_does_not_repeat_itself():
     assert time.perf_counter() - start < 5.0 and len(res.mixture) >= 250
 
 
+def test_fit_k_keeps_a_cluster_of_one_point_under_the_rounding_floor():
+    """As many clusters given as distinct rounded points: each gets its own. The floor (variance h^2/12) spreads a
+    point's probability a little onto its neighbours one step away, so a one-point cluster holds just under one
+    point's worth: it was dropped (2 distinct points, K = 2: 1 cluster; 33 distinct integer points: 17)."""
+    x = np.round(np.random.RandomState(0).randn(40, 2) * 3)
+    for points in (np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[1.0, 1.0], [1.0, 1.0], [2.0, 2.0]]), x):
+        k = len(np.unique(points, axis=0))
+        res = fit_k(points, np.full((len(points), 2), 0.5), k)
+        assert len(res.mixture) == k
+        assert len(np.unique(res.resp.argmax(axis=1))) == k
+
+
 @pytest.mark.parametrize("given", [None, 40])
 def test_the_fits_report_their_progress_to_the_end(given):
     """`progress(fraction_done)`: never going back, ending at 1 (the CLI's bar and its time left)."""
