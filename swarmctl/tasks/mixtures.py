@@ -711,8 +711,9 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], Non
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
-    that goes empty (under one point's worth, the most probable for no point) is split off the widest again and EM rerun, at most ``k`` times, and no more once a
-    round keeps no more components than the last (it would repeat itself)."""
+    that goes empty (under one point's worth, the most probable for no point) is split off the widest again and
+    EM rerun, at most ``k`` times, and no more once a round keeps no more components than the last (it would
+    repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
     mix, r, history, gone = _fit(x, _k_columns(x, resp, k, reg), K_TOL, K_MAX_ITER, 1.0, reg, owned=True)
     dropped += gone
