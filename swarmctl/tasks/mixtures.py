@@ -25,7 +25,8 @@ MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at 
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 # (raised to the variance of the data's rounding where that is larger: :func:`rounding_variance`)
 Floor = float | np.ndarray  # what goes on a covariance's diagonal: one number, or one per coordinate
-SAME_VALUE = 1e-6  # scaled points (unit robust spread) closer than this: one value written two ways (far below REG's
+OFF_STEP = 0.1  # the most points (share) that values held by one point each may hold and still lie off a step
+SAME_VALUE = 1e-9  # scaled points (unit robust spread) closer than this: one value written two ways (far below REG's
 # resolution, its square root: merging them cannot floor points that have no step)
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
@@ -228,19 +229,26 @@ def rounding_variance(x: np.ndarray, same: float = 0.0) -> np.ndarray:
     repeated values. Continuous points have no step: their smallest gap is about their range over N^2. Per
     coordinate, not one number: a coarse column (an indicator, 0 or 10) must not blur a fine one.
 
-    The step is that of the stacks: when most points sit on values that repeat (two or more of them), values
-    held by one point each (a few left unrounded, or typed in full) lie off the step, not on a finer one, and
-    their gaps do not count; one stray point would otherwise take the floor away. Values less than ``same``
-    apart are one value written two ways (0.1 * 3 is 0.30000000000000004, 0.3 is 0.3), not a step."""
+    The step is that of the stacks: when all but a few points (:data:`OFF_STEP`) sit on values that repeat (two
+    or more of them), values held by one point each (left unrounded, or typed in full) lie off the step, not on
+    a finer one, and their gaps do not count; one stray point would otherwise take the floor away. More of
+    them are points of their own between a few stacks (codes for a missing value, 0 and 100), not strays.
+    Values less than ``same`` apart are one value written two ways (0.1 * 3 is 0.30000000000000004, 0.3 is
+    0.3), not a step. On a step, a gap that occurs once is no step either when another occurs twice or more
+    (within ``same``): a stack off the step (a mean imputed for the missing values) splits one step into two
+    gaps of its own."""
     out = []
     for c in np.asarray(x, dtype=np.float64).T:
         values, counts = np.unique(c, return_counts=True)
         stacked = counts >= 2  # exact repeats: strays close together are no stack
-        if stacked.sum() >= 2 and 2 * counts[stacked].sum() > len(c):
+        on_step = stacked.sum() >= 2 and len(c) - counts[stacked].sum() <= OFF_STEP * len(c)
+        if on_step:
             values = values[stacked]
         values = values[np.concatenate([[True], np.diff(values) >= same])]  # (every value, with ``same`` 0)
-        gaps = np.diff(values)
-        out.append(gaps.min() ** 2 / 12 if len(gaps) else 0.0)
+        gaps = np.sort(np.diff(values))
+        twice = gaps[:-1][np.diff(gaps) <= same] if on_step else ()  # the step's gaps, not a lone stack's
+        h = twice[0] if len(twice) else gaps[0] if len(gaps) else 0.0
+        out.append(h**2 / 12)
     return np.array(out)
 
 

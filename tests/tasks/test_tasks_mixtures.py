@@ -219,17 +219,33 @@ def _rounded_blobs(rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
 def test_a_few_values_off_the_rounding_step_do_not_take_the_floor_away():
     """Whole numbers with 1% of the points left unrounded (5 of 600), or decimals written two ways (0.1 * 3 is
     0.30000000000000004, np.round gives 0.3): the smallest gap is then a stray's or float64's, the floor
-    vanished and EM shrank components onto stacks of repeated values again (27 to 29 clusters for 3)."""
+    vanished and EM shrank components onto stacks of repeated values again (27 to 29 clusters for 3); or 3% of
+    a column given its mean (imputed), a stack 0.09 from a whole number: 9 clusters."""
     rs = np.random.RandomState(4)
     x0, y = _rounded_blobs(rs)
     x = np.round(x0)
     stray = np.where((rs.rand(600) < 0.01)[:, None], x0, x)
     two_ways = np.round(x / 10, 1)
     two_ways[::3] = 0.1 * x[::3]
-    for points in (stray, two_ways):
+    imputed = x.copy()
+    imputed[rs.rand(600) < 0.03, 0] = x[:, 0].mean()  # a stack off the step, 0.09 from a whole number
+    for points in (stray, two_ways, imputed):
         res = refine(points, rs.dirichlet(np.ones(5), size=600))
         assert len(res.mixture) == 3
         assert len(set(zip(res.resp.argmax(axis=1).tolist(), y.tolist(), strict=True))) < 12
+
+
+def test_stacks_among_many_continuous_points_are_clusters_not_a_step():
+    """60% of a column's points on two codes (0 and 100: a missing value), the others three clusters of sd 1
+    between them: the codes' gap is no rounding step (taken as one, its floor, sd 29, gave 1 cluster for 5)."""
+    rs = np.random.RandomState(0)
+    code = rs.rand(1000) < 0.6
+    y = np.where(code, 3 + rs.randint(2, size=1000), rs.randint(3, size=1000))
+    x = np.column_stack([np.array([40.0, 50.0, 60.0, 0.0, 100.0])[y] + np.where(code, 0.0, rs.randn(1000)),
+                         3.0 * rs.randn(1000)])
+    res = refine(x, rs.dirichlet(np.ones(5), size=1000))
+    assert len(res.mixture) == 5
+    assert len(set(zip(res.resp.argmax(axis=1).tolist(), y.tolist(), strict=True))) == 5
 
 
 def test_the_rounding_step_is_that_of_the_stacks_of_repeated_values():
@@ -242,6 +258,8 @@ def test_the_rounding_step_is_that_of_the_stacks_of_repeated_values():
     assert rounding_variance(grid) == pytest.approx([0.25 / 12] * 2)
     dense = np.round(rs.randn(20_000, 1) * 3.0 / 0.5) * 0.5
     dense[:1000] += rs.rand(1000, 1) * 1e-4  # 5% strays, closer to each other than ``same``: still no stack
+    assert rounding_variance(dense, same=1e-6) == pytest.approx([0.25 / 12])
+    dense[:1000] = 0.3  # a stack off the step, 0.2 from the nearest: its two gaps occur once each
     assert rounding_variance(dense, same=1e-6) == pytest.approx([0.25 / 12])
     continuous = rs.randn(500, 2)
     continuous[:6] = continuous[[10, 10, 10, 200, 200, 200]]  # a few repeated rows: no step
