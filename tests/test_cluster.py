@@ -157,6 +157,19 @@ def test_points_rounded_to_whole_numbers_are_their_clusters_not_dozens(strays):
         assert np.linalg.eigvalsh(fitted.covariances_).min() >= 1 / 12 * (1 - 1e-9)
 
 
+def test_rounded_gaussians_are_not_called_pieces_of_a_shape():
+    """Three touching Gaussians of sd 0.7 rounded to whole numbers (ratings): 3 clusters, no shape warning. Their
+    kurtosis was judged against the covariances with the rounding floor on their diagonal, wider than the
+    points' own: every point looked near its mean, flatter than a Gaussian's, and the warning said the points
+    may not be a mixture of Gaussians."""
+    rs = np.random.RandomState(0)
+    y = rs.randint(3, size=500)
+    x = np.round(np.array([[1.5, 4.5], [4.5, 4.5], [3.0, 1.5]])[y] + 0.7 * rs.randn(500, 2))
+    est = _fit(x)
+    assert est.n_clusters_ == 3, est.n_clusters_
+    assert not any(SHAPE in w for w in est.warnings_), est.warnings_
+
+
 def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():
     """Three pairs of touching Gaussians: 6 clusters in 3 groups of touching ones, exactly twice as many, whose
     points are as peaked as Gaussians': no shape warning (the warped clusters' rule must stay silent here)."""

@@ -489,7 +489,7 @@ def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState, reg: Floor) 
     return min(scores, key=lambda k: (scores[k], k))
 
 
-def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
+def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray, floor: Floor = 0.0) -> Shapes:
     """How the components of ``mix``, fitted to the points ``x`` (N, D) with responsibilities ``resp`` (N, K),
     sit. Two components touch when the probability they share, sum_n min(r_ni, r_nj), is more than
     :data:`SHARED` of the smaller one's mass; the groups are the connected sets of touching components
@@ -502,7 +502,10 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     is :data:`NESTED` times the other's and the narrow one's mean lies within one standard deviation
     (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
     are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
-    errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
+    errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points. ``floor``: what
+    the fit added to each covariance's diagonal beyond :data:`REG` (the rounding's variance), taken off for the
+    kurtosis: judged against covariances wider than the points' own, every point looks near its mean, flatter
+    than a Gaussian's."""
     K, D = mix.means.shape
     if len(x) > SHAPE_POINTS:  # an even sample of the points (sorted by their coordinates: the same in any order)
         take = np.linspace(0, len(x) - 1, SHAPE_POINTS).astype(np.int64)
@@ -529,7 +532,8 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
         nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
     groups = np.array([root(k) for k in range(K)])
     diff = x[:, None, :] - mix.means[None]  # (N, K, D)
-    d2 = np.einsum("nkd,kde,nke->nk", diff, prec, diff)  # squared Mahalanobis distances
+    own = prec if np.all(np.asarray(floor) == 0) else np.linalg.inv(mix.covs - floor * np.eye(D))
+    d2 = np.einsum("nkd,kde,nke->nk", diff, own, diff)  # squared Mahalanobis distances, the points' own covariances
 
     def flatter(members: np.ndarray, z: float = FLAT_Z) -> bool:  # their Mardia kurtosis, z standard errors low
         w = resp[:, members]
@@ -663,7 +667,7 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
                     from_model, largest, split_from, len(xs) if largest else 0,
-                    tuple(sorted(scores.items(), key=lambda ks: ks[1])), scanned, shapes(x, mix, r))
+                    tuple(sorted(scores.items(), key=lambda ks: ks[1])), scanned, shapes(x, mix, r, reg - REG))
 
 
 class _Report:
@@ -712,7 +716,7 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model,
-                    shapes=shapes(pts.x, mix, r))
+                    shapes=shapes(pts.x, mix, r, pts.reg - REG))
 
 
 def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None], reg: Floor
