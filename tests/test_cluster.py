@@ -135,17 +135,39 @@ def test_plain_gaussian_blobs_come_back_without_a_warning():
     assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) == 3
 
 
-def test_points_rounded_to_whole_numbers_are_their_clusters_not_dozens():
+@pytest.mark.parametrize("strays", ["none", "unrounded", "decimals"])
+def test_points_rounded_to_whole_numbers_are_their_clusters_not_dozens(strays):
     """Three unit Gaussians whose points are rounded to whole numbers (counts, scores, ratings) came back as 26 to
     30 clusters: EM shrank components onto stacks of repeated values. No component is now narrower than the
-    rounding's own variance (1/12), with or without K."""
-    x, labels = _blobs(np.random.RandomState(4), [[0, 0], [6, 0], [3, 5]], 200, 1.0)
-    x = np.round(x)
+    rounding's own variance (1/12), with or without K; nor when 6 of the 600 points are left unrounded, or
+    the points are tenths written two ways (0.1 * k, 0.30000000000000004, and np.round's 0.3; scaled back
+    by 10 here), where the smallest gap was a stray's or float64's and the floor vanished (28 and 30 clusters)."""
+    x0, labels = _blobs(np.random.RandomState(4), [[0, 0], [6, 0], [3, 5]], 200, 1.0)
+    x = np.round(x0)
+    if strays == "unrounded":
+        x[::100] = x0[::100]
+    elif strays == "decimals":
+        tenths = np.round(x / 10, 1)
+        tenths[::3] = 0.1 * x[::3]
+        x = tenths * 10
     est = _fit(x)
     assert est.n_clusters_ == 3, est.n_clusters_
     assert len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) < 12  # nearly one class a cluster
     for fitted in (est, _fit(x, n_clusters=3)):
         assert np.linalg.eigvalsh(fitted.covariances_).min() >= 1 / 12 * (1 - 1e-9)
+
+
+def test_rounded_gaussians_are_not_called_pieces_of_a_shape():
+    """Three touching Gaussians of sd 0.7 rounded to whole numbers (ratings): 3 clusters, no shape warning. Their
+    kurtosis was judged against the covariances with the rounding floor on their diagonal, wider than the
+    points' own: every point looked near its mean, flatter than a Gaussian's, and the warning said the points
+    may not be a mixture of Gaussians."""
+    rs = np.random.RandomState(0)
+    y = rs.randint(3, size=500)
+    x = np.round(np.array([[1.5, 4.5], [4.5, 4.5], [3.0, 1.5]])[y] + 0.7 * rs.randn(500, 2))
+    est = _fit(x)
+    assert est.n_clusters_ == 3, est.n_clusters_
+    assert not any(SHAPE in w for w in est.warnings_), est.warnings_
 
 
 def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():

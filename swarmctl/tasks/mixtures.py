@@ -25,6 +25,9 @@ MERGE_CANDIDATES = 2  # the pairs whose responsibilities overlap most, tried at 
 REG = 1e-6  # added to each covariance's diagonal, times the data's variance: keeps every Cholesky factor finite
 # (raised to the variance of the data's rounding where that is larger: :func:`rounding_variance`)
 Floor = float | np.ndarray  # what goes on a covariance's diagonal: one number, or one per coordinate
+OFF_STEP = 0.1  # the most points (share) that values held by one point each may hold and still lie off a step
+SAME_VALUE = 1e-9  # scaled points (unit robust spread) closer than this: one value written two ways (far below REG's
+# resolution, its square root: merging them cannot floor points that have no step)
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
 SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
@@ -204,9 +207,13 @@ def min_points(d: int) -> float:
     return d + 1.0
 
 
-def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
+def _drop_empty(resp: np.ndarray, least: float, owned: bool = False) -> tuple[np.ndarray, int]:
+    """``resp`` without the components that hold less than ``least`` points' worth (with ``owned``, unless they are
+    the most probable for a point), renormalized; and how many went."""
     mass = resp.sum(axis=0)
     keep = mass >= least
+    if owned:  # the rounding floor spreads a point's probability onto its neighbours: one point's is just under 1
+        keep |= np.bincount(resp.argmax(axis=1), minlength=resp.shape[1]) > 0
     if not keep.any():  # no component holds enough: the one of most mass for all
         keep[np.argmax(mass)] = True
     resp = resp[:, keep]
@@ -215,20 +222,41 @@ def _drop_empty(resp: np.ndarray, least: float) -> tuple[np.ndarray, int]:
     return resp, int((~keep).sum())
 
 
-def rounding_variance(x: np.ndarray) -> np.ndarray:
+def rounding_variance(x: np.ndarray, same: float = 0.0) -> np.ndarray:
     """Per coordinate (D,), the variance that rounding to a step h adds, h^2 / 12, h the coordinate's smallest gap
     between distinct values. Real data is often rounded (iris to 0.1 cm): no component of a fit is narrower
     than that along a coordinate, else EM buys likelihood without limit by shrinking one onto a stack of
     repeated values. Continuous points have no step: their smallest gap is about their range over N^2. Per
-    coordinate, not one number: a coarse column (an indicator, 0 or 10) must not blur a fine one."""
-    gaps = [np.diff(np.unique(c)) for c in np.asarray(x, dtype=np.float64).T]
-    return np.array([g.min() ** 2 / 12 if len(g) else 0.0 for g in gaps])
+    coordinate, not one number: a coarse column (an indicator, 0 or 10) must not blur a fine one.
+
+    The step is that of the stacks: when all but a few points (:data:`OFF_STEP`) sit on values that repeat (two
+    or more of them), values held by one point each (left unrounded, or typed in full) lie off the step, not on
+    a finer one, and their gaps do not count; one stray point would otherwise take the floor away. More of
+    them are points of their own between a few stacks (codes for a missing value, 0 and 100), not strays.
+    Values less than ``same`` apart are one value written two ways (0.1 * 3 is 0.30000000000000004, 0.3 is
+    0.3), not a step. On a step, a gap that occurs once is no step either when another occurs twice or more
+    (within ``same``): a stack off the step (a mean imputed for the missing values) splits one step into two
+    gaps of its own."""
+    out = []
+    for c in np.asarray(x, dtype=np.float64).T:
+        values, counts = np.unique(c, return_counts=True)
+        stacked = counts >= 2  # exact repeats: strays close together are no stack
+        on_step = stacked.sum() >= 2 and len(c) - counts[stacked].sum() <= OFF_STEP * len(c)
+        if on_step:
+            values = values[stacked]
+        values = values[np.concatenate([[True], np.diff(values) >= same])]  # (every value, with ``same`` 0)
+        gaps = np.sort(np.diff(values))
+        twice = gaps[:-1][np.diff(gaps) <= same] if on_step else ()  # the step's gaps, not a lone stack's
+        h = twice[0] if len(twice) else gaps[0] if len(gaps) else 0.0
+        out.append(h**2 / 12)
+    return np.array(out)
 
 
 def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, least: float | None = None,
-         reg: Floor = REG) -> tuple[Mixture, np.ndarray, list[float], int]:
+         reg: Floor = REG, owned: bool = False) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM from responsibilities ``resp`` (the first E-step), dropping components that hold less than
-    ``least`` points' worth (None: :func:`min_points`); ``reg`` on each covariance's diagonal."""
+    ``least`` points' worth (None: :func:`min_points`; ``owned``: see :func:`_drop_empty`); ``reg`` on each
+    covariance's diagonal."""
     history: list[float] = []
     dropped = 0
     least = min_points(x.shape[1]) if least is None else least
@@ -238,7 +266,7 @@ def _fit(x: np.ndarray, resp: np.ndarray, tol: float, max_iter: int = MAX_ITER, 
         history.append(ll)
         if len(history) > 1 and history[-1] - history[-2] < tol:
             break
-        resp, gone = _drop_empty(resp, least)
+        resp, gone = _drop_empty(resp, least, owned)
         dropped += gone
         mix = m_step(x, resp, reg)
     return mix, resp, history, dropped
@@ -461,7 +489,7 @@ def _scan_k(x: np.ndarray, largest: int, rs: np.random.RandomState, reg: Floor) 
     return min(scores, key=lambda k: (scores[k], k))
 
 
-def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
+def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray, floor: Floor = 0.0) -> Shapes:
     """How the components of ``mix``, fitted to the points ``x`` (N, D) with responsibilities ``resp`` (N, K),
     sit. Two components touch when the probability they share, sum_n min(r_ni, r_nj), is more than
     :data:`SHARED` of the smaller one's mass; the groups are the connected sets of touching components
@@ -474,7 +502,10 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
     is :data:`NESTED` times the other's and the narrow one's mean lies within one standard deviation
     (Mahalanobis) of the wide one's (a dense core in a wide halo). ``flat``: one component whose points
     are flat along its major axis in the same sense (kurtosis below 3 by more than :data:`FLAT_Z` standard
-    errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points."""
+    errors: two overlapping clusters, or a uniform stretch). On at most :data:`SHAPE_POINTS` points. ``floor``: what
+    the fit added to each covariance's diagonal beyond :data:`REG` (the rounding's variance), taken off for the
+    kurtosis: judged against covariances wider than the points' own, every point looks near its mean, flatter
+    than a Gaussian's."""
     K, D = mix.means.shape
     if len(x) > SHAPE_POINTS:  # an even sample of the points (sorted by their coordinates: the same in any order)
         take = np.linspace(0, len(x) - 1, SHAPE_POINTS).astype(np.int64)
@@ -501,7 +532,8 @@ def shapes(x: np.ndarray, mix: Mixture, resp: np.ndarray) -> Shapes:
         nested += int(inside and abs(logdet[i] - logdet[j]) >= np.log(NESTED))
     groups = np.array([root(k) for k in range(K)])
     diff = x[:, None, :] - mix.means[None]  # (N, K, D)
-    d2 = np.einsum("nkd,kde,nke->nk", diff, prec, diff)  # squared Mahalanobis distances
+    own = prec if np.all(np.asarray(floor) == 0) else np.linalg.inv(mix.covs - floor * np.eye(D))
+    d2 = np.einsum("nkd,kde,nke->nk", diff, own, diff)  # squared Mahalanobis distances, the points' own covariances
 
     def flatter(members: np.ndarray, z: float = FLAT_Z) -> bool:  # their Mardia kurtosis, z standard errors low
         w = resp[:, members]
@@ -564,7 +596,7 @@ class _SortedPoints:
         by_place = np.argsort(given, kind="stable")
         z = (z - centre) * robust
         return cls(z, back, given[by_place], np.asarray(resp, dtype=np.float64)[by_place], unit, centre, robust,
-                   np.maximum(REG, rounding_variance(z)))
+                   np.maximum(REG, rounding_variance(z, SAME_VALUE)))
 
     def in_units(self, mix: Mixture) -> Mixture:
         """``mix`` of the scaled points, in the units of the caller's."""
@@ -635,7 +667,7 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), merged, dropped, searched,
                     from_model, largest, split_from, len(xs) if largest else 0,
-                    tuple(sorted(scores.items(), key=lambda ks: ks[1])), scanned, shapes(x, mix, r))
+                    tuple(sorted(scores.items(), key=lambda ks: ks[1])), scanned, shapes(x, mix, r, reg - REG))
 
 
 class _Report:
@@ -684,17 +716,18 @@ def fit_k(x: np.ndarray, resp: np.ndarray, k: int, *, rows: np.ndarray | None = 
         dropped += gone
     report.to(1.0)
     return EMResult(pts.in_units(mix), r[pts.back], history[-1], tuple(history), 0, dropped, (), from_model,
-                    shapes=shapes(pts.x, mix, r))
+                    shapes=shapes(pts.x, mix, r, pts.reg - REG))
 
 
 def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], None], reg: Floor
                  ) -> tuple[Mixture, np.ndarray, list[float], int]:
     """EM at ``k`` components from ``resp`` (made ``k`` columns by :func:`_k_columns`, a column of less than
     one point's worth left out first), ending on an M-step and its E-step as scikit-learn's does; a component
-    that goes empty is split off the widest again and EM rerun, at most ``k`` times, and no more once a
-    round keeps no more components than the last (it would repeat itself)."""
+    that goes empty (under one point's worth, the most probable for no point) is split off the widest again and
+    EM rerun, at most ``k`` times, and no more once a round keeps no more components than the last (it would
+    repeat itself)."""
     resp, dropped = _drop_empty(resp, 1.0)
-    mix, r, history, gone = _fit(x, _k_columns(x, resp, k, reg), K_TOL, K_MAX_ITER, 1.0, reg)
+    mix, r, history, gone = _fit(x, _k_columns(x, resp, k, reg), K_TOL, K_MAX_ITER, 1.0, reg, owned=True)
     dropped += gone
     step()
     for _ in range(k):
@@ -704,7 +737,7 @@ def _fit_exactly(x: np.ndarray, resp: np.ndarray, k: int, step: Callable[[], Non
         if start.shape[1] == len(mix):  # nothing left to split
             break
         held = len(mix)
-        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0, reg)
+        mix, r, history, gone = _fit(x, start, K_TOL, K_MAX_ITER, 1.0, reg, owned=True)
         dropped += gone
         step()
         if len(mix) <= held:  # the split components went empty again: another round would repeat this one

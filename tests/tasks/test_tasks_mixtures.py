@@ -210,6 +210,65 @@ def test_the_rounding_variance_is_that_of_the_step_between_values():
     assert rounding_variance(np.column_stack([np.full(9, 2.0), np.arange(9.0) * 2])).tolist() == [0.0, 4 / 12]
 
 
+def _rounded_blobs(rs: np.random.RandomState) -> tuple[np.ndarray, np.ndarray]:
+    """Three unit Gaussians, 200 points each, before rounding, and their labels."""
+    y = np.repeat(np.arange(3), 200)
+    return np.array([[0.0, 0.0], [6.0, 0.0], [3.0, 5.0]])[y] + rs.randn(600, 2), y
+
+
+def test_a_few_values_off_the_rounding_step_do_not_take_the_floor_away():
+    """Whole numbers with 1% of the points left unrounded (5 of 600), or decimals written two ways (0.1 * 3 is
+    0.30000000000000004, np.round gives 0.3): the smallest gap is then a stray's or float64's, the floor
+    vanished and EM shrank components onto stacks of repeated values again (27 to 29 clusters for 3); or 3% of
+    a column given its mean (imputed), a stack 0.09 from a whole number: 9 clusters."""
+    rs = np.random.RandomState(4)
+    x0, y = _rounded_blobs(rs)
+    x = np.round(x0)
+    stray = np.where((rs.rand(600) < 0.01)[:, None], x0, x)
+    two_ways = np.round(x / 10, 1)
+    two_ways[::3] = 0.1 * x[::3]
+    imputed = x.copy()
+    imputed[rs.rand(600) < 0.03, 0] = x[:, 0].mean()  # a stack off the step, 0.09 from a whole number
+    for points in (stray, two_ways, imputed):
+        res = refine(points, rs.dirichlet(np.ones(5), size=600))
+        assert len(res.mixture) == 3
+        assert len(set(zip(res.resp.argmax(axis=1).tolist(), y.tolist(), strict=True))) < 12
+
+
+def test_stacks_among_many_continuous_points_are_clusters_not_a_step():
+    """60% of a column's points on two codes (0 and 100: a missing value), the others three clusters of sd 1
+    between them: the codes' gap is no rounding step (taken as one, its floor, sd 29, gave 1 cluster for 5)."""
+    rs = np.random.RandomState(0)
+    code = rs.rand(1000) < 0.6
+    y = np.where(code, 3 + rs.randint(2, size=1000), rs.randint(3, size=1000))
+    x = np.column_stack([np.array([40.0, 50.0, 60.0, 0.0, 100.0])[y] + np.where(code, 0.0, rs.randn(1000)),
+                         3.0 * rs.randn(1000)])
+    res = refine(x, rs.dirichlet(np.ones(5), size=1000))
+    assert len(res.mixture) == 5
+    assert len(set(zip(res.resp.argmax(axis=1).tolist(), y.tolist(), strict=True))) == 5
+
+
+def test_the_rounding_step_is_that_of_the_stacks_of_repeated_values():
+    """A step holds when most points sit on values that repeat: values held by one point each (a few strays, a
+    mean imputed) are off the step, not a finer one; continuous points, or continuous points with a few
+    duplicated rows, keep no step worth the name; values closer than ``same`` are one value."""
+    rs = np.random.RandomState(0)
+    grid = np.round(rs.randn(500, 2) * 3.0 / 0.5) * 0.5
+    grid[:5] += rs.rand(5, 2) * 1e-3  # 1% strays
+    assert rounding_variance(grid) == pytest.approx([0.25 / 12] * 2)
+    dense = np.round(rs.randn(20_000, 1) * 3.0 / 0.5) * 0.5
+    dense[:1000] += rs.rand(1000, 1) * 1e-4  # 5% strays, closer to each other than ``same``: still no stack
+    assert rounding_variance(dense, same=1e-6) == pytest.approx([0.25 / 12])
+    dense[:1000] = 0.3  # a stack off the step, 0.2 from the nearest: its two gaps occur once each
+    assert rounding_variance(dense, same=1e-6) == pytest.approx([0.25 / 12])
+    continuous = rs.randn(500, 2)
+    continuous[:6] = continuous[[10, 10, 10, 200, 200, 200]]  # a few repeated rows: no step
+    assert rounding_variance(continuous).max() < 1e-9
+    twice = np.round(rs.randn(400, 1) * 30) / 10
+    twice[::2] = np.round(twice[::2] * 10) * 0.1  # the same decimals, a few 1 ulp off
+    assert rounding_variance(twice, same=1e-9) == pytest.approx([0.01 / 12])
+
+
 def test_a_gaussians_parameters_are_counted_once_for_bic():
     """2-D: 2 means and 3 covariances; a mixture adds K - 1 weights; BIC is -2 log L + p log n."""
     from swarmctl.tasks.mixtures import bic, gaussian_parameters, mixture_parameters, too_few_points
@@ -332,6 +391,18 @@ def test_fit_k_near_the_number_of_points_does_not_repeat_itself():
     start = time.perf_counter()
     res = fit_k(x, np.random.RandomState(2).dirichlet(np.ones(16), size=len(x)), 300)
     assert time.perf_counter() - start < 5.0 and len(res.mixture) >= 250
+
+
+def test_fit_k_keeps_a_cluster_of_one_point_under_the_rounding_floor():
+    """As many clusters given as distinct rounded points: each gets its own. The floor (variance h^2/12) spreads a
+    point's probability a little onto its neighbours one step away, so a one-point cluster holds just under one
+    point's worth: it was dropped (2 distinct points, K = 2: 1 cluster; 33 distinct integer points: 17)."""
+    x = np.round(np.random.RandomState(0).randn(40, 2) * 3)
+    for points in (np.array([[0.0, 0.0], [1.0, 1.0]]), np.array([[1.0, 1.0], [1.0, 1.0], [2.0, 2.0]]), x):
+        k = len(np.unique(points, axis=0))
+        res = fit_k(points, np.full((len(points), 2), 0.5), k)
+        assert len(res.mixture) == k
+        assert len(np.unique(res.resp.argmax(axis=1))) == k
 
 
 @pytest.mark.parametrize("given", [None, 40])
