@@ -170,6 +170,17 @@ def test_rounded_gaussians_are_not_called_pieces_of_a_shape():
     assert not any(SHAPE in w for w in est.warnings_), est.warnings_
 
 
+def test_a_column_of_tiny_values_beside_a_column_of_0s_and_1s_is_clustered_without_overflow():
+    """The robust scale (the median absolute deviation, here the tiny column's) blew the 0s and 1s up to 1e199,
+    and their squares overflowed: 'probabilities contain NaN' from deep inside k-means. The 0s and 1s are the
+    clusters; the tiny column is noise too small to matter."""
+    rs = np.random.RandomState(0)
+    side = rs.randint(2, size=300)
+    est = _fit(np.column_stack([side.astype(float), 1e-200 * rs.randn(300)]))
+    assert est.n_clusters_ == 2 and len(set(zip(est.labels_.tolist(), side.tolist(), strict=True))) == 2
+    assert np.isfinite(est.means_).all() and np.isfinite(est.covariances_).all()
+
+
 def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():
     """Three pairs of touching Gaussians: 6 clusters in 3 groups of touching ones, exactly twice as many, whose
     points are as peaked as Gaussians': no shape warning (the warped clusters' rule must stay silent here)."""

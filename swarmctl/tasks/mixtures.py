@@ -28,6 +28,7 @@ Floor = float | np.ndarray  # what goes on a covariance's diagonal: one number, 
 OFF_STEP = 0.1  # the most points (share) that values held by one point each may hold and still lie off a step
 SAME_VALUE = 1e-9  # scaled points (unit robust spread) closer than this: one value written two ways (far below REG's
 # resolution, its square root: merging them cannot floor points that have no step)
+MAX_ZOOM = 1e6  # the robust scale puts no point further out than this (its squares stay far from overflow)
 SEARCH_BELOW, SEARCH_ABOVE = 1, 4  # fresh fits at K-1 .. K+4 clusters around the merged model start's K
 SCAN_ALL, SCAN_STEP = 8, 1.25  # the scan for K tries every K up to 8, then steps up by a quarter
 SCAN_PATIENCE = 6  # past 8, the scan goes on upward until this many steps in a row did not beat its best
@@ -584,12 +585,13 @@ class _SortedPoints:
         # one factor, so the result is the same in any units: first to unit spread by exact powers of two (no
         # overflow or underflow at any magnitude), then to a unit median absolute deviation from the median
         # times 1.4826 (a normal's standard deviation): a far outlier does not squeeze the other points under
-        # the covariance floor
+        # the covariance floor; at most so far that the farthest point lies MAX_ZOOM out (a MAD far below the
+        # spread, a column spread over 1e-200 beside one of 0s and 1s, overflowed every square)
         unit = standardization(x, 1.0)
         z = unit.apply(x)
         centre = np.median(z, axis=0)
         mad = float(np.median(np.abs(z - centre))) * 1.4826
-        robust = 1.0 / mad if mad > 1e-300 else 1.0
+        robust = min(1.0 / mad, MAX_ZOOM / float(np.abs(z - centre).max())) if mad > 1e-300 else 1.0
         back = np.empty_like(order)
         back[order] = np.arange(n)
         given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
