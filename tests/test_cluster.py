@@ -181,6 +181,15 @@ def test_a_column_of_tiny_values_beside_a_column_of_0s_and_1s_is_clustered_witho
     assert np.isfinite(est.means_).all() and np.isfinite(est.covariances_).all()
 
 
+def test_a_coordinate_in_other_units_does_not_hide_the_clusters():
+    """Three Gaussians with one coordinate in units ten times larger (x in decimetres, y in centimetres) came
+    back as 2 clusters: the search's k-means starts cut round clusters in those units, and the 3-cluster fit
+    that the BIC prefers was never tried. A second start at each K cuts each coordinate at unit spread."""
+    x, labels = _blobs(np.random.RandomState(0), [[0, 0], [6, 0], [3, 5]], 200, 1.0)
+    est = _fit(x * [0.1, 1.0])
+    assert est.n_clusters_ == 3 and len(set(zip(est.labels_.tolist(), labels.tolist(), strict=True))) < 12
+
+
 def test_pairs_of_touching_gaussians_twice_their_groups_come_back_without_a_warning():
     """Three pairs of touching Gaussians: 6 clusters in 3 groups of touching ones, exactly twice as many, whose
     points are as peaked as Gaussians': no shape warning (the warped clusters' rule must stay silent here)."""

@@ -651,12 +651,17 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
         scanned = _scan_k(xs, largest, rs, reg)
         searched = tuple(sorted(set(range(max(1, k_model - SEARCH_BELOW), min(k_model + SEARCH_ABOVE, largest) + 1))
                                 | set(range(max(1, scanned - SCAN_AROUND), min(scanned + SCAN_AROUND, largest) + 1))))
+        # at each K two k-means starts: cut in the points' units and with each coordinate at unit spread (k-means
+        # cuts round clusters; which are round depends on the units, EM's Gaussians do not), the second with its
+        # own random numbers, so that the first are the same with or without it
+        zs, rz = xs / np.where(xs.std(axis=0) > 0, xs.std(axis=0), 1.0), np.random.RandomState(SEED + 1)
         for done, k in enumerate(searched, 1):
-            m2, r2, h2, _ = _fit(xs, _drop_empty(kmeans_start(xs, k, rs), min_points(D))[0], SEARCH_TOL, reg=reg)
-            score = _bic(h2[-1], m2, len(xs))
-            scores[len(m2)] = min(score, scores.get(len(m2), np.inf))
-            if score < best:
-                best, mix, r, history, from_model = score, m2, r2, h2, False
+            for start in (kmeans_start(xs, k, rs), kmeans_start(zs, k, rz)):
+                m2, r2, h2, _ = _fit(xs, _drop_empty(start, min_points(D))[0], SEARCH_TOL, reg=reg)
+                score = _bic(h2[-1], m2, len(xs))
+                scores[len(m2)] = min(score, scores.get(len(m2), np.inf))
+                if score < best:
+                    best, mix, r, history, from_model = score, m2, r2, h2, False
             report.to(0.5 * done / len(searched))
         mix, r, history, split_from = _split_path(xs, mix, r, history, largest, rs, report.half_way, reg)
         if split_from:  # a finer cut may have split a cluster in two: merge such pairs back
