@@ -590,8 +590,9 @@ class _SortedPoints:
         unit = standardization(x, 1.0)
         z = unit.apply(x)
         centre = np.median(z, axis=0)
-        mad = float(np.median(np.abs(z - centre))) * 1.4826
-        robust = min(1.0 / mad, MAX_ZOOM / float(np.abs(z - centre).max())) if mad > 1e-300 else 1.0
+        deviation = np.abs(z - centre)
+        mad = float(np.median(deviation)) * 1.4826
+        robust = min(1.0 / mad, MAX_ZOOM / float(deviation.max())) if mad > 1e-300 else 1.0
         back = np.empty_like(order)
         back[order] = np.arange(n)
         given = back[np.arange(n) if rows is None else np.asarray(rows)]  # resp's rows among the sorted points
@@ -654,7 +655,7 @@ def refine(x: np.ndarray, resp: np.ndarray, *, merge: bool = True, search: bool 
         # at each K two k-means starts: cut in the points' units and with each coordinate at unit spread (k-means
         # cuts round clusters; which are round depends on the units, EM's Gaussians do not), the second with its
         # own random numbers, so that the first are the same with or without it
-        zs, rz = xs / np.where(xs.std(axis=0) > 0, xs.std(axis=0), 1.0), np.random.RandomState(SEED + 1)
+        zs, rz = standardization(xs, 1.0, per_coordinate=True).apply(xs), np.random.RandomState(SEED + 1)
         for done, k in enumerate(searched, 1):
             for start in (kmeans_start(xs, k, rs), kmeans_start(zs, k, rz)):
                 m2, r2, h2, _ = _fit(xs, _drop_empty(start, min_points(D))[0], SEARCH_TOL, reg=reg)
