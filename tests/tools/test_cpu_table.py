@@ -70,7 +70,7 @@ class _Finished:
         return self.returncode
 
 
-def _launch_in_this_process(cmd, logfile, extra_env=None):
+def _launch_in_this_process(cmd, logfile, extra_env=None, cpus=None):
     """``processes.launch`` for a ``python -m swarmctl ...`` command, run to its end in this process: the command's
     own arguments and the variables the job sets for swarmctl, its output appended to ``logfile`` (the process
     launch itself: test_a_job_command_runs_in_a_process_of_its_own_with_its_log)."""
@@ -118,9 +118,9 @@ def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, 
     monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=())[:1])  # one run: two processes
     kernels_off, launch = [], processes.launch  # what each command of the job sees of the fused kernels' switch
 
-    def spy(cmd, logfile, extra_env=None):
+    def spy(cmd, logfile, extra_env=None, cpus=None):
         kernels_off.append(processes.env(extra_env).get("SWARMCTL_NO_EXT", "") not in ("", "0"))
-        return launch(cmd, logfile, extra_env)
+        return launch(cmd, logfile, extra_env, cpus)
 
     monkeypatch.setattr(processes, "launch", spy)
     code = cpu.run_cpu_job(root, tmp_path / "out", wall=600, threads=1, data=data, minutes=0.01)
@@ -313,31 +313,37 @@ def test_the_cpu_job_refuses_an_unknown_device(campaigns_cli, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_path):
-    """SIGTERM (a wall-time limit's notice) saves the run in progress; the next job resumes it, not restarts it."""
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_path, parallel):
+    """SIGTERM (a wall-time limit's notice) saves the runs in progress; the next job resumes them, not restarts
+    them."""
+    if len(os.sched_getaffinity(0)) < parallel:
+        pytest.skip(f"{parallel} runs side by side need {parallel} CPUs")
     root, data = table
     paths = [str(ROOT), str(Path(__file__).parent), str(Path(__file__).parents[1])]
     script = (f"import sys, pathlib; sys.path[:0] = {paths!r};"
               "import test_cpu_table as t; from tools.campaigns import cpu; cpu.table_runs = t.tiny_runs;"
               f"sys.exit(cpu.run_cpu_job(pathlib.Path({str(root)!r}), pathlib.Path({str(tmp_path / 'out')!r}), "
-              f"600, 1, pathlib.Path({str(data)!r}), minutes=5))")
+              f"600, 1, pathlib.Path({str(data)!r}), minutes=5, parallel={parallel}))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
-    metrics = next(iter(sorted((root / cpu.CPU / "runs").glob("*/metrics.jsonl"))), None)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (metrics is None or not metrics.is_file()):
+    deadline, metrics = time.monotonic() + 120, []
+    while time.monotonic() < deadline and len(metrics) < parallel:  # every slot's run past its first epoch
         time.sleep(0.5)
-        metrics = next(iter(sorted((root / cpu.CPU / "runs").glob("*/metrics.jsonl"))), None)
-    assert metrics is not None, "no run reached its first epoch"
+        metrics = sorted((root / cpu.CPU / "runs").glob("*/metrics.jsonl"))
+    assert len(metrics) == parallel, f"{len(metrics)} of {parallel} runs reached their first epoch"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 130
-    run = metrics.parent
-    assert (run / "last.pt").is_file() and not json.loads((root / cpu.CPU / "progress.json").read_text())["runs"]
-    epochs = len(metrics.read_text().splitlines())
-    r = next(r for r in tiny_runs() if r["name"] == run.name)
-    assert cpu._train_args(r, root / cpu.CPU / "runs", data, 5)[2] == "--resume"
+    assert not json.loads((root / cpu.CPU / "progress.json").read_text())["runs"]
+    epochs = {}
+    for m in metrics:
+        assert (m.parent / "last.pt").is_file()
+        epochs[m.parent.name] = len(m.read_text().splitlines())
+        r = next(r for r in tiny_runs() if r["name"] == m.parent.name)
+        assert cpu._train_args(r, root / cpu.CPU / "runs", data, 5)[2] == "--resume"
     assert cpu.run_cpu_job(root, tmp_path / "out2", wall=600, threads=1, data=data, minutes=0.05) == 0
     progress = json.loads((root / cpu.CPU / "progress.json").read_text())
-    assert progress["runs"][run.name]["epochs"] >= epochs  # continued: its earlier epochs are still there
+    for name, n in epochs.items():
+        assert progress["runs"][name]["epochs"] >= n  # continued: its earlier epochs are still there
 
 
 @pytest.mark.parametrize("cost", ['{"rows": [', "[1]", '{"rows": 5}', '{"rows": [5, {"model": "swarm"}]}',
@@ -370,3 +376,68 @@ def test_a_damaged_shipped_record_is_named_once(swarm_shipped, campaigns_cli):
     r = campaigns_cli("status", "--campaigns", root)
     warned = [line for line in r.output.splitlines() if line.startswith("warning:")]
     assert r.exit_code == 0 and warned and len(warned) == len(set(warned)), r.output
+
+
+def test_a_command_held_to_cpus_runs_on_those_cpus_only(tmp_path):
+    """--parallel holds each run to cores of its own: the command (and every thread it starts) sees only those."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this process may use one CPU: a command held to it looks like one that is not")
+    log, probe = tmp_path / "affinity.txt", tmp_path / "probe.py"
+    probe.write_text("import os; print(sorted(os.sched_getaffinity(0)))")
+    one = max(os.sched_getaffinity(0))
+    assert processes.finish(processes.start([str(probe)], log, cpus=frozenset({one})), 60) == 0
+    assert log.read_text().strip() == str([one])
+
+
+def test_the_slots_are_disjoint_cores_and_too_many_are_refused_in_one_line(monkeypatch, campaigns_cli, table,
+                                                                          tmp_path):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert cpu.cpu_slots(1, 4) == [None]  # one run at a time: not held
+    assert cpu.cpu_slots(2, 2) == [frozenset({0, 1}), frozenset({2, 3})]
+    root, data = table
+    r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--parallel", "3", "--threads", "2",
+                      "--campaigns", root, "--clustering-data", data)
+    assert r.exit_code == 2 and "need 6 CPUs" in r.output and "may use 4" in r.output, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "out").exists()
+    assert not (root / cpu.CPU / "progress.json").exists()
+
+
+def test_runs_side_by_side_each_on_its_own_cores_and_a_failed_run_starts_no_other(table, tmp_path, monkeypatch):
+    """Two slots: the runs go to them in plan order, each command of a run (training, evaluation) on its slot's
+    cores; a training that fails stops new runs from starting while the other slot's run finishes and is
+    recorded."""
+    root, data = table
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0, 1, 2)))
+    names = [r["name"] for r in cpu.cpu_runs(root)]
+    seen: list[tuple[str, str, frozenset | None]] = []
+
+    def fake(cmd, logfile, extra_env=None, cpus=None):
+        what = cmd[5]  # python -m swarmctl --threads 1 train|eval ...
+        run = Path(cmd[6] if what == "eval" else cmd[cmd.index("--name") + 1]).name
+        seen.append((what, run, cpus))
+        if what == "train" and run == names[0]:
+            return _Finished(1)  # the first run's training fails
+        return _launch_in_this_process(cmd, logfile, extra_env)
+
+    monkeypatch.setattr(processes, "launch", fake)
+    assert cpu.run_cpu_job(root, tmp_path / "out", wall=600, threads=1, data=data, minutes=0.01, parallel=2) == 0
+    assert [(w, r) for w, r, _ in seen] == [("train", names[0]), ("train", names[1]), ("eval", names[1])]
+    assert [c for _, _, c in seen] == [frozenset({0}), frozenset({1}), frozenset({1})]
+    progress = json.loads((root / cpu.CPU / "progress.json").read_text())
+    assert list(progress["runs"]) == [names[1]]  # the failed run is left to the next job, nothing else started
+    session = progress["sessions"][-1]
+    assert session["parallel"] == 2 and [m["train_exit"] for m in session["runs"]] == [1, 0]
+
+
+def test_a_second_cpu_job_on_the_same_table_is_refused_in_one_line(table, tmp_path, campaigns_cli):
+    """Two jobs on one table would train one run twice and write over each other's progress.json."""
+    from swarmctl.runs import run_lock
+
+    root, data = table
+    with run_lock(root / cpu.CPU):
+        r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--campaigns", root, "--clustering-data",
+                          data, "--wall", 600)
+    assert r.exit_code == 1 and "another CPU job" in r.output and str(os.getpid()) in r.output, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "out").exists()
+    assert not (root / cpu.CPU / "progress.json").exists() and not (root / cpu.CPU / "runs").exists()

@@ -75,6 +75,8 @@ def run_cmd(
                                        "(campaigns/clustering-cpu/), in place, run after run.",
                                   callback=_one_of(DEVICES))] = DEVICES[0],
     threads: Annotated[int, count(help="Threads each CPU training uses (--device cpu).")] = 1,
+    parallel: Annotated[int, count(help="Runs trained at once, each held to --threads cores of its own "
+                                        "(--device cpu).")] = 1,
     clustering_data: Annotated[Path, option(help="The seed-0 clustering file the CPU table trains on "
                                                  "(--device cpu).")] = Path("data/clustering-seed0.h5"),
 ) -> None:
@@ -86,15 +88,15 @@ def run_cmd(
     stopped by a signal, 1 without CUDA (unless --smoke). The work folder is emptied first: it must be new,
     empty or an earlier job's.
 
-    With --device cpu the job trains Table 2's runs on this machine's CPU instead, one after another on
-    --threads threads, 60 net minutes each, in campaigns/clustering-cpu/ (resuming the run the last job
+    With --device cpu the job trains Table 2's runs on this machine's CPU instead, --parallel at a time on
+    --threads threads each, 60 net minutes each, in campaigns/clustering-cpu/ (resuming the run the last job
     stopped); OUT gets its record and logs. Exit 0 when it ended by itself, 130 when stopped by a signal."""
     _log_lines()
     if device == "cpu":
         from tools.campaigns.cpu import check_cpu_job, run_cpu_job
 
         check_cpu_job(campaigns, clustering_data)
-        code = run_cpu_job(campaigns, out, wall, threads, clustering_data)
+        code = run_cpu_job(campaigns, out, wall, threads, clustering_data, parallel=parallel)
     else:
         from tools.campaigns.job import JobOptions, run_job
 

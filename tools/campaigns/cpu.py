@@ -16,6 +16,7 @@ seeds at the protocol, and to a flat validation curve once a seed of the row has
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from swarmctl.config import TrainConfig
 from swarmctl.devices import cpu_model
-from swarmctl.errors import DataError, ResourceError
+from swarmctl.errors import CheckpointError, ConfigError, DataError, ResourceError
 from swarmctl.files import atomic_write_text, read_metrics
 from swarmctl.rundir import RunDir
 from swarmctl.runs import parameter_count, run_lock, run_progress
@@ -47,6 +48,7 @@ SEEDS = 3
 FLAT = 0.01  # a curve is flat from the first epoch whose best loss is within 1 % of the run's final best
 SEED0 = "clustering-seed0.h5"  # the table's data, as `swarmctl gen-data --seed 0` names it
 EVAL_RESERVE = 120.0  # seconds a job keeps after a training for its evaluation on the validation split
+POLL_S = 1.0  # how often the job looks at its running commands
 
 
 def cpu_machine() -> str:
@@ -260,9 +262,62 @@ def check_cpu_job(root: Path, data: Path) -> None:
                         "pass `clustering-data`")
 
 
-def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float = MINUTES) -> int:
-    """Train the table's runs in plan order until ``wall`` seconds are spent or every run is done; 0 when the
-    job ended by itself, 130 when a signal stopped it (each run in progress saved, to resume next job)."""
+@dataclass
+class _Slot:
+    """Where one run at a time trains and is evaluated: its CPUs (None: not held to any), the run in it, the
+    command running for it and until when (monotonic seconds) it may run."""
+
+    cpus: frozenset[int] | None
+    run: dict | None = None
+    proc: object = None  # subprocess.Popen, or None for a command not started (a signal came first)
+    evaluating: bool = False
+    until: float = 0.0
+    before: int = 0  # the run's epochs when this job took it
+
+
+def cpu_slots(parallel: int, threads: int) -> list[frozenset[int] | None]:
+    """The CPUs each of ``parallel`` runs side by side is held to: disjoint sets of ``threads`` of the CPUs this
+    process may use, so that no two runs share a core; one run at a time is held to none."""
+    if parallel == 1:
+        return [None]
+    cpus = sorted(os.sched_getaffinity(0))
+    if parallel * threads > len(cpus):
+        raise ConfigError(f"`--parallel {parallel}` runs of `--threads {threads}` need {parallel * threads} CPUs and "
+                          f"this process may use {len(cpus)}; lower --parallel or --threads")
+    return [frozenset(cpus[i * threads:(i + 1) * threads]) for i in range(parallel)]
+
+
+def _ended(busy: list[_Slot]) -> list[tuple[_Slot, int | None]]:
+    """The slots whose command ended, waiting for the first; a command past its time (or once a signal came) is
+    stopped, SIGTERM then SIGKILL, as :func:`finish` does."""
+    from tools.campaigns.processes import STOPPING
+
+    while True:
+        now = time.monotonic()
+        ended = [(s, finish(s.proc, 1.0)) for s in busy
+                 if s.proc is None or s.proc.poll() is not None or now >= s.until or STOPPING]
+        if ended:
+            return ended
+        time.sleep(POLL_S)
+
+
+def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float = MINUTES,
+                parallel: int = 1) -> int:
+    """Train the table's runs in plan order, ``parallel`` at a time (each on cores of its own), until ``wall``
+    seconds are spent or every run is done; 0 when the job ended by itself, 130 when a signal stopped it (each
+    run in progress saved, to resume next job). One job at a time writes the table."""
+    slots = [_Slot(cpus) for cpus in cpu_slots(parallel, threads)]
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(run_lock(root / CPU))
+        except CheckpointError:
+            holder = RunDir(root / CPU).lock.read_text(errors="replace").strip() or "another process"
+            raise ResourceError(f"another CPU job (process {holder}) is training {root / CPU}; wait for it to end "
+                                f"or stop it (kill {holder}) first") from None
+        return _cpu_job(root, out, wall, threads, data, minutes, slots)
+
+
+def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float, slots: list[_Slot]) -> int:
     from tools.campaigns.processes import STOPPING
 
     stop_on_signals()
@@ -274,33 +329,50 @@ def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, mi
     todo = [r for r in cpu_runs(root) if r["name"] not in progress["runs"]]
     # a run an earlier job stopped goes first, whatever the order (a cost measured since may have changed it)
     todo.sort(key=lambda r: run_progress(runs / r["name"]).status == "new")
-    for r in todo:
-        if deadline.left() < EVAL_RESERVE + 60:
-            log(f"cpu table: {deadline.left():.0f} s left, too few for another run")
+    halted = False  # a run failed: no other starts (those running finish)
+    while True:
+        for slot in slots:
+            if slot.run is not None or not todo or halted or STOPPING:
+                continue
+            if deadline.left() < EVAL_RESERVE + 60:
+                log(f"cpu table: {deadline.left():.0f} s left, too few for another run")
+                todo.clear()
+                break
+            r = todo.pop(0)
+            slot.run, slot.evaluating, slot.before = r, False, summary(runs / r["name"])["epochs"]
+            slot.until = time.monotonic() + deadline.left() - EVAL_RESERVE
+            slot.proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)],
+                              logs / f"train-{r['name']}.txt", KERNELS, slot.cpus)
+        busy = [s for s in slots if s.run is not None]
+        if not busy:
             break
-        before = summary(runs / r["name"])["epochs"]
-        proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)], logs / f"train-{r['name']}.txt",
-                     KERNELS)
-        code = finish(proc, deadline.left() - EVAL_RESERVE)
-        moved.append({"run": r["name"], "epochs": [before, summary(runs / r["name"])["epochs"]], "train_exit": code})
-        if code != 0:
-            warn(f"cpu table: {r['name']} stopped (train exit {code}); the next job resumes it")
-            break
-        ev = finish(start(["--threads", str(threads), "eval", str(runs / r["name"]), "--device", "cpu", "--force"],
-                          logs / f"eval-{r['name']}.txt", KERNELS), max(deadline.left(), 30))
-        if ev != 0 or "loss" not in read_json(runs / r["name"] / eval_file("val")):
-            warn(f"cpu table: {r['name']} trained but its evaluation failed (exit {ev}); the next job evaluates it")
-            break
-        progress["runs"][r["name"]] = _finish_run(r, runs / r["name"], threads)
-        log(f"cpu table: {r['name']} done, val loss {progress['runs'][r['name']]['eval_loss']:.4f}")
-        write_json(root / CPU / PROGRESS, progress)
-        if STOPPING:
-            break
+        for slot, code in _ended(busy):
+            r, run_dir = slot.run, runs / slot.run["name"]
+            if not slot.evaluating:
+                moved.append({"run": r["name"], "epochs": [slot.before, summary(run_dir)["epochs"]],
+                              "train_exit": code})
+                if code == 0:
+                    slot.evaluating, slot.until = True, time.monotonic() + max(deadline.left(), 30)
+                    slot.proc = start(["--threads", str(threads), "eval", str(run_dir), "--device", "cpu", "--force"],
+                                      logs / f"eval-{r['name']}.txt", KERNELS, slot.cpus)
+                    continue
+                warn(f"cpu table: {r['name']} stopped (train exit {code}); the next job resumes it")
+                halted = True
+            elif code != 0 or "loss" not in read_json(run_dir / eval_file("val")):
+                warn(f"cpu table: {r['name']} trained but its evaluation failed (exit {code}); the next job "
+                     "evaluates it")
+                halted = True
+            else:
+                progress["runs"][r["name"]] = _finish_run(r, run_dir, threads)
+                log(f"cpu table: {r['name']} done, val loss {progress['runs'][r['name']]['eval_loss']:.4f}")
+                write_json(root / CPU / PROGRESS, progress)
+            slot.run, slot.proc = None, None
     if moved:
         progress["sessions"].append({"date": datetime.date.today().isoformat(), "machine": cpu_machine(),
-                                     "threads": threads, "wall_s": round(time.monotonic() - t0), "runs": moved})
+                                     "threads": threads, "parallel": len(slots), "wall_s": round(time.monotonic() - t0),
+                                     "runs": moved})
         write_json(root / CPU / PROGRESS, progress)
     write_json(out / "session.json", {"device": "cpu", "machine": cpu_machine(), "threads": threads,
-                                      "wall_s": round(time.monotonic() - t0), "runs": moved,
+                                      "parallel": len(slots), "wall_s": round(time.monotonic() - t0), "runs": moved,
                                       "stopped_by": STOPPING[0] if STOPPING else None})
     return 130 if STOPPING else 0

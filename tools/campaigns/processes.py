@@ -79,25 +79,33 @@ def env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**e, **(extra or {})}
 
 
-def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen | None:
-    """Start ``cmd`` with its output appended to ``logfile``; None, and nothing started, once a signal came."""
+def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = None,
+           cpus: frozenset[int] | None = None) -> subprocess.Popen | None:
+    """Start ``cmd`` with its output appended to ``logfile``, held to ``cpus`` when given (its threads too); None,
+    and nothing started, once a signal came."""
     if STOPPING:
         return None
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))  # in the child, before it runs
     with open_log_file(logfile) as fh:
-        proc = subprocess.Popen(cmd, env=env(extra_env), stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env(extra_env), stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pin)
     LIVE.add(proc)
     return proc
 
 
-def start(args: list[str], logfile: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen | None:
+def start(args: list[str], logfile: Path, extra_env: dict[str, str] | None = None,
+          cpus: frozenset[int] | None = None) -> subprocess.Popen | None:
     """Start ``python -m swarmctl ARGS`` (or a script when args[0] ends in .py), output to ``logfile``, with
-    :func:`env` and ``extra_env``; None, and nothing started, once a signal came."""
+    :func:`env` and ``extra_env``, held to ``cpus`` when given; None, and nothing started, once a signal came."""
     cmd = [PY, *args] if args[0].endswith(".py") or args[0] == "-m" else [PY, "-m", "swarmctl", *args]
     if STOPPING:
         log(f"not started ({STOPPING[0]} came): {' '.join(cmd[1:])}")
         return None
-    log(" ".join(cmd[1:]) + f"  > {logfile.name}")
-    return launch(cmd, logfile, extra_env)
+    log(" ".join(cmd[1:]) + f"  > {logfile.name}" + (f"  (CPUs {_cpu_list(cpus)})" if cpus else ""))
+    return launch(cmd, logfile, extra_env, cpus)
+
+
+def _cpu_list(cpus: frozenset[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def finish(proc: subprocess.Popen | None, timeout: float, grace: float = 30.0) -> int | None:
