@@ -394,6 +394,12 @@ def test_the_slots_are_disjoint_cores_and_too_many_are_refused_in_one_line(monke
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert cpu.cpu_slots(1, 4) == [None]  # one run at a time: not held
     assert cpu.cpu_slots(2, 2) == [frozenset({0, 1}), frozenset({2, 3})]
+    with monkeypatch.context() as m:  # a system that cannot hold a process to cores: side by side, not held
+        m.delattr(os, "sched_getaffinity")
+        m.setattr(os, "cpu_count", lambda: 4)
+        assert cpu.cpu_slots(2, 2) == [None, None]
+        with pytest.raises(cpu.ConfigError, match="may use 4"):
+            cpu.cpu_slots(5, 1)
     root, data = table
     r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--parallel", "3", "--threads", "2",
                       "--campaigns", root, "--clustering-data", data)

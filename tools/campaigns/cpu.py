@@ -280,11 +280,12 @@ def cpu_slots(parallel: int, threads: int) -> list[frozenset[int] | None]:
     process may use, so that no two runs share a core; one run at a time is held to none."""
     if parallel == 1:
         return [None]
-    cpus = sorted(os.sched_getaffinity(0))
+    pinning = hasattr(os, "sched_getaffinity")  # not on every system (macOS): there the runs are not held
+    cpus = sorted(os.sched_getaffinity(0)) if pinning else list(range(os.cpu_count() or 1))
     if parallel * threads > len(cpus):
         raise ConfigError(f"`--parallel {parallel}` runs of `--threads {threads}` need {parallel * threads} CPUs and "
                           f"this process may use {len(cpus)}; lower --parallel or --threads")
-    return [frozenset(cpus[i * threads:(i + 1) * threads]) for i in range(parallel)]
+    return [frozenset(cpus[i * threads:(i + 1) * threads]) if pinning else None for i in range(parallel)]
 
 
 def _ended(busy: list[_Slot]) -> list[tuple[_Slot, int | None]]:
