@@ -48,6 +48,7 @@ SEEDS = 3
 FLAT = 0.01  # a curve is flat from the first epoch whose best loss is within 1 % of the run's final best
 SEED0 = "clustering-seed0.h5"  # the table's data, as `swarmctl gen-data --seed 0` names it
 EVAL_RESERVE = 120.0  # seconds a job keeps after a training for its evaluation on the validation split
+MIN_TRAIN_S = 60.0  # the least time a job starts another run for
 POLL_S = 1.0  # how often the job looks at its running commands
 
 
@@ -335,7 +336,7 @@ def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minut
         for slot in slots:
             if slot.run is not None or not todo or halted or STOPPING:
                 continue
-            if deadline.left() < EVAL_RESERVE + 60:
+            if deadline.left() < EVAL_RESERVE + MIN_TRAIN_S:
                 log(f"cpu table: {deadline.left():.0f} s left, too few for another run")
                 todo.clear()
                 break

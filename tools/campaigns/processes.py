@@ -31,6 +31,7 @@ LOG = logging.getLogger("tools.campaigns")
 
 STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
 LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for
+GRACE_S = 30.0  # seconds a command stopped for its time has, after SIGTERM, before SIGKILL
 
 
 def log(msg: str) -> None:
@@ -108,11 +109,12 @@ def _cpu_list(cpus: frozenset[int]) -> str:
     return ",".join(str(c) for c in sorted(cpus))
 
 
-def finish(proc: subprocess.Popen | None, timeout: float, grace: float = 30.0) -> int | None:
-    """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL. None for
-    a command that was not started (a signal came first)."""
+def finish(proc: subprocess.Popen | None, timeout: float, grace: float | None = None) -> int | None:
+    """Wait for ``proc``; past ``timeout`` send SIGTERM (a trainer then saves last.pt), then SIGKILL ``grace``
+    seconds later (:data:`GRACE_S` by default). None for a command that was not started (a signal came first)."""
     if proc is None:
         return None
+    grace = GRACE_S if grace is None else grace
     LIVE.add(proc)
     if STOPPING:  # asked to stop before this wait began
         timeout = min(timeout, 1.0)
