@@ -447,3 +447,122 @@ def test_a_second_cpu_job_on_the_same_table_is_refused_in_one_line(table, tmp_pa
     assert r.exit_code == 1 and "another CPU job" in r.output and str(os.getpid()) in r.output, r.output
     assert "Traceback" not in r.output and not (tmp_path / "out").exists()
     assert not (root / cpu.CPU / "progress.json").exists() and not (root / cpu.CPU / "runs").exists()
+
+
+_FAKE_COMMAND = """\
+import os, signal, sys, time
+stamps, signal_job = sys.argv[1], sys.argv[5]
+save_s, run_s, code = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+result = sys.argv[6] if len(sys.argv) > 6 else None  # an evaluation's: written when it ends by itself, exit 0
+def stamp(what):
+    with open(stamps, "a") as fh:
+        fh.write(f"{what} {time.monotonic()}\\n")
+def stop(signum, frame):
+    stamp("term")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a trainer saving its last.pt: a second SIGTERM changes nothing
+    time.sleep(save_s)
+    stamp("saved")
+    sys.exit(130)
+signal.signal(signal.SIGTERM, stop)
+stamp("start")
+if signal_job == "1":
+    os.kill(os.getppid(), signal.SIGTERM)  # the job gets its SIGTERM while this command runs
+time.sleep(run_s)
+if result and code == 0:
+    os.makedirs(os.path.dirname(result), exist_ok=True)
+    with open(result, "w") as fh:
+        fh.write('{"loss": 0.5}')
+sys.exit(code)
+"""
+
+
+def _fake_commands(tmp_path, monkeypatch, behaviour):
+    """``processes.launch`` starting, for each command of the job, a process that stands for it: ``behaviour(what,
+    run)`` -> (seconds it takes to save after SIGTERM, seconds it runs, exit code, whether it sends the job SIGTERM
+    once started); an evaluation that ends with exit 0 writes its result. Returns ``stamps(what, run)``: (event,
+    monotonic time) lines the process wrote."""
+    script = tmp_path / "fake_command.py"
+    script.write_text(_FAKE_COMMAND)
+    launch = processes.launch
+
+    def fake(cmd, logfile, extra_env=None, cpus=None):
+        what = cmd[5]
+        run = Path(cmd[6] if what == "eval" else cmd[cmd.index("--name") + 1]).name
+        save_s, run_s, code, signal_job = behaviour(what, run)
+        result = [str(Path(cmd[6]) / "eval-val.json")] if what == "eval" else []
+        return launch([sys.executable, str(script), str(tmp_path / f"{what}-{run}.txt"), str(save_s), str(run_s),
+                       str(code), "1" if signal_job else "0", *result], logfile, extra_env)
+
+    monkeypatch.setattr(processes, "launch", fake)
+
+    def stamps(what, run):
+        path = tmp_path / f"{what}-{run}.txt"
+        lines = path.read_text().split("\n") if path.is_file() else []
+        return [(line.split()[0], float(line.split()[1])) for line in lines if line]
+
+    return stamps
+
+
+def test_every_training_past_the_wall_minus_the_reserve_is_stopped_at_once(table, tmp_path, monkeypatch):
+    """At the wall minus the evaluation reserve each slot's training gets SIGTERM at the same moment: one stopped
+    after the other has saved would eat the reserve (and, slot after slot, the wall)."""
+    root, data = table
+    monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0, 1)))
+    monkeypatch.setattr(cpu, "cpu_slots", lambda parallel, threads: [None] * parallel)
+    for name, value in (("EVAL_RESERVE", 1.0), ("MIN_TRAIN_S", 0.0), ("POLL_S", 0.05)):
+        monkeypatch.setattr(cpu, name, value)
+    stamps = _fake_commands(tmp_path, monkeypatch, lambda what, run: (1.5, 600, 0, False))
+    names = [r["name"] for r in cpu.cpu_runs(root)][:2]
+    assert cpu.run_cpu_job(root, tmp_path / "out", wall=2.5, threads=1, data=data, minutes=1, parallel=2) == 0
+    terms = [t for n in names for what, t in stamps("train", n) if what == "term"]
+    assert len(terms) == 2 and abs(terms[0] - terms[1]) < 1.0, terms
+    session = json.loads((tmp_path / "out" / "session.json").read_text())
+    assert [m["train_exit"] for m in session["runs"]] == [130, 130]  # both saved their last.pt
+
+
+def test_a_signal_to_the_job_leaves_a_training_the_time_it_needs_to_save(table, tmp_path, monkeypatch):
+    """SIGTERM to the job while one slot evaluates and the other trains: the evaluation stops, the training saves
+    its last.pt however long that takes (a step of a large model on one thread), never SIGKILLed for it."""
+    root, data = table
+    monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0, 1)))
+    monkeypatch.setattr(cpu, "cpu_slots", lambda parallel, threads: [None] * parallel)
+    monkeypatch.setattr(cpu, "POLL_S", 0.05)
+    monkeypatch.setattr(processes, "GRACE_S", 0.5)  # the grace of a command past its time: shorter than the save
+    first, second = [r["name"] for r in cpu.cpu_runs(root)][:2]
+
+    def behaviour(what, run):
+        if what == "train":  # the first run's training ends at once, the second one's trains on
+            return (2.0, 0.0 if run == first else 600, 0, False)
+        return (0.0, 600, 0, True)  # the first run's evaluation: the job gets SIGTERM meanwhile
+
+    stamps = _fake_commands(tmp_path, monkeypatch, behaviour)
+    assert cpu.run_cpu_job(root, tmp_path / "out", wall=600, threads=1, data=data, minutes=1, parallel=2) == 130
+    assert [what for what, _ in stamps("train", second)] == ["start", "term", "saved"]
+    session = json.loads((tmp_path / "out" / "session.json").read_text())
+    assert session["stopped_by"] == "SIGTERM"
+    assert {m["run"]: m["train_exit"] for m in session["runs"]} == {first: 0, second: 130}
+
+
+def test_an_error_in_the_job_stops_the_other_slots_training_the_graceful_way(table, tmp_path, monkeypatch):
+    """A run the job cannot record (its last.pt gone) ends the job with its error; the run training in the other
+    slot gets SIGTERM and saves its last.pt, instead of training on unattended after the job has ended."""
+    from swarmctl.errors import CheckpointError
+
+    root, data = table
+    monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0, 1)))
+    monkeypatch.setattr(cpu, "cpu_slots", lambda parallel, threads: [None] * parallel)
+    monkeypatch.setattr(cpu, "POLL_S", 0.05)
+    first, second = [r["name"] for r in cpu.cpu_runs(root)][:2]
+    # the first run trains (writing no checkpoint) and is evaluated at once; the second one trains on
+    stamps = _fake_commands(tmp_path, monkeypatch,
+                            lambda what, run: (0.2, 0.0 if run == first else 600, 0, False))
+    try:
+        with pytest.raises(CheckpointError, match="last.pt"):
+            cpu.run_cpu_job(root, tmp_path / "out", wall=600, threads=1, data=data, minutes=1, parallel=2)
+        assert [what for what, _ in stamps("train", second)] == ["start", "term", "saved"]
+        assert not processes.LIVE  # nothing the job started is left running
+    finally:
+        for proc in list(processes.LIVE):
+            proc.kill()
+            proc.wait()
+            processes.LIVE.discard(proc)

@@ -21,6 +21,7 @@ import dataclasses
 import datetime
 import json
 import os
+import signal
 import statistics
 import time
 from dataclasses import dataclass
@@ -274,6 +275,11 @@ class _Slot:
     evaluating: bool = False
     until: float = 0.0
     before: int = 0  # the run's epochs when this job took it
+    termed: bool = False  # the command got SIGTERM for running past ``until`` (which then is its SIGKILL time)
+
+    def begin(self, proc: object, until: float) -> None:
+        """``proc`` (None: not started) runs in this slot until ``until``."""
+        self.proc, self.until, self.termed = proc, until, False
 
 
 def cpu_slots(parallel: int, threads: int) -> list[frozenset[int] | None]:
@@ -290,17 +296,38 @@ def cpu_slots(parallel: int, threads: int) -> list[frozenset[int] | None]:
 
 
 def _ended(busy: list[_Slot]) -> list[tuple[_Slot, int | None]]:
-    """The slots whose command ended, waiting for the first; a command past its time (or once a signal came) is
-    stopped, SIGTERM then SIGKILL, as :func:`finish` does."""
-    from tools.campaigns.processes import STOPPING
+    """The slots whose command ended, waiting for the first. Every command past its time gets SIGTERM at once (a
+    trainer then saves its last.pt, in every slot side by side) and SIGKILL GRACE_S seconds later. A signal to the
+    job has sent each command SIGTERM already: each is then waited for within its time, never killed sooner."""
+    from tools.campaigns import processes
 
     while True:
         now = time.monotonic()
-        ended = [(s, finish(s.proc, 1.0)) for s in busy
-                 if s.proc is None or s.proc.poll() is not None or now >= s.until or STOPPING]
+        for s in busy:
+            if s.proc is None or s.proc.poll() is not None or now < s.until:
+                continue
+            if s.termed:
+                log(f"pid {s.proc.pid}: still running {processes.GRACE_S:g} s after SIGTERM, SIGKILL")
+                s.proc.kill()
+                s.proc.wait()
+            else:
+                log(f"pid {s.proc.pid}: out of time, SIGTERM")
+                s.proc.send_signal(signal.SIGTERM)
+                s.termed, s.until = True, now + processes.GRACE_S
+        ended = [(s, finish(s.proc, 1.0)) for s in busy if s.proc is None or s.proc.poll() is not None]
         if ended:
             return ended
         time.sleep(POLL_S)
+
+
+def _stop(slots: list[_Slot]) -> None:
+    """Every command still running in ``slots`` stopped the graceful way: SIGTERM now, SIGKILL GRACE_S s later."""
+    busy = [s for s in slots if s.proc is not None]
+    for s in busy:
+        s.until = s.until if s.termed else min(s.until, time.monotonic())
+    while busy:
+        for s, _ in _ended(busy):
+            busy.remove(s)
 
 
 def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float = MINUTES,
@@ -316,7 +343,11 @@ def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, mi
             holder = RunDir(root / CPU).lock.read_text(errors="replace").strip() or "another process"
             raise ResourceError(f"another CPU job (process {holder}) is training {root / CPU}; wait for it to end "
                                 f"or stop it (kill {holder}) first") from None
-        return _cpu_job(root, out, wall, threads, data, minutes, slots)
+        try:
+            return _cpu_job(root, out, wall, threads, data, minutes, slots)
+        except BaseException:
+            _stop(slots)  # a run training in another slot saves its last.pt instead of training on unattended
+            raise
 
 
 def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float, slots: list[_Slot]) -> int:
@@ -342,9 +373,9 @@ def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minut
                 break
             r = todo.pop(0)
             slot.run, slot.evaluating, slot.before = r, False, summary(runs / r["name"])["epochs"]
-            slot.until = time.monotonic() + deadline.left() - EVAL_RESERVE
-            slot.proc = start(["--threads", str(threads), *_train_args(r, runs, data, minutes)],
-                              logs / f"train-{r['name']}.txt", KERNELS, slot.cpus)
+            slot.begin(start(["--threads", str(threads), *_train_args(r, runs, data, minutes)],
+                             logs / f"train-{r['name']}.txt", KERNELS, slot.cpus),
+                       time.monotonic() + deadline.left() - EVAL_RESERVE)
         busy = [s for s in slots if s.run is not None]
         if not busy:
             break
@@ -354,9 +385,10 @@ def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minut
                 moved.append({"run": r["name"], "epochs": [slot.before, summary(run_dir)["epochs"]],
                               "train_exit": code})
                 if code == 0:
-                    slot.evaluating, slot.until = True, time.monotonic() + max(deadline.left(), 30)
-                    slot.proc = start(["--threads", str(threads), "eval", str(run_dir), "--device", "cpu", "--force"],
-                                      logs / f"eval-{r['name']}.txt", KERNELS, slot.cpus)
+                    slot.evaluating = True
+                    slot.begin(start(["--threads", str(threads), "eval", str(run_dir), "--device", "cpu", "--force"],
+                                     logs / f"eval-{r['name']}.txt", KERNELS, slot.cpus),
+                               time.monotonic() + max(deadline.left(), 30))
                     continue
                 warn(f"cpu table: {r['name']} stopped (train exit {code}); the next job resumes it")
                 halted = True
