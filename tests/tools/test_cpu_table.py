@@ -511,11 +511,11 @@ def test_every_training_past_the_wall_minus_the_reserve_is_stopped_at_once(table
     monkeypatch.setattr(cpu, "cpu_slots", lambda parallel, threads: [None] * parallel)
     for name, value in (("EVAL_RESERVE", 1.0), ("MIN_TRAIN_S", 0.0), ("POLL_S", 0.05)):
         monkeypatch.setattr(cpu, name, value)
-    stamps = _fake_commands(tmp_path, monkeypatch, lambda what, run: (1.5, 600, 0, False))
+    stamps = _fake_commands(tmp_path, monkeypatch, lambda what, run: (0.8, 600, 0, False))
     names = [r["name"] for r in cpu.cpu_runs(root)][:2]
-    assert cpu.run_cpu_job(root, tmp_path / "out", wall=2.5, threads=1, data=data, minutes=1, parallel=2) == 0
+    assert cpu.run_cpu_job(root, tmp_path / "out", wall=2.0, threads=1, data=data, minutes=1, parallel=2) == 0
     terms = [t for n in names for what, t in stamps("train", n) if what == "term"]
-    assert len(terms) == 2 and abs(terms[0] - terms[1]) < 1.0, terms
+    assert len(terms) == 2 and abs(terms[0] - terms[1]) < 0.5, terms
     session = json.loads((tmp_path / "out" / "session.json").read_text())
     assert [m["train_exit"] for m in session["runs"]] == [130, 130]  # both saved their last.pt
 
@@ -527,12 +527,12 @@ def test_a_signal_to_the_job_leaves_a_training_the_time_it_needs_to_save(table, 
     monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0, 1)))
     monkeypatch.setattr(cpu, "cpu_slots", lambda parallel, threads: [None] * parallel)
     monkeypatch.setattr(cpu, "POLL_S", 0.05)
-    monkeypatch.setattr(processes, "GRACE_S", 0.5)  # the grace of a command past its time: shorter than the save
+    monkeypatch.setattr(processes, "GRACE_S", 0.1)  # the grace of a command past its time: shorter than the save
     first, second = [r["name"] for r in cpu.cpu_runs(root)][:2]
 
     def behaviour(what, run):
         if what == "train":  # the first run's training ends at once, the second one's trains on
-            return (2.0, 0.0 if run == first else 600, 0, False)
+            return (1.3, 0.0 if run == first else 600, 0, False)
         return (0.0, 600, 0, True)  # the first run's evaluation: the job gets SIGTERM meanwhile
 
     stamps = _fake_commands(tmp_path, monkeypatch, behaviour)
