@@ -566,3 +566,23 @@ def test_an_error_in_the_job_stops_the_other_slots_training_the_graceful_way(tab
             proc.kill()
             proc.wait()
             processes.LIVE.discard(proc)
+
+
+def test_a_cpu_job_starts_after_one_killed_by_sigkill(table, tmp_path, campaigns_cli):
+    """A job killed by SIGKILL leaves its .lock file, with its PID, behind: the next job still starts."""
+    root, data = table
+    lock = root / cpu.CPU / ".lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fh = open(sys.argv[1], 'w'); "
+                               "fcntl.flock(fh, fcntl.LOCK_EX); fh.write(str(os.getpid())); fh.flush(); "
+                               "print('held', flush=True); time.sleep(600)", str(lock)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert lock.read_text() == str(holder.pid)
+    r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--campaigns", root, "--clustering-data", data,
+                      "--wall", 1)  # too short for a run: the job starts, records and ends
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "out" / "session.json").read_text())["runs"] == []
