@@ -391,6 +391,7 @@ def test_a_command_held_to_cpus_runs_on_those_cpus_only(tmp_path):
 
 def test_the_slots_are_disjoint_cores_and_too_many_are_refused_in_one_line(monkeypatch, campaigns_cli, table,
                                                                           tmp_path):
+    monkeypatch.setattr(cpu, "SYS_CPU", tmp_path / "no-topology")  # each CPU a core of its own, whatever this machine
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert cpu.cpu_slots(1, 4) == [None]  # one run at a time: not held
     assert cpu.cpu_slots(2, 2) == [frozenset({0, 1}), frozenset({2, 3})]
@@ -403,7 +404,7 @@ def test_the_slots_are_disjoint_cores_and_too_many_are_refused_in_one_line(monke
     root, data = table
     r = campaigns_cli("run", tmp_path / "out", "--device", "cpu", "--parallel", "3", "--threads", "2",
                       "--campaigns", root, "--clustering-data", data)
-    assert r.exit_code == 2 and "need 6 CPUs" in r.output and "may use 4" in r.output, r.output
+    assert r.exit_code == 2 and "need 6 cores" in r.output and "may use 4" in r.output, r.output
     assert "Traceback" not in r.output and not (tmp_path / "out").exists()
     assert not (root / cpu.CPU / "progress.json").exists()
 
@@ -413,6 +414,7 @@ def test_runs_side_by_side_each_on_its_own_cores_and_a_failed_run_starts_no_othe
     cores; a training that fails stops new runs from starting while the other slot's run finishes and is
     recorded."""
     root, data = table
+    monkeypatch.setattr(cpu, "SYS_CPU", tmp_path / "no-topology")  # each CPU a core of its own, whatever this machine
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(cpu, "table_runs", lambda: tiny_runs(linear_seeds=(0, 1, 2)))
     names = [r["name"] for r in cpu.cpu_runs(root)]
@@ -586,3 +588,19 @@ def test_a_cpu_job_starts_after_one_killed_by_sigkill(table, tmp_path, campaigns
                       "--wall", 1)  # too short for a run: the job starts, records and ends
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "out" / "session.json").read_text())["runs"] == []
+
+
+def test_runs_side_by_side_never_share_a_core_of_two_threads(monkeypatch, tmp_path):
+    """Where two CPUs are the threads of one core (simultaneous multithreading, often numbered side by side), the
+    slots take one CPU of each core, and more runs than cores are refused: two runs on one core would each train
+    at about half speed, their 60 net minutes no longer comparable."""
+    for c in range(4):  # cores (0, 1) and (2, 3)
+        (tmp_path / f"cpu{c}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{c}" / "topology" / "thread_siblings_list").write_text(f"{c - c % 2}-{c - c % 2 + 1}\n")
+    monkeypatch.setattr(cpu, "SYS_CPU", tmp_path)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert cpu.cpu_slots(2, 1) == [frozenset({0}), frozenset({2})]
+    with pytest.raises(cpu.ConfigError, match="need 4 cores"):
+        cpu.cpu_slots(4, 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 2, 3})  # one core's second thread only
+    assert cpu.cpu_slots(2, 1) == [frozenset({1}), frozenset({2})]

@@ -51,6 +51,7 @@ SEED0 = "clustering-seed0.h5"  # the table's data, as `swarmctl gen-data --seed 
 EVAL_RESERVE = 120.0  # seconds a job keeps after a training for its evaluation on the validation split
 MIN_TRAIN_S = 60.0  # the least time a job starts another run for
 POLL_S = 1.0  # how often the job looks at its running commands
+SYS_CPU = Path("/sys/devices/system/cpu")  # Linux: cpuN/topology/thread_siblings_list, the CPUs of N's core
 
 
 def cpu_machine() -> str:
@@ -282,16 +283,32 @@ class _Slot:
         self.proc, self.until, self.termed = proc, until, False
 
 
+def _siblings(cpu: int) -> set[int]:
+    """The CPUs of ``cpu``'s core (its hardware threads); just itself where the system does not say."""
+    try:
+        text = (SYS_CPU / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text()
+        out: set[int] = set()
+        for part in text.strip().split(","):
+            low, _, high = part.partition("-")
+            out.update(range(int(low), int(high or low) + 1))
+    except (OSError, ValueError):
+        return {cpu}
+    return out if cpu in out else {cpu}
+
+
 def cpu_slots(parallel: int, threads: int) -> list[frozenset[int] | None]:
     """The CPUs each of ``parallel`` runs side by side is held to: disjoint sets of ``threads`` of the CPUs this
-    process may use, so that no two runs share a core; one run at a time is held to none."""
+    process may use, one CPU of each core (never two threads of one core), so that no two runs share a core; one
+    run at a time is held to none."""
     if parallel == 1:
         return [None]
     pinning = hasattr(os, "sched_getaffinity")  # not on every system (macOS): there the runs are not held
-    cpus = sorted(os.sched_getaffinity(0)) if pinning else list(range(os.cpu_count() or 1))
+    allowed = sorted(os.sched_getaffinity(0)) if pinning else list(range(os.cpu_count() or 1))
+    cpus = [c for c in allowed if min(_siblings(c) & set(allowed)) == c]  # the first CPU of each core
     if parallel * threads > len(cpus):
-        raise ConfigError(f"`--parallel {parallel}` runs of `--threads {threads}` need {parallel * threads} CPUs and "
-                          f"this process may use {len(cpus)}; lower --parallel or --threads")
+        shared = f" (its {len(allowed)} CPUs are threads of {len(cpus)} cores)" if len(cpus) < len(allowed) else ""
+        raise ConfigError(f"`--parallel {parallel}` runs of `--threads {threads}` need {parallel * threads} cores and "
+                          f"this process may use {len(cpus)}{shared}; lower --parallel or --threads")
     return [frozenset(cpus[i * threads:(i + 1) * threads]) if pinning else None for i in range(parallel)]
 
 
