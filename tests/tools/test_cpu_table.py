@@ -2,6 +2,7 @@
 another in plan order, each finished run evaluated and recorded with its hardware, a stopped run resumed by the
 next job, and the plan's CPU hours from the measured cost."""
 
+import contextlib
 import json
 import os
 import signal
@@ -458,7 +459,7 @@ save_s, run_s, code = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 result = sys.argv[6] if len(sys.argv) > 6 else None  # an evaluation's: written when it ends by itself, exit 0
 def stamp(what):
     with open(stamps, "a") as fh:
-        fh.write(f"{what} {time.monotonic()}\\n")
+        fh.write(f"{what} {time.monotonic()} {os.getpid()}\\n")
 def stop(signum, frame):
     stamp("term")
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a trainer saving its last.pt: a second SIGTERM changes nothing
@@ -604,3 +605,33 @@ def test_runs_side_by_side_never_share_a_core_of_two_threads(monkeypatch, tmp_pa
         cpu.cpu_slots(4, 1)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 2, 3})  # one core's second thread only
     assert cpu.cpu_slots(2, 1) == [frozenset({1}), frozenset({2})]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a child told of its parent's death: Linux")
+def test_a_job_killed_by_sigkill_leaves_no_command_running(tmp_path):
+    """SIGKILL of the job (an out-of-memory killer, `kill -9`): each command it started gets SIGTERM (a training
+    saves its last.pt) instead of training on unattended, holding its run's lock against the next job."""
+    script, stamps = tmp_path / "fake_command.py", tmp_path / "stamps.txt"
+    script.write_text(_FAKE_COMMAND)
+    job = subprocess.Popen([sys.executable, "-c", "import sys, time; from tools.campaigns import processes; "
+                            "processes.start([sys.argv[1], sys.argv[2], '0', '600', '0', '0'], "
+                            "processes.Path(sys.argv[3]), cpus=None); print('started', flush=True); time.sleep(600)",
+                            str(script), str(stamps), str(tmp_path / "log.txt")],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert job.stdout.readline().strip() == b"started"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "start" not in (stamps.read_text() if stamps.is_file() else ""):
+            time.sleep(0.05)
+    finally:
+        job.kill()
+        job.wait()
+        job.stdout.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "saved" not in stamps.read_text():
+        time.sleep(0.05)
+    lines = [line.split() for line in stamps.read_text().splitlines()]
+    if lines[-1][0] != "saved":  # the command left running: stopped here
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(lines[0][2]), signal.SIGKILL)
+    assert [line[0] for line in lines] == ["start", "term", "saved"]

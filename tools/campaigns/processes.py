@@ -10,6 +10,8 @@ came, no command starts.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -32,6 +34,11 @@ LOG = logging.getLogger("tools.campaigns")
 STOPPING: list[str] = []  # the signal that asked the job to stop, once one did
 LIVE: set[subprocess.Popen] = set()  # the commands started and not yet waited for
 GRACE_S = 30.0  # seconds a command stopped for its time has, after SIGTERM, before SIGKILL
+PR_SET_PDEATHSIG = 1  # Linux's prctl option: a signal for the calling process when its parent dies
+_prctl = None
+if sys.platform.startswith("linux"):
+    with contextlib.suppress(OSError, AttributeError):
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child may not load a library
 
 
 def log(msg: str) -> None:
@@ -86,11 +93,29 @@ def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = Non
     and nothing started, once a signal came."""
     if STOPPING:
         return None
-    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))  # in the child, before it runs
     with open_log_file(logfile) as fh:
-        proc = subprocess.Popen(cmd, env=env(extra_env), stdout=fh, stderr=subprocess.STDOUT, preexec_fn=pin)
+        proc = subprocess.Popen(cmd, env=env(extra_env), stdout=fh, stderr=subprocess.STDOUT,
+                                preexec_fn=_in_child(cpus, os.getpid()))
     LIVE.add(proc)
     return proc
+
+
+def _in_child(cpus: frozenset[int] | None, job: int):
+    """What a command's process does before it runs: hold itself to ``cpus`` (when given) and, on Linux, ask for
+    SIGTERM when the job dies, however (a SIGKILL leaves no training running unattended, holding its run's lock
+    against the next job; it saves its last.pt instead)."""
+    if _prctl is None and cpus is None:
+        return None
+
+    def setup() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() != job:  # the job died before that: nobody would tell
+                os.kill(os.getpid(), signal.SIGTERM)
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
 
 
 def start(args: list[str], logfile: Path, extra_env: dict[str, str] | None = None,
