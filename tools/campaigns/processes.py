@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import swarmctl
@@ -100,7 +101,7 @@ def launch(cmd: list[str], logfile: Path, extra_env: dict[str, str] | None = Non
     return proc
 
 
-def _in_child(cpus: frozenset[int] | None, job: int):
+def _in_child(cpus: frozenset[int] | None, job: int) -> Callable[[], None] | None:
     """What a command's process does before it runs: hold itself to ``cpus`` (when given) and, on Linux, ask for
     SIGTERM when the job dies, however (a SIGKILL leaves no training running unattended, holding its run's lock
     against the next job; it saves its last.pt instead)."""
@@ -110,8 +111,8 @@ def _in_child(cpus: frozenset[int] | None, job: int):
     def setup() -> None:
         if _prctl is not None:
             _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() != job:  # the job died before that: nobody would tell
-                os.kill(os.getpid(), signal.SIGTERM)
+            if os.getppid() != job:  # the job died before that: nobody would tell, so the command does not start
+                os._exit(1)
         if cpus is not None:
             os.sched_setaffinity(0, cpus)
 
