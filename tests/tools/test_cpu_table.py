@@ -133,6 +133,7 @@ def test_the_cpu_job_trains_evaluates_and_records_its_runs_in_plan_order(table, 
         run = root / cpu.CPU / "runs" / name
         ev = json.loads((run / "eval-val.json").read_text())
         assert rec["eval_loss"] == ev["loss"] and rec["epochs"] >= 1 and "1 thread" in rec["hardware"]
+        assert rec["side_by_side"] == 1
         for ckpt in (load_checkpoint(run / "last.pt"), load_checkpoint(run / "best.pt")):  # weights only
             assert ckpt.optimizer is None and ckpt.model
         assert load_checkpoint(run / "last.pt").state.finished
@@ -437,6 +438,7 @@ def test_runs_side_by_side_each_on_its_own_cores_and_a_failed_run_starts_no_othe
     assert list(progress["runs"]) == [names[1]]  # the failed run is left to the next job, nothing else started
     session = progress["sessions"][-1]
     assert session["parallel"] == 2 and [m["train_exit"] for m in session["runs"]] == [1, 0]
+    assert progress["runs"][names[1]]["side_by_side"] == 2
 
 
 def test_a_second_cpu_job_on_the_same_table_is_refused_in_one_line(table, tmp_path, campaigns_cli):

@@ -231,7 +231,7 @@ def _train_args(r: dict, runs: Path, data: Path, minutes: float) -> list[str]:
             "--device", "cpu", "--data", str(data), "--runs-dir", str(runs), "--name", r["name"]]
 
 
-def _finish_run(r: dict, run_dir: Path, threads: int) -> dict:
+def _finish_run(r: dict, run_dir: Path, threads: int, side_by_side: int = 1) -> dict:
     """The record of a finished and evaluated run; its checkpoints give way to its best weights."""
     run = RunDir(run_dir)
     res = read_json(run_dir / eval_file("val"))
@@ -248,6 +248,7 @@ def _finish_run(r: dict, run_dir: Path, threads: int) -> dict:
             "accuracy": res.get("accuracy"), "oracle_loss": res.get("oracle_loss"), "epochs": len(rows),
             "net_minutes": round(rows[-1]["net_seconds"] / 60, 2) if rows else 0.0,
             "hardware": f"{cpu_machine()}, {threads} thread{'s' if threads > 1 else ''}",
+            "side_by_side": side_by_side,
             "date": datetime.date.today().isoformat()}
 
 
@@ -414,7 +415,7 @@ def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minut
                      "evaluates it")
                 halted = True
             else:
-                progress["runs"][r["name"]] = _finish_run(r, run_dir, threads)
+                progress["runs"][r["name"]] = _finish_run(r, run_dir, threads, len(slots))
                 log(f"cpu table: {r['name']} done, val loss {progress['runs'][r['name']]['eval_loss']:.4f}")
                 write_json(root / CPU / PROGRESS, progress)
             slot.run, slot.proc = None, None
