@@ -314,6 +314,13 @@ def test_the_cpu_job_refuses_an_unknown_device(campaigns_cli, tmp_path):
     assert r.exit_code == 2 and "cuda, cpu" in r.output
 
 
+@pytest.mark.parametrize("flag", ["--parallel", "--threads"])
+def test_the_cpu_jobs_options_are_refused_for_the_card_job_in_one_line(campaigns_cli, tmp_path, flag):
+    r = campaigns_cli("run", tmp_path / "out", flag, "2")
+    assert r.exit_code == 2 and f"`{flag}` applies to the CPU table's job only" in r.output, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel", [1, 2])
 def test_a_cpu_job_stopped_by_sigterm_leaves_its_run_to_the_next_job(table, tmp_path, parallel):

@@ -98,6 +98,9 @@ def run_cmd(
         check_cpu_job(campaigns, clustering_data)
         code = run_cpu_job(campaigns, out, wall, threads, clustering_data, parallel=parallel)
     else:
+        if parallel != 1 or threads != 1:  # the card job's own rule sets its trainings' threads
+            raise ConfigError(f"`--{'parallel' if parallel != 1 else 'threads'}` applies to the CPU table's job "
+                              "only; add `--device cpu` or leave it out")
         from tools.campaigns.job import JobOptions, run_job
 
         code = run_job(JobOptions(out, wall, files, file_mib, campaigns, data_dir, work, retime, probe,
