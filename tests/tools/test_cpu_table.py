@@ -418,6 +418,12 @@ def test_the_slots_are_disjoint_cores_and_too_many_are_refused_in_one_line(monke
     assert not (root / cpu.CPU / "progress.json").exists()
 
 
+def _command(cmd: list[str]) -> tuple[str, str]:
+    """What a CPU job's command does and for which run: `python -m swarmctl --threads 1 train|eval ...`."""
+    what = cmd[5]
+    return what, Path(cmd[6] if what == "eval" else cmd[cmd.index("--name") + 1]).name
+
+
 def test_runs_side_by_side_each_on_its_own_cores_and_a_failed_run_starts_no_other(table, tmp_path, monkeypatch):
     """Two slots: the runs go to them in plan order, each command of a run (training, evaluation) on its slot's
     cores; a training that fails stops new runs from starting while the other slot's run finishes and is
@@ -430,8 +436,7 @@ def test_runs_side_by_side_each_on_its_own_cores_and_a_failed_run_starts_no_othe
     seen: list[tuple[str, str, frozenset | None]] = []
 
     def fake(cmd, logfile, extra_env=None, cpus=None):
-        what = cmd[5]  # python -m swarmctl --threads 1 train|eval ...
-        run = Path(cmd[6] if what == "eval" else cmd[cmd.index("--name") + 1]).name
+        what, run = _command(cmd)
         seen.append((what, run, cpus))
         if what == "train" and run == names[0]:
             return _Finished(1)  # the first run's training fails
@@ -498,8 +503,7 @@ def _fake_commands(tmp_path, monkeypatch, behaviour):
     launch = processes.launch
 
     def fake(cmd, logfile, extra_env=None, cpus=None):
-        what = cmd[5]
-        run = Path(cmd[6] if what == "eval" else cmd[cmd.index("--name") + 1]).name
+        what, run = _command(cmd)
         save_s, run_s, code, signal_job = behaviour(what, run)
         result = [str(Path(cmd[6]) / "eval-val.json")] if what == "eval" else []
         return launch([sys.executable, str(script), str(tmp_path / f"{what}-{run}.txt"), str(save_s), str(run_s),

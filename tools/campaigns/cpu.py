@@ -35,9 +35,10 @@ from swarmctl.rundir import RunDir
 from swarmctl.runs import parameter_count, run_lock, run_progress
 from swarmctl.runs.shipped import shipped_models
 from swarmctl.training.checkpoint import load_checkpoint, save_checkpoint
+from tools.campaigns import processes
 from tools.campaigns.plan import PROGRESS, table_runs
 from tools.campaigns.plan import read_progress as campaign_progress
-from tools.campaigns.processes import Deadline, finish, log, start, stop_on_signals, summary, warn
+from tools.campaigns.processes import STOPPING, Deadline, finish, log, start, stop_on_signals, summary, warn
 from tools.campaigns.runners import eval_file, read_json, write_json
 
 CPU = "clustering-cpu"  # the campaign's folder in campaigns/
@@ -317,8 +318,6 @@ def _ended(busy: list[_Slot]) -> list[tuple[_Slot, int | None]]:
     """The slots whose command ended, waiting for the first. Every command past its time gets SIGTERM at once (a
     trainer then saves its last.pt, in every slot side by side) and SIGKILL GRACE_S seconds later. A signal to the
     job has sent each command SIGTERM already: each is then waited for within its time, never killed sooner."""
-    from tools.campaigns import processes
-
     while True:
         now = time.monotonic()
         for s in busy:
@@ -369,8 +368,6 @@ def run_cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, mi
 
 
 def _cpu_job(root: Path, out: Path, wall: float, threads: int, data: Path, minutes: float, slots: list[_Slot]) -> int:
-    from tools.campaigns.processes import STOPPING
-
     stop_on_signals()
     deadline, t0 = Deadline(wall), time.monotonic()
     progress = read_progress(root)

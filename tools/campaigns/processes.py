@@ -127,12 +127,9 @@ def start(args: list[str], logfile: Path, extra_env: dict[str, str] | None = Non
     if STOPPING:
         log(f"not started ({STOPPING[0]} came): {' '.join(cmd[1:])}")
         return None
-    log(" ".join(cmd[1:]) + f"  > {logfile.name}" + (f"  (CPUs {_cpu_list(cpus)})" if cpus else ""))
+    held = f"  (CPUs {','.join(map(str, sorted(cpus)))})" if cpus else ""
+    log(" ".join(cmd[1:]) + f"  > {logfile.name}{held}")
     return launch(cmd, logfile, extra_env, cpus)
-
-
-def _cpu_list(cpus: frozenset[int]) -> str:
-    return ",".join(str(c) for c in sorted(cpus))
 
 
 def finish(proc: subprocess.Popen | None, timeout: float, grace: float | None = None) -> int | None:
